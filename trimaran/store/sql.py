@@ -1,0 +1,447 @@
+"""The store on a SQL database through SQLAlchemy Core, in SQL every supported database speaks.
+
+What differs between databases (connecting, pragmas, how a write transaction begins)
+lives in the dialect's module (``sqlite.py``); this module never mentions a dialect.
+
+Writes are serialised twice: a process-wide lock keeps this process's threads from
+contending inside the database, and the database's own write lock orders writers from
+different processes. Each write is one transaction holding the object row, its change-log
+row and the revision counter, so a crash either keeps all three or none.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from trimaran.store import _codec
+from trimaran.store._objects import (
+    generated_name,
+    matches_labels,
+    merge_status,
+    merge_update,
+    now_rfc3339,
+    object_key,
+    prepare_create,
+)
+from trimaran.store.base import EventType, Store, WatchEvent, WatchEventType
+from trimaran.store.errors import AlreadyExists, Conflict, Expired, Invalid, NotFound, StoreError
+from trimaran.store.schema import (
+    META_COMPACTED,
+    META_REVISION,
+    META_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    changes,
+    events,
+    meta,
+    metadata,
+    objects,
+)
+
+# Execution option set on connections that will write. A dialect whose transactions must
+# know that up front (SQLite: BEGIN IMMEDIATE, or two writers deadlock upgrading read locks)
+# reads it in its "begin" hook.
+WRITE_OPTION = "trimaran_write"
+
+# Changes one watch query fetches at most, so a far-behind watcher does not load the whole log.
+_WATCH_BATCH = 500
+
+# Tries to find a free name for a generateName; a clash in 27**5 suffixes is already rare.
+_GENERATE_NAME_TRIES = 8
+
+
+class SQLStore(Store):
+    """:class:`Store` on any SQLAlchemy engine; dialect modules subclass it to configure the engine.
+
+    Args:
+        engine: The database. Its pool must hand each connection to one thread at a time.
+        keep_revisions: How many of the latest changes the change log keeps for watchers;
+            a watch from an older revision raises :class:`Expired`.
+        poll_interval: Seconds between looks at the change log while a watch waits; writes
+            by this process wake watchers at once, writes by other processes within this.
+    """
+
+    def __init__(self, engine: Engine, *, keep_revisions: int = 10_000, poll_interval: float = 0.25) -> None:
+        if keep_revisions < 1:
+            raise ValueError("keep_revisions must be at least 1")
+        self._engine = engine
+        self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+        self._keep_revisions = keep_revisions
+        # Compact in steps of a tenth of what is kept, so a delete is rare and small.
+        self._compact_every = max(1, keep_revisions // 10)
+        self._poll_interval = poll_interval
+        self._write_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._notified_revision = 0  # the latest revision this process committed
+        self._closed = False
+        self._initialize()
+
+    # -- transactions -------------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        if self._closed:
+            raise StoreError("the store is closed")
+        with self._write_lock, self._write_engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        # A transaction even for reads: a multi-statement read then sees one snapshot.
+        with self._engine.connect() as conn:
+            yield conn
+
+    def _initialize(self) -> None:
+        with self._writing() as conn:
+            metadata.create_all(conn)
+            counters = dict(conn.execute(select(meta.c.key, meta.c.value)).tuples().all())
+            version = counters.get(META_SCHEMA_VERSION)
+            if version is None:
+                conn.execute(
+                    insert(meta),
+                    [
+                        {"key": META_SCHEMA_VERSION, "value": SCHEMA_VERSION},
+                        {"key": META_REVISION, "value": 0},
+                        {"key": META_COMPACTED, "value": 0},
+                    ],
+                )
+            elif version != SCHEMA_VERSION:
+                raise StoreError(
+                    f"the database has schema version {version}; this Trimaran reads version {SCHEMA_VERSION}"
+                )
+
+    def _next_revision(self, conn: Connection) -> int:
+        return conn.execute(
+            update(meta)
+            .where(meta.c.key == META_REVISION)
+            .values(value=meta.c.value + 1)
+            .returning(meta.c.value)
+        ).scalar_one()
+
+    def _log_change(
+        self, conn: Connection, revision: int, type: WatchEventType, key: tuple[str, str, str], body: str
+    ) -> None:
+        kind, namespace, name = key
+        conn.execute(
+            insert(changes).values(
+                revision=revision, kind=kind, namespace=namespace, name=name, type=type, body=body
+            )
+        )
+        # Decided by the revision alone, so every process compacts on the same schedule.
+        if revision % self._compact_every == 0:
+            self._compact(conn, revision - self._keep_revisions)
+
+    def _compact(self, conn: Connection, upto: int) -> None:
+        if upto <= 0:
+            return
+        conn.execute(delete(changes).where(changes.c.revision <= upto))
+        conn.execute(
+            update(meta).where(meta.c.key == META_COMPACTED, meta.c.value < upto).values(value=upto)
+        )
+
+    def _notify(self, revision: int) -> None:
+        with self._changed:
+            self._notified_revision = max(self._notified_revision, revision)
+            self._changed.notify_all()
+
+    @staticmethod
+    def _where_key(key: tuple[str, str, str]) -> Any:
+        kind, namespace, name = key
+        return and_(objects.c.kind == kind, objects.c.namespace == namespace, objects.c.name == name)
+
+    def _stored(self, conn: Connection, key: tuple[str, str, str], *, lock: bool = False) -> dict[str, Any]:
+        query = select(objects.c.body).where(self._where_key(key))
+        if lock:
+            # Row lock where the database has them; SQLite's BEGIN IMMEDIATE already excludes writers.
+            query = query.with_for_update()
+        body = conn.execute(query).scalar_one_or_none()
+        if body is None:
+            raise NotFound(*key)
+        return _codec.loads(body)
+
+    # -- objects ------------------------------------------------------------------------
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta_in = obj.get("metadata") or {}
+        prefix = None if meta_in.get("name") else meta_in.get("generateName")
+        if prefix and not obj.get("kind"):
+            raise Invalid("object has no kind")
+        key = None if prefix else object_key(obj)
+        with self._writing() as conn:
+            if key is None:
+                key = self._free_generated_key(conn, obj["kind"], meta_in.get("namespace") or "", prefix)
+                obj = {**obj, "metadata": {**meta_in, "name": key[2]}}
+            revision = self._next_revision(conn)
+            body = prepare_create(obj, revision)
+            text = _codec.dumps(body)
+            try:
+                conn.execute(
+                    insert(objects).values(
+                        kind=key[0],
+                        namespace=key[1],
+                        name=key[2],
+                        uid=body["metadata"]["uid"],
+                        resource_version=revision,
+                        body=text,
+                    )
+                )
+            except IntegrityError:
+                raise AlreadyExists(*key) from None
+            self._log_change(conn, revision, "ADDED", key, text)
+        self._notify(revision)
+        return body
+
+    def _free_generated_key(self, conn: Connection, kind: str, namespace: str, prefix: str) -> tuple[str, str, str]:
+        for _ in range(_GENERATE_NAME_TRIES):
+            key = (kind, namespace, generated_name(prefix))
+            if conn.execute(select(objects.c.uid).where(self._where_key(key))).first() is None:
+                return key
+        raise AlreadyExists(kind, namespace, prefix + "*")
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        with self._reading() as conn:
+            return self._stored(conn, (kind, namespace, name))
+
+    def list(
+        self, kind: str, namespace: str | None = None, label_selector: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        query = select(objects.c.body).where(objects.c.kind == kind)
+        if namespace is not None:
+            query = query.where(objects.c.namespace == namespace)
+        query = query.order_by(objects.c.namespace, objects.c.name)
+        with self._reading() as conn:
+            bodies = conn.execute(query).scalars().all()
+        loads = _codec.loads
+        found = [loads(body) for body in bodies]
+        return [obj for obj in found if matches_labels(obj, label_selector)] if label_selector else found
+
+    def update(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._replace(obj, merge_update)
+
+    def update_status(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._replace(obj, merge_status)
+
+    def _replace(
+        self, obj: dict[str, Any], merge: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
+        key = object_key(obj)
+        expected = (obj.get("metadata") or {}).get("resourceVersion")
+        with self._writing() as conn:
+            stored = self._stored(conn, key, lock=True)
+            if expected not in (None, "") and str(expected) != stored["metadata"]["resourceVersion"]:
+                raise Conflict(*key)
+            body = merge(stored, obj)
+            if body == stored:
+                # Nothing changed: no revision, no watch event, so a controller that writes
+                # the status it already wrote does not wake itself up forever.
+                return stored
+            revision = self._next_revision(conn)
+            body["metadata"]["resourceVersion"] = str(revision)
+            text = _codec.dumps(body)
+            conn.execute(
+                update(objects).where(self._where_key(key)).values(resource_version=revision, body=text)
+            )
+            self._log_change(conn, revision, "MODIFIED", key, text)
+        self._notify(revision)
+        return body
+
+    def delete(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        key = (kind, namespace, name)
+        with self._writing() as conn:
+            body = self._stored(conn, key, lock=True)
+            revision = self._next_revision(conn)
+            body["metadata"]["resourceVersion"] = str(revision)
+            conn.execute(delete(objects).where(self._where_key(key)))
+            self._log_change(conn, revision, "DELETED", key, _codec.dumps(body))
+            conn.execute(delete(events).where(events.c.involved_uid == body["metadata"]["uid"]))
+        self._notify(revision)
+        return body
+
+    # -- watch --------------------------------------------------------------------------
+
+    def current_revision(self) -> int:
+        with self._reading() as conn:
+            return conn.execute(select(meta.c.value).where(meta.c.key == META_REVISION)).scalar_one()
+
+    def compact(self, keep_revisions: int | None = None) -> int:
+        """Drop all but the latest ``keep_revisions`` changes now; return the highest revision dropped.
+
+        Writes compact on their own; this is for maintenance and tests.
+        """
+        keep = self._keep_revisions if keep_revisions is None else keep_revisions
+        with self._writing() as conn:
+            self._compact(conn, self._counter(conn, META_REVISION) - keep)
+            return self._counter(conn, META_COMPACTED)
+
+    @staticmethod
+    def _counter(conn: Connection, key: str) -> int:
+        return conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar_one()
+
+    def watch(
+        self,
+        kinds: Iterable[str] | None = None,
+        since: int | None = None,
+        timeout: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> Iterator[WatchEvent]:
+        if isinstance(kinds, str):  # a lone kind, not an iterable of one-letter kinds
+            kinds = [kinds]
+        kind_list = None if kinds is None else sorted(set(kinds))
+        # Taken now, not at the first next(), so changes made before iteration starts are seen.
+        start = self.current_revision() if since is None else since
+        return self._watch(kind_list, start, timeout, stop)
+
+    def _watch(
+        self, kinds: list[str] | None, position: int, timeout: float | None, stop: threading.Event | None
+    ) -> Iterator[WatchEvent]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._closed and not (stop is not None and stop.is_set()):
+            rows, head = self._changes_after(position, kinds)
+            for revision, type, body in rows:
+                if stop is not None and stop.is_set():
+                    return
+                yield WatchEvent(type, _codec.loads(body), revision)
+                position = revision
+            if rows:
+                if deadline is not None:
+                    deadline = time.monotonic() + timeout
+                if len(rows) == _WATCH_BATCH:
+                    continue
+            # Nothing else of these kinds up to head: skip the other kinds' changes for good.
+            position = max(position, head)
+            wait = self._poll_interval
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                wait = min(wait, remaining)
+            with self._changed:
+                if self._notified_revision <= position and not self._closed:
+                    self._changed.wait(wait)
+
+    def _changes_after(self, position: int, kinds: list[str] | None) -> tuple[list[Any], int]:
+        query = (
+            select(changes.c.revision, changes.c.type, changes.c.body)
+            .where(changes.c.revision > position)
+            .order_by(changes.c.revision)
+            .limit(_WATCH_BATCH)
+        )
+        if kinds is not None:
+            query = query.where(changes.c.kind.in_(kinds))
+        with self._reading() as conn:
+            # One snapshot for the counters and the rows, so they agree with each other.
+            counters = dict(
+                conn.execute(
+                    select(meta.c.key, meta.c.value).where(meta.c.key.in_([META_REVISION, META_COMPACTED]))
+                ).tuples().all()
+            )
+            if position < counters[META_COMPACTED]:
+                raise Expired(position, counters[META_COMPACTED])
+            rows = conn.execute(query).tuples().all()
+        return rows, counters[META_REVISION]
+
+    # -- events -------------------------------------------------------------------------
+
+    def record_event(self, obj: dict[str, Any], type: EventType, reason: str, message: str) -> None:
+        if type not in ("Normal", "Warning"):
+            raise ValueError(f'event type must be "Normal" or "Warning", not {type!r}')
+        kind, namespace, name = object_key(obj)
+        uid = obj["metadata"].get("uid", "")
+        now, seen = now_rfc3339(), time.time()
+        same = and_(
+            events.c.involved_kind == kind,
+            events.c.namespace == namespace,
+            events.c.involved_name == name,
+            events.c.involved_uid == uid,
+            events.c.type == type,
+            events.c.reason == reason,
+            events.c.message == message,
+        )
+        with self._writing() as conn:
+            folded = conn.execute(
+                update(events).where(same).values(count=events.c.count + 1, last_timestamp=now, last_seen=seen)
+            ).rowcount
+            if not folded:
+                conn.execute(
+                    insert(events).values(
+                        name=f"{name}.{uuid.uuid4().hex[:16]}",
+                        uid=str(uuid.uuid4()),
+                        namespace=namespace,
+                        involved_api_version=obj.get("apiVersion", ""),
+                        involved_kind=kind,
+                        involved_name=name,
+                        involved_uid=uid,
+                        type=type,
+                        reason=reason,
+                        message=message,
+                        count=1,
+                        first_timestamp=now,
+                        last_timestamp=now,
+                        last_seen=seen,
+                    )
+                )
+
+    def list_events(
+        self, kind: str | None = None, namespace: str | None = None, name: str | None = None
+    ) -> list[dict[str, Any]]:
+        query = select(events).order_by(events.c.last_seen, events.c.id)
+        if kind is not None:
+            query = query.where(events.c.involved_kind == kind)
+        if namespace is not None:
+            query = query.where(events.c.namespace == namespace)
+        if name is not None:
+            query = query.where(events.c.involved_name == name)
+        with self._reading() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [_event_object(row) for row in rows]
+
+    def delete_events_for(self, kind: str, namespace: str, name: str) -> int:
+        with self._writing() as conn:
+            return conn.execute(
+                delete(events).where(
+                    events.c.involved_kind == kind,
+                    events.c.namespace == namespace,
+                    events.c.involved_name == name,
+                )
+            ).rowcount
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._engine.dispose()
+
+
+def _event_object(row: Any) -> dict[str, Any]:
+    """A stored event row as a v1 Event object."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": row["name"],
+            "namespace": row["namespace"],
+            "uid": row["uid"],
+            "creationTimestamp": row["first_timestamp"],
+        },
+        "involvedObject": {
+            "apiVersion": row["involved_api_version"],
+            "kind": row["involved_kind"],
+            "namespace": row["namespace"],
+            "name": row["involved_name"],
+            "uid": row["involved_uid"],
+        },
+        "type": row["type"],
+        "reason": row["reason"],
+        "message": row["message"],
+        "count": row["count"],
+        "firstTimestamp": row["first_timestamp"],
+        "lastTimestamp": row["last_timestamp"],
+        "source": {"component": "trimaran"},
+    }
