@@ -1,0 +1,7 @@
+"""The kubectl-like command line."""
+
+
+def main() -> None:
+    from trimaran.cli.app import main as run
+
+    run()

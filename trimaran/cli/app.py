@@ -1,0 +1,401 @@
+"""``trimaran``: a kubectl-like CLI for the local control plane."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from trimaran.cli.client import APIError, Client
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Run Kubeflow training manifests on this machine, as a cluster would.")
+server_app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the background control plane.")
+app.add_typer(server_app, name="server")
+console = Console()
+err = Console(stderr=True)
+
+NamespaceOpt = typer.Option(None, "--namespace", "-n", help="Namespace (default: the manifest's, else 'default').")
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+def _client() -> Client:
+    try:
+        return Client.connect()
+    except (APIError, RuntimeError) as exc:
+        _fail(str(exc))
+        raise  # unreachable; keeps type checkers content
+
+
+def _kind_info(name: str):  # noqa: ANN202 - the api registry's KindInfo
+    from trimaran.api import kinds
+
+    try:
+        return kinds.lookup(name)
+    except Exception as exc:  # noqa: BLE001 - the registry's message says what is wrong
+        _fail(str(exc))
+
+
+def _split_ref(kind_or_ref: str, name: Optional[str]) -> tuple[str, Optional[str]]:
+    """kubectl's argument forms: ``KIND NAME`` and ``KIND/NAME``."""
+    if "/" in kind_or_ref and name is None:
+        kind, _, name = kind_or_ref.partition("/")
+        return kind, name
+    return kind_or_ref, name
+
+
+# -- apply ----------------------------------------------------------------------------------------
+@app.command()
+def apply(
+    filename: list[str] = typer.Option(..., "--filename", "-f", help="File, directory or - for stdin."),
+    namespace: Optional[str] = NamespaceOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate only; store nothing."),
+) -> None:
+    """Create or update resources from manifests. A file with any invalid document stores nothing."""
+    from trimaran.api import ManifestError, load_manifests
+
+    manifests = []
+    try:
+        for source in filename:
+            text = sys.stdin.read() if source == "-" else None
+            for m in load_manifests(source, text=text):
+                manifests.append({"source": m.source, "index": m.index, "object": m.object})
+    except ManifestError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{exc.filename}: {exc.strerror}")
+    if not manifests:
+        _fail("no objects passed to apply")
+    client = _client()
+    try:
+        result = client.apply(manifests, namespace=namespace, dry_run=dry_run)
+    except APIError as exc:
+        for w in (exc.body or {}).get("warnings", []):
+            err.print(f"[yellow]{w}[/yellow]", highlight=False)
+        _fail(str(exc))
+    for w in result.get("warnings", []):
+        err.print(f"[yellow]{w}[/yellow]", highlight=False)
+    for r in result["results"]:
+        info = _kind_info(r["kind"])
+        group = f".{info.group}" if info.group else ""
+        console.print(f"{info.kind.lower()}{group}/{r['name']} {r['action']}", highlight=False)
+
+
+# -- get ------------------------------------------------------------------------------------------
+@app.command()
+def get(
+    kind: str = typer.Argument(..., help="Kind, plural or short name: tfjob, pytorchjobs, job, pods, cm..."),
+    name: Optional[str] = typer.Argument(None),
+    namespace: Optional[str] = NamespaceOpt,
+    all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A"),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="wide, yaml or json"),
+    watch: bool = typer.Option(False, "--watch", "-w", help="After listing, print changes as they happen."),
+    selector: Optional[str] = typer.Option(None, "--selector", "-l", help="key=value[,key=value]"),
+) -> None:
+    """List resources, or show one."""
+    from trimaran.cli.render import table
+
+    kind, name = _split_ref(kind, name)
+    info = _kind_info(kind)
+    client = _client()
+    ns = None if all_namespaces else (namespace or "default")
+    try:
+        items = [client.get(info.kind, ns or "default", name)] if name else client.list(info.kind, ns, selector)
+    except APIError as exc:
+        _fail(str(exc))
+    if output in ("yaml", "json"):
+        _dump(items if not name else items[0], output, list_kind=not name)
+    elif not items and not watch:
+        err.print(f"No resources found in {ns or 'any'} namespace.")
+    else:
+        console.print(table(info.kind, items, wide=output == "wide", all_namespaces=all_namespaces))
+    if watch:
+        _watch(client, info, ns, name)
+
+
+def _dump(data: object, fmt: str, list_kind: bool) -> None:
+    if list_kind:
+        data = {"apiVersion": "v1", "kind": "List", "items": data}
+    if fmt == "json":
+        console.print_json(json.dumps(data))
+    else:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+
+
+def _watch(client: Client, info, ns: Optional[str], name: Optional[str]) -> None:  # noqa: ANN001
+    from trimaran.cli.render import columns_for
+
+    cols = columns_for(info.kind, wide=False, all_namespaces=ns is None)
+    try:
+        for event in client.watch([info.kind], timeout=3600):
+            obj = event["object"]
+            if ns and obj["metadata"].get("namespace") != ns or name and obj["metadata"]["name"] != name:
+                continue
+            row = "   ".join(fn(obj) for _, fn in cols)
+            console.print(f"{row}   {'(deleted)' if event['type'] == 'DELETED' else ''}", highlight=False)
+    except KeyboardInterrupt:
+        pass
+
+
+# -- describe -------------------------------------------------------------------------------------
+@app.command()
+def describe(kind: str, name: Optional[str] = typer.Argument(None), namespace: Optional[str] = NamespaceOpt) -> None:
+    """Show one resource in detail, with its conditions and events."""
+    from trimaran.cli.describe import describe_object
+
+    kind, name = _split_ref(kind, name)
+    if not name:
+        _fail("describe needs a name: trimaran describe KIND NAME")
+    info = _kind_info(kind)
+    client = _client()
+    try:
+        obj = client.get(info.kind, namespace or "default", name)
+        events = client.events(info.kind, obj["metadata"].get("namespace") or None, name)
+        pods = []
+        if info.kind != "Pod":
+            uid = obj["metadata"]["uid"]
+            pods = [p for p in client.list("Pod", obj["metadata"].get("namespace"))
+                    if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+    except APIError as exc:
+        _fail(str(exc))
+    describe_object(console, obj, events, pods)
+
+
+# -- logs -----------------------------------------------------------------------------------------
+@app.command()
+def logs(
+    name: str = typer.Argument(..., help="A pod, or a job (KIND/NAME or NAME) with --replica-type/--replica-index."),
+    namespace: Optional[str] = NamespaceOpt,
+    follow: bool = typer.Option(False, "--follow", "-f"),
+    previous: bool = typer.Option(False, "--previous", "-p", help="The previous attempt of a restarted container."),
+    container: Optional[str] = typer.Option(None, "--container", "-c"),
+    replica_type: Optional[str] = typer.Option(None, "--replica-type", help="e.g. worker, Master, ps (any case)."),
+    replica_index: int = typer.Option(0, "--replica-index"),
+) -> None:
+    """Print a pod's log (a job's master replica by default)."""
+    client = _client()
+    ns = namespace or "default"
+    try:
+        pod = _resolve_pod(client, ns, name, replica_type, replica_index)
+        for chunk in client.log(ns, pod, container=container, previous=previous, follow=follow):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+    except APIError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
+def _resolve_pod(client: Client, ns: str, ref: str, replica_type: Optional[str], index: int) -> str:
+    kind, _, name = ref.rpartition("/")
+    if not kind and replica_type is None:
+        try:
+            client.get("Pod", ns, name)
+            return name
+        except APIError as exc:
+            if exc.status != 404:
+                raise
+    candidates = [_kind_info(kind).kind] if kind else ["TFJob", "PyTorchJob", "Job"]
+    for k in candidates:
+        if k == "Pod":
+            return name
+        try:
+            job = client.get(k, ns, name)
+        except APIError as exc:
+            if exc.status == 404:
+                continue
+            raise
+        uid = job["metadata"]["uid"]
+        pods = [p for p in client.list("Pod", ns) if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+        if replica_type is not None:
+            rt = replica_type.lower()
+            for p in pods:
+                labels = p["metadata"].get("labels") or {}
+                if labels.get("training.kubeflow.org/replica-type") == rt and \
+                        labels.get("training.kubeflow.org/replica-index") == str(index):
+                    return p["metadata"]["name"]
+            raise APIError(404, f"{k} {name} has no pod for replica {replica_type}[{index}]")
+        for p in pods:
+            if (p["metadata"].get("labels") or {}).get("training.kubeflow.org/job-role") == "master":
+                return p["metadata"]["name"]
+        if pods:
+            return sorted(pods, key=lambda p: p["metadata"]["name"])[0]["metadata"]["name"]
+        raise APIError(404, f"{k} {name} has no pods yet")
+    raise APIError(404, f"no pod or job named {name!r} in namespace {ns}")
+
+
+# -- delete ---------------------------------------------------------------------------------------
+@app.command()
+def delete(
+    kind: Optional[str] = typer.Argument(None),
+    name: Optional[str] = typer.Argument(None),
+    filename: Optional[list[str]] = typer.Option(None, "--filename", "-f"),
+    namespace: Optional[str] = NamespaceOpt,
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the resource's processes are gone."),
+    timeout: float = typer.Option(60.0, "--timeout"),
+) -> None:
+    """Delete resources by kind and name, or those a manifest names. Their pods are stopped."""
+    targets: list[tuple[str, str, str]] = []
+    if filename:
+        from trimaran.api import ManifestError, load_manifests
+
+        try:
+            for source in filename:
+                for m in load_manifests(source, text=sys.stdin.read() if source == "-" else None):
+                    meta = m.object.get("metadata") or {}
+                    targets.append((m.object["kind"], namespace or meta.get("namespace") or "default", meta["name"]))
+        except ManifestError as exc:
+            _fail(str(exc))
+    elif kind:
+        kind, name = _split_ref(kind, name)
+        if not name:
+            _fail("delete needs a name: trimaran delete KIND NAME")
+        targets.append((kind, namespace or "default", name))
+    else:
+        _fail("delete needs KIND NAME or -f FILE")
+    client = _client()
+    status = 0
+    for kind_name, ns, obj_name in targets:
+        info = _kind_info(kind_name)
+        try:
+            deleted = client.delete(info.kind, ns, obj_name)
+        except APIError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            status = 1
+            continue
+        console.print(f"{info.kind.lower()}/{obj_name} deleted", highlight=False)
+        if wait:
+            _wait_pods_gone(client, ns, deleted["uid"], timeout)
+    raise typer.Exit(status)
+
+
+def _wait_pods_gone(client: Client, ns: str, uid: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with console.status("waiting for pods to stop..."):
+        while time.monotonic() < deadline:
+            pods = [p for p in client.list("Pod", ns)
+                    if p["metadata"]["uid"] == uid or any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+            if not pods:
+                return
+            time.sleep(0.1)
+    err.print(f"[yellow]pods of {uid} still stopping after {timeout:.0f}s[/yellow]")
+
+
+# -- wait -----------------------------------------------------------------------------------------
+@app.command()
+def wait(
+    kind: str = typer.Argument(..., help="KIND/NAME or KIND"),
+    name: Optional[str] = typer.Argument(None),
+    for_: str = typer.Option(..., "--for", help="condition=NAME[=true|false], or delete"),
+    timeout: str = typer.Option("30s", "--timeout", help="e.g. 90s, 5m, 1h"),
+    namespace: Optional[str] = NamespaceOpt,
+) -> None:
+    """Wait until a resource has a condition (or is deleted), with a live view of its state."""
+    from trimaran.cli.render import job_status, pod_status, training_state
+
+    kind, name = _split_ref(kind, name)
+    if not name:
+        _fail("wait needs a name: trimaran wait KIND/NAME --for=condition=Succeeded")
+    info = _kind_info(kind)
+    seconds = _duration(timeout)
+    if for_ == "delete":
+        wanted = None
+    elif for_.startswith("condition="):
+        cond, _, value = for_[len("condition="):].partition("=")
+        wanted = (cond.lower(), (value or "true").lower())
+    else:
+        _fail(f"unrecognised --for {for_!r}: use condition=NAME or delete")
+    client = _client()
+    ns = namespace or "default"
+    state_of = {"Job": job_status, "Pod": pod_status}.get(info.kind, training_state)
+    deadline = time.monotonic() + seconds
+    with console.status(f"waiting for {info.kind.lower()}/{name}...") as spinner:
+        while True:
+            try:
+                obj = client.get(info.kind, ns, name)
+            except APIError as exc:
+                if exc.status == 404 and wanted is None:
+                    console.print(f"{info.kind.lower()}/{name} deleted", highlight=False)
+                    return
+                _fail(str(exc))
+            if wanted is not None:
+                for cond in (obj.get("status") or {}).get("conditions") or []:
+                    if cond.get("type", "").lower() == wanted[0] and str(cond.get("status")).lower() == wanted[1]:
+                        spinner.stop()
+                        console.print(f"{info.kind.lower()}/{name} condition met", highlight=False)
+                        return
+            spinner.update(f"waiting for {info.kind.lower()}/{name}: {state_of(obj) or 'Created'} "
+                           f"({int(deadline - time.monotonic())}s left)")
+            if time.monotonic() >= deadline:
+                _fail(f"timed out waiting for the condition on {info.plural}/{name}")
+            time.sleep(0.1)
+
+
+def _duration(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            try:
+                return float(text[: -len(suffix)]) * units[suffix]
+            except ValueError:
+                break
+    try:
+        return float(text)
+    except ValueError:
+        _fail(f"invalid duration {text!r}: use e.g. 30s, 5m")
+        raise
+
+
+# -- server ---------------------------------------------------------------------------------------
+@server_app.command("start")
+def server_start(
+    host: str = typer.Option("127.0.0.1", help="Bind address; anything but loopback requires a token."),
+    port: int = typer.Option(0, help="Port (0 picks a free one)."),
+) -> None:
+    """Start the control plane in the background (apply starts one when none runs)."""
+    from trimaran.server.daemon import start_server
+
+    try:
+        info = start_server(host=host, port=port)
+    except RuntimeError as exc:
+        _fail(str(exc))
+    console.print(f"control plane running at {info['url']} (pid {info['pid']})", highlight=False)
+    if info.get("token"):
+        console.print("a bearer token is required; it is in $TRIMARAN_HOME/server.json", highlight=False)
+
+
+@server_app.command("stop")
+def server_stop() -> None:
+    """Stop the control plane. Running pods keep running and are re-adopted on the next start."""
+    from trimaran.server.daemon import stop_server
+
+    console.print("control plane stopped" if stop_server() else "no control plane was running")
+
+
+@server_app.command("status")
+def server_status() -> None:
+    """Say whether a control plane runs, where, and what it holds."""
+    from trimaran.server.daemon import home_dir, running_server
+
+    info = running_server()
+    if not info:
+        console.print(f"no control plane is running (home {home_dir()})")
+        raise typer.Exit(1)
+    console.print(f"running at {info['url']} (pid {info['pid']}, home {home_dir()})", highlight=False)
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

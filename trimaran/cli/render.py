@@ -1,0 +1,126 @@
+"""How each kind is shown by ``get`` and ``describe``: kubectl's columns, as rich tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from rich.table import Table
+
+
+def age(timestamp: str | None) -> str:
+    if not timestamp:
+        return "<unknown>"
+    then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    seconds = int((datetime.now(timezone.utc) - then).total_seconds())
+    if seconds < 120:
+        return f"{max(seconds, 0)}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def training_state(obj: dict) -> str:
+    conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
+    return conditions[-1]["type"] if conditions else ""
+
+
+def _replicas(obj: dict) -> str:
+    parts = []
+    for rtype, rs in ((obj.get("status") or {}).get("replicaStatuses") or {}).items():
+        parts.append(f"{rtype}:{rs.get('active', 0)}/{rs.get('succeeded', 0)}/{rs.get('failed', 0)}")
+    return " ".join(parts)
+
+
+def job_status(obj: dict) -> str:
+    status = obj.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed", "Suspended"):
+            return cond["type"]
+    return "Running" if status.get("active") else "Pending"
+
+
+def _duration(obj: dict) -> str:
+    status = obj.get("status") or {}
+    start, end = status.get("startTime"), status.get("completionTime")
+    if not start:
+        return ""
+    t0 = datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    t1 = datetime.strptime(end, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc) if end else datetime.now(timezone.utc)
+    return f"{int((t1 - t0).total_seconds())}s"
+
+
+def pod_status(obj: dict) -> str:
+    status = obj.get("status") or {}
+    if obj["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "waiting" in state:
+            return state["waiting"].get("reason", "Waiting")
+        if "terminated" in state and status.get("phase") not in ("Succeeded",):
+            reason = state["terminated"].get("reason")
+            if reason and reason != "Completed":
+                return reason
+    if status.get("phase") == "Succeeded":
+        return "Completed"
+    return status.get("phase", "Pending")
+
+
+def _ready(obj: dict) -> str:
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    total = len(obj["spec"].get("containers") or [])
+    return f"{sum(1 for cs in statuses if cs.get('ready'))}/{total}"
+
+
+def _restarts(obj: dict) -> str:
+    return str(sum(cs.get("restartCount", 0) for cs in (obj.get("status") or {}).get("containerStatuses") or []))
+
+
+Column = tuple[str, Callable[[dict], str]]
+
+_NAME: Column = ("NAME", lambda o: o["metadata"]["name"])
+_AGE: Column = ("AGE", lambda o: age(o["metadata"].get("creationTimestamp")))
+
+COLUMNS: dict[str, list[Column]] = {
+    "training": [_NAME, ("STATE", training_state), _AGE],
+    "Job": [_NAME, ("STATUS", job_status),
+            ("COMPLETIONS", lambda o: f"{(o.get('status') or {}).get('succeeded', 0)}/{o['spec'].get('completions', 1)}"),
+            ("DURATION", _duration), _AGE],
+    "Pod": [_NAME, ("READY", _ready), ("STATUS", pod_status), ("RESTARTS", _restarts), _AGE],
+    "ConfigMap": [_NAME, ("DATA", lambda o: str(len(o.get("data") or {}) + len(o.get("binaryData") or {}))), _AGE],
+    "Secret": [_NAME, ("TYPE", lambda o: o.get("type", "Opaque")),
+               ("DATA", lambda o: str(len(o.get("data") or {}) + len(o.get("stringData") or {}))), _AGE],
+    "Namespace": [_NAME, ("STATUS", lambda o: "Active"), _AGE],
+}
+
+WIDE: dict[str, list[Column]] = {
+    "training": [("REPLICAS (active/succeeded/failed)", _replicas)],
+    "Pod": [("IP", lambda o: (o.get("status") or {}).get("podIP", "")),
+            ("GPUS", lambda o: ",".join(((o.get("status") or {}).get("allocation") or {}).get("gpus") or []) or "-")],
+    "Job": [("SELECTOR", lambda o: f"batch.kubernetes.io/controller-uid={o['metadata'].get('uid', '')}")],
+}
+
+TRAINING_KINDS = {"TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "JAXJob", "PaddleJob"}
+
+
+def columns_for(kind: str, wide: bool, all_namespaces: bool) -> list[Column]:
+    group = "training" if kind in TRAINING_KINDS else kind
+    cols = list(COLUMNS.get(group, [_NAME, _AGE]))
+    if wide:
+        cols += WIDE.get(group, [])
+    if all_namespaces:
+        cols.insert(0, ("NAMESPACE", lambda o: o["metadata"].get("namespace", "")))
+    return cols
+
+
+def table(kind: str, items: list[dict], wide: bool = False, all_namespaces: bool = False) -> Table:
+    cols = columns_for(kind, wide, all_namespaces)
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for title, _ in cols:
+        t.add_column(title, no_wrap=True)
+    for obj in items:
+        t.add_row(*(fn(obj) for _, fn in cols))
+    return t

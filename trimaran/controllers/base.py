@@ -1,0 +1,204 @@
+"""The reconcile framework: watch the store, queue keys, call reconcilers.
+
+Level-triggered on purpose: a reconciler gets only a key, reads the current desired and actual
+state itself, and acts on the difference. Missing an event, handling one twice, or starting
+after a crash therefore never needs a special path: at start every object is queued once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from trimaran.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, order=True)
+class Key:
+    """Identifies one object a reconciler owns."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def key_of(obj: dict) -> Key:
+    meta = obj["metadata"]
+    return Key(obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def owner_key(obj: dict, kinds: Iterable[str]) -> Key | None:
+    """The key of the controlling owner of ``obj`` when its kind is one of ``kinds``."""
+    wanted = set(kinds)
+    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") in wanted:
+            return Key(ref["kind"], obj["metadata"].get("namespace", ""), ref["name"])
+    return None
+
+
+class Reconciler(ABC):
+    """One reconcile loop. ``kinds`` are the primary kinds; ``watches`` what wakes it."""
+
+    name: str = "reconciler"
+    kinds: tuple[str, ...] = ()
+    watches: tuple[str, ...] = ()
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
+        """Map a change of ``obj`` to the primary keys that must be reconciled."""
+        if event_kind in self.kinds:
+            return [key_of(obj)]
+        owner = owner_key(obj, self.kinds)
+        return [owner] if owner else []
+
+    def initial_keys(self) -> Iterable[Key]:
+        for kind in self.kinds:
+            for obj in self.store.list(kind):
+                yield key_of(obj)
+
+    @abstractmethod
+    def reconcile(self, key: Key) -> float | None:
+        """Bring ``key`` closer to its desired state; return seconds until a requeue, if any."""
+
+
+class _Queue:
+    """A de-duplicating work queue with delayed adds, as client-go's rate-limited queue."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._ready: list[Key] = []
+        self._queued: set[Key] = set()
+        self._delayed: list[tuple[float, Key]] = []
+        self._processing: set[Key] = set()
+        self._dirty_while_processing: set[Key] = set()
+
+    def add(self, key: Key, after: float = 0.0) -> None:
+        with self._cond:
+            if after > 0:
+                heapq.heappush(self._delayed, (time.monotonic() + after, key))
+            elif key in self._processing:
+                self._dirty_while_processing.add(key)
+            elif key not in self._queued:
+                self._queued.add(key)
+                self._ready.append(key)
+            self._cond.notify()
+
+    def get(self, stop: threading.Event) -> Key | None:
+        with self._cond:
+            while not stop.is_set():
+                now = time.monotonic()
+                while self._delayed and self._delayed[0][0] <= now:
+                    _, key = heapq.heappop(self._delayed)
+                    if key not in self._queued and key not in self._processing:
+                        self._queued.add(key)
+                        self._ready.append(key)
+                    elif key in self._processing:
+                        self._dirty_while_processing.add(key)
+                if self._ready:
+                    key = self._ready.pop(0)
+                    self._queued.discard(key)
+                    self._processing.add(key)
+                    return key
+                wait = self._delayed[0][0] - now if self._delayed else 0.5
+                self._cond.wait(timeout=min(max(wait, 0.001), 0.5))
+            return None
+
+    def done(self, key: Key) -> None:
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty_while_processing:
+                self._dirty_while_processing.discard(key)
+                self._queued.add(key)
+                self._ready.append(key)
+                self._cond.notify()
+
+
+class ControllerManager:
+    """Runs reconcilers: one store watch feeding one queue per reconciler."""
+
+    def __init__(self, store: Store, reconcilers: list[Reconciler], resync_seconds: float = 30.0) -> None:
+        self.store = store
+        self.reconcilers = reconcilers
+        self.resync_seconds = resync_seconds
+        self._queues = {r.name: _Queue() for r in reconcilers}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def enqueue(self, reconciler: Reconciler, key: Key, after: float = 0.0) -> None:
+        self._queues[reconciler.name].add(key, after)
+
+    def start(self) -> None:
+        since = self.store.current_revision()
+        for r in self.reconcilers:
+            for key in r.initial_keys():
+                self.enqueue(r, key)
+        watch = threading.Thread(target=self._watch_loop, args=(since,), name="watch", daemon=True)
+        watch.start()
+        self._threads.append(watch)
+        for r in self.reconcilers:
+            t = threading.Thread(target=self._work_loop, args=(r,), name=f"reconcile-{r.name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        resync = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
+        resync.start()
+        self._threads.append(resync)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=timeout)
+
+    def _watch_loop(self, since: int) -> None:
+        kinds: set[str] = set()
+        for r in self.reconcilers:
+            kinds.update(r.kinds)
+            kinds.update(r.watches)
+        while not self._stop.is_set():
+            try:
+                for event in self.store.watch(kinds=kinds, since=since, stop=self._stop, timeout=1.0):
+                    since = event.revision
+                    for r in self.reconcilers:
+                        if event.object["kind"] in r.kinds or event.object["kind"] in r.watches:
+                            for key in r.keys_for(event.object["kind"], event.object):
+                                self.enqueue(r, key)
+            except Exception:  # an expired revision or a transient store error: relist everything
+                log.exception("watch failed; relisting")
+                since = self.store.current_revision()
+                for r in self.reconcilers:
+                    for key in r.initial_keys():
+                        self.enqueue(r, key)
+                self._stop.wait(0.5)
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.resync_seconds):
+            for r in self.reconcilers:
+                for key in r.initial_keys():
+                    self.enqueue(r, key)
+
+    def _work_loop(self, r: Reconciler) -> None:
+        queue = self._queues[r.name]
+        while not self._stop.is_set():
+            key = queue.get(self._stop)
+            if key is None:
+                return
+            try:
+                after = r.reconcile(key)
+            except Exception:
+                log.exception("%s: reconcile %s failed", r.name, key)
+                after = 1.0
+            finally:
+                queue.done(key)
+            if after is not None:
+                queue.add(key, after)

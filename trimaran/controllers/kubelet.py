@@ -1,0 +1,314 @@
+"""The node agent: pods in the store become processes on this machine.
+
+Scheduling is gang admission in FIFO order: the pods of one group (a training job's replicas)
+start together or not at all, and a group that does not fit holds back the groups behind it
+until resources free up, unless it could never fit this node at all.
+
+Restarts in place (``restartPolicy`` Always/OnFailure) happen here, as kubelet does them, with a
+short exponential back-off. Each pod runs under a shim process that outlives the control plane:
+after a restart, pods still running are re-adopted, pods that ended meanwhile are handled as if
+their exit had just been seen (so they restart per their policy), and processes whose pods are
+gone from the store are stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from trimaran.controllers.base import Key, Reconciler, key_of
+from trimaran.controllers.conditions import now_rfc3339, set_condition
+from trimaran.controllers.pods import (
+    GANG_ANNOTATION,
+    GANG_SIZE_ANNOTATION,
+    HOSTS_ANNOTATION,
+    LOOPBACK,
+    is_terminating,
+    phase,
+    request_deletion,
+)
+from trimaran.runtime import LocalRuntime, Node, SandboxUnavailable, pod_requests
+from trimaran.runtime.env import ConfigError
+from trimaran.store import Conflict, NotFound, Store
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_KEY = Key("Pod", "", "")
+POLL_SECONDS = 0.1
+BACKOFF_BASE = float(os.environ.get("TRIMARAN_RESTART_BACKOFF", "1.0"))
+BACKOFF_CAP = 30.0
+
+
+class Kubelet(Reconciler):
+    name = "kubelet"
+    kinds = ("Pod",)
+
+    def __init__(self, store: Store, runtime: LocalRuntime, node: Node) -> None:
+        super().__init__(store)
+        self.runtime = runtime
+        self.node = node
+        self._lock = threading.RLock()
+        self._started: dict[str, Key] = {}  # pod uid -> key, for pods whose processes we own
+        self._restart_at: dict[str, float] = {}
+        self._stopping: set[str] = set()
+        self._stopper = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pod-stop")
+        self._adopt()
+
+    # -- start-up ---------------------------------------------------------------------------------
+    def _adopt(self) -> None:
+        pods = self.store.list("Pod")
+        by_uid = {p["metadata"]["uid"]: p for p in pods}
+        for uid in self.runtime.known_pods():
+            pod = by_uid.get(uid)
+            if pod is None or phase(pod) in ("Succeeded", "Failed") and not self.runtime.is_alive(uid):
+                if pod is None:
+                    log.info("stopping orphaned pod process %s", uid)
+                    self.runtime.stop_pod(uid, grace_seconds=2.0)
+                    self.runtime.remove_pod(uid)
+                continue
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            if phase(pod) == "Running":
+                alloc = (pod.get("status") or {}).get("allocation") or {}
+                self.node.restore(uid, pod_requests(pod), alloc.get("gpus") or [])
+                self._started[uid] = key_of(pod)
+
+    def initial_keys(self):
+        yield from super().initial_keys()
+        yield SCHEDULE_KEY
+
+    def keys_for(self, event_kind: str, obj: dict):
+        return [key_of(obj), SCHEDULE_KEY]
+
+    # -- the loop -------------------------------------------------------------------------------
+    def reconcile(self, key: Key) -> float | None:
+        if key == SCHEDULE_KEY:
+            self._schedule()
+            return None
+        try:
+            pod = self.store.get("Pod", key.namespace, key.name)
+        except NotFound:
+            self._forget(key)
+            return None
+        uid = pod["metadata"]["uid"]
+        if is_terminating(pod):
+            self._terminate(pod)
+            return None
+        if self._owner_gone(pod):
+            request_deletion(self.store, pod)
+            return None
+        if phase(pod) != "Running" or uid not in self._started:
+            return None
+        return self._sync_running(pod)
+
+    def _owner_gone(self, pod: dict) -> bool:
+        for ref in pod["metadata"].get("ownerReferences") or []:
+            if ref.get("controller"):
+                try:
+                    owner = self.store.get(ref["kind"], pod["metadata"]["namespace"], ref["name"])
+                except NotFound:
+                    return True
+                return owner["metadata"]["uid"] != ref.get("uid")
+        return False
+
+    def _forget(self, key: Key) -> None:
+        with self._lock:
+            for uid, k in list(self._started.items()):
+                if k == key and uid not in self._stopping:
+                    self._stopping.add(uid)
+                    self._stopper.submit(self._stop_and_release, uid, None)
+
+    # -- scheduling -----------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        pending = [p for p in self.store.list("Pod") if phase(p) == "Pending" and not is_terminating(p)
+                   and p["metadata"]["uid"] not in self._started]
+        groups: dict[str, list[dict]] = {}
+        for pod in pending:
+            ann = pod["metadata"].get("annotations") or {}
+            groups.setdefault(ann.get(GANG_ANNOTATION) or pod["metadata"]["uid"], []).append(pod)
+        ordered = sorted(groups.items(), key=lambda kv: min(
+            (p["metadata"].get("creationTimestamp", ""), int(p["metadata"].get("resourceVersion", 0))) for p in kv[1]))
+        for group, pods in ordered:
+            size = int((pods[0]["metadata"].get("annotations") or {}).get(GANG_SIZE_ANNOTATION, "1"))
+            if len(pods) < size:
+                continue  # the rest of the gang is still being created
+            reason = next((r for r in (self.node.check_constraints(p.get("spec") or {}) for p in pods) if r), None)
+            if reason:
+                self._unschedulable(pods, reason)
+                continue
+            admission = self.node.admit(group, pods)
+            if isinstance(admission, str):
+                self._unschedulable(pods, admission)
+                if self.node.could_ever_fit(pods):
+                    break  # FIFO: later groups wait behind this one
+                continue
+            for pod in pods:
+                self._start(pod, admission.env_for(pod["metadata"]["uid"]),
+                            admission.gpus_for(pod["metadata"]["uid"]), attempt=0)
+
+    def _unschedulable(self, pods: list[dict], reason: str) -> None:
+        message = f"0/1 nodes are available: {reason}" if not reason.startswith("0/1") else reason
+        for pod in pods:
+            status = dict(pod.get("status") or {})
+            if set_condition(status, "PodScheduled", "False", "Unschedulable", message):
+                pod["status"] = status
+                try:
+                    self.store.update_status(pod)
+                except (Conflict, NotFound):
+                    pass
+        owner = self._owner(pods[0])
+        self.store.record_event(owner or pods[0], "Warning", "FailedScheduling", message)
+
+    def _owner(self, pod: dict) -> dict | None:
+        for ref in pod["metadata"].get("ownerReferences") or []:
+            try:
+                return self.store.get(ref["kind"], pod["metadata"]["namespace"], ref["name"])
+            except NotFound:
+                return None
+        return None
+
+    # -- running pods ---------------------------------------------------------------------------
+    def _start(self, pod: dict, gpu_env: dict[str, str], gpus: list[str], attempt: int) -> None:
+        uid = pod["metadata"]["uid"]
+        hosts = json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))
+        try:
+            self.runtime.start_pod(pod, attempt=attempt, env_extra=gpu_env, hosts=hosts, lookup=self._lookup)
+        except (ConfigError, SandboxUnavailable) as exc:
+            self.node.release(uid)
+            reason = "CreateContainerConfigError" if isinstance(exc, ConfigError) else "SandboxUnavailable"
+            self._set_waiting(pod, reason, str(exc), failed=isinstance(exc, SandboxUnavailable))
+            self.store.record_event(self._owner(pod) or pod, "Warning", reason, f"{pod['metadata']['name']}: {exc}")
+            return
+        with self._lock:
+            self._started[uid] = key_of(pod)
+        now = now_rfc3339()
+        status = dict(pod.get("status") or {})
+        set_condition(status, "PodScheduled", "True", "", "")
+        prior = {cs["name"]: cs for cs in status.get("containerStatuses") or []}
+        status.update(phase="Running", podIP=LOOPBACK, hostIP=LOOPBACK, startTime=status.get("startTime") or now,
+                      allocation={"gpus": gpus, "env": gpu_env})
+        status["containerStatuses"] = [
+            {"name": c["name"], "restartCount": prior.get(c["name"], {}).get("restartCount", 0),
+             "state": {"running": {"startedAt": now}}, "ready": True,
+             **({"lastState": prior[c["name"]]["lastState"]} if prior.get(c["name"], {}).get("lastState") else {})}
+            for c in pod["spec"].get("containers") or []
+        ]
+        pod["status"] = status
+        self._write_status(pod)
+        self.store.record_event(pod, "Normal", "Started", f"Started pod {pod['metadata']['name']} (attempt {attempt})")
+
+    def _lookup(self, kind: str, namespace: str, name: str) -> dict | None:
+        try:
+            return self.store.get(kind, namespace, name)
+        except NotFound:
+            return None
+
+    def _sync_running(self, pod: dict) -> float | None:
+        uid = pod["metadata"]["uid"]
+        due = self._restart_at.get(uid)
+        if due is not None:
+            if time.monotonic() < due:
+                return due - time.monotonic()
+            del self._restart_at[uid]
+            alloc = (pod.get("status") or {}).get("allocation") or {}
+            attempt = max((cs.get("restartCount", 0) for cs in pod["status"].get("containerStatuses") or []), default=0)
+            self._start(pod, alloc.get("env") or {}, alloc.get("gpus") or [], attempt=attempt)
+            return POLL_SECONDS
+        state = self.runtime.pod_status(uid)
+        if not state.finished:
+            return POLL_SECONDS
+        statuses = []
+        failed = False
+        for cs in pod["status"].get("containerStatuses") or []:
+            term = state.terminated(cs["name"])
+            failed |= term["exitCode"] != 0
+            statuses.append({**cs, "state": {"terminated": term}, "ready": False})
+        policy = pod["spec"].get("restartPolicy") or "Always"
+        status = pod["status"]
+        if policy == "Always" or (policy == "OnFailure" and failed):
+            restarts = max((cs.get("restartCount", 0) for cs in statuses), default=0) + 1
+            delay = 0.0 if restarts == 1 else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (restarts - 2))
+            status["containerStatuses"] = [
+                {**cs, "restartCount": restarts, "lastState": cs["state"],
+                 "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                       "message": f"back-off {delay:.1f}s restarting failed container"}}}
+                for cs in statuses
+            ]
+            self._write_status(pod)
+            self.store.record_event(pod, "Warning", "BackOff",
+                                    f"Restarting container of pod {pod['metadata']['name']} "
+                                    f"(restart {restarts}, exit code {statuses[0]['state']['terminated']['exitCode']})")
+            self._restart_at[uid] = time.monotonic() + delay
+            return delay
+        status["containerStatuses"] = statuses
+        status["phase"] = "Failed" if failed else "Succeeded"
+        reasons = {s["state"]["terminated"].get("reason") for s in statuses}
+        if "OOMKilled" in reasons:
+            status["reason"] = "OOMKilled"
+        self._write_status(pod)
+        self.node.release(uid)
+        with self._lock:
+            self._started.pop(uid, None)
+        return None
+
+    def _set_waiting(self, pod: dict, reason: str, message: str, failed: bool) -> None:
+        status = dict(pod.get("status") or {})
+        status["containerStatuses"] = [
+            {"name": c["name"], "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}
+            for c in pod["spec"].get("containers") or []
+        ]
+        if failed:
+            status["phase"] = "Failed"
+            status["reason"] = reason
+            status["message"] = message
+        pod["status"] = status
+        self._write_status(pod)
+
+    def _write_status(self, pod: dict) -> None:
+        for _ in range(5):
+            try:
+                pod.update(self.store.update_status(pod))
+                return
+            except Conflict:
+                fresh = self.store.get("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                fresh["status"] = pod["status"]
+                pod.clear()
+                pod.update(fresh)
+            except NotFound:
+                return
+
+    # -- deletion -------------------------------------------------------------------------------
+    def _terminate(self, pod: dict) -> None:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            if uid in self._stopping:
+                return
+            self._stopping.add(uid)
+        grace = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 5))
+        self._stopper.submit(self._stop_and_release, uid, pod, grace)
+
+    def _stop_and_release(self, uid: str, pod: dict | None, grace: float = 5.0) -> None:
+        try:
+            self.runtime.stop_pod(uid, grace_seconds=min(grace, 30.0))
+            self.runtime.remove_pod(uid)
+        except Exception:  # noqa: BLE001 - keep deleting the object even if cleanup failed
+            log.exception("stopping pod %s", uid)
+        self.node.release(uid)
+        with self._lock:
+            self._started.pop(uid, None)
+            self._restart_at.pop(uid, None)
+            self._stopping.discard(uid)
+        if pod is not None:
+            try:
+                self.store.delete("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                self.store.delete_events_for("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+            except NotFound:
+                pass
+
+    def shutdown(self) -> None:
+        """Stop watching; pods keep running under their shims and are re-adopted on the next start."""
+        self._stopper.shutdown(wait=True)

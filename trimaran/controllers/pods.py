@@ -1,0 +1,75 @@
+"""Pod helpers shared by the controllers that own pods."""
+
+from __future__ import annotations
+
+import json
+
+from trimaran.controllers.conditions import now_rfc3339
+from trimaran.store import Conflict, NotFound, Store
+
+GANG_ANNOTATION = "scheduling.trimaran.io/gang"
+GANG_SIZE_ANNOTATION = "scheduling.trimaran.io/gang-size"
+HOSTS_ANNOTATION = "trimaran.io/hosts"
+LOOPBACK = "127.0.0.1"
+
+
+def owner_reference(owner: dict) -> dict:
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned_pods(store: Store, owner: dict) -> list[dict]:
+    uid = owner["metadata"]["uid"]
+    return [
+        p for p in store.list("Pod", owner["metadata"]["namespace"])
+        if any(ref.get("uid") == uid for ref in p["metadata"].get("ownerReferences") or [])
+    ]
+
+
+def set_gang(pod: dict, group: str, size: int, hosts: dict[str, str]) -> None:
+    ann = pod["metadata"].setdefault("annotations", {})
+    ann[GANG_ANNOTATION] = group
+    ann[GANG_SIZE_ANNOTATION] = str(size)
+    ann[HOSTS_ANNOTATION] = json.dumps(hosts, separators=(",", ":"))
+
+
+def phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def is_terminating(pod: dict) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def request_deletion(store: Store, pod: dict) -> None:
+    """Ask the kubelet to stop the pod's processes and then remove it (graceful delete)."""
+    if is_terminating(pod):
+        return
+    try:
+        fresh = store.get("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if is_terminating(fresh):
+            return
+        fresh["metadata"]["deletionTimestamp"] = now_rfc3339()
+        store.update(fresh)
+    except (NotFound, Conflict):
+        pass  # gone already, or changed under us: the next reconcile sees the new state
+
+
+def container_exit_code(pod: dict, container: str | None) -> int | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for cs in statuses:
+        if container is None or cs.get("name") == container:
+            term = (cs.get("state") or {}).get("terminated")
+            if term is not None:
+                return int(term.get("exitCode", 0))
+    return None
+
+
+def restart_count(pod: dict) -> int:
+    return sum(int(cs.get("restartCount", 0)) for cs in (pod.get("status") or {}).get("containerStatuses") or [])

@@ -1,0 +1,7 @@
+"""Kubeflow training job kinds: the shared controller and one env contract per framework."""
+
+from trimaran.controllers.training import pytorch, tensorflow  # noqa: F401  (registers frameworks)
+from trimaran.controllers.training.framework import Framework, framework_for, frameworks
+from trimaran.controllers.training.job import TrainingJobReconciler
+
+__all__ = ["Framework", "TrainingJobReconciler", "framework_for", "frameworks"]

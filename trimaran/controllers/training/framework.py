@@ -1,0 +1,99 @@
+"""What differs between Kubeflow job kinds: replica types, env contract, success rules.
+
+One module per framework registers a :class:`Framework`; the shared job controller looks the
+kind up here instead of branching on it.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ReplicaAddress:
+    """Where one replica listens: a name that resolves inside every replica's sandbox, and a port."""
+
+    host: str
+    fqdn: str
+    port: int
+
+
+@dataclass
+class ReplicaCounts:
+    replicas: int
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    @property
+    def expected(self) -> int:
+        return self.replicas - self.succeeded
+
+
+@dataclass
+class JobView:
+    """The parts of a job a framework's rules read."""
+
+    name: str
+    namespace: str
+    spec: dict
+    counts: dict[str, ReplicaCounts] = field(default_factory=dict)
+    worker0_succeeded: bool = False
+
+    def replica_specs(self, spec_key: str) -> dict[str, dict]:
+        return self.spec.get(spec_key) or {}
+
+
+class Framework(ABC):
+    kind: str
+    spec_key: str
+    container_name: str
+    port_name: str
+    default_port: int
+    operator_name: str
+    default_restart_policy: str
+    replica_types: tuple[str, ...]
+
+    def pod_name(self, job: str, rtype: str, index: int) -> str:
+        return f"{job.replace('/', '-')}-{rtype.lower()}-{index}"
+
+    def total_replicas(self, spec: dict) -> int:
+        return sum(int(r.get("replicas", 1)) for r in (spec.get(self.spec_key) or {}).values())
+
+    def is_master_role(self, spec: dict, rtype: str, index: int) -> bool:
+        types = spec.get(self.spec_key) or {}
+        if "Chief" in types or "Master" in types:
+            return rtype in ("Chief", "Master")
+        return rtype == "Worker" and index == 0
+
+    @abstractmethod
+    def env(self, job: JobView, rtype: str, index: int, addresses: dict[str, list[ReplicaAddress]],
+            container: dict) -> list[dict]:
+        """Environment the operator appends to ``container`` of replica ``rtype``/``index``."""
+
+    @abstractmethod
+    def status(self, job: JobView) -> tuple[str | None, str]:
+        """The job-level outcome from replica counts: (condition type or None, message)."""
+
+
+_REGISTRY: dict[str, Framework] = {}
+
+
+def register(framework: Framework) -> Framework:
+    _REGISTRY[framework.kind] = framework
+    return framework
+
+
+def framework_for(kind: str) -> Framework:
+    return _REGISTRY[kind]
+
+
+def frameworks() -> list[Framework]:
+    return list(_REGISTRY.values())
+
+
+def compact_json(value: object) -> str:
+    """JSON as Go's json.Marshal writes it: no spaces."""
+    return json.dumps(value, separators=(",", ":"))

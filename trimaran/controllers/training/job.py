@@ -1,0 +1,385 @@
+"""The reconcile loop shared by every Kubeflow training kind (TFJob, PyTorchJob).
+
+Follows the operator's ``ReconcileJobs`` (training-operator.md §2): one pod per replica,
+run policy (restart policies, backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished,
+cleanPodPolicy, suspend), then conditions and replicaStatuses from the pods' phases.
+
+Local differences, on purpose:
+- replicas address each other as ``{pod}`` / ``{pod}.{namespace}.svc`` (resolved to loopback in
+  each sandbox's /etc/hosts) on a port of their own, since all replicas share one network;
+- ``OnFailure``/``Always`` restarts happen in place in the kubelet (as kubelet does); ``ExitCode``
+  recreations are counted on the job, so backoffLimit applies to them reliably
+  (the operator's requeue-count check is known to miss them, kubeflow/trainer#2342).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+
+from trimaran.controllers.base import Key, Reconciler
+from trimaran.controllers.conditions import (
+    is_finished,
+    is_true,
+    now_rfc3339,
+    seconds_since,
+    set_condition,
+    set_training_condition,
+)
+from trimaran.controllers.pods import (
+    LOOPBACK,
+    container_exit_code,
+    is_terminating,
+    owned_pods,
+    owner_reference,
+    phase,
+    request_deletion,
+    restart_count,
+    set_gang,
+)
+from trimaran.controllers.ports import PortAllocator
+from trimaran.controllers.training.framework import (
+    Framework,
+    JobView,
+    ReplicaAddress,
+    ReplicaCounts,
+    framework_for,
+    frameworks,
+)
+from trimaran.store import Conflict, NotFound, Store
+
+log = logging.getLogger(__name__)
+
+PORTS_ANNOTATION = "trimaran.io/replica-ports"
+RECREATIONS_ANNOTATION = "trimaran.io/exitcode-recreations"
+RETRYABLE_EXIT_MIN = 128
+
+
+class TrainingJobReconciler(Reconciler):
+    name = "training"
+
+    def __init__(self, store: Store, ports: PortAllocator | None = None) -> None:
+        super().__init__(store)
+        self.kinds = tuple(f.kind for f in frameworks())
+        self.watches = ("Pod",)
+        self.ports = ports or PortAllocator()
+        for kind in self.kinds:
+            for job in store.list(kind):
+                self.ports.reserve(_recorded_ports(job))
+
+    # -- the loop -------------------------------------------------------------------------------
+    def reconcile(self, key: Key) -> float | None:
+        try:
+            job = self.store.get(key.kind, key.namespace, key.name)
+        except NotFound:
+            return None
+        fw = framework_for(key.kind)
+        status = copy.deepcopy(job.get("status") or {})
+        before = copy.deepcopy(status)
+        pods = [p for p in owned_pods(self.store, job)]
+        requeue: float | None = None
+
+        if not status.get("conditions"):
+            set_training_condition(status, "Created", f"{fw.kind}Created", f"{fw.kind} {key.name} is created.")
+            self.store.record_event(job, "Normal", f"{fw.kind}Created", f"{fw.kind} {key.name} is created.")
+
+        run_policy = job["spec"].get("runPolicy") or {}
+        if is_finished(status):
+            requeue = self._after_finish(job, fw, status, pods, run_policy)
+        elif run_policy.get("suspend"):
+            self._suspend(job, fw, status, pods)
+        else:
+            if is_true(status, "Suspended"):
+                set_condition(status, "Suspended", "False", f"{fw.kind}Resumed", f"{fw.kind} {key.name} is resumed.")
+                status["startTime"] = now_rfc3339()
+                self.store.record_event(job, "Normal", f"{fw.kind}Resumed", f"{fw.kind} {key.name} is resumed.")
+            status.setdefault("startTime", now_rfc3339())
+            requeue = self._run(job, fw, status, pods, run_policy)
+
+        if status != before:
+            status["lastReconcileTime"] = now_rfc3339()
+            job["status"] = status
+            try:
+                self.store.update_status(job)
+            except Conflict:
+                return 0.05
+        return requeue
+
+    # -- phases of a job ------------------------------------------------------------------------
+    def _run(self, job: dict, fw: Framework, status: dict, pods: list[dict], run_policy: dict) -> float | None:
+        name = job["metadata"]["name"]
+        deadline = run_policy.get("activeDeadlineSeconds")
+        if deadline is not None:
+            left = float(deadline) - seconds_since(status.get("startTime"))
+            if left <= 0:
+                self._fail(job, fw, status, pods, "DeadlineExceeded",
+                           f"{fw.kind} {name} has failed because it was active longer than specified deadline")
+                return self._after_finish(job, fw, status, pods, run_policy)
+        job = self._ensure_ports(job, fw)
+        if job is None:
+            return 0.05
+        specs = job["spec"].get(fw.spec_key) or {}
+        live = {p["metadata"]["name"]: p for p in pods}
+        recreations = int(job["metadata"].get("annotations", {}).get(RECREATIONS_ANNOTATION, "0"))
+        backoff = run_policy.get("backoffLimit")
+
+        # Retryable ExitCode failures: delete the pod; it is recreated once it is gone.
+        for pod in pods:
+            rtype = pod["metadata"]["labels"].get("training.kubeflow.org/replica-type", "")
+            rspec = _spec_for(specs, rtype)
+            if rspec is None or phase(pod) != "Failed" or is_terminating(pod):
+                continue
+            if rspec.get("restartPolicy") == "ExitCode":
+                code = container_exit_code(pod, fw.container_name)
+                if code is None or code >= RETRYABLE_EXIT_MIN:
+                    if backoff is not None and recreations >= int(backoff):
+                        self._fail(job, fw, status, pods, f"{fw.kind}Failed",
+                                   f"{fw.kind} {name} has failed because it has reached the specified backoff limit")
+                        return self._after_finish(job, fw, status, pods, run_policy)
+                    recreations += 1
+                    self._record_recreation(job, recreations)
+                    request_deletion(self.store, pod)
+                    set_training_condition(status, "Restarting", f"{fw.kind}Restarting",
+                                           f"{fw.kind} {name} is restarting because {pod['metadata']['name']} "
+                                           f"exited with code {code}.")
+                    self.store.record_event(job, "Warning", f"{fw.kind}Restarting",
+                                            f"Pod {pod['metadata']['name']} exited with retryable code {code}; "
+                                            "recreating it.")
+
+        # Pods with OnFailure/Always restart in place; the operator's check (a): total restarts.
+        if backoff is not None:
+            restarts = sum(restart_count(p) for p in pods if phase(p) == "Running")
+            if restarts >= int(backoff) and restarts > 0:
+                self._fail(job, fw, status, pods, f"{fw.kind}Failed",
+                           f"{fw.kind} {name} has failed because it has reached the specified backoff limit")
+                return self._after_finish(job, fw, status, pods, run_policy)
+
+        missing = []
+        for rtype, rspec in specs.items():
+            for index in range(int(rspec.get("replicas", 1))):
+                pod_name = fw.pod_name(name, rtype, index)
+                if pod_name not in live:
+                    missing.append((rtype, index))
+        if missing:
+            addresses = self._addresses(job, fw)
+            # Gang: on first creation the whole job is one group; a recreated pod joins alone.
+            first = not pods
+            group = job["metadata"]["uid"] if first else f"{job['metadata']['uid']}/{len(pods)}-{recreations}"
+            size = len(missing)
+            for rtype, index in missing:
+                pod = self._build_pod(job, fw, rtype, index, addresses, group, size)
+                try:
+                    self.store.create(pod)
+                except Exception as exc:  # noqa: BLE001 - AlreadyExists while the old pod terminates
+                    log.debug("create %s: %s", pod["metadata"]["name"], exc)
+            pods = owned_pods(self.store, job)
+
+        view = self._view(job, fw, pods)
+        status["replicaStatuses"] = {
+            rtype: {"active": c.active, "succeeded": c.succeeded, "failed": c.failed,
+                    **({"selector": _selector(job, fw, rtype)} if fw.kind == "PyTorchJob" else {})}
+            for rtype, c in view.counts.items()
+        }
+        outcome, message = fw.status(view)
+        if outcome == "Succeeded":
+            set_training_condition(status, "Succeeded", f"{fw.kind}Succeeded", message)
+            status["completionTime"] = now_rfc3339()
+            self.store.record_event(job, "Normal", f"{fw.kind}Succeeded", message)
+            return self._after_finish(job, fw, status, pods, run_policy)
+        if outcome == "Failed":
+            self._fail(job, fw, status, pods, f"{fw.kind}Failed", message)
+            return self._after_finish(job, fw, status, pods, run_policy)
+        if outcome == "Running" and all(phase(p) == "Running" for p in pods if not is_terminating(p)):
+            if not is_true(status, "Running"):
+                set_training_condition(status, "Running", f"{fw.kind}Running", message)
+        if deadline is not None:
+            return max(0.05, float(deadline) - seconds_since(status.get("startTime")))
+        return None
+
+    def _fail(self, job: dict, fw: Framework, status: dict, pods: list[dict], reason: str, message: str) -> None:
+        if set_training_condition(status, "Failed", reason, message):
+            status["completionTime"] = now_rfc3339()
+            self.store.record_event(job, "Warning", reason, message)
+
+    def _after_finish(self, job: dict, fw: Framework, status: dict, pods: list[dict], run_policy: dict) -> float | None:
+        policy = run_policy.get("cleanPodPolicy") or "None"
+        deadline_failed = any(c.get("reason") == "DeadlineExceeded" for c in status.get("conditions") or [])
+        for pod in pods:
+            p = phase(pod)
+            if policy == "All" or (policy == "Running" and p in ("Running", "Pending")) or (
+                deadline_failed and p in ("Running", "Pending")
+            ):
+                request_deletion(self.store, pod)
+        if is_true(status, "Succeeded"):
+            # Replicas still active when the job succeeded count as succeeded, as the operator reports.
+            for rs in (status.get("replicaStatuses") or {}).values():
+                rs["succeeded"] = rs.get("succeeded", 0) + rs.get("active", 0)
+                rs["active"] = 0
+        self.ports.release(_recorded_ports(job))
+        ttl = run_policy.get("ttlSecondsAfterFinished")
+        if ttl is None or not status.get("completionTime"):
+            return None
+        left = float(ttl) - seconds_since(status["completionTime"])
+        if left > 0:
+            return left
+        for pod in pods:
+            request_deletion(self.store, pod)
+        try:
+            self.store.delete(job["kind"], job["metadata"]["namespace"], job["metadata"]["name"])
+        except NotFound:
+            pass
+        return None
+
+    def _suspend(self, job: dict, fw: Framework, status: dict, pods: list[dict]) -> None:
+        name = job["metadata"]["name"]
+        for pod in pods:
+            request_deletion(self.store, pod)
+        for rs in (status.get("replicaStatuses") or {}).values():
+            rs["active"] = 0
+        if not is_true(status, "Suspended"):
+            set_condition(status, "Suspended", "True", f"{fw.kind}Suspended", f"{fw.kind} {name} is suspended.")
+            if is_true(status, "Running"):
+                set_condition(status, "Running", "False", f"{fw.kind}Suspended", f"{fw.kind} {name} is suspended.")
+            self.store.record_event(job, "Normal", f"{fw.kind}Suspended", f"{fw.kind} {name} is suspended.")
+
+    # -- building blocks ------------------------------------------------------------------------
+    def _ensure_ports(self, job: dict, fw: Framework) -> dict | None:
+        ann = job["metadata"].setdefault("annotations", {})
+        specs = job["spec"].get(fw.spec_key) or {}
+        recorded = json.loads(ann.get(PORTS_ANNOTATION, "{}"))
+        wanted = {rtype: int(r.get("replicas", 1)) for rtype, r in specs.items()}
+        if all(len(recorded.get(rt, [])) >= n for rt, n in wanted.items()):
+            return job
+        for rtype, n in wanted.items():
+            have = recorded.get(rtype, [])
+            if len(have) < n:
+                recorded[rtype] = have + self.ports.allocate(n - len(have))
+        ann[PORTS_ANNOTATION] = json.dumps(recorded, separators=(",", ":"))
+        try:
+            return self.store.update(job)
+        except Conflict:
+            self.ports.release([p for ps in recorded.values() for p in ps])
+            return None
+
+    def _addresses(self, job: dict, fw: Framework) -> dict[str, list[ReplicaAddress]]:
+        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+        recorded = json.loads(job["metadata"]["annotations"][PORTS_ANNOTATION])
+        out: dict[str, list[ReplicaAddress]] = {}
+        for rtype, ports in recorded.items():
+            if rtype not in (job["spec"].get(fw.spec_key) or {}):
+                continue
+            out[rtype] = []
+            for index, port in enumerate(ports):
+                host = fw.pod_name(name, rtype, index)
+                out[rtype].append(ReplicaAddress(host=host, fqdn=f"{host}.{ns}.svc", port=port))
+        return out
+
+    def _record_recreation(self, job: dict, count: int) -> None:
+        try:
+            fresh = self.store.get(job["kind"], job["metadata"]["namespace"], job["metadata"]["name"])
+            fresh["metadata"].setdefault("annotations", {})[RECREATIONS_ANNOTATION] = str(count)
+            self.store.update(fresh)
+        except (Conflict, NotFound):
+            pass
+
+    def _build_pod(self, job: dict, fw: Framework, rtype: str, index: int,
+                   addresses: dict[str, list[ReplicaAddress]], group: str, size: int) -> dict:
+        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+        rspec = job["spec"][fw.spec_key][rtype]
+        template = copy.deepcopy(rspec.get("template") or {})
+        tmeta = template.get("metadata") or {}
+        pod_name = fw.pod_name(name, rtype, index)
+        labels = dict(tmeta.get("labels") or {})
+        labels.update({
+            "training.kubeflow.org/job-name": name,
+            "training.kubeflow.org/operator-name": fw.operator_name,
+            "training.kubeflow.org/replica-type": rtype.lower(),
+            "training.kubeflow.org/replica-index": str(index),
+        })
+        if fw.is_master_role(job["spec"], rtype, index):
+            labels["training.kubeflow.org/job-role"] = "master"
+        spec = template.get("spec") or {}
+        policy = rspec.get("restartPolicy") or fw.default_restart_policy
+        spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
+        spec["hostname"] = pod_name
+        view = JobView(name=name, namespace=ns, spec=job["spec"])
+        own = addresses[rtype][index]
+        for container in spec.get("containers") or []:
+            container["env"] = list(container.get("env") or []) + fw.env(view, rtype, index, addresses, container)
+            if container.get("name") == fw.container_name:
+                ports = container.setdefault("ports", [])
+                named = [p for p in ports if p.get("name") == fw.port_name]
+                if named:
+                    named[0]["containerPort"] = own.port
+                else:
+                    ports.append({"name": fw.port_name, "containerPort": own.port, "protocol": "TCP"})
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod_name,
+                "namespace": ns,
+                "labels": labels,
+                "annotations": dict(tmeta.get("annotations") or {}),
+                "ownerReferences": [owner_reference(job)],
+            },
+            "spec": spec,
+            "status": {"phase": "Pending"},
+        }
+        hosts = {}
+        for addrs in addresses.values():
+            for a in addrs:
+                hosts[a.host] = LOOPBACK
+                hosts[a.fqdn] = LOOPBACK
+        set_gang(pod, group, size, hosts)
+        return pod
+
+    def _view(self, job: dict, fw: Framework, pods: list[dict]) -> JobView:
+        specs = job["spec"].get(fw.spec_key) or {}
+        view = JobView(name=job["metadata"]["name"], namespace=job["metadata"]["namespace"], spec=job["spec"])
+        for rtype, rspec in specs.items():
+            view.counts[rtype] = ReplicaCounts(replicas=int(rspec.get("replicas", 1)))
+        for pod in pods:
+            if is_terminating(pod):
+                continue
+            labels = pod["metadata"].get("labels") or {}
+            rtype = _canonical(specs, labels.get("training.kubeflow.org/replica-type", ""))
+            if rtype is None:
+                continue
+            c = view.counts[rtype]
+            p = phase(pod)
+            if p in ("Pending", "Running"):
+                c.active += 1
+            elif p == "Succeeded":
+                c.succeeded += 1
+                if rtype == "Worker" and labels.get("training.kubeflow.org/replica-index") == "0":
+                    view.worker0_succeeded = True
+            elif p == "Failed":
+                c.failed += 1
+        return view
+
+
+def _canonical(specs: dict, lowered: str) -> str | None:
+    for rtype in specs:
+        if rtype.lower() == lowered:
+            return rtype
+    return None
+
+
+def _spec_for(specs: dict, lowered: str) -> dict | None:
+    rtype = _canonical(specs, lowered)
+    return specs[rtype] if rtype else None
+
+
+def _selector(job: dict, fw: Framework, rtype: str) -> str:
+    return (f"training.kubeflow.org/job-name={job['metadata']['name']},"
+            f"training.kubeflow.org/operator-name={fw.operator_name},"
+            f"training.kubeflow.org/replica-type={rtype.lower()}")
+
+
+def _recorded_ports(job: dict) -> list[int]:
+    raw = (job.get("metadata", {}).get("annotations") or {}).get(PORTS_ANNOTATION)
+    if not raw:
+        return []
+    return [p for ps in json.loads(raw).values() for p in ps]

@@ -1,0 +1,99 @@
+"""The control plane process: store, node, controllers and the HTTP API in one process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from trimaran.controllers.base import ControllerManager
+from trimaran.controllers.batch import BatchJobReconciler
+from trimaran.controllers.kubelet import Kubelet
+from trimaran.controllers.training import TrainingJobReconciler
+from trimaran.runtime import LocalRuntime, Node
+from trimaran.store import Store, open_store
+
+log = logging.getLogger(__name__)
+
+
+def trimaran_home() -> Path:
+    return Path(os.environ.get("TRIMARAN_HOME", Path.home() / ".trimaran")).expanduser()
+
+
+@dataclass
+class ControlPlane:
+    store: Store
+    manager: ControllerManager
+    kubelet: Kubelet
+    home: Path
+
+    def stop(self) -> None:
+        self.manager.stop()
+        self.kubelet.shutdown()
+
+
+def build_control_plane(home: Path | None = None) -> ControlPlane:
+    home = home or trimaran_home()
+    home.mkdir(parents=True, exist_ok=True)
+    store = open_store(home / "trimaran.db")
+    store.ensure_namespace("default")
+    kubelet = Kubelet(store, LocalRuntime(home), Node.detect())
+    manager = ControllerManager(store, [TrainingJobReconciler(store), BatchJobReconciler(store), kubelet])
+    return ControlPlane(store=store, manager=manager, kubelet=kubelet, home=home)
+
+
+def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> None:
+    """Run the control plane in the foreground until SIGTERM/SIGINT.
+
+    Binding anywhere but loopback requires a bearer token, written to ``server.json`` (mode 0600).
+    """
+    import uvicorn
+
+    from trimaran.server.app import create_app
+    from trimaran.server.daemon import write_server_info
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    plane = build_control_plane(home)
+    token = secrets.token_urlsafe(24)
+    require_token = host not in ("127.0.0.1", "localhost", "::1")
+    app = create_app(plane, token=token if require_token else None)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    def started() -> None:
+        sock = server.servers[0].sockets[0]
+        bound_port = sock.getsockname()[1]
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        write_server_info(plane.home, url=f"http://{shown}:{bound_port}", pid=os.getpid(),
+                          token=token if require_token else None)
+        log.info("control plane listening on %s:%s (home %s)", host, bound_port, plane.home)
+
+    plane.manager.start()
+    stop_event = threading.Event()
+
+    def on_signal(signum, frame):  # noqa: ANN001 - signal handler signature
+        server.should_exit = True
+        stop_event.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    original_startup = server.startup
+
+    async def startup(sockets=None):  # noqa: ANN001 - uvicorn's signature
+        await original_startup(sockets=sockets)
+        started()
+
+    server.startup = startup  # type: ignore[method-assign]
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    try:
+        server.run()
+    finally:
+        plane.stop()
+        from trimaran.server.daemon import clear_server_info
+
+        clear_server_info(plane.home, os.getpid())

@@ -1,0 +1,102 @@
+"""Start, find and stop the background control plane (``trimaran server start|stop|status``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+INFO_FILE = "server.json"
+
+
+def home_dir() -> Path:
+    return Path(os.environ.get("TRIMARAN_HOME", Path.home() / ".trimaran")).expanduser()
+
+
+def write_server_info(home: Path, url: str, pid: int, token: str | None) -> None:
+    path = home / INFO_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"url": url, "pid": pid, "token": token}, fh)
+    os.replace(tmp, path)
+
+
+def clear_server_info(home: Path, pid: int) -> None:
+    info = read_server_info(home)
+    if info and info.get("pid") == pid:
+        (home / INFO_FILE).unlink(missing_ok=True)
+
+
+def read_server_info(home: Path | None = None) -> dict | None:
+    path = (home or home_dir()) / INFO_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def healthy(info: dict, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(info["url"] + "/healthz", timeout=timeout) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def running_server(home: Path | None = None) -> dict | None:
+    info = read_server_info(home)
+    if info and _alive(int(info["pid"])) and healthy(info):
+        return info
+    return None
+
+
+def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, timeout: float = 30.0) -> dict:
+    """Start the control plane detached from this process and wait until it answers."""
+    home = home or home_dir()
+    home.mkdir(parents=True, exist_ok=True)
+    existing = running_server(home)
+    if existing:
+        return existing
+    log = open(home / "server.log", "ab")
+    env = dict(os.environ, TRIMARAN_HOME=str(home))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trimaran.server", "--host", host, "--port", str(port)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = read_server_info(home)
+        if info and info.get("pid") == proc.pid and healthy(info, timeout=0.5):
+            return info
+        if proc.poll() is not None:
+            raise RuntimeError(f"the control plane exited with code {proc.returncode}; see {home / 'server.log'}")
+        time.sleep(0.02)
+    raise RuntimeError(f"the control plane did not answer within {timeout:.0f}s; see {home / 'server.log'}")
+
+
+def stop_server(home: Path | None = None, timeout: float = 15.0) -> bool:
+    info = read_server_info(home)
+    if not info or not _alive(int(info["pid"])):
+        return False
+    pid = int(info["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    return True
