@@ -176,7 +176,8 @@ class Kubelet(Reconciler):
         uid = pod["metadata"]["uid"]
         hosts = json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))
         try:
-            self.runtime.start_pod(pod, attempt=attempt, env_extra=gpu_env, hosts=hosts, lookup=self._lookup)
+            env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
+            self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup)
         except (ConfigError, SandboxUnavailable) as exc:
             self.node.release(uid)
             reason = "CreateContainerConfigError" if isinstance(exc, ConfigError) else "SandboxUnavailable"

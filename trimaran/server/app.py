@@ -108,7 +108,9 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
         for field in ("labels", "annotations"):
             kept = {k: v for k, v in (current["metadata"].get(field) or {}).items()
                     if k.startswith(INTERNAL_ANNOTATION_PREFIX)}
-            merged["metadata"][field] = {**(meta.get(field) or {}), **kept}
+            wanted = {**(meta.get(field) or {}), **kept}
+            if wanted or field in merged["metadata"]:
+                merged["metadata"][field] = wanted
         if merged == current:
             action = "unchanged"
         else:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what Trimaran needs on a fresh Debian/Ubuntu machine: bubblewrap (the pod sandbox),
+# OpenMPI, and a virtual environment at .venv with Trimaran, PyTorch (CPU), TensorFlow (CPU).
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  echo "installing system packages: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.trimaran-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  # torch is pinned to the CPU build (a bare `torch` pulls a multi-GB CUDA build).
+  .venv/bin/python -m pip install -q -e '.[train,test]'
+  touch "$stamp"
+fi

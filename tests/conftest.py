@@ -1,0 +1,82 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+def poll(predicate: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "condition") -> object:
+    """Wait for ``predicate`` to return something truthy, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class ControlPlaneHandle:
+    home: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "trimaran.cli", *args], env=self.env, capture_output=True,
+                              text=True, input=input, timeout=timeout, cwd=REPO)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"trimaran {' '.join(args)} exited {proc.returncode}\n"
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+    def get(self, kind: str, name: str, namespace: str = "default") -> dict:
+        import json
+
+        return json.loads(self.cli("get", kind, name, "-n", namespace, "-o", "json").stdout)
+
+    def client(self):  # noqa: ANN201
+        from trimaran.cli.client import Client
+
+        return Client.connect(self.home, autostart=False)
+
+
+def _stop_everything(home: Path) -> None:
+    from trimaran.runtime import LocalRuntime
+    from trimaran.server.daemon import stop_server
+
+    stop_server(home)
+    runtime = LocalRuntime(home)
+    for uid in runtime.known_pods():
+        runtime.stop_pod(uid, grace_seconds=1.0)
+
+
+@pytest.fixture
+def plane(tmp_path: Path) -> Iterator[ControlPlaneHandle]:
+    """A real control plane in the background, with its own TRIMARAN_HOME."""
+    from trimaran.server.daemon import start_server
+
+    home = tmp_path / "home"
+    env = dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO))
+    old = os.environ.get("TRIMARAN_HOME")
+    os.environ["TRIMARAN_HOME"] = str(home)
+    try:
+        start_server(home=home)
+        yield ControlPlaneHandle(home=home, env=env)
+    finally:
+        _stop_everything(home)
+        if old is None:
+            os.environ.pop("TRIMARAN_HOME", None)
+        else:
+            os.environ["TRIMARAN_HOME"] = old

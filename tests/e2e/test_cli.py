@@ -1,0 +1,97 @@
+"""The CLI as a person uses it: kubectl's forms, bad input, output formats."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import yaml
+
+GOOD = textwrap.dedent("""
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: settings
+      namespace: kubeflow
+    data:
+      lr: "0.1"
+""")
+
+BAD_SECOND_DOC = GOOD + textwrap.dedent("""
+    ---
+    apiVersion: kubeflow.org/v1
+    kind: PyTorchJob
+    metadata:
+      name: bad
+      namespace: kubeflow
+    spec:
+      pytorchReplicaSpecs:
+        Worker:
+          replicas: -1
+          template:
+            spec:
+              containers: [{name: pytorch, image: x, command: [python]}]
+""")
+
+
+def test_bad_manifest_is_rejected_whole(plane, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD_SECOND_DOC)
+    proc = plane.cli("apply", "-f", str(path), check=False)
+    assert proc.returncode != 0
+    assert "bad.yaml" in proc.stderr and "document 2" in proc.stderr
+    assert "replicas" in proc.stderr
+    assert plane.cli("get", "cm", "settings", "-n", "kubeflow", check=False).returncode != 0
+
+
+def test_malformed_yaml_names_the_line(plane, tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x\n")
+    proc = plane.cli("apply", "-f", str(path), check=False)
+    assert proc.returncode != 0 and "broken.yaml" in proc.stderr and "line" in proc.stderr
+
+
+def test_unknown_kind_is_an_error(plane, tmp_path):
+    path = tmp_path / "unknown.yaml"
+    path.write_text("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n")
+    proc = plane.cli("apply", "-f", str(path), check=False)
+    assert proc.returncode != 0 and "Widget" in proc.stderr
+
+
+def test_apply_get_describe_delete_round_trip(plane, tmp_path):
+    path = tmp_path / "cm.yaml"
+    path.write_text(GOOD)
+    assert "configmap/settings created" in plane.cli("apply", "-f", str(path)).stdout
+    assert "configmap/settings unchanged" in plane.cli("apply", "-f", str(path)).stdout
+    path.write_text(GOOD.replace('"0.1"', '"0.2"'))
+    assert "configmap/settings configured" in plane.cli("apply", "-f", str(path)).stdout
+    as_json = json.loads(plane.cli("get", "configmap/settings", "-n", "kubeflow", "-o", "json").stdout)
+    assert as_json["data"]["lr"] == "0.2"
+    assert as_json["metadata"]["generation"] == 2
+    as_yaml = yaml.safe_load(plane.cli("get", "cm", "-n", "kubeflow", "-o", "yaml").stdout)
+    assert as_yaml["kind"] == "List" and as_yaml["items"][0]["metadata"]["name"] == "settings"
+    assert "kubeflow" in plane.cli("get", "namespaces").stdout
+    assert "settings" in plane.cli("describe", "cm", "settings", "-n", "kubeflow").stdout
+    plane.cli("delete", "cm/settings", "-n", "kubeflow")
+    assert plane.cli("get", "cm", "settings", "-n", "kubeflow", check=False).returncode != 0
+
+
+def test_apply_from_stdin_and_directory(plane, tmp_path):
+    plane.cli("apply", "-f", "-", input=GOOD.replace("settings", "from-stdin"))
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "a.yaml").write_text(GOOD.replace("settings", "a"))
+    (d / "b.json").write_text(json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                                          "metadata": {"name": "b", "namespace": "kubeflow"}}))
+    out = plane.cli("apply", "-f", str(d)).stdout
+    assert "configmap/a created" in out and "configmap/b created" in out
+    names = plane.cli("get", "cm", "-n", "kubeflow").stdout
+    assert all(n in names for n in ("from-stdin", "a", "b"))
+
+
+def test_wait_times_out_with_an_error(plane, tmp_path):
+    path = tmp_path / "cm.yaml"
+    path.write_text(GOOD)
+    plane.cli("apply", "-f", str(path))
+    proc = plane.cli("wait", "cm/settings", "-n", "kubeflow", "--for=condition=Ready", "--timeout=1s", check=False)
+    assert proc.returncode != 0 and "timed out" in proc.stderr

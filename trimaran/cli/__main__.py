@@ -1,0 +1,3 @@
+from trimaran.cli import main
+
+main()
