@@ -101,7 +101,7 @@ class SQLStore(Store):
     def _initialize(self) -> None:
         with self._writing() as conn:
             metadata.create_all(conn)
-            counters = dict(conn.execute(select(meta.c.key, meta.c.value)).tuples().all())
+            counters = dict(conn.execute(select(meta.c.key, meta.c.value)).all())
             version = counters.get(META_SCHEMA_VERSION)
             if version is None:
                 conn.execute(
@@ -340,11 +340,11 @@ class SQLStore(Store):
             counters = dict(
                 conn.execute(
                     select(meta.c.key, meta.c.value).where(meta.c.key.in_([META_REVISION, META_COMPACTED]))
-                ).tuples().all()
+                ).all()
             )
             if position < counters[META_COMPACTED]:
                 raise Expired(position, counters[META_COMPACTED])
-            rows = conn.execute(query).tuples().all()
+            rows = conn.execute(query).all()
         return rows, counters[META_REVISION]
 
     # -- events -------------------------------------------------------------------------
