@@ -1,0 +1,193 @@
+"""batch/v1 Job, defaulted and validated as the Kubernetes API server does.
+
+Also the index-set notation of ``status.completedIndexes`` (``"0-2,4"``), which the batch
+controller writes and readers parse.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Literal
+
+from trimaran.api.core import PodTemplateSpec
+from trimaran.api.errors import FieldError, join_path
+from trimaran.api.meta import (
+    INT32_MAX,
+    LABEL_VALUE_MAX,
+    ApiModel,
+    Condition,
+    LabelSelector,
+    NonNegInt32,
+    NonNegInt64,
+    Resource,
+    is_dns1123_subdomain,
+)
+
+__all__ = [
+    "BatchJobStatus",
+    "DEFAULT_BACKOFF_LIMIT",
+    "Job",
+    "JobSpec",
+    "format_indexes",
+    "parse_index_ranges",
+    "parse_indexes",
+]
+
+DEFAULT_BACKOFF_LIMIT = 6
+# Kubernetes caps Indexed jobs so that completedIndexes stays a reasonable size.
+MAX_INDEXED_COMPLETIONS = 100_000
+_JOB_RESTART_POLICIES = ("OnFailure", "Never")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+def parse_index_ranges(text: str) -> list[tuple[int, int]]:
+    """``"0-2,4"`` → ``[(0, 2), (4, 4)]``. Ranges must be ascending and not overlap.
+
+    Raises ValueError on anything else. Cheap even for huge ranges, unlike `parse_indexes`.
+    """
+    if not text:
+        return []
+    ranges: list[tuple[int, int]] = []
+    for part in text.split(","):
+        m = _RANGE.fullmatch(part)
+        if m is None:
+            raise ValueError(f"invalid index range {part!r}")
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) is not None else first
+        if last < first or (ranges and first <= ranges[-1][1]):
+            raise ValueError(f"index range {part!r} is not ascending")
+        ranges.append((first, last))
+    return ranges
+
+
+def parse_indexes(text: str) -> list[int]:
+    """``"0-2,4"`` → ``[0, 1, 2, 4]``."""
+    return [i for first, last in parse_index_ranges(text) for i in range(first, last + 1)]
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """``[4, 0, 1, 2]`` → ``"0-2,4"``: sorted, duplicates dropped, consecutive runs as ranges."""
+    ordered = sorted(set(indexes))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+class JobSpec(ApiModel):
+    """How many pods must succeed (``completions``), how many run at once (``parallelism``),
+    and how failures count (``backoffLimit``, per index with ``backoffLimitPerIndex``)."""
+
+    parallelism: NonNegInt32 | None = None
+    completions: NonNegInt32 | None = None
+    active_deadline_seconds: NonNegInt64 | None = None
+    pod_failure_policy: dict[str, Any] | None = None
+    success_policy: dict[str, Any] | None = None
+    backoff_limit: NonNegInt32 | None = None
+    backoff_limit_per_index: NonNegInt32 | None = None
+    max_failed_indexes: NonNegInt32 | None = None
+    selector: LabelSelector | None = None
+    manual_selector: bool | None = None
+    template: PodTemplateSpec
+    ttl_seconds_after_finished: NonNegInt32 | None = None
+    completion_mode: Literal["NonIndexed", "Indexed"] | None = None
+    suspend: bool | None = None
+    pod_replacement_policy: Literal["TerminatingOrFailed", "Failed"] | None = None
+    managed_by: str | None = None
+
+
+class BatchJobStatus(ApiModel):
+    """Pod counts and conditions (Complete, Failed, Suspended, ...) of a batch/v1 Job."""
+
+    active: NonNegInt32 | None = None
+    succeeded: NonNegInt32 | None = None
+    failed: NonNegInt32 | None = None
+    ready: NonNegInt32 | None = None
+    terminating: NonNegInt32 | None = None
+    completed_indexes: str | None = None
+    failed_indexes: str | None = None
+    conditions: list[Condition] | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    uncounted_terminated_pods: dict[str, Any] | None = None
+
+
+class Job(Resource):
+    """batch/v1 Job."""
+
+    spec: JobSpec
+    status: BatchJobStatus | None = None
+
+    @staticmethod
+    def name_rule(name: str) -> list[str]:
+        """A subdomain that also fits a label value: the name becomes the pods' ``job-name`` label."""
+        errs = is_dns1123_subdomain(name)
+        if len(name) > LABEL_VALUE_MAX:
+            errs.append(f"must be no more than {LABEL_VALUE_MAX} characters")
+        return errs
+
+    def set_defaults(self) -> None:
+        """Kubernetes' ``SetDefaults_Job``."""
+        spec = self.spec
+        if spec.completions is None and spec.parallelism is None:
+            spec.completions = 1
+        if spec.parallelism is None:
+            spec.parallelism = 1
+        if spec.backoff_limit is None:
+            # With per-index limits the global limit must not end the job first.
+            spec.backoff_limit = INT32_MAX if spec.backoff_limit_per_index is not None else DEFAULT_BACKOFF_LIMIT
+        template_labels = spec.template.metadata.labels if spec.template.metadata is not None else None
+        if template_labels and not self.metadata.labels:
+            self.metadata.labels = dict(template_labels)
+        if spec.completion_mode is None:
+            spec.completion_mode = "NonIndexed"
+        if spec.suspend is None:
+            spec.suspend = False
+        if spec.pod_replacement_policy is None:
+            spec.pod_replacement_policy = "Failed" if spec.pod_failure_policy is not None else "TerminatingOrFailed"
+
+    def check(self) -> list[FieldError]:
+        """Kubernetes' ``ValidateJob`` rules that matter locally."""
+        spec = self.spec
+        errs = super().check()
+        restart_path = "spec.template.spec.restartPolicy"
+        restart = spec.template.spec.restart_policy
+        if restart is None:
+            errs.append(FieldError.required(restart_path, 'valid values: "OnFailure", "Never"'))
+        elif restart not in _JOB_RESTART_POLICIES:
+            errs.append(FieldError.not_supported(restart_path, restart, _JOB_RESTART_POLICIES))
+        elif spec.pod_failure_policy is not None and restart != "Never":
+            errs.append(FieldError.invalid(restart_path, restart, 'only "Never" is supported when podFailurePolicy is specified'))
+        # Kubernetes does not require images in templates: pods get them later.
+        errs.extend(spec.template.check("spec.template", require_image=False))
+        if spec.completion_mode == "Indexed":
+            if spec.completions is None:
+                errs.append(FieldError.required("spec.completions", "when completion mode is Indexed"))
+            for field, value in (("completions", spec.completions), ("parallelism", spec.parallelism)):
+                if value is not None and value > MAX_INDEXED_COMPLETIONS:
+                    errs.append(FieldError.invalid(join_path("spec", field), value,
+                                                   f"must be less than or equal to {MAX_INDEXED_COMPLETIONS} when completion mode is Indexed"))
+        elif spec.backoff_limit_per_index is not None:
+            errs.append(FieldError.forbidden("spec.backoffLimitPerIndex", "requires indexed completion mode"))
+        if spec.max_failed_indexes is not None:
+            if spec.backoff_limit_per_index is None:
+                errs.append(FieldError.required("spec.backoffLimitPerIndex", "when maxFailedIndexes is specified"))
+            if spec.completions is not None and spec.max_failed_indexes > spec.completions:
+                errs.append(FieldError.invalid("spec.maxFailedIndexes", spec.max_failed_indexes,
+                                               "must be less than or equal to completions"))
+        if spec.selector is not None:
+            errs.extend(spec.selector.check("spec.selector"))
+        if self.status is not None:
+            for field, value in (("completedIndexes", self.status.completed_indexes),
+                                 ("failedIndexes", self.status.failed_indexes)):
+                if value:
+                    try:
+                        parse_index_ranges(value)
+                    except ValueError as exc:
+                        errs.append(FieldError.invalid(join_path("status", field), value, str(exc)))
+        return errs

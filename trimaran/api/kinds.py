@@ -1,0 +1,107 @@
+"""The registry of kinds: which models exist and every name a user may call them by.
+
+Built-in kinds register themselves below; later packages (Katib's Experiment and Trial,
+KServe's InferenceService, ...) call `register` with their own `KindInfo`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trimaran.api.batch import Job
+from trimaran.api.core import ConfigMap, Namespace, Pod, Secret
+from trimaran.api.meta import Resource
+from trimaran.api.training import API_VERSION as KUBEFLOW_V1
+from trimaran.api.training import PYTORCHJOB, TFJOB, PyTorchJob, TFJob
+
+__all__ = ["KindInfo", "UnknownKindError", "all_kinds", "for_object", "lookup", "register"]
+
+
+class UnknownKindError(LookupError):
+    """No registered kind matches; the message is kubectl's."""
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """Everything the rest of Trimaran needs to know about a kind."""
+
+    kind: str
+    api_version: str  # "v1", "batch/v1", "kubeflow.org/v1"
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    short_names: tuple[str, ...]
+    namespaced: bool
+    model: type[Resource]
+
+    @property
+    def singular(self) -> str:
+        """The lower-case kind, which kubectl accepts as a resource name."""
+        return self.kind.lower()
+
+    def names(self) -> list[str]:
+        """Every (lower-case) name `lookup` resolves to this kind."""
+        base = [self.singular, self.plural, *self.short_names]
+        qualified = []
+        if self.group:
+            for name in (self.singular, self.plural):
+                qualified += [f"{name}.{self.group}", f"{name}.{self.version}.{self.group}"]
+        return list(dict.fromkeys(n.lower() for n in base + qualified))
+
+
+_by_object: dict[tuple[str, str], KindInfo] = {}
+_by_name: dict[str, list[KindInfo]] = {}
+
+
+def register(info: KindInfo) -> KindInfo:
+    """Add a kind. When two versions share a name, the one registered first wins `lookup`
+    (qualify the name with its version to reach the other). Registering the same info again
+    is a no-op; a different info for the same apiVersion/kind is an error."""
+    key = (info.api_version, info.kind)
+    existing = _by_object.get(key)
+    if existing is not None:
+        if existing == info:
+            return existing
+        raise ValueError(f"kind {info.kind!r} in {info.api_version!r} is already registered")
+    _by_object[key] = info
+    for name in info.names():
+        _by_name.setdefault(name, []).append(info)
+    return info
+
+
+def lookup(name: str) -> KindInfo:
+    """Resolve what a user typed: ``TFJob``, ``tfjob``, ``tfjobs``, ``tfjobs.kubeflow.org``,
+    ``jobs.batch``, ``po``, ``cm``, ``ns``, ... (case-insensitive)."""
+    matches = _by_name.get(name.lower())
+    if not matches:
+        raise UnknownKindError(f'the server doesn\'t have a resource type "{name}"')
+    return matches[0]
+
+
+def for_object(api_version: str, kind: str) -> KindInfo:
+    """The kind of a manifest, by its exact ``apiVersion`` and ``kind``."""
+    info = _by_object.get((api_version, kind))
+    if info is not None:
+        return info
+    message = f'no matches for kind "{kind}" in version "{api_version}"'
+    known = [i.api_version for i in _by_object.values() if i.kind == kind]
+    if known:
+        message += f" (known versions: {', '.join(known)})"
+    raise UnknownKindError(message)
+
+
+def all_kinds() -> list[KindInfo]:
+    """Registered kinds, in registration order."""
+    return list(_by_object.values())
+
+
+for _info in (
+    KindInfo("Pod", "v1", "", "v1", "pods", ("po",), True, Pod),
+    KindInfo("ConfigMap", "v1", "", "v1", "configmaps", ("cm",), True, ConfigMap),
+    KindInfo("Secret", "v1", "", "v1", "secrets", (), True, Secret),
+    KindInfo("Namespace", "v1", "", "v1", "namespaces", ("ns",), False, Namespace),
+    KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job),
+    KindInfo(TFJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", TFJOB.plural, (), True, TFJob),
+    KindInfo(PYTORCHJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PYTORCHJOB.plural, (), True, PyTorchJob),
+):
+    register(_info)

@@ -1,0 +1,387 @@
+"""Kubeflow Training Operator v1 kinds (``kubeflow.org/v1``): TFJob and PyTorchJob.
+
+Defaulting and validation follow the operator (release-1.9): its ``SetDefaults_*`` functions
+and its validating webhooks. One deliberate difference: the operator's webhook sees the object
+before the controller defaults it, so it rejects a lower-case ``worker`` key or a Master without
+``replicas``; Trimaran defaults first (normalising keys, replicas → 1) and validates the result.
+
+Per-kind facts live in one `Framework` record each (`TFJOB`, `PYTORCHJOB`), which the
+controllers read too: default container and port, replica types, operator label value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from trimaran.api.core import ContainerPort, PodTemplateSpec, Quantity
+from trimaran.api.errors import FieldError, join_path
+from trimaran.api.meta import (
+    ApiModel,
+    Condition,
+    Int32,
+    LabelSelector,
+    NonNegInt32,
+    NonNegInt64,
+    Resource,
+    is_dns1035_label,
+)
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "JOB_NAME_LABEL",
+    "JOB_ROLE_LABEL",
+    "OPERATOR_NAME_LABEL",
+    "PYTORCHJOB",
+    "REPLICA_INDEX_LABEL",
+    "REPLICA_TYPE_LABEL",
+    "TFJOB",
+    "ElasticPolicy",
+    "Framework",
+    "JobStatus",
+    "KubeflowJob",
+    "PyTorchJob",
+    "PyTorchJobSpec",
+    "RDZVConf",
+    "ReplicaSpec",
+    "ReplicaStatus",
+    "RunPolicy",
+    "SchedulingPolicy",
+    "TFJob",
+    "TFJobSpec",
+]
+
+GROUP = "kubeflow.org"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Labels the operator puts on every pod of a job.
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+
+# runPolicy.managedBy values the operator accepts: itself, or MultiKueue (then it stays away).
+MANAGED_BY_OPERATOR = "kubeflow.org/training-operator"
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What differs between the operator's job kinds."""
+
+    kind: str
+    plural: str
+    replica_specs_key: str  # the camelCase key under spec, e.g. "tfReplicaSpecs"
+    replica_types: tuple[str, ...]  # canonical spelling, the operator's order
+    default_container: str  # the container the webhook requires and the port is added to
+    port_name: str
+    default_port: int
+    default_restart_policy: str
+
+    @property
+    def operator_name(self) -> str:
+        """Value of the ``training.kubeflow.org/operator-name`` pod label, e.g. ``tfjob-controller``."""
+        return f"{self.kind.lower()}-controller"
+
+
+TFJOB = Framework(
+    kind="TFJob", plural="tfjobs", replica_specs_key="tfReplicaSpecs",
+    replica_types=("PS", "Worker", "Chief", "Master", "Evaluator"),
+    default_container="tensorflow", port_name="tfjob-port", default_port=2222, default_restart_policy="Never",
+)
+PYTORCHJOB = Framework(
+    kind="PyTorchJob", plural="pytorchjobs", replica_specs_key="pytorchReplicaSpecs",
+    replica_types=("Master", "Worker"),
+    default_container="pytorch", port_name="pytorchjob-port", default_port=23456, default_restart_policy="OnFailure",
+)
+
+
+class ReplicaSpec(ApiModel):
+    """One replica type: how many pods, from which template, restarted how.
+
+    ``restartPolicy`` ExitCode restarts a pod only when its exit code is ≥ 128 (a signal).
+    """
+
+    replicas: NonNegInt32 | None = None
+    template: PodTemplateSpec
+    restart_policy: Literal["Always", "OnFailure", "Never", "ExitCode", ""] | None = None
+
+
+class SchedulingPolicy(ApiModel):
+    """Gang-scheduling settings (a PodGroup with at least ``minAvailable`` members)."""
+
+    min_available: Int32 | None = None
+    queue: str | None = None
+    min_resources: dict[str, Quantity] | None = None
+    priority_class: str | None = None
+    schedule_timeout_seconds: Int32 | None = None
+
+
+class RunPolicy(ApiModel):
+    """Job-wide policies: cleanup, deadlines, retries, suspension."""
+
+    clean_pod_policy: Literal["None", "Running", "All"] | None = None
+    ttl_seconds_after_finished: NonNegInt32 | None = None
+    active_deadline_seconds: NonNegInt64 | None = None
+    backoff_limit: NonNegInt32 | None = None
+    scheduling_policy: SchedulingPolicy | None = None
+    suspend: bool | None = None
+    managed_by: str | None = None
+
+
+class ReplicaStatus(ApiModel):
+    """Pod counts of one replica type."""
+
+    active: NonNegInt32 | None = None
+    succeeded: NonNegInt32 | None = None
+    failed: NonNegInt32 | None = None
+    label_selector: LabelSelector | None = None
+    selector: str | None = None
+
+
+class JobStatus(ApiModel):
+    """Status shared by the operator's kinds."""
+
+    conditions: list[Condition] | None = None
+    replica_statuses: dict[str, ReplicaStatus] | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    last_reconcile_time: str | None = None
+
+
+class KubeflowJobSpec(ApiModel):
+    """What every operator kind's spec has; subclasses add the replica-spec map."""
+
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+
+    #: Python attribute holding the replica-spec map in the subclass.
+    replica_specs_attr: ClassVar[str]
+
+
+class KubeflowJob(Resource):
+    """Behaviour shared by TFJob and PyTorchJob: defaulting, validation, replica access."""
+
+    framework: ClassVar[Framework]
+    name_rule = staticmethod(is_dns1035_label)
+
+    spec: KubeflowJobSpec
+    status: JobStatus | None = None
+
+    @property
+    def replica_specs(self) -> dict[str, ReplicaSpec]:
+        """The replica-spec map (``tfReplicaSpecs`` / ``pytorchReplicaSpecs``)."""
+        specs: dict[str, ReplicaSpec] = getattr(self.spec, self.spec.replica_specs_attr)
+        return specs
+
+    def total_replicas(self) -> int:
+        """Sum of replicas over all types (after defaulting)."""
+        return sum(s.replicas or 0 for s in self.replica_specs.values())
+
+    def set_defaults(self) -> None:
+        """The operator's ``SetDefaults_<Kind>`` (release-1.9)."""
+        fw = type(self).framework
+        run_policy = self.spec.run_policy
+        if run_policy.clean_pod_policy is None:
+            run_policy.clean_pod_policy = "None"
+        if run_policy.suspend is None:
+            run_policy.suspend = False  # the CRD schema's default
+        setattr(self.spec, self.spec.replica_specs_attr, _canonical_keys(self.replica_specs, fw.replica_types))
+        for spec in self.replica_specs.values():
+            if spec.replicas is None:
+                spec.replicas = 1
+            if not spec.restart_policy:
+                spec.restart_policy = fw.default_restart_policy  # type: ignore[assignment]
+            _add_default_port(spec.template, fw)
+
+    def check(self) -> list[FieldError]:
+        """The operator webhook's rules, plus Kubernetes' own pod-template rules."""
+        fw = type(self).framework
+        errs = super().check()
+        base = join_path("spec", fw.replica_specs_key)
+        specs = self.replica_specs
+        if not specs:
+            errs.append(FieldError.required(base, "must be required"))
+        lowered = {t.lower(): t for t in fw.replica_types}
+        for rtype, spec in specs.items():
+            role_path = join_path(base, rtype)
+            if rtype not in fw.replica_types:
+                canonical = lowered.get(rtype.lower())
+                if canonical is not None:
+                    # Both "worker" and "Worker" given: defaulting could not merge them.
+                    errs.append(FieldError.duplicate(role_path, canonical))
+                else:
+                    errs.append(FieldError.not_supported(role_path, rtype, sorted(fw.replica_types)))
+            containers_path = join_path(role_path, "template", "spec", "containers")
+            containers = spec.template.spec.containers
+            if containers and not any(c.name == fw.default_container for c in containers):
+                errs.append(FieldError.required(
+                    containers_path, f"must have at least one container with name {fw.default_container}"))
+            errs.extend(spec.template.check(join_path(role_path, "template"), require_image=True))
+        managed_by = self.spec.run_policy.managed_by
+        if managed_by is not None and managed_by not in (MANAGED_BY_OPERATOR, MANAGED_BY_MULTIKUEUE):
+            errs.append(FieldError.not_supported(
+                "spec.runPolicy.managedBy", managed_by, (MANAGED_BY_OPERATOR, MANAGED_BY_MULTIKUEUE)))
+        return errs
+
+    def unknown_field_hint(self, path: str) -> str | None:
+        """Older v1 manifests put run-policy fields directly under spec; the operator ignores them there."""
+        prefix, _, name = path.partition(".")
+        if prefix == "spec" and name in RunPolicy.model_fields.keys() | {f.alias for f in RunPolicy.model_fields.values()}:
+            return f'did you mean "spec.runPolicy.{name}"? It is ignored where it is'
+        return None
+
+
+def _canonical_keys(specs: dict[str, ReplicaSpec], replica_types: tuple[str, ...]) -> dict[str, ReplicaSpec]:
+    """Rename ``worker``/``WORKER`` to ``Worker`` (keeping order), unless ``Worker`` is also given."""
+    canonical = {t.lower(): t for t in replica_types}
+    out: dict[str, ReplicaSpec] = {}
+    for key, spec in specs.items():
+        target = canonical.get(key.lower(), key)
+        if target != key and target in specs:
+            target = key  # left for check() to report as a duplicate
+        out[target] = spec
+    return out
+
+
+def _add_default_port(template: PodTemplateSpec, fw: Framework) -> None:
+    """Add the kind's named port to its default container (or the first) when missing."""
+    containers = template.spec.containers
+    if not containers:
+        return
+    container = next((c for c in containers if c.name == fw.default_container), containers[0])
+    if not any(p.name == fw.port_name for p in container.ports or []):
+        container.ports = [*(container.ports or []),
+                           ContainerPort.model_validate({"name": fw.port_name, "containerPort": fw.default_port})]
+
+
+# --- TFJob ------------------------------------------------------------------------------------
+
+
+class TFJobSpec(KubeflowJobSpec):
+    """TFJob spec. ``successPolicy: AllWorkers`` waits for every worker, not just worker 0."""
+
+    replica_specs_attr = "tf_replica_specs"
+
+    success_policy: Literal["", "AllWorkers"] | None = None
+    tf_replica_specs: dict[str, ReplicaSpec]
+    enable_dynamic_worker: bool | None = None
+
+
+class TFJob(KubeflowJob):
+    """kubeflow.org/v1 TFJob: replicas of PS, Worker, Chief/Master, Evaluator, wired by TF_CONFIG."""
+
+    framework = TFJOB
+
+    spec: TFJobSpec
+
+    def set_defaults(self) -> None:
+        """Shared defaults, and successPolicy "" (the default policy)."""
+        super().set_defaults()
+        if self.spec.success_policy is None:
+            self.spec.success_policy = ""
+
+    def check(self) -> list[FieldError]:
+        """Shared rules, and at most one Chief or Master."""
+        errs = super().check()
+        if sum(1 for t in self.replica_specs if t in ("Chief", "Master")) > 1:
+            errs.append(FieldError.forbidden("spec.tfReplicaSpecs", "must not have more than 1 Chief or Master role"))
+        return errs
+
+
+# --- PyTorchJob -------------------------------------------------------------------------------
+
+
+class RDZVConf(ApiModel):
+    """One ``key=value`` of the torchrun rendezvous configuration."""
+
+    key: str | None = None
+    value: str | None = None
+
+
+class ElasticPolicy(ApiModel):
+    """torchrun elastic settings: node count range, rendezvous, restarts, autoscaling metrics."""
+
+    min_replicas: NonNegInt32 | None = None
+    max_replicas: NonNegInt32 | None = None
+    rdzv_backend: Literal["c10d", "etcd", "etcd-v2"] | None = None
+    rdzv_port: Int32 | None = None
+    rdzv_host: str | None = None
+    rdzv_id: str | None = None
+    rdzv_conf: list[RDZVConf] | None = None
+    standalone: bool | None = None
+    n_proc_per_node: Int32 | None = None
+    max_restarts: NonNegInt32 | None = None
+    metrics: list[dict[str, Any]] | None = None
+
+
+_NPROC = re.compile(r"auto|cpu|gpu|[1-9][0-9]*")
+
+
+class PyTorchJobSpec(KubeflowJobSpec):
+    """PyTorchJob spec. ``nprocPerNode`` is a string: ``auto``, ``cpu``, ``gpu`` or a count."""
+
+    replica_specs_attr = "pytorch_replica_specs"
+
+    elastic_policy: ElasticPolicy | None = None
+    nproc_per_node: str | None = None
+    pytorch_replica_specs: dict[str, ReplicaSpec]
+
+
+class PyTorchJob(KubeflowJob):
+    """kubeflow.org/v1 PyTorchJob: one Master and Workers (or elastic Workers) for torch.distributed."""
+
+    framework = PYTORCHJOB
+
+    spec: PyTorchJobSpec
+
+    def set_defaults(self) -> None:
+        """Shared defaults; nprocPerNode "auto"; elastic min/max filled from each other or Worker replicas."""
+        super().set_defaults()
+        elastic = self.spec.elastic_policy
+        if self.spec.nproc_per_node is None and (elastic is None or elastic.n_proc_per_node is None):
+            self.spec.nproc_per_node = "auto"
+        if elastic is None:
+            return
+        if elastic.min_replicas is None and elastic.max_replicas is not None:
+            elastic.min_replicas = elastic.max_replicas
+        elif elastic.max_replicas is None and elastic.min_replicas is not None:
+            elastic.max_replicas = elastic.min_replicas
+        elif elastic.min_replicas is None and "Worker" in self.replica_specs:
+            elastic.min_replicas = elastic.max_replicas = self.replica_specs["Worker"].replicas
+
+    def check(self) -> list[FieldError]:
+        """Shared rules; Master replicas exactly 1; elastic needs Worker; one nproc setting."""
+        errs = super().check()
+        master = self.replica_specs.get("Master")
+        if master is not None and master.replicas != 1:
+            errs.append(FieldError.forbidden("spec.pytorchReplicaSpecs.Master.replicas", "must be 1"))
+        elastic = self.spec.elastic_policy
+        if elastic is not None:
+            if "Worker" not in self.replica_specs:
+                errs.append(FieldError.required("spec.pytorchReplicaSpecs.Worker", "must be specified when elasticPolicy is set"))
+            if elastic.n_proc_per_node is not None and self.spec.nproc_per_node is not None:
+                errs.append(FieldError.forbidden("spec.elasticPolicy.nProcPerNode", "must not be used with spec.nprocPerNode"))
+            if (elastic.min_replicas is not None and elastic.max_replicas is not None
+                    and elastic.min_replicas > elastic.max_replicas):
+                errs.append(FieldError.invalid("spec.elasticPolicy.minReplicas", elastic.min_replicas,
+                                               f"must be less than or equal to maxReplicas ({elastic.max_replicas})"))
+            if elastic.rdzv_port is not None and not 1 <= elastic.rdzv_port <= 65535:
+                errs.append(FieldError.invalid("spec.elasticPolicy.rdzvPort", elastic.rdzv_port,
+                                               "must be between 1 and 65535, inclusive"))
+        nproc = self.spec.nproc_per_node
+        if nproc is not None and not _NPROC.fullmatch(nproc):
+            errs.append(FieldError.invalid("spec.nprocPerNode", nproc, 'must be "auto", "cpu", "gpu" or a positive integer'))
+        return errs
+
+    def admission_warnings(self) -> list[str]:
+        """The webhook's deprecation warning for elasticPolicy.nProcPerNode."""
+        elastic = self.spec.elastic_policy
+        if elastic is not None and elastic.n_proc_per_node is not None:
+            return ["spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"]
+        return []
