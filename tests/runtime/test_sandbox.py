@@ -1,0 +1,61 @@
+"""The bubblewrap command line: host view, mount points, hosts file; and the shim's entry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, hosts_file, sandbox_available
+from trimaran.runtime.volumes import Mount
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_hosts_file_groups_names_by_address() -> None:
+    text = hosts_file("w-0", {"w-0": "127.0.0.1", "w-0.default.svc": "127.0.0.1", "w-1": "127.0.0.2"})
+    lines = text.splitlines()
+    assert "127.0.0.1\tlocalhost" in lines
+    assert lines[-2:] == ["127.0.0.1\tw-0 w-0.default.svc", "127.0.0.2\tw-1"]
+    # The pod's own hostname is always resolvable.
+    assert hosts_file("solo", {}).splitlines()[-1] == "127.0.0.1\tsolo"
+
+
+def test_unavailable_message_says_what_to_install() -> None:
+    message = str(SandboxUnavailable())
+    assert "apt-get install bubblewrap" in message and "dnf install bubblewrap" in message
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
+def test_mount_points_under_read_only_host_directories(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "app.yaml").write_text("lr: 0.1\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "hosts").write_text(hosts_file("box", {}))
+    (tmp_path / "hostname").write_text("box\n")
+    assert not Path("/etc/trimaran-test-config").exists() and not Path("/workspace").exists()
+    argv = build_argv(
+        ["sh", "-c", "pwd; cat /etc/trimaran-test-config/app.yaml; test -r /etc/passwd && echo passwd; "
+                     "touch /data/out /data/nested/ok && echo wrote; touch /usr/nope 2>/dev/null || echo ro"],
+        mounts=[Mount("/etc/trimaran-test-config", tmp_path / "config", read_only=True),
+                Mount("/data", tmp_path / "data"),
+                Mount("/data/nested", None, size=1024 * 1024)],
+        hostname="box",
+        hosts_path=tmp_path / "hosts",
+        hostname_path=tmp_path / "hostname",
+        working_dir="/workspace/job",
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["/workspace/job", "lr:", "0.1", "passwd", "wrote", "ro"]
+    assert (tmp_path / "data" / "out").exists()
+    assert not Path("/etc/trimaran-test-config").exists() and not Path("/workspace").exists()
+
+
+def test_shim_runs_as_a_module_without_site_packages() -> None:
+    done = subprocess.run([sys.executable, "-S", "-m", "trimaran.runtime.shim"], capture_output=True,
+                          text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=30)
+    assert done.returncode == 2 and "usage" in done.stderr

@@ -1,0 +1,65 @@
+"""The local node: runs pods as sandboxed processes.
+
+Names are imported lazily (PEP 562) so that ``python -S -m trimaran.runtime.shim`` loads
+only the standard-library shim, not the rest of the runtime: the shim must start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "quantity": ["QuantityError", "parse_quantity", "parse_cpu", "parse_memory", "format_cpu",
+                 "format_memory"],
+    "gpus": ["GPUDevice", "GPUAllocator", "discover_gpus", "parse_fake_inventory", "gpu_env",
+             "gpu_labels", "is_gpu_resource", "GPU_RESOURCE", "MIG_RESOURCE_PREFIX"],
+    "node": ["Node", "Resources", "Allocation", "Admission", "pod_requests", "container_requests"],
+    "env": ["ConfigError", "Lookup", "resolve_env", "expand", "expand_command"],
+    "volumes": ["VolumeError", "Mount", "PodVolume", "prepare_volumes", "container_mounts"],
+    "sandbox": ["SandboxUnavailable", "sandbox_available", "build_argv", "hosts_file"],
+    "local": ["LocalRuntime", "PodProcessStatus", "ContainerStatus", "PodNotFound"],
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+if TYPE_CHECKING:
+    from trimaran.runtime.env import ConfigError, Lookup, expand, expand_command, resolve_env
+    from trimaran.runtime.gpus import (
+        GPU_RESOURCE,
+        MIG_RESOURCE_PREFIX,
+        GPUAllocator,
+        GPUDevice,
+        discover_gpus,
+        gpu_env,
+        gpu_labels,
+        is_gpu_resource,
+        parse_fake_inventory,
+    )
+    from trimaran.runtime.local import ContainerStatus, LocalRuntime, PodNotFound, PodProcessStatus
+    from trimaran.runtime.node import (
+        Admission,
+        Allocation,
+        Node,
+        Resources,
+        container_requests,
+        pod_requests,
+    )
+    from trimaran.runtime.quantity import (
+        QuantityError,
+        format_cpu,
+        format_memory,
+        parse_cpu,
+        parse_memory,
+        parse_quantity,
+    )
+    from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, hosts_file, sandbox_available
+    from trimaran.runtime.volumes import Mount, PodVolume, VolumeError, container_mounts, prepare_volumes
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trimaran.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"trimaran.runtime.{module}"), name)

@@ -1,0 +1,536 @@
+"""Pods as local processes: each pod run is a shim process supervising its containers, each
+container a bubblewrap sandbox.
+
+Layout under ``home``::
+
+    pods/<uid>/pod.json                 namespace, name, uid (orphan sweeps after a restart)
+    pods/<uid>/volumes/<volume>/        emptyDirs: live as long as the pod
+    pods/<uid>/runs/<attempt>/          one start of the pod: spec.json, shim files, hosts,
+                                        configMap/secret contents (see shim.py)
+    logs/<namespace>/<pod>/<container>/<attempt>.log
+    volumes/<namespace>/<claim>/        persistentVolumeClaims
+
+The runtime keeps no state in memory that matters: a new ``LocalRuntime`` on the same home
+(after the control plane restarted) sees running pods through ``known_pods`` / ``pod_status``.
+
+A container's environment is, lowest first: the "image" environment (the host plays the
+image: its ``PATH`` with this Python's bin directory in front, so ``python`` in a manifest is
+the control plane's interpreter; ``HOME``, ``HOSTNAME``, locale; ``PYTHONUNBUFFERED=1`` as ML
+images set it, so logs stream), the pod's ``envFrom``/``env``, then ``env_extra`` (device
+assignment such as ``CUDA_VISIBLE_DEVICES``, which the pod cannot override, as with a device
+plugin). ``$(VAR)`` expansion sees only the pod's own variables, as in Kubernetes.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trimaran.runtime import shim as _shim
+from trimaran.runtime.env import Lookup, expand_command, resolve_env
+from trimaran.runtime.gpus import is_gpu_resource
+from trimaran.runtime.node import Node, container_requests
+from trimaran.runtime.quantity import parse_memory
+from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, find_bwrap, gpu_device_paths, hosts_file
+from trimaran.runtime.volumes import container_mounts, prepare_volumes
+
+__all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "LocalRuntime"]
+
+_SHIM = str(Path(_shim.__file__).resolve())
+_STOP_SLACK_S = 5.0  # beyond the grace period, before the runtime kills what the shim did not
+_POLL_S = 0.01
+
+
+class PodNotFound(LookupError):
+    """The runtime has no state for this pod uid."""
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    """One container as its processes stand: ``state`` is ``waiting``, ``running`` or
+    ``terminated``. ``attempt`` is the pod run the state belongs to (its log file's number).
+
+    ``reason`` is, when terminated: Completed, Error, OOMKilled, StartError or ShimLost (the
+    supervisor vanished without recording the exit: reported as exit code 137); when waiting:
+    ContainerCreating or PodInitializing.
+    """
+
+    name: str
+    state: str
+    attempt: int
+    reason: str | None = None
+    message: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    def to_k8s(self) -> dict:
+        """As a Kubernetes ``ContainerState`` (``{"running": {"startedAt": …}}`` etc.)."""
+        if self.state == "running":
+            return {"running": {"startedAt": self.started_at}}
+        if self.state == "terminated":
+            terminated = {
+                "exitCode": self.exit_code,
+                "reason": self.reason,
+                "startedAt": self.started_at,
+                "finishedAt": self.finished_at,
+            }
+            if self.signal:
+                terminated["signal"] = self.signal
+            if self.message:
+                terminated["message"] = self.message
+            return {"terminated": terminated}
+        waiting = {"reason": self.reason}
+        if self.message:
+            waiting["message"] = self.message
+        return {"waiting": waiting}
+
+
+@dataclass(frozen=True)
+class PodProcessStatus:
+    """The processes of a pod: per container (init containers apart), in spec order."""
+
+    uid: str
+    attempt: int
+    shim_alive: bool
+    init_containers: dict[str, ContainerStatus] = field(default_factory=dict)
+    containers: dict[str, ContainerStatus] = field(default_factory=dict)
+
+
+def _no_lookup(kind: str, namespace: str, name: str) -> None:
+    return None
+
+
+def _image_env(hostname: str) -> dict[str, str]:
+    path = os.environ.get("PATH") or "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in path.split(":"):
+        path = f"{bin_dir}:{path}"
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        home = "/"
+    env = {"PATH": path, "HOME": home, "HOSTNAME": hostname, "PYTHONUNBUFFERED": "1"}
+    for name in ("LANG", "LC_ALL", "TZ"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+class LocalRuntime:
+    """Runs pods under ``home``. Thread-safe; state lives in files, so any number of
+    runtimes on the same home (one at a time in practice) see the same pods."""
+
+    def __init__(self, home: Path, *, node: Node | None = None, use_cgroups: bool = True) -> None:
+        """``node`` supplies the node name and the capacity that unset ``resourceFieldRef``
+        limits report (the host's without it). ``use_cgroups=False`` enforces memory limits
+        with RLIMIT_AS even where cgroups are writable."""
+        self.home = Path(home)
+        self.node = node
+        self.use_cgroups = use_cgroups
+        self._children: dict[str, subprocess.Popen] = {}  # run dir → shim spawned here
+        self._lock = threading.Lock()
+
+    # -- paths ------------------------------------------------------------------------
+
+    def _pod_dir(self, uid: str) -> Path:
+        return self.home / "pods" / uid
+
+    def _runs(self, uid: str) -> list[Path]:
+        runs_dir = self._pod_dir(uid) / "runs"
+        try:
+            names = [p.name for p in runs_dir.iterdir() if p.name.isdigit()]
+        except FileNotFoundError:
+            return []
+        return [runs_dir / n for n in sorted(names, key=int)]
+
+    def _pod_log_dir(self, namespace: str, pod_name: str) -> Path:
+        return self.home / "logs" / namespace / pod_name
+
+    # -- starting -----------------------------------------------------------------------
+
+    def start_pod(
+        self,
+        pod: Mapping[str, object],
+        *,
+        attempt: int,
+        env_extra: Mapping[str, str] | None = None,
+        hosts: Mapping[str, str] | None = None,
+        lookup: Lookup | None = None,
+        containers: Sequence[str] | None = None,
+    ) -> None:
+        """Start a run of the pod and return once its shim process exists (milliseconds).
+
+        ``pod`` is the Pod dict (``metadata.uid`` required). ``attempt`` numbers the run and
+        its log files; a restart in place is ``start_pod(pod, attempt=n + 1)`` once the last
+        run has ended. ``containers`` restarts only those app containers (init containers
+        are not rerun); by default the init containers run, then all containers.
+        ``env_extra`` overrides the pod's environment (GPU assignment from ``Node.admit``);
+        ``hosts`` (name → IP) goes into the sandbox's /etc/hosts; ``lookup(kind, namespace,
+        name)`` reads ConfigMaps and Secrets.
+
+        Raises ``SandboxUnavailable`` (bubblewrap missing), ``ConfigError`` (env, command)
+        or ``VolumeError`` before anything is started.
+        """
+        bwrap = find_bwrap()
+        if bwrap is None:
+            raise SandboxUnavailable()
+        meta: Mapping = pod.get("metadata") or {}  # type: ignore[assignment]
+        spec: Mapping = pod.get("spec") or {}  # type: ignore[assignment]
+        uid = str(meta.get("uid") or "")
+        if not uid:
+            raise ValueError("pod has no metadata.uid")
+        namespace = str(meta.get("namespace") or "default")
+        name = str(meta.get("name") or "")
+        pod_dir = self._pod_dir(uid)
+        run_dir = pod_dir / "runs" / str(attempt)
+        if run_dir.exists():
+            if self._run_alive(run_dir):
+                raise RuntimeError(f"pod {namespace}/{name}: attempt {attempt} is still running")
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
+        _shim.write_json(str(pod_dir / "pod.json"), {"namespace": namespace, "name": name, "uid": uid})
+        try:
+            run_spec = self._run_spec(pod, uid, namespace, name, attempt, run_dir, bwrap,
+                                      env_extra or {}, hosts or {}, lookup or _no_lookup, containers)
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        app_names = [c.get("name") for c in spec.get("containers") or []]
+        log_dir = self._pod_log_dir(namespace, name)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        _shim.write_json(str(log_dir / "containers.json"), {"containers": app_names})
+        _shim.write_json(str(run_dir / "spec.json"), run_spec)
+        self._spawn_shim(run_dir)
+
+    def _run_spec(
+        self,
+        pod: Mapping,
+        uid: str,
+        namespace: str,
+        name: str,
+        attempt: int,
+        run_dir: Path,
+        bwrap: str,
+        env_extra: Mapping[str, str],
+        hosts: Mapping[str, str],
+        lookup: Lookup,
+        only: Sequence[str] | None,
+    ) -> dict:
+        spec: Mapping = pod.get("spec") or {}
+        status: Mapping = pod.get("status") or {}
+        hostname = str(spec.get("hostname") or name)[:63]
+        pod_ip = str(status.get("podIP") or "127.0.0.1")
+        all_hosts: dict[str, str] = {}
+        for alias in spec.get("hostAliases") or []:
+            for host in alias.get("hostnames") or []:
+                all_hosts[host] = alias.get("ip")
+        all_hosts.update(hosts)
+        hosts_path = run_dir / "hosts"
+        hosts_path.write_text(hosts_file(hostname, all_hosts, pod_ip))
+        hostname_path = run_dir / "hostname"
+        hostname_path.write_text(hostname + "\n")
+        volumes = prepare_volumes(pod, pod_dir=self._pod_dir(uid), run_dir=run_dir,
+                                  home=self.home, lookup=lookup)
+        node_kwargs = {}
+        if self.node is not None:
+            node_kwargs = {"node_cpu": self.node.capacity.cpu, "node_memory": self.node.capacity.memory,
+                           "node_name": self.node.name}
+        log_dir = self._pod_log_dir(namespace, name)
+
+        def container_spec(container: Mapping) -> dict:
+            cname = str(container.get("name"))
+            own_env = resolve_env(pod, container, lookup, **node_kwargs)
+            command = expand_command(container, own_env)
+            mounts = container_mounts(container, volumes, own_env)
+            limits = (container.get("resources") or {}).get("limits") or {}
+            termination_log = run_dir / f"{cname}.termination-log"
+            termination_log.touch()
+            wants_gpu = any(is_gpu_resource(r) for r in container_requests(container).gpus)
+            argv = build_argv(
+                command,
+                mounts=mounts,
+                hostname=hostname,
+                hosts_path=hosts_path,
+                hostname_path=hostname_path,
+                working_dir=container.get("workingDir"),
+                devices=gpu_device_paths() if wants_gpu else (),
+                termination_log=(termination_log,
+                                 str(container.get("terminationMessagePath") or "/dev/termination-log")),
+                bwrap=bwrap,
+            )
+            return {
+                "name": cname,
+                "argv": argv,
+                "env": {**_image_env(hostname), **own_env, **env_extra},
+                "log": str(log_dir / cname / f"{attempt}.log"),
+                "memory_limit": parse_memory(limits["memory"]) if limits.get("memory") else None,
+                "use_cgroups": self.use_cgroups,
+                "termination_log": str(termination_log),
+                "termination_message_policy": container.get("terminationMessagePolicy") or "File",
+            }
+
+        app = [c for c in spec.get("containers") or [] if only is None or c.get("name") in only]
+        if only is not None:
+            missing = set(only) - {c.get("name") for c in app}
+            if missing:
+                raise ValueError(f"pod {namespace}/{name} has no container {sorted(missing)}")
+        init = [] if only is not None else list(spec.get("initContainers") or [])
+        return {
+            "uid": uid,
+            "namespace": namespace,
+            "name": name,
+            "attempt": attempt,
+            "grace_seconds": float(spec.get("terminationGracePeriodSeconds", 30)),
+            "init_containers": [container_spec(c) for c in init],
+            "containers": [container_spec(c) for c in app],
+        }
+
+    def _spawn_shim(self, run_dir: Path) -> None:
+        with open(run_dir / "shim.log", "wb") as shim_log:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", _SHIM, str(run_dir)],
+                stdin=subprocess.DEVNULL,
+                stdout=shim_log,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+                # Its own session: the shim (and so the pod) outlives the control plane.
+                start_new_session=True,
+            )
+        stat = _shim.proc_stat(proc.pid)
+        # Written here as well as by the shim, so the pod is tracked from this instant.
+        _shim.write_json(str(run_dir / "shim.pid"),
+                         {"pid": proc.pid, "startTicks": stat[3] if stat else None})
+        with self._lock:
+            self._children[str(run_dir)] = proc
+
+    # -- liveness -------------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        # Shims spawned by this process stay zombies until waited for.
+        with self._lock:
+            for key, proc in list(self._children.items()):
+                if proc.poll() is not None:
+                    del self._children[key]
+
+    def _run_alive(self, run_dir: Path) -> bool:
+        self._reap()
+        record = _shim.read_json(str(run_dir / "shim.pid"))
+        return bool(record) and _shim.process_alive(record["pid"], record.get("startTicks"))
+
+    def _container_records(self, run_dir: Path) -> list[dict]:
+        spec = _shim.read_json(str(run_dir / "spec.json")) or {}
+        records = []
+        for container in (spec.get("init_containers") or []) + (spec.get("containers") or []):
+            record = _shim.read_json(str(run_dir / f"{container['name']}.pid"))
+            if record:
+                records.append(record)
+        return records
+
+    def is_alive(self, pod_uid: str) -> bool:
+        """Whether any process of the pod still runs (pid reuse cannot fool it: each process
+        is matched by its start time too)."""
+        for run_dir in self._runs(pod_uid):
+            if self._run_alive(run_dir):
+                return True
+            if any(_shim.process_alive(r["pid"], r.get("startTicks"))
+                   for r in self._container_records(run_dir)):
+                return True
+        return False
+
+    def known_pods(self) -> list[str]:
+        """Uids of every pod with state here, running or not (for re-adoption and orphan
+        sweeps after a control-plane restart)."""
+        try:
+            return sorted(p.name for p in (self.home / "pods").iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return []
+
+    def running_pods(self) -> list[str]:
+        """Uids of the pods that have a live process."""
+        return [uid for uid in self.known_pods() if self.is_alive(uid)]
+
+    def pod_identity(self, pod_uid: str) -> tuple[str, str] | None:
+        """``(namespace, name)`` the pod was started as, if known."""
+        record = _shim.read_json(str(self._pod_dir(pod_uid) / "pod.json"))
+        return (record["namespace"], record["name"]) if record else None
+
+    # -- status ---------------------------------------------------------------------------
+
+    def pod_status(self, pod_uid: str) -> PodProcessStatus:
+        """Each container's state from its latest run. Raises ``PodNotFound``."""
+        runs = self._runs(pod_uid)
+        if not runs:
+            raise PodNotFound(pod_uid)
+        init_latest: dict[str, Path] = {}
+        app_latest: dict[str, Path] = {}
+        specs: dict[Path, dict] = {}
+        for run_dir in runs:
+            spec = _shim.read_json(str(run_dir / "spec.json"))
+            if spec is None:
+                continue
+            specs[run_dir] = spec
+            for container in spec.get("init_containers") or []:
+                init_latest[container["name"]] = run_dir
+            for container in spec.get("containers") or []:
+                app_latest[container["name"]] = run_dir
+        alive = {run_dir: self._run_alive(run_dir) for run_dir in specs}
+        latest = runs[-1]
+        return PodProcessStatus(
+            uid=pod_uid,
+            attempt=int(latest.name),
+            shim_alive=any(alive.values()),
+            init_containers={n: self._container_status(n, r, specs[r], alive[r], True)
+                             for n, r in init_latest.items()},
+            containers={n: self._container_status(n, r, specs[r], alive[r], False)
+                        for n, r in app_latest.items()},
+        )
+
+    def _container_status(
+        self, name: str, run_dir: Path, spec: dict, shim_alive: bool, is_init: bool
+    ) -> ContainerStatus:
+        attempt = int(run_dir.name)
+        exit_path = run_dir / f"{name}.exit.json"
+        record = _shim.read_json(str(exit_path))
+        if record is None:
+            started = _shim.read_json(str(run_dir / f"{name}.pid"))
+            if shim_alive or (started and _shim.process_alive(started["pid"], started.get("startTicks"))):
+                if started:
+                    return ContainerStatus(name, "running", attempt, pid=started["pid"],
+                                           started_at=started.get("startedAt"))
+                has_init = bool(spec.get("init_containers"))
+                reason = "PodInitializing" if has_init and not is_init else "ContainerCreating"
+                return ContainerStatus(name, "waiting", attempt, reason=reason)
+            # The shim is gone. If it finished on its own terms, a container without a
+            # record was deliberately not started (an init container failed, or a stop).
+            if (run_dir / "shim.done").exists() and not started:
+                has_init = bool(spec.get("init_containers"))
+                reason = "PodInitializing" if has_init and not is_init else "ContainerCreating"
+                return ContainerStatus(name, "waiting", attempt, reason=reason)
+            record = {
+                "exitCode": 137,
+                "signal": None,
+                "reason": "ShimLost",
+                "message": "the pod's supervisor process ended without recording this "
+                           "container's exit (killed, or the machine restarted)",
+                "startedAt": (started or {}).get("startedAt"),
+                "finishedAt": _shim.utc_now(),
+            }
+            # Recorded once, so that later calls report the same finish time.
+            _shim.write_json(str(exit_path), record)
+        return ContainerStatus(
+            name,
+            "terminated",
+            attempt,
+            reason=record.get("reason"),
+            message=record.get("message"),
+            exit_code=record.get("exitCode"),
+            signal=record.get("signal"),
+            started_at=record.get("startedAt"),
+            finished_at=record.get("finishedAt"),
+        )
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def stop_pod(self, pod_uid: str, grace_seconds: float = 5.0) -> None:
+        """Stop every process of the pod: SIGTERM, SIGKILL after ``grace_seconds``. Blocks
+        until none is left; stopping a stopped or unknown pod does nothing."""
+        runs = self._runs(pod_uid)
+        shims: list[dict] = []
+        doomed: list[tuple[int, int]] = []
+        for run_dir in runs:
+            record = _shim.read_json(str(run_dir / "shim.pid"))
+            if record and self._run_alive(run_dir):
+                shims.append(record)
+                doomed += _shim.descendants(record["pid"])
+                _shim.write_json(str(run_dir / "stop.json"), {"graceSeconds": grace_seconds})
+                _signal(record["pid"], signal.SIGTERM)
+            for container in self._container_records(run_dir):
+                if container.get("startTicks") is not None:
+                    doomed.append((container["pid"], container["startTicks"]))
+        deadline = time.monotonic() + grace_seconds + _STOP_SLACK_S
+        while any(self._shim_alive(s) for s in shims) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        for record in shims:
+            if self._shim_alive(record):
+                # The shim did not finish in time: kill it, then its containers, here.
+                _signal(record["pid"], signal.SIGKILL)
+                doomed += _shim.descendants(record["pid"])
+        for run_dir in runs:
+            for container in self._container_records(run_dir):
+                if container.get("cgroup"):
+                    _shim.kill_cgroup(container["cgroup"])
+        deadline = time.monotonic() + _STOP_SLACK_S
+        while True:
+            left = [(p, t) for p, t in doomed if _shim.process_alive(p, t)]
+            if not left and not any(self._shim_alive(s) for s in shims):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"pod {pod_uid}: processes {[p for p, _ in left]} survived SIGKILL")
+            for pid, _ in left:
+                _signal(pid, signal.SIGKILL)
+            time.sleep(_POLL_S)
+
+    def _shim_alive(self, record: dict) -> bool:
+        self._reap()
+        return _shim.process_alive(record["pid"], record.get("startTicks"))
+
+    def remove_pod(self, pod_uid: str) -> None:
+        """Stop the pod if needed (no grace) and delete its state and emptyDirs. Its logs
+        stay until ``delete_logs``; PVC volumes stay."""
+        if self.is_alive(pod_uid):
+            self.stop_pod(pod_uid, grace_seconds=0)
+        shutil.rmtree(self._pod_dir(pod_uid), ignore_errors=True)
+
+    # -- logs ---------------------------------------------------------------------------
+
+    def log_path(
+        self, namespace: str, pod_name: str, container: str | None = None, attempt: int | None = None
+    ) -> Path:
+        """The log file of a container run: the pod's first container and its latest attempt
+        by default. The file may not exist yet (the container has not started)."""
+        log_dir = self._pod_log_dir(namespace, pod_name)
+        if container is None:
+            recorded = _shim.read_json(str(log_dir / "containers.json")) or {}
+            names = recorded.get("containers") or sorted(
+                p.name for p in log_dir.glob("*") if p.is_dir()
+            )
+            if not names:
+                raise FileNotFoundError(f"no logs for pod {namespace}/{pod_name}")
+            container = names[0]
+        if attempt is None:
+            attempts = self.log_attempts(namespace, pod_name, container)
+            attempt = attempts[-1] if attempts else 0
+        return log_dir / container / f"{attempt}.log"
+
+    def log_attempts(self, namespace: str, pod_name: str, container: str) -> list[int]:
+        """Attempts that have a log file, oldest first (the one before the last is what
+        ``kubectl logs --previous`` shows)."""
+        directory = self._pod_log_dir(namespace, pod_name) / container
+        try:
+            return sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
+        except FileNotFoundError:
+            return []
+
+    def delete_logs(self, namespace: str, pod_name: str) -> None:
+        """Forget a deleted pod's logs."""
+        shutil.rmtree(self._pod_log_dir(namespace, pod_name), ignore_errors=True)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+

@@ -1,0 +1,472 @@
+"""The local node: capacity, labels, taints, scheduling constraints and gang admission.
+
+Everything works on plain Kubernetes dicts (a Pod's ``metadata`` / ``spec``), so this module
+does not depend on the api package. Reason strings follow the wording of the Kubernetes
+scheduler (``0/1 nodes are available: …``) so that they read the same in ``describe``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from trimaran.runtime.gpus import (
+    GPUAllocator,
+    GPUDevice,
+    discover_gpus,
+    gpu_env,
+    gpu_labels,
+    is_gpu_resource,
+)
+from trimaran.runtime.quantity import format_cpu, format_memory, parse_cpu, parse_memory, parse_quantity
+
+__all__ = [
+    "Resources",
+    "Allocation",
+    "Admission",
+    "Node",
+    "container_requests",
+    "pod_requests",
+    "host_cpu_count",
+    "host_memory_bytes",
+    "parse_labels",
+    "parse_taints",
+]
+
+_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+_SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")  # PreferNoSchedule only steers, never blocks
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Resources the node tracks natively; any other name with a domain ("vendor.com/x") is an
+# extended resource, counted in whole units.
+_UNTRACKED = ("ephemeral-storage", "storage", "pods")
+
+
+@dataclass
+class Resources:
+    """An amount of node resources.
+
+    ``gpus`` holds extended resources by name: ``nvidia.com/gpu``, ``nvidia.com/mig-<profile>``
+    and any other vendor resource a pod asks for (which this node then lacks).
+    """
+
+    cpu: float = 0.0
+    memory: int = 0
+    gpus: dict[str, int] = field(default_factory=dict)
+
+    def __add__(self, other: Resources) -> Resources:
+        gpus = dict(self.gpus)
+        for name, count in other.gpus.items():
+            gpus[name] = gpus.get(name, 0) + count
+        return Resources(_round_cpu(self.cpu + other.cpu), self.memory + other.memory, gpus)
+
+    def __sub__(self, other: Resources) -> Resources:
+        gpus = dict(self.gpus)
+        for name, count in other.gpus.items():
+            gpus[name] = gpus.get(name, 0) - count
+        return Resources(_round_cpu(self.cpu - other.cpu), self.memory - other.memory, gpus)
+
+    def max(self, other: Resources) -> Resources:
+        """Element-wise maximum (how init containers combine with the app containers)."""
+        gpus = dict(self.gpus)
+        for name, count in other.gpus.items():
+            gpus[name] = max(gpus.get(name, 0), count)
+        return Resources(max(self.cpu, other.cpu), max(self.memory, other.memory), gpus)
+
+    def to_quantities(self) -> dict[str, str]:
+        """As a Kubernetes resource list (``{"cpu": "500m", "memory": "4Gi", …}``)."""
+        out = {"cpu": format_cpu(self.cpu), "memory": format_memory(self.memory)}
+        out.update({name: str(count) for name, count in sorted(self.gpus.items())})
+        return out
+
+
+def _round_cpu(cores: float) -> float:
+    # Millicores are the unit of CPU accounting; rounding keeps 0.1 + 0.2 from becoming
+    # 0.30000000000000004 and failing a comparison with 0.3.
+    return round(cores * 1000) / 1000
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one admitted pod holds on the node."""
+
+    pod_uid: str
+    group_key: str
+    requests: Resources
+    gpus: tuple[GPUDevice, ...] = ()
+
+    @property
+    def gpu_ids(self) -> list[str]:
+        """Device ids to persist so that ``Node.restore`` can rebuild this allocation."""
+        return [d.id for d in self.gpus]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment giving the pod's processes exactly their GPUs (none: ``CUDA_VISIBLE_DEVICES=""``)."""
+        return gpu_env(list(self.gpus))
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A gang admitted as a whole: one allocation per pod uid."""
+
+    group_key: str
+    allocations: dict[str, Allocation]
+
+    def env(self, pod_uid: str) -> dict[str, str]:
+        """The GPU environment for one of the admitted pods."""
+        return self.allocations[pod_uid].env
+
+
+def host_cpu_count() -> int:
+    """Cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def host_memory_bytes() -> int:
+    """``MemTotal`` from /proc/meminfo."""
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("MemTotal missing from /proc/meminfo")
+
+
+def _resource_list(values: Mapping[str, object] | None) -> Resources:
+    out = Resources()
+    for name, value in (values or {}).items():
+        if name == "cpu":
+            out.cpu = parse_cpu(value)  # type: ignore[arg-type]
+        elif name == "memory":
+            out.memory = parse_memory(value)  # type: ignore[arg-type]
+        elif name in _UNTRACKED or name.startswith("hugepages-"):
+            continue
+        else:
+            out.gpus[name] = int(parse_quantity(value))  # type: ignore[arg-type]
+    return out
+
+
+def container_requests(container: Mapping[str, object]) -> Resources:
+    """A container's requests; a resource with only a limit requests that limit (as Kubernetes
+    defaults it)."""
+    resources = container.get("resources") or {}
+    assert isinstance(resources, Mapping)
+    requests = _resource_list(resources.get("requests"))
+    limits = _resource_list(resources.get("limits"))
+    declared = set((resources.get("requests") or {}).keys())
+    return Resources(
+        cpu=requests.cpu if "cpu" in declared else limits.cpu,
+        memory=requests.memory if "memory" in declared else limits.memory,
+        gpus={**limits.gpus, **requests.gpus},
+    )
+
+
+def pod_requests(pod: Mapping[str, object]) -> Resources:
+    """The pod's effective request: the sum over containers, at least the largest init
+    container (init containers run one at a time, before the others)."""
+    spec = pod.get("spec") or {}
+    assert isinstance(spec, Mapping)
+    total = Resources()
+    for container in spec.get("containers") or []:
+        total = total + container_requests(container)
+    for container in spec.get("initContainers") or []:
+        total = total.max(container_requests(container))
+    return total
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``"k=v,k2=v2"`` → labels."""
+    labels: dict[str, str] = {}
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        key, sep, value = entry.partition("=")
+        if not sep or not key:
+            raise ValueError(f"node label {entry!r} is not KEY=VALUE")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def parse_taints(text: str) -> list[dict[str, str]]:
+    """``"key=value:NoSchedule,key2:NoExecute"`` (kubectl taint's syntax) → taints."""
+    taints: list[dict[str, str]] = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        key_value, sep, effect = entry.rpartition(":")
+        if not sep or effect not in _TAINT_EFFECTS:
+            raise ValueError(
+                f"node taint {entry!r} is not KEY[=VALUE]:EFFECT with EFFECT one of "
+                f"{', '.join(_TAINT_EFFECTS)}"
+            )
+        key, _, value = key_value.partition("=")
+        if not key:
+            raise ValueError(f"node taint {entry!r} has no key")
+        taint = {"key": key, "effect": effect}
+        if value:
+            taint["value"] = value
+        taints.append(taint)
+    return taints
+
+
+def _tolerates(toleration: Mapping[str, object], taint: Mapping[str, str]) -> bool:
+    # Mirrors k8s.io/api/core/v1 Toleration.ToleratesTaint.
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if key and key != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    if operator == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return False
+
+
+def _match_expression(expression: Mapping[str, object], value: str | None) -> bool:
+    operator = expression.get("operator")
+    values = [str(v) for v in (expression.get("values") or [])]  # type: ignore[union-attr]
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt"):
+        if value is None or len(values) != 1:
+            return False
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+class Node:
+    """This machine as a Kubernetes node, and the book of what pods hold on it."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        cpu: float,
+        memory: int,
+        gpus: list[GPUDevice] | None = None,
+        labels: Mapping[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+    ) -> None:
+        """Extra ``labels`` are added to (and override) the well-known ones."""
+        self.name = name
+        self.gpu_allocator = GPUAllocator(gpus or [])
+        self.capacity = Resources(_round_cpu(cpu), memory, self.gpu_allocator.capacity())
+        self.labels: dict[str, str] = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": _ARCH.get(platform.machine().lower(), platform.machine().lower()),
+            **gpu_labels(self.gpu_allocator.devices),
+            **(labels or {}),
+        }
+        self.taints: list[dict[str, str]] = list(taints or [])
+        self._allocations: dict[str, Allocation] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Node:
+        """The host as configured: detected capacity unless overridden by ``TRIMARAN_NODE_CPU``
+        and ``TRIMARAN_NODE_MEMORY`` (quantities); GPUs from ``TRIMARAN_GPUS`` or nvidia-smi;
+        ``TRIMARAN_NODE_NAME``, ``TRIMARAN_NODE_LABELS`` ("k=v,…"), ``TRIMARAN_NODE_TAINTS``
+        ("key=value:NoSchedule,…")."""
+        env = os.environ if env is None else env
+        cpu_text = env.get("TRIMARAN_NODE_CPU")
+        memory_text = env.get("TRIMARAN_NODE_MEMORY")
+        return cls(
+            env.get("TRIMARAN_NODE_NAME") or socket.gethostname().lower(),
+            cpu=parse_cpu(cpu_text) if cpu_text else float(host_cpu_count()),
+            memory=parse_memory(memory_text) if memory_text else host_memory_bytes(),
+            gpus=discover_gpus(env),
+            labels=parse_labels(env.get("TRIMARAN_NODE_LABELS", "")),
+            taints=parse_taints(env.get("TRIMARAN_NODE_TAINTS", "")),
+        )
+
+    # -- accounting ---------------------------------------------------------------------
+
+    def allocated(self) -> Resources:
+        """The sum of what admitted pods hold."""
+        with self._lock:
+            return self._allocated_locked()
+
+    def _allocated_locked(self) -> Resources:
+        total = Resources()
+        for allocation in self._allocations.values():
+            total = total + allocation.requests
+        return total
+
+    def free(self) -> Resources:
+        """Capacity not held by any admitted pod."""
+        with self._lock:
+            return self.capacity - self._allocated_locked()
+
+    def allocation(self, pod_uid: str) -> Allocation | None:
+        """What a pod holds, if it was admitted."""
+        with self._lock:
+            return self._allocations.get(pod_uid)
+
+    def fits(self, requests: Resources) -> str | None:
+        """``None`` when ``requests`` fit in the free capacity, else the shortfalls
+        (``"Insufficient cpu (requested 8, free 2)"``)."""
+        with self._lock:
+            return self._shortfall(requests, self.capacity - self._allocated_locked())
+
+    def _shortfall(self, requests: Resources, free: Resources) -> str | None:
+        problems: list[str] = []
+
+        def short(name: str, requested: str, available: str, over_capacity: bool, cap: str) -> None:
+            detail = f"requested {requested}, free {available}"
+            if over_capacity:
+                # Waiting will not help: say so, or the job looks merely queued forever.
+                detail += f", node capacity {cap}"
+            problems.append(f"Insufficient {name} ({detail})")
+
+        if round(requests.cpu * 1000) > round(free.cpu * 1000):
+            short("cpu", format_cpu(requests.cpu), format_cpu(max(free.cpu, 0.0)),
+                  requests.cpu > self.capacity.cpu, format_cpu(self.capacity.cpu))
+        if requests.memory > free.memory:
+            short("memory", format_memory(requests.memory), format_memory(max(free.memory, 0)),
+                  requests.memory > self.capacity.memory, format_memory(self.capacity.memory))
+        for name, count in sorted(requests.gpus.items()):
+            have = free.gpus.get(name, 0)
+            if count > have:
+                cap = self.capacity.gpus.get(name, 0)
+                short(name, str(count), str(max(have, 0)), count > cap, str(cap))
+        return ", ".join(problems) or None
+
+    # -- admission ----------------------------------------------------------------------
+
+    def admit(self, group_key: str, pods: list[dict]) -> Admission | str:
+        """Gang admission: every pod in ``pods`` fits and is allocated, or none is.
+
+        Pods already admitted keep their allocation (admitting twice is harmless). Returns the
+        ``Admission`` or a scheduler-style reason such as
+        ``"0/1 nodes are available: Insufficient cpu (requested 8, free 2)"``. Ordering between
+        gangs (FIFO) is the caller's.
+        """
+        prefix = "0/1 nodes are available: "
+        for pod in pods:
+            reason = self.check_constraints(pod.get("spec") or {})
+            if reason:
+                return prefix + reason
+        with self._lock:
+            existing: dict[str, Allocation] = {}
+            new: list[tuple[str, Resources]] = []
+            for pod in pods:
+                uid = _pod_uid(pod)
+                if uid in self._allocations:
+                    existing[uid] = self._allocations[uid]
+                else:
+                    new.append((uid, pod_requests(pod)))
+            total = Resources()
+            for _, requests in new:
+                total = total + requests
+            reason = self._shortfall(total, self.capacity - self._allocated_locked())
+            if reason:
+                return prefix + reason
+            admitted = dict(existing)
+            for uid, requests in new:
+                # Cannot fail: the GPU counts were checked above under the same lock.
+                devices = self.gpu_allocator.allocate(uid, requests.gpus)
+                admitted[uid] = Allocation(uid, group_key, requests, tuple(devices))
+                self._allocations[uid] = admitted[uid]
+            return Admission(group_key, admitted)
+
+    def release(self, pod_uid: str) -> None:
+        """Free what the pod holds (nothing happens for an unknown uid)."""
+        with self._lock:
+            self._allocations.pop(pod_uid, None)
+            self.gpu_allocator.release(pod_uid)
+
+    def restore(
+        self, pod_uid: str, requests: Resources, gpu_ids: list[str], group_key: str = ""
+    ) -> Allocation:
+        """Record a pod that is already running (after a control-plane restart) without
+        checking capacity: its processes exist whether or not they fit."""
+        with self._lock:
+            self.gpu_allocator.release(pod_uid)
+            devices = self.gpu_allocator.restore(pod_uid, gpu_ids)
+            allocation = Allocation(pod_uid, group_key, requests, tuple(devices))
+            self._allocations[pod_uid] = allocation
+            return allocation
+
+    # -- constraints --------------------------------------------------------------------
+
+    def check_constraints(self, pod_spec: Mapping[str, object]) -> str | None:
+        """``None`` when the pod may run here, else the scheduler's reason: a different
+        ``nodeName``, an untolerated ``NoSchedule``/``NoExecute`` taint, or a ``nodeSelector``
+        / required node affinity that the node's labels do not satisfy."""
+        node_name = pod_spec.get("nodeName")
+        if node_name and node_name != self.name:
+            return "node(s) didn't match the requested node name"
+        tolerations = pod_spec.get("tolerations") or []
+        for taint in self.taints:
+            if taint.get("effect") not in _SCHEDULING_EFFECTS:
+                continue
+            if not any(_tolerates(t, taint) for t in tolerations):  # type: ignore[union-attr]
+                return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
+        if not self._matches_selector(pod_spec):
+            return "node(s) didn't match Pod's node affinity/selector"
+        return None
+
+    def _matches_selector(self, pod_spec: Mapping[str, object]) -> bool:
+        selector = pod_spec.get("nodeSelector") or {}
+        for key, value in selector.items():  # type: ignore[union-attr]
+            if self.labels.get(key) != str(value):
+                return False
+        affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}  # type: ignore[union-attr]
+        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if not required:
+            return True
+        return any(self._matches_term(term) for term in required.get("nodeSelectorTerms") or [])
+
+    def _matches_term(self, term: Mapping[str, object]) -> bool:
+        expressions = term.get("matchExpressions") or []
+        fields = term.get("matchFields") or []
+        if not expressions and not fields:
+            return False  # an empty term selects no node, as in Kubernetes
+        for expression in expressions:  # type: ignore[union-attr]
+            if not _match_expression(expression, self.labels.get(expression.get("key", ""))):
+                return False
+        for expression in fields:  # type: ignore[union-attr]
+            value = self.name if expression.get("key") == "metadata.name" else None
+            if not _match_expression(expression, value):
+                return False
+        return True
+
+    def to_k8s(self) -> dict:
+        """The node as a Kubernetes ``v1/Node`` object (for ``get nodes`` / ``describe``)."""
+        capacity = self.capacity.to_quantities()
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": dict(self.labels)},
+            "spec": {"taints": [dict(t) for t in self.taints]} if self.taints else {},
+            "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        }
+
+
+def _pod_uid(pod: Mapping[str, object]) -> str:
+    uid = (pod.get("metadata") or {}).get("uid")  # type: ignore[union-attr]
+    if not uid:
+        raise ValueError("pod has no metadata.uid; the store assigns one on create")
+    return str(uid)

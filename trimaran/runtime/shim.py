@@ -1,0 +1,546 @@
+"""Per-pod supervisor: ``python -I -S shim.py <state_dir>`` (or ``-m trimaran.runtime.shim``).
+
+Standard library only, and importing nothing else of trimaran, so it starts in ~15 ms and
+keeps running when the control plane that spawned it dies: it runs in its own session, and
+the control plane, once restarted, re-adopts the pod by reading the files below.
+
+It reads ``<state_dir>/spec.json``::
+
+    {"uid": str, "namespace": str, "name": str, "attempt": int, "grace_seconds": float,
+     "init_containers": [C, ...], "containers": [C, ...]}
+    C = {"name": str, "argv": [str], "env": {str: str}, "log": path,
+         "memory_limit": int | null, "use_cgroups": bool,
+         "termination_log": path | null, "termination_message_policy": "File" | ...}
+
+runs the init containers one after another (stopping at the first failure), then all
+containers together, each with stdout and stderr appended to its ``log``, and writes:
+
+- ``shim.pid``: ``{"pid", "startTicks"}`` (start time in clock ticks since boot, to tell the
+  process from a later one with the same pid);
+- ``<container>.pid``: ``{"pid", "startTicks", "startedAt", "cgroup", "memoryEnforcement"}``;
+- ``<container>.exit.json``: ``{"exitCode", "signal", "reason", "message", "startedAt",
+  "finishedAt"}`` with ``reason`` one of Completed, Error, OOMKilled, StartError;
+- ``shim.done`` when it exits on its own terms (so a shim that vanished without it was lost).
+
+Exit codes follow Kubernetes: a process killed by signal N exits 128+N (bubblewrap already
+reports its child's death that way). SIGTERM or SIGINT to the shim stops the pod: SIGTERM to
+the containers' processes (never to bubblewrap, which would die at once and take the
+container down with SIGKILL, skipping its grace period), then SIGKILL to everything after the
+grace period (``stop.json``'s ``graceSeconds``, else the spec's ``grace_seconds``).
+
+Memory limits use a cgroup per container: cgroup v2 (``memory.max``; OOM from
+``memory.events``), else the v1 memory controller (``memory.limit_in_bytes``; OOM from
+``memory.oom_control``'s ``oom_kill``), whichever is writable. Without either, ``RLIMIT_AS``
+caps the address space instead; a failing allocation then raises in the program rather than
+waking the OOM killer, so OOMKilled is inferred when the container exits non-zero and its log
+ends with MemoryError, "Cannot allocate memory" or std::bad_alloc. RLIMIT_AS counts virtual
+memory, which runtimes such as PyTorch reserve generously: a cgroup is much to be preferred.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import time
+
+__all__ = [
+    "proc_stat",
+    "process_alive",
+    "descendants",
+    "read_json",
+    "write_json",
+    "utc_now",
+    "cgroup_procs",
+    "kill_cgroup",
+    "main",
+]
+
+_OOM_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
+_TAIL_BYTES = 8192
+_MESSAGE_BYTES = 4096
+_FALLBACK_LOG_BYTES = 2048
+_FALLBACK_LOG_LINES = 80
+
+
+# -- small helpers, shared with trimaran.runtime.local ---------------------------------------
+
+
+def utc_now() -> str:
+    """Now in RFC 3339 at second precision, as Kubernetes writes timestamps."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_json(path: str) -> dict | None:
+    """A JSON file's object, or ``None`` when missing or (being replaced) unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write atomically, so a reader never sees half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """``(state, ppid, pgrp, start_ticks)`` from /proc/<pid>/stat, or ``None`` if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ")".
+    fields = raw[raw.rfind(b")") + 2:].split()
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def process_alive(pid: int, start_ticks: int | None) -> bool:
+    """Whether the process that had ``start_ticks`` still runs (a zombie does not; a new
+    process that reused the pid does not match)."""
+    stat = proc_stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):
+        return False
+    return start_ticks is None or stat[3] == start_ticks
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every live descendant of ``pid`` as ``(pid, start_ticks)``, by walking /proc."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = proc_stat(int(name))
+        if stat is None or stat[0] in ("Z", "X"):
+            continue
+        children.setdefault(stat[1], []).append((int(name), stat[3]))
+    found: list[tuple[int, int]] = []
+    queue = [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child[0])
+    return found
+
+
+def cgroup_procs(path: str) -> list[int]:
+    """The pids in a cgroup directory (none when it is gone)."""
+    try:
+        with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as handle:
+            return [int(line) for line in handle if line.strip()]
+    except OSError:
+        return []
+
+
+def kill_cgroup(path: str, deadline_s: float = 5.0) -> None:
+    """SIGKILL everything in a cgroup and remove it (processes may be forking meanwhile)."""
+    kill_file = os.path.join(path, "cgroup.kill")
+    end = time.monotonic() + deadline_s
+    while os.path.isdir(path) and time.monotonic() < end:
+        if os.path.exists(kill_file):
+            _write(kill_file, "1")
+        for pid in cgroup_procs(path):
+            _signal(pid, signal.SIGKILL)
+        try:
+            os.rmdir(path)
+        except OSError:
+            time.sleep(0.01)
+
+
+def _write(path: str, text: str) -> bool:
+    try:
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write(text)
+        return True
+    except OSError:
+        return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# -- cgroups ------------------------------------------------------------------------------
+
+
+def _mounts() -> list[tuple[str, str, list[str]]]:
+    out = []
+    with open("/proc/self/mounts", encoding="utf-8") as handle:
+        for line in handle:
+            parts = line.split()
+            if len(parts) >= 4:
+                out.append((parts[1], parts[2], parts[3].split(",")))
+    return out
+
+
+def _own_cgroup(controller: str) -> str:
+    with open("/proc/self/cgroup", encoding="utf-8") as handle:
+        for line in handle:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if controller in controllers.split(","):
+                return path
+    return "/"
+
+
+def _create_v2(name: str, limit: int) -> str | None:
+    for mountpoint, fstype, _ in _mounts():
+        if fstype != "cgroup2":
+            continue
+        try:
+            with open(os.path.join(mountpoint, "cgroup.controllers"), encoding="ascii") as f:
+                if "memory" not in f.read().split():
+                    continue
+        except OSError:
+            continue
+        # Processes may only sit in leaves once a cgroup delegates controllers, so the pods'
+        # cgroups hang off a "trimaran" child of the root, which is exempt from that rule.
+        base = os.path.join(mountpoint, "trimaran")
+        _write(os.path.join(mountpoint, "cgroup.subtree_control"), "+memory")
+        try:
+            os.makedirs(base, exist_ok=True)
+        except OSError:
+            continue
+        _write(os.path.join(base, "cgroup.subtree_control"), "+memory")
+        path = os.path.join(base, name)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError:
+            continue
+        if _write(os.path.join(path, "memory.max"), str(limit)):
+            # Swap would let the container exceed its limit unnoticed.
+            _write(os.path.join(path, "memory.swap.max"), "0")
+            return path
+        kill_cgroup(path)
+    return None
+
+
+def _create_v1(name: str, limit: int) -> str | None:
+    for mountpoint, fstype, options in _mounts():
+        if fstype != "cgroup" or "memory" not in options:
+            continue
+        # Under our own cgroup first, so that limits on the control plane cover its pods.
+        own = _own_cgroup("memory").lstrip("/")
+        for base in (os.path.join(mountpoint, own, "trimaran"), os.path.join(mountpoint, "trimaran")):
+            path = os.path.join(base, name)
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError:
+                continue
+            if _write(os.path.join(path, "memory.limit_in_bytes"), str(limit)):
+                _write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(limit))
+                return path
+            kill_cgroup(path)
+    return None
+
+
+def _oom_kills(path: str) -> int:
+    for filename in ("memory.events", "memory.oom_control"):
+        try:
+            with open(os.path.join(path, filename), encoding="ascii") as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except OSError:
+            continue
+    return 0
+
+
+# -- the supervisor -----------------------------------------------------------------------
+
+
+class _Container:
+    def __init__(self, spec: dict, state_dir: str, uid: str, attempt: int) -> None:
+        self.spec = spec
+        self.name: str = spec["name"]
+        self.state_dir = state_dir
+        self.cgroup_name = f"{uid}-{attempt}-{self.name}"
+        self.proc: subprocess.Popen | None = None
+        self.pidfd: int | None = None
+        self.cgroup: str | None = None
+        self.enforcement: str | None = None
+        self.started_at = ""
+        self.log_offset = 0
+        self.exit_code: int | None = None
+
+    def _file(self, suffix: str) -> str:
+        return os.path.join(self.state_dir, f"{self.name}{suffix}")
+
+    def start(self) -> None:
+        limit = self.spec.get("memory_limit")
+        if limit and self.spec.get("use_cgroups", True):
+            self.cgroup = _create_v2(self.cgroup_name, limit)
+            self.enforcement = "cgroup-v2"
+            if self.cgroup is None:
+                self.cgroup = _create_v1(self.cgroup_name, limit)
+                self.enforcement = "cgroup-v1"
+        if limit and self.cgroup is None:
+            self.enforcement = "rlimit"
+        cgroup, rlimit = self.cgroup, (limit if self.enforcement == "rlimit" else None)
+
+        def before_exec() -> None:
+            # In the child, before bwrap runs: a process group of its own (Popen's
+            # process_group needs Python 3.11), and the cgroup, so that every process of the
+            # container is counted from its first instruction.
+            os.setpgid(0, 0)
+            if cgroup is not None:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w", encoding="ascii") as f:
+                    f.write(str(os.getpid()))
+            if rlimit is not None:
+                resource.setrlimit(resource.RLIMIT_AS, (rlimit, rlimit))
+
+        log_path = self.spec["log"]
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        self.started_at = utc_now()
+        with open(log_path, "ab") as log:
+            self.log_offset = log.tell()
+            try:
+                self.proc = subprocess.Popen(
+                    self.spec["argv"],
+                    env=self.spec["env"],
+                    cwd="/",
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=before_exec,
+                )
+            except OSError as exc:
+                self._record(128, None, "StartError", f"failed to start {self.spec['argv'][0]!r}: {exc}")
+                return
+        stat = proc_stat(self.proc.pid)
+        write_json(self._file(".pid"), {
+            "pid": self.proc.pid,
+            "startTicks": stat[3] if stat else None,
+            "startedAt": self.started_at,
+            "cgroup": self.cgroup,
+            "memoryEnforcement": self.enforcement,
+        })
+        try:
+            self.pidfd = os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None  # the main loop then polls on a short timeout
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.exit_code is None
+
+    def _processes(self) -> list[int]:
+        assert self.proc is not None
+        pids = {self.proc.pid, *(p for p, _ in descendants(self.proc.pid))}
+        if self.cgroup:
+            pids.update(cgroup_procs(self.cgroup))
+        return sorted(pids)
+
+    def terminate(self) -> None:
+        """SIGTERM to the container's own processes. bubblewrap is left out: it does not
+        forward signals and dies of SIGTERM, which kills its child at once."""
+        for pid in self._processes():
+            if _comm(pid) != "bwrap":
+                _signal(pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to everything: the process group, every descendant, the cgroup."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in self._processes():
+            _signal(pid, signal.SIGKILL)
+
+    def reap(self) -> bool:
+        """Record the exit if the process ended; True when it did."""
+        assert self.proc is not None
+        returncode = self.proc.poll()
+        if returncode is None:
+            return False
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        # Nothing of the container may outlive it: stray processes in its group or cgroup.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        oom = False
+        if self.cgroup:
+            oom = _oom_kills(self.cgroup) > 0
+            kill_cgroup(self.cgroup)
+        sandboxed = os.path.basename(self.spec["argv"][0]) == "bwrap"
+        signum: int | None = None
+        if returncode < 0:
+            signum = -returncode
+            exit_code = 128 + signum
+        else:
+            exit_code = returncode
+            if sandboxed and 128 < returncode <= 128 + 64:
+                signum = returncode - 128  # bubblewrap's report of a signalled child
+        tail = self._log_tail(_TAIL_BYTES)
+        if sandboxed and returncode == 1 and tail.startswith(b"bwrap: "):
+            # bubblewrap could not set up the sandbox or exec the command.
+            self._record(128, None, "StartError", tail.decode(errors="replace").strip()[:_MESSAGE_BYTES])
+            return True
+        if self.enforcement == "rlimit" and exit_code != 0:
+            oom = any(marker in tail for marker in _OOM_MARKERS)
+        reason = "OOMKilled" if oom and exit_code != 0 else ("Completed" if exit_code == 0 else "Error")
+        message = self._termination_message(exit_code)
+        self._record(exit_code, signum, reason, message)
+        return True
+
+    def _log_tail(self, size: int) -> bytes:
+        try:
+            with open(self.spec["log"], "rb") as log:
+                end = log.seek(0, os.SEEK_END)
+                log.seek(max(self.log_offset, end - size))
+                return log.read()
+        except OSError:
+            return b""
+
+    def _termination_message(self, exit_code: int) -> str | None:
+        path = self.spec.get("termination_log")
+        if path:
+            try:
+                with open(path, "rb") as handle:
+                    text = handle.read(_MESSAGE_BYTES)
+                if text:
+                    return text.decode(errors="replace")
+            except OSError:
+                pass
+        if exit_code != 0 and self.spec.get("termination_message_policy") == "FallbackToLogsOnError":
+            lines = self._log_tail(_FALLBACK_LOG_BYTES).splitlines()[-_FALLBACK_LOG_LINES:]
+            return b"\n".join(lines).decode(errors="replace") or None
+        return None
+
+    def _record(self, exit_code: int, signum: int | None, reason: str, message: str | None) -> None:
+        self.exit_code = exit_code
+        write_json(self._file(".exit.json"), {
+            "exitCode": exit_code,
+            "signal": signum,
+            "reason": reason,
+            "message": message,
+            "startedAt": self.started_at,
+            "finishedAt": utc_now(),
+        })
+
+
+class _Shim:
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.spec = read_json(os.path.join(state_dir, "spec.json"))
+        if self.spec is None:
+            raise SystemExit(f"shim: cannot read {state_dir}/spec.json")
+        self.stop_requested = False
+        self.kill_at: float | None = None
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_stop)
+
+    def _on_stop(self, signum: int, frame: object) -> None:
+        self.stop_requested = True
+
+    def _containers(self, key: str) -> list[_Container]:
+        return [
+            _Container(c, self.state_dir, self.spec["uid"], self.spec["attempt"])
+            for c in self.spec.get(key) or []
+        ]
+
+    def run(self) -> None:
+        for container in self._containers("init_containers"):
+            if self.stop_requested:
+                return
+            container.start()
+            self._wait([container])
+            if container.exit_code != 0:
+                return  # the kubelet decides whether to restart; later ones never start
+        containers = self._containers("containers")
+        if self.stop_requested:
+            return
+        for container in containers:
+            container.start()
+        self._wait(containers)
+
+    def _grace(self) -> float:
+        stop = read_json(os.path.join(self.state_dir, "stop.json")) or {}
+        return float(stop.get("graceSeconds", self.spec.get("grace_seconds", 30)))
+
+    def _wait(self, containers: list[_Container]) -> None:
+        while True:
+            for container in containers:
+                if container.running:
+                    container.reap()
+            running = [c for c in containers if c.running]
+            if not running:
+                return
+            now = time.monotonic()
+            if self.stop_requested and self.kill_at is None:
+                self.kill_at = now + self._grace()
+                for container in running:
+                    container.terminate()
+            if self.kill_at is not None and now >= self.kill_at:
+                for container in running:
+                    container.kill()
+            poller = select.poll()
+            poller.register(self.wake_r, select.POLLIN)
+            for container in running:
+                if container.pidfd is not None:
+                    poller.register(container.pidfd, select.POLLIN)
+            timeout: float | None = None
+            if any(c.pidfd is None for c in running):
+                timeout = 0.1
+            if self.kill_at is not None:
+                remaining = max(self.kill_at - now, 0.0) if now < self.kill_at else 0.05
+                timeout = remaining if timeout is None else min(timeout, remaining)
+            poller.poll(None if timeout is None else timeout * 1000)
+            try:
+                while os.read(self.wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: ``shim.py STATE_DIR``."""
+    if len(argv) != 2:
+        print("usage: python -I -S -m trimaran.runtime.shim STATE_DIR", file=sys.stderr)
+        return 2
+    state_dir = os.path.abspath(argv[1])
+    if os.getsid(0) != os.getpid():
+        # Started by hand rather than by the runtime (which spawns it as a session leader):
+        # leave the caller's session so that its end does not end the pod.
+        if os.fork():
+            return 0
+        os.setsid()
+    shim = _Shim(state_dir)
+    stat = proc_stat(os.getpid())
+    write_json(os.path.join(state_dir, "shim.pid"),
+               {"pid": os.getpid(), "startTicks": stat[3] if stat else None})
+    shim.run()
+    write_json(os.path.join(state_dir, "shim.done"), {"finishedAt": utc_now()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,228 @@
+"""Pod volumes as host directories, and each container's mounts of them.
+
+Layout (``home`` is the runtime's home directory):
+
+- ``emptyDir``: ``<pod_dir>/volumes/<volume>``, kept across container restarts and removed
+  with the pod; ``medium: Memory`` is a tmpfs inside the sandbox instead (size from
+  ``sizeLimit``), private to each container of the pod.
+- ``hostPath``: the path itself; ``DirectoryOrCreate`` / ``FileOrCreate`` create it, the other
+  types check it, and a path that does not exist is an error (never created silently).
+- ``persistentVolumeClaim``: ``<home>/volumes/<namespace>/<claimName>``, created on first use,
+  outliving pods: the one-node stand-in for a PersistentVolume.
+- ``configMap`` / ``secret``: keys written as files into ``<run_dir>/volumes/<volume>``
+  (``items`` pick keys and paths, ``defaultMode``/``mode`` set permissions), mounted read-only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from trimaran.runtime.env import ConfigError, Lookup, config_data, expand
+from trimaran.runtime.quantity import QuantityError, parse_memory
+
+__all__ = ["VolumeError", "Mount", "PodVolume", "prepare_volumes", "container_mounts"]
+
+_DEFAULT_MODE = 0o644
+_SUPPORTED = ("emptyDir", "hostPath", "persistentVolumeClaim", "configMap", "secret")
+
+
+class VolumeError(Exception):
+    """A volume cannot be set up (the pod stays ContainerCreating with a FailedMount event)."""
+
+
+@dataclass(frozen=True)
+class PodVolume:
+    """A pod volume made ready on the host. ``source`` is ``None`` for a memory-backed emptyDir."""
+
+    name: str
+    source: Path | None
+    read_only: bool = False
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One mount in a container's sandbox: a host path bound at ``target``, or a fresh tmpfs
+    (``source is None``) of ``size`` bytes (the kernel's default when ``None``)."""
+
+    target: str
+    source: Path | None
+    read_only: bool = False
+    size: int | None = None
+
+
+def _relative(path: str, what: str) -> PurePosixPath:
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+        raise VolumeError(f"{what} {path!r} must be a relative path without '..'")
+    return pure
+
+
+def _materialise(
+    kind: str,
+    volume: Mapping[str, object],
+    source: Mapping[str, object],
+    namespace: str,
+    lookup: Lookup,
+    target: Path,
+) -> None:
+    name = str(source.get("name") if kind == "ConfigMap" else source.get("secretName") or "")
+    optional = bool(source.get("optional"))
+    obj = lookup(kind, namespace, name)
+    target.mkdir(parents=True, exist_ok=True)
+    if obj is None:
+        if optional:
+            return
+        raise VolumeError(
+            f'MountVolume.SetUp failed for volume "{volume.get("name")}" : '
+            f'{kind.lower()} "{name}" not found'
+        )
+    try:
+        data = config_data(kind, obj)
+    except ConfigError as exc:
+        raise VolumeError(str(exc)) from None
+    default_mode = int(source.get("defaultMode") or _DEFAULT_MODE)  # type: ignore[call-overload]
+    items = source.get("items")
+    if items:
+        chosen: list[tuple[str, PurePosixPath, int]] = []
+        for item in items:  # type: ignore[union-attr]
+            key = str(item.get("key"))
+            if key not in data:
+                if optional:
+                    continue
+                noun = "config" if kind == "ConfigMap" else "secret"
+                raise VolumeError(
+                    f'MountVolume.SetUp failed for volume "{volume.get("name")}" : '
+                    f"{kind.lower()} references non-existent {noun} key: {key}"
+                )
+            chosen.append((key, _relative(str(item.get("path") or key), "item path"),
+                           int(item.get("mode") or default_mode)))
+    else:
+        chosen = [(key, _relative(key, "key"), default_mode) for key in data]
+    for key, rel, mode in chosen:
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data[key])
+        path.chmod(mode)
+
+
+def _host_path(volume_name: str, source: Mapping[str, object]) -> Path:
+    path = Path(str(source.get("path") or ""))
+    kind = str(source.get("type") or "")
+    if not path.is_absolute():
+        raise VolumeError(f"volume {volume_name!r}: hostPath.path must be absolute")
+    if kind == "DirectoryOrCreate":
+        path.mkdir(mode=0o755, parents=True, exist_ok=True)
+    elif kind == "FileOrCreate":
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        path.touch(mode=0o644, exist_ok=True)
+    checks = {
+        "Directory": (path.is_dir, "a directory"),
+        "DirectoryOrCreate": (path.is_dir, "a directory"),
+        "File": (path.is_file, "a file"),
+        "FileOrCreate": (path.is_file, "a file"),
+        "Socket": (path.is_socket, "a socket"),
+        "CharDevice": (path.is_char_device, "a character device"),
+        "BlockDevice": (path.is_block_device, "a block device"),
+    }
+    if kind in checks:
+        check, noun = checks[kind]
+        if not check():
+            raise VolumeError(f"volume {volume_name!r}: hostPath type check failed: {path} is not {noun}")
+    elif kind:
+        raise VolumeError(f"volume {volume_name!r}: unknown hostPath type {kind!r}")
+    elif not path.exists():
+        raise VolumeError(
+            f"volume {volume_name!r}: hostPath {path} does not exist "
+            f"(set type: DirectoryOrCreate to have it created)"
+        )
+    return path
+
+
+def prepare_volumes(
+    pod: Mapping[str, object], *, pod_dir: Path, run_dir: Path, home: Path, lookup: Lookup
+) -> dict[str, PodVolume]:
+    """Make every volume of the pod exist on the host; returns them by name.
+
+    ``pod_dir`` holds what lives as long as the pod (emptyDirs), ``run_dir`` what is
+    rewritten at each start (configMap/secret contents, so they follow updates).
+    """
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    namespace = str(meta.get("namespace") or "default")  # type: ignore[union-attr]
+    volumes: dict[str, PodVolume] = {}
+    for volume in spec.get("volumes") or []:  # type: ignore[union-attr]
+        name = str(volume.get("name"))
+        if "emptyDir" in volume:
+            empty = volume.get("emptyDir") or {}
+            if empty.get("medium") == "Memory":
+                limit = empty.get("sizeLimit")
+                try:
+                    size = parse_memory(limit) if limit else None
+                except QuantityError as exc:
+                    raise VolumeError(f"volume {name!r}: sizeLimit: {exc}") from None
+                volumes[name] = PodVolume(name, None, size=size)
+            else:
+                path = pod_dir / "volumes" / name
+                path.mkdir(parents=True, exist_ok=True)
+                volumes[name] = PodVolume(name, path)
+        elif "hostPath" in volume:
+            volumes[name] = PodVolume(name, _host_path(name, volume["hostPath"]))
+        elif "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]
+            claim_name = str(claim.get("claimName") or "")
+            _relative(claim_name, "claimName")
+            path = home / "volumes" / namespace / claim_name
+            path.mkdir(parents=True, exist_ok=True)
+            volumes[name] = PodVolume(name, path, read_only=bool(claim.get("readOnly")))
+        elif "configMap" in volume or "secret" in volume:
+            kind = "ConfigMap" if "configMap" in volume else "Secret"
+            target = run_dir / "volumes" / name
+            _materialise(kind, volume, volume.get("configMap") or volume.get("secret") or {},
+                         namespace, lookup, target)
+            volumes[name] = PodVolume(name, target, read_only=True)
+        else:
+            kinds = [k for k in volume if k != "name"]
+            raise VolumeError(
+                f"volume {name!r}: unsupported volume type {', '.join(kinds) or '(none)'}; "
+                f"supported: {', '.join(_SUPPORTED)}"
+            )
+    return volumes
+
+
+def container_mounts(
+    container: Mapping[str, object], volumes: Mapping[str, PodVolume], env: Mapping[str, str]
+) -> list[Mount]:
+    """The container's ``volumeMounts`` resolved to host paths. ``subPath`` (and
+    ``subPathExpr``, expanded with the container's ``env``) is created inside writable
+    volumes when missing, as the kubelet does."""
+    mounts: list[Mount] = []
+    for mount in container.get("volumeMounts") or []:  # type: ignore[union-attr]
+        name = str(mount.get("name"))
+        target = str(mount.get("mountPath") or "")
+        if not target.startswith("/"):
+            raise VolumeError(f"volumeMount {name!r}: mountPath {target!r} must be absolute")
+        volume = volumes.get(name)
+        if volume is None:
+            raise VolumeError(f"volumeMount {name!r}: the pod has no volume of that name")
+        read_only = bool(mount.get("readOnly")) or volume.read_only
+        sub = mount.get("subPath") or (
+            expand(str(mount["subPathExpr"]), env) if mount.get("subPathExpr") else ""
+        )
+        if volume.source is None:
+            if sub:
+                raise VolumeError(f"volumeMount {name!r}: subPath is not supported on a memory emptyDir")
+            mounts.append(Mount(target, None, read_only, volume.size))
+            continue
+        source = volume.source
+        if sub:
+            source = source / _relative(str(sub), "subPath")
+            if not source.exists():
+                if volume.read_only:
+                    raise VolumeError(f"volumeMount {name!r}: subPath {sub!r} does not exist in the volume")
+                source.mkdir(parents=True, exist_ok=True)
+        mounts.append(Mount(target, source, read_only))
+    return mounts
