@@ -440,3 +440,25 @@ def test_four_replicas_start_fast(runtime: LocalRuntime) -> None:
     print(f"4 x start_pod: {started * 1000:.1f} ms; all running after {all_running * 1000:.1f} ms")
     assert started < 0.5
     assert all_running < 2.0
+
+
+def test_restarting_one_container_while_another_runs(runtime: LocalRuntime) -> None:
+    sidecar = {**python("import time; print('up', flush=True); time.sleep(1000)"), "name": "sidecar"}
+    worker = {**python("import os; print('attempt', os.environ['ATTEMPT'])"), "name": "worker",
+              "env": [{"name": "ATTEMPT", "value": "x"}]}
+    pod = make_pod("pair", [sidecar, worker])
+    runtime.start_pod(pod, attempt=0)
+    finished(runtime, pod, "worker")
+    with pytest.raises(RuntimeError, match="sidecar still running"):
+        runtime.start_pod(pod, attempt=1)
+    runtime.start_pod(pod, attempt=1, containers=["worker"])
+    status = wait_for(lambda: (s := runtime.pod_status(uid_of(pod)).containers["worker"]).attempt == 1
+                      and s.state == "terminated" and s, 20, "the worker's second run")
+    assert status.exit_code == 0
+    both = runtime.pod_status(uid_of(pod))
+    assert list(both.containers) == ["sidecar", "worker"]
+    assert (both.containers["sidecar"].state, both.containers["sidecar"].attempt) == ("running", 0)
+    assert runtime.log_attempts("default", "pair", "worker") == [0, 1]
+    assert log_of(runtime, pod).strip() == "up"  # the first container's log by default
+    runtime.stop_pod(uid_of(pod), grace_seconds=0)
+    assert runtime.pod_status(uid_of(pod)).containers["sidecar"].state == "terminated"

@@ -174,8 +174,9 @@ class LocalRuntime:
 
         ``pod`` is the Pod dict (``metadata.uid`` required). ``attempt`` numbers the run and
         its log files; a restart in place is ``start_pod(pod, attempt=n + 1)`` once the last
-        run has ended. ``containers`` restarts only those app containers (init containers
-        are not rerun); by default the init containers run, then all containers.
+        run has ended. ``containers`` restarts only those app containers, which must have
+        ended, while the others run on (init containers are not rerun); by default the init
+        containers run, then all containers, and nothing of the pod may still be running.
         ``env_extra`` overrides the pod's environment (GPU assignment from ``Node.admit``);
         ``hosts`` (name → IP) goes into the sandbox's /etc/hosts; ``lookup(kind, namespace,
         name)`` reads ConfigMaps and Secrets.
@@ -195,9 +196,16 @@ class LocalRuntime:
         name = str(meta.get("name") or "")
         pod_dir = self._pod_dir(uid)
         run_dir = pod_dir / "runs" / str(attempt)
+        wanted = {str(c.get("name")) for c in spec.get("containers") or []} if containers is None \
+            else set(containers)
+        busy = self._unfinished_containers(uid)
+        if (containers is None and busy) or wanted & busy:
+            # Two copies of a container would fight over its volumes and ports.
+            raise RuntimeError(
+                f"pod {namespace}/{name}: {', '.join(sorted(busy))} still running; "
+                f"stop_pod first or restart only finished containers"
+            )
         if run_dir.exists():
-            if self._run_alive(run_dir):
-                raise RuntimeError(f"pod {namespace}/{name}: attempt {attempt} is still running")
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
         _shim.write_json(str(pod_dir / "pod.json"), {"namespace": namespace, "name": name, "uid": uid})
@@ -328,6 +336,18 @@ class LocalRuntime:
         self._reap()
         record = _shim.read_json(str(run_dir / "shim.pid"))
         return bool(record) and _shim.process_alive(record["pid"], record.get("startTicks"))
+
+    def _unfinished_containers(self, uid: str) -> set[str]:
+        """Containers (init ones too) of live runs that have not recorded an exit."""
+        busy: set[str] = set()
+        for run_dir in self._runs(uid):
+            if not self._run_alive(run_dir):
+                continue
+            spec = _shim.read_json(str(run_dir / "spec.json")) or {}
+            for container in (spec.get("init_containers") or []) + (spec.get("containers") or []):
+                if not (run_dir / f"{container['name']}.exit.json").exists():
+                    busy.add(container["name"])
+        return busy
 
     def _container_records(self, run_dir: Path) -> list[dict]:
         spec = _shim.read_json(str(run_dir / "spec.json")) or {}
