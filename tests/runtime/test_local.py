@@ -462,3 +462,16 @@ def test_restarting_one_container_while_another_runs(runtime: LocalRuntime) -> N
     assert log_of(runtime, pod).strip() == "up"  # the first container's log by default
     runtime.stop_pod(uid_of(pod), grace_seconds=0)
     assert runtime.pod_status(uid_of(pod)).containers["sidecar"].state == "terminated"
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06])
+def test_stop_right_after_start_is_orderly(runtime: LocalRuntime, delay: float) -> None:
+    pod = make_pod("hasty", [python("import time; time.sleep(1000)")])
+    runtime.start_pod(pod, attempt=0)
+    time.sleep(delay)  # lands the stop in different phases of the shim's start, not a wait
+    began = time.monotonic()
+    runtime.stop_pod(uid_of(pod), grace_seconds=5)
+    assert time.monotonic() - began < 2  # the process got its SIGTERM, whatever the phase
+    assert not runtime.is_alive(uid_of(pod))
+    status = runtime.pod_status(uid_of(pod)).containers["main"]
+    assert status.reason in ("ContainerCreating", "Error"), status

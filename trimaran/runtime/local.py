@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trimaran.runtime import shim as _shim
-from trimaran.runtime.env import Lookup, expand_command, resolve_env
+from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import is_gpu_resource
 from trimaran.runtime.node import Node, container_requests
-from trimaran.runtime.quantity import parse_memory
+from trimaran.runtime.quantity import QuantityError, parse_memory
 from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, find_bwrap, gpu_device_paths, hosts_file
 from trimaran.runtime.volumes import container_mounts, prepare_volumes
 
@@ -212,15 +212,16 @@ class LocalRuntime:
         try:
             run_spec = self._run_spec(pod, uid, namespace, name, attempt, run_dir, bwrap,
                                       env_extra or {}, hosts or {}, lookup or _no_lookup, containers)
+            log_dir = self._pod_log_dir(namespace, name)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            _shim.write_json(str(log_dir / "containers.json"),
+                             {"containers": [c.get("name") for c in spec.get("containers") or []]})
+            _shim.write_json(str(run_dir / "spec.json"), run_spec)
+            self._spawn_shim(run_dir)
         except BaseException:
+            # No half-made run: pod_status must not report a start that never happened.
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
-        app_names = [c.get("name") for c in spec.get("containers") or []]
-        log_dir = self._pod_log_dir(namespace, name)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        _shim.write_json(str(log_dir / "containers.json"), {"containers": app_names})
-        _shim.write_json(str(run_dir / "spec.json"), run_spec)
-        self._spawn_shim(run_dir)
 
     def _run_spec(
         self,
@@ -263,6 +264,10 @@ class LocalRuntime:
             command = expand_command(container, own_env)
             mounts = container_mounts(container, volumes, own_env)
             limits = (container.get("resources") or {}).get("limits") or {}
+            try:
+                memory_limit = parse_memory(limits["memory"]) if limits.get("memory") else None
+            except QuantityError as exc:
+                raise ConfigError(f"container {cname!r}: limits.memory: {exc}") from None
             termination_log = run_dir / f"{cname}.termination-log"
             termination_log.touch()
             wants_gpu = any(is_gpu_resource(r) for r in container_requests(container).gpus)
@@ -283,7 +288,7 @@ class LocalRuntime:
                 "argv": argv,
                 "env": {**_image_env(hostname), **own_env, **env_extra},
                 "log": str(log_dir / cname / f"{attempt}.log"),
-                "memory_limit": parse_memory(limits["memory"]) if limits.get("memory") else None,
+                "memory_limit": memory_limit,
                 "use_cgroups": self.use_cgroups,
                 "termination_log": str(termination_log),
                 "termination_message_policy": container.get("terminationMessagePolicy") or "File",
@@ -295,19 +300,36 @@ class LocalRuntime:
             if missing:
                 raise ValueError(f"pod {namespace}/{name} has no container {sorted(missing)}")
         init = [] if only is not None else list(spec.get("initContainers") or [])
+        grace = spec.get("terminationGracePeriodSeconds")
         return {
             "uid": uid,
             "namespace": namespace,
             "name": name,
             "attempt": attempt,
-            "grace_seconds": float(spec.get("terminationGracePeriodSeconds", 30)),
+            "grace_seconds": float(30 if grace is None else grace),
             "init_containers": [container_spec(c) for c in init],
             "containers": [container_spec(c) for c in app],
         }
 
     def _spawn_shim(self, run_dir: Path) -> None:
+        # Blocked across the spawn (the child inherits the mask through exec) until the shim
+        # has its handlers: a stop_pod right after start_pod then stops the pod in order.
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _shim.STOP_SIGNALS)
+        try:
+            proc = self._popen_shim(run_dir)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        stat = _shim.proc_stat(proc.pid)
+        # Written here as well as by the shim, so the pod is tracked from this instant.
+        _shim.write_json(str(run_dir / "shim.pid"),
+                         {"pid": proc.pid, "startTicks": stat[3] if stat else None})
+        with self._lock:
+            self._children[str(run_dir)] = proc
+
+    @staticmethod
+    def _popen_shim(run_dir: Path) -> subprocess.Popen:
         with open(run_dir / "shim.log", "wb") as shim_log:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 [sys.executable, "-I", "-S", _SHIM, str(run_dir)],
                 stdin=subprocess.DEVNULL,
                 stdout=shim_log,
@@ -316,12 +338,6 @@ class LocalRuntime:
                 # Its own session: the shim (and so the pod) outlives the control plane.
                 start_new_session=True,
             )
-        stat = _shim.proc_stat(proc.pid)
-        # Written here as well as by the shim, so the pod is tracked from this instant.
-        _shim.write_json(str(run_dir / "shim.pid"),
-                         {"pid": proc.pid, "startTicks": stat[3] if stat else None})
-        with self._lock:
-            self._children[str(run_dir)] = proc
 
     # -- liveness -------------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from trimaran.runtime.gpus import (
     discover_gpus,
     gpu_env,
     gpu_labels,
-    is_gpu_resource,
 )
 from trimaran.runtime.quantity import format_cpu, format_memory, parse_cpu, parse_memory, parse_quantity
 

@@ -49,6 +49,7 @@ import sys
 import time
 
 __all__ = [
+    "STOP_SIGNALS",
     "proc_stat",
     "process_alive",
     "descendants",
@@ -60,7 +61,9 @@ __all__ = [
     "main",
 ]
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _OOM_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
+_RESCAN_S = 0.05
 _TAIL_BYTES = 8192
 _MESSAGE_BYTES = 4096
 _FALLBACK_LOG_BYTES = 2048
@@ -282,6 +285,7 @@ class _Container:
         self.started_at = ""
         self.log_offset = 0
         self.exit_code: int | None = None
+        self.terminated: set[int] = set()
 
     def _file(self, suffix: str) -> str:
         return os.path.join(self.state_dir, f"{self.name}{suffix}")
@@ -324,7 +328,8 @@ class _Container:
                     stderr=subprocess.STDOUT,
                     preexec_fn=before_exec,
                 )
-            except OSError as exc:
+            except (OSError, subprocess.SubprocessError) as exc:
+                # The program or bwrap is missing, or joining the cgroup failed.
                 self._record(128, None, "StartError", f"failed to start {self.spec['argv'][0]!r}: {exc}")
                 return
         stat = proc_stat(self.proc.pid)
@@ -352,10 +357,13 @@ class _Container:
         return sorted(pids)
 
     def terminate(self) -> None:
-        """SIGTERM to the container's own processes. bubblewrap is left out: it does not
-        forward signals and dies of SIGTERM, which kills its child at once."""
+        """SIGTERM to the container's own processes, each once. bubblewrap is left out: it
+        does not forward signals and dies of SIGTERM, which kills its child at once. Called
+        again during the grace period, because a process still being set up by bubblewrap
+        (so still named bwrap) when the stop came must get its SIGTERM once it runs."""
         for pid in self._processes():
-            if _comm(pid) != "bwrap":
+            if pid not in self.terminated and _comm(pid) != "bwrap":
+                self.terminated.add(pid)
                 _signal(pid, signal.SIGTERM)
 
     def kill(self) -> None:
@@ -446,17 +454,21 @@ class _Container:
 class _Shim:
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
-        self.spec = read_json(os.path.join(state_dir, "spec.json"))
-        if self.spec is None:
-            raise SystemExit(f"shim: cannot read {state_dir}/spec.json")
         self.stop_requested = False
         self.kill_at: float | None = None
+        # Handlers first: a stop that arrives while the spec is read must not be lost.
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, self._on_stop)
+        # The runtime spawns the shim with these blocked, so that a stop sent before the
+        # handlers existed is pending now rather than having killed the shim outright.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        self.spec = read_json(os.path.join(state_dir, "spec.json"))
+        if self.spec is None:
+            raise SystemExit(f"shim: cannot read {state_dir}/spec.json")
 
     def _on_stop(self, signum: int, frame: object) -> None:
         self.stop_requested = True
@@ -497,22 +509,24 @@ class _Shim:
             now = time.monotonic()
             if self.stop_requested and self.kill_at is None:
                 self.kill_at = now + self._grace()
+            if self.kill_at is not None:
                 for container in running:
-                    container.terminate()
-            if self.kill_at is not None and now >= self.kill_at:
-                for container in running:
-                    container.kill()
+                    if now >= self.kill_at:
+                        container.kill()
+                    else:
+                        container.terminate()
             poller = select.poll()
             poller.register(self.wake_r, select.POLLIN)
             for container in running:
                 if container.pidfd is not None:
                     poller.register(container.pidfd, select.POLLIN)
+            # Without pidfds, exits are noticed by polling; while stopping, new processes
+            # are looked for (see terminate) and the kill deadline is kept.
             timeout: float | None = None
-            if any(c.pidfd is None for c in running):
-                timeout = 0.1
-            if self.kill_at is not None:
-                remaining = max(self.kill_at - now, 0.0) if now < self.kill_at else 0.05
-                timeout = remaining if timeout is None else min(timeout, remaining)
+            if self.kill_at is not None or any(c.pidfd is None for c in running):
+                timeout = _RESCAN_S
+            if self.kill_at is not None and now < self.kill_at:
+                timeout = min(_RESCAN_S, self.kill_at - now)
             poller.poll(None if timeout is None else timeout * 1000)
             try:
                 while os.read(self.wake_r, 512):

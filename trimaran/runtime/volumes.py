@@ -15,7 +15,6 @@ Layout (``home`` is the runtime's home directory):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
