@@ -5,7 +5,8 @@ Fields Trimaran reads are modelled and checked; fields Kubernetes knows but Trim
 real manifests load without "unknown field" warnings and keep those fields.
 """
 
-from __future__ import annotations
+# Annotations are evaluated eagerly (no `from __future__ import annotations`): pydantic would
+# otherwise compile every annotation string at import, about a sixth of `import trimaran.api`.
 
 import base64
 import binascii
@@ -28,6 +29,7 @@ from trimaran.api.meta import (
     Resource,
     check_labels,
     check_qualified_name,
+    check_selector_values,
     is_dns1123_label,
     is_dns1123_subdomain,
     is_valid_label_value,
@@ -278,7 +280,8 @@ class EnvVarSource(ApiModel):
         if self.resource_field_ref is not None:
             res = self.resource_field_ref.resource
             if res not in _RESOURCE_REFS and not res.split(".", 1)[-1].startswith("hugepages-"):
-                errs.append(FieldError.not_supported(join_path(path, "resourceFieldRef", "resource"), res, _RESOURCE_REFS))
+                errs.append(FieldError.not_supported(
+                    join_path(path, "resourceFieldRef", "resource"), res, _RESOURCE_REFS))
         for attr, alias in (("config_map_key_ref", "configMapKeyRef"), ("secret_key_ref", "secretKeyRef")):
             ref = getattr(self, attr)
             if ref is not None:
@@ -303,7 +306,8 @@ class EnvVar(ApiModel):
             errs.extend(FieldError.invalid(join_path(path, "name"), self.name, m) for m in _env_name_errors(self.name))
         if self.value_from is not None:
             if self.value:
-                errs.append(FieldError.invalid(join_path(path, "valueFrom"), "", "may not be specified when `value` is not empty"))
+                errs.append(FieldError.invalid(
+                    join_path(path, "valueFrom"), "", "may not be specified when `value` is not empty"))
             errs.extend(self.value_from.check(join_path(path, "valueFrom")))
         return errs
 
@@ -435,7 +439,8 @@ class Container(ApiModel):
             if port.host_port is not None and port.host_port != 0:
                 errs.extend(_check_port_number(join_path(p, "hostPort"), port.host_port))
             if port.name:
-                errs.extend(FieldError.invalid(join_path(p, "name"), port.name, m) for m in is_valid_port_name(port.name))
+                errs.extend(FieldError.invalid(join_path(p, "name"), port.name, m)
+                            for m in is_valid_port_name(port.name))
                 if port.name in port_names:
                     errs.append(FieldError.duplicate(join_path(p, "name"), port.name))
                 port_names.add(port.name)
@@ -621,17 +626,7 @@ class NodeSelectorRequirement(ApiModel):
         errs: list[FieldError] = []
         if label_key:
             errs.extend(check_qualified_name(join_path(path, "key"), self.key))
-        values = self.values or []
-        if self.operator in ("In", "NotIn") and not values:
-            errs.append(FieldError.required(join_path(path, "values"), "must be specified when `operator` is 'In' or 'NotIn'"))
-        elif self.operator in ("Exists", "DoesNotExist") and values:
-            errs.append(FieldError.forbidden(join_path(path, "values"), "may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
-        elif self.operator in ("Gt", "Lt"):
-            if len(values) != 1:
-                errs.append(FieldError.required(join_path(path, "values"), "must be specified single value when `operator` is 'Lt' or 'Gt'"))
-            elif not re.fullmatch(r"[+-]?[0-9]+", values[0]):
-                errs.append(FieldError.invalid(join_path(path, "values", 0), values[0], "must be an integer"))
-        return errs
+        return errs + check_selector_values(join_path(path, "values"), self.operator, self.values)
 
 
 class NodeSelectorTerm(ApiModel):
@@ -658,7 +653,8 @@ class NodeSelector(ApiModel):
     def check(self, path: str) -> list[FieldError]:
         """At least one term, each valid."""
         if not self.node_selector_terms:
-            return [FieldError.required(join_path(path, "nodeSelectorTerms"), "must have at least one node selector term")]
+            return [FieldError.required(
+                join_path(path, "nodeSelectorTerms"), "must have at least one node selector term")]
         errs: list[FieldError] = []
         for i, term in enumerate(self.node_selector_terms):
             errs.extend(term.check(join_path(path, "nodeSelectorTerms", i)))
@@ -981,7 +977,7 @@ class Secret(Resource):
     immutable: bool | None = None
 
     def set_defaults(self) -> None:
-        """type Opaque; stringData merged into data (its keys win) and dropped."""
+        """Type Opaque; stringData merged into data (its keys win) and dropped."""
         if not self.type:
             self.type = "Opaque"
         if self.string_data:
@@ -1013,7 +1009,10 @@ class NamespaceStatus(ApiModel):
 class Namespace(Resource):
     """core/v1 Namespace (cluster-scoped; its name is a DNS-1123 label)."""
 
-    name_rule = staticmethod(is_dns1123_label)
+    @classmethod
+    def name_errors(cls, name: str) -> list[str]:
+        """Namespace names are DNS-1123 labels."""
+        return is_dns1123_label(name)
 
     spec: NamespaceSpec | None = None
     status: NamespaceStatus | None = None

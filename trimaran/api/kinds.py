@@ -56,7 +56,8 @@ _by_name: dict[str, list[KindInfo]] = {}
 def register(info: KindInfo) -> KindInfo:
     """Add a kind. When two versions share a name, the one registered first wins `lookup`
     (qualify the name with its version to reach the other). Registering the same info again
-    is a no-op; a different info for the same apiVersion/kind is an error."""
+    is a no-op; a different info for the same apiVersion/kind is an error.
+    """
     key = (info.api_version, info.kind)
     existing = _by_object.get(key)
     if existing is not None:
@@ -71,7 +72,8 @@ def register(info: KindInfo) -> KindInfo:
 
 def lookup(name: str) -> KindInfo:
     """Resolve what a user typed: ``TFJob``, ``tfjob``, ``tfjobs``, ``tfjobs.kubeflow.org``,
-    ``jobs.batch``, ``po``, ``cm``, ``ns``, ... (case-insensitive)."""
+    ``jobs.batch``, ``po``, ``cm``, ``ns``, ... (case-insensitive).
+    """
     matches = _by_name.get(name.lower())
     if not matches:
         raise UnknownKindError(f'the server doesn\'t have a resource type "{name}"')

@@ -15,8 +15,9 @@ import json
 import math
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -74,21 +75,49 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class _YamlLoader(_YAML_BASE):  # type: ignore[misc, valid-type]
-    """Safe loader that records duplicate keys instead of silently keeping the last one."""
+    """Safe loader that makes mapping keys strings, as Kubernetes' YAML-to-JSON step does, and
+    records duplicate keys instead of silently keeping the last one.
+    """
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.duplicates: list[str] = []
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[str, Any]:
         seen: set[str] = set()
         for key_node, _ in node.value:
+            # Keys brought in by a "<<" merge may be overridden; only repeated explicit keys count.
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _MERGE_TAG:
                 if key_node.value in seen:
                     self.duplicates.append(
                         f'duplicate field "{key_node.value}" at line {key_node.start_mark.line + 1}')
                 seen.add(key_node.value)
-        return super().construct_mapping(node, deep=deep)
+        self.flatten_mapping(node)
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            # Converting here, not later, keeps `1:` and `true:` apart (1 == True in a Python dict).
+            key = _key_text(self.construct_object(key_node, deep=deep))
+            if key is None:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, "found a key that is not a scalar",
+                    key_node.start_mark)
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+def _key_text(key: Any) -> str | None:
+    """A scalar key as text (``true``, ``1``, ``null``), or None for keys JSON cannot have."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    if isinstance(key, (int, float)):
+        return str(key)
+    if isinstance(key, (datetime.date, datetime.datetime)):
+        return key.isoformat()
+    return None
 
 
 # PyYAML (YAML 1.1) turns unquoted timestamps into datetimes and "1:30" into 90; Kubernetes'
@@ -125,11 +154,17 @@ def _yaml_documents(text: str) -> Iterator[tuple[int, Any, list[str], str | None
                 at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
                 yield index, None, [], f"invalid YAML{at}: {exc.problem or exc.context or exc}"
                 return
+            except yaml.reader.ReaderError as exc:
+                # Characters YAML forbids (NUL, most control characters); located by offset.
+                line = text.count("\n", 0, exc.position) + 1
+                column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+                yield index, None, [], f"invalid YAML at line {line}, column {column}: {exc.reason}"
+                return
             except yaml.YAMLError as exc:
-                yield index, None, [], f"invalid YAML: {exc}"
+                yield index, None, [], "invalid YAML: " + " ".join(str(exc).split())
                 return
             except RecursionError:
-                yield index, None, [], f"invalid YAML: nested too deeply"
+                yield index, None, [], "invalid YAML: nested too deeply"
                 return
             yield index, doc, list(loader.duplicates), None
     finally:
@@ -172,28 +207,13 @@ def _json_documents(text: str) -> Iterator[tuple[int, Any, list[str], str | None
         pos = whitespace.match(text, pos).end()  # type: ignore[union-attr]
 
 
-def _plain_key(key: Any, path: str) -> str:
-    # Kubernetes' YAML-to-JSON conversion writes non-string keys as their text.
-    if isinstance(key, str):
-        return key
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    if key is None:
-        return "null"
-    if isinstance(key, (int, float)):
-        return str(key)
-    if isinstance(key, (datetime.date, datetime.datetime)):
-        return key.isoformat()
-    raise _Problem(f"{path or '<root>'}: unsupported map key of type {type(key).__name__}")
-
-
 def _plain(value: Any, path: str, counter: list[int], depth: int = 0) -> Any:
     """A JSON-compatible copy of a parsed document; `counter` bounds the values visited."""
     counter[0] += 1
     if counter[0] > MAX_VALUES:
         raise _Problem(f"document is too large (more than {MAX_VALUES} values, aliases expanded)")
     if depth > MAX_DEPTH:
-        raise _Problem(f"{path or '<root>'}: nested more than {MAX_DEPTH} levels deep")
+        raise _Problem(f"nested more than {MAX_DEPTH} levels deep")
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -203,8 +223,7 @@ def _plain(value: Any, path: str, counter: list[int], depth: int = 0) -> Any:
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            text = _plain_key(key, path)
-            out[text] = _plain(item, join_path(path, text), counter, depth + 1)
+            out[key] = _plain(item, join_path(path, key), counter, depth + 1)
         return out
     if isinstance(value, list):
         return [_plain(item, join_path(path, i), counter, depth + 1) for i, item in enumerate(value)]
@@ -410,7 +429,8 @@ def load_and_validate(source: str | Path, text: str | None = None) -> list[Manif
     """`load_manifests` then `validate` every object: all defaulted objects (with their parse
     and validation warnings), or one ManifestError listing every problem of every document,
     each line located (``job.yaml (document 2): PyTorchJob "x": spec...: ...``).
-    An empty source yields an empty list."""
+    An empty source yields an empty list.
+    """
     problems: list[str] = []
     field_errors: list[FieldError] = []
     validated: list[Manifest] = []
