@@ -228,7 +228,7 @@ def _plain(value: Any, path: str, counter: list[int], depth: int = 0) -> Any:
     if isinstance(value, list):
         return [_plain(item, join_path(path, i), counter, depth + 1) for i, item in enumerate(value)]
     if isinstance(value, (datetime.date, datetime.datetime)):
-        return value.isoformat()
+        return value.isoformat()  # only from an explicit !!timestamp tag
     raise _Problem(f"{path or '<root>'}: unsupported value of type {type(value).__name__}")
 
 
@@ -267,9 +267,6 @@ def _parse(name: str, text: str) -> list[Manifest | str]:
         except _Problem as exc:
             entries.append(f"{where}: {exc}")
             continue
-        except RecursionError:
-            entries.append(f"{where}: nested too deeply")
-            continue
         if doc is None:
             continue  # an empty document, e.g. after a trailing "---"
         if not isinstance(doc, dict):
@@ -299,10 +296,13 @@ def _read_sources(source: str | Path, text: str | None, problems: list[str]) -> 
     if str(source) == "-":
         return [(STDIN, sys.stdin.read())]
     path = Path(source)
+    files = [path]
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in MANIFEST_SUFFIXES)
-    else:
-        files = [path]
+        try:
+            files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in MANIFEST_SUFFIXES)
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+            return []
     out = []
     for file in files:
         try:
@@ -310,8 +310,8 @@ def _read_sources(source: str | Path, text: str | None, problems: list[str]) -> 
         except FileNotFoundError:
             problems.append(f"{file}: no such file or directory")
             continue
-        except OSError as exc:
-            problems.append(f"{file}: {exc.strerror or exc}")
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+            problems.append(f"{file}: {getattr(exc, 'strerror', None) or exc}")
             continue
         try:
             out.append((str(file), data.decode("utf-8-sig")))
