@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.api.builders import batch_job, container
 from trimaran.api import ManifestError, format_indexes, parse_index_ranges, parse_indexes, validate
@@ -167,12 +169,6 @@ def test_index_notation() -> None:
             parse_index_ranges(bad)
 
 
-def test_index_notation_round_trip() -> None:
-    from hypothesis import given
-    from hypothesis import strategies as st
-
-    @given(st.sets(st.integers(min_value=0, max_value=200)))
-    def check(indexes: set[int]) -> None:
-        assert parse_indexes(format_indexes(indexes)) == sorted(indexes)
-
-    check()
+@given(st.sets(st.integers(min_value=0, max_value=200)))
+def test_index_notation_round_trip(indexes: set[int]) -> None:
+    assert parse_indexes(format_indexes(indexes)) == sorted(indexes)

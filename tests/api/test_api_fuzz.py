@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from typing import Any
 
 import yaml
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 from tests.api.builders import FIXTURES, batch_job, container, pod, pytorchjob, replica, tfjob
 from trimaran.api import ManifestError, load_and_validate, validate
 
+# FUZZ_EXAMPLES=5000 searches harder than the default run.
 FUZZ = settings(
-    max_examples=int(__import__("os").environ.get("FUZZ_EXAMPLES", "300")),
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
