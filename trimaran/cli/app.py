@@ -67,7 +67,9 @@ def apply(
         for source in filename:
             text = sys.stdin.read() if source == "-" else None
             for m in load_manifests(source, text=text):
-                manifests.append({"source": m.source, "index": m.index, "object": m.object})
+                manifests.append({"location": m.location, "object": m.object})
+                for w in m.warnings:
+                    err.print(f"[yellow]{m.location}: Warning: {w}[/yellow]", highlight=False)
     except ManifestError as exc:
         _fail(str(exc))
     except OSError as exc:

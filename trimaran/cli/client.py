@@ -108,10 +108,9 @@ class Client:
 
 
 def _pid_alive(pid: object) -> bool:
-    import os
+    from trimaran.server.daemon import pid_alive
 
     try:
-        os.kill(int(pid), 0)  # type: ignore[arg-type]
-    except (OSError, TypeError, ValueError):
+        return pid_alive(int(pid))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return False
-    return True

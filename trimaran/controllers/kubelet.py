@@ -31,8 +31,16 @@ from trimaran.controllers.pods import (
     phase,
     request_deletion,
 )
-from trimaran.runtime import LocalRuntime, Node, SandboxUnavailable, pod_requests
-from trimaran.runtime.env import ConfigError
+from trimaran.runtime import (
+    ConfigError,
+    LocalRuntime,
+    Node,
+    PodNotFound,
+    Resources,
+    SandboxUnavailable,
+    VolumeError,
+    pod_requests,
+)
 from trimaran.store import Conflict, NotFound, Store
 
 log = logging.getLogger(__name__)
@@ -143,12 +151,20 @@ class Kubelet(Reconciler):
             admission = self.node.admit(group, pods)
             if isinstance(admission, str):
                 self._unschedulable(pods, admission)
-                if self.node.could_ever_fit(pods):
+                if self._could_ever_fit(pods):
                     break  # FIFO: later groups wait behind this one
                 continue
             for pod in pods:
-                self._start(pod, admission.env_for(pod["metadata"]["uid"]),
-                            admission.gpus_for(pod["metadata"]["uid"]), attempt=0)
+                uid = pod["metadata"]["uid"]
+                self._start(pod, admission.env(uid), admission.allocations[uid].gpu_ids, attempt=0)
+
+    def _could_ever_fit(self, pods: list[dict]) -> bool:
+        total = Resources()
+        for pod in pods:
+            total = total + pod_requests(pod)
+        cap = self.node.capacity
+        return total.cpu <= cap.cpu and total.memory <= cap.memory and all(
+            n <= cap.gpus.get(name, 0) for name, n in total.gpus.items())
 
     def _unschedulable(self, pods: list[dict], reason: str) -> None:
         message = f"0/1 nodes are available: {reason}" if not reason.startswith("0/1") else reason
@@ -178,9 +194,9 @@ class Kubelet(Reconciler):
         try:
             env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
             self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup)
-        except (ConfigError, SandboxUnavailable) as exc:
+        except (ConfigError, SandboxUnavailable, VolumeError) as exc:
             self.node.release(uid)
-            reason = "CreateContainerConfigError" if isinstance(exc, ConfigError) else "SandboxUnavailable"
+            reason = "SandboxUnavailable" if isinstance(exc, SandboxUnavailable) else "CreateContainerConfigError"
             self._set_waiting(pod, reason, str(exc), failed=isinstance(exc, SandboxUnavailable))
             self.store.record_event(self._owner(pod) or pod, "Warning", reason, f"{pod['metadata']['name']}: {exc}")
             return
@@ -219,13 +235,19 @@ class Kubelet(Reconciler):
             attempt = max((cs.get("restartCount", 0) for cs in pod["status"].get("containerStatuses") or []), default=0)
             self._start(pod, alloc.get("env") or {}, alloc.get("gpus") or [], attempt=attempt)
             return POLL_SECONDS
-        state = self.runtime.pod_status(uid)
-        if not state.finished:
+        try:
+            state = self.runtime.pod_status(uid)
+        except PodNotFound:
+            state = None
+        if state is not None and any(c.state != "terminated" for c in state.containers.values()):
             return POLL_SECONDS
         statuses = []
         failed = False
         for cs in pod["status"].get("containerStatuses") or []:
-            term = state.terminated(cs["name"])
+            proc = state.containers.get(cs["name"]) if state else None
+            term = proc.to_k8s()["terminated"] if proc else {
+                "exitCode": 137, "reason": "ShimLost", "finishedAt": now_rfc3339(),
+                "message": "the pod's processes vanished while the control plane was down"}
             failed |= term["exitCode"] != 0
             statuses.append({**cs, "state": {"terminated": term}, "ready": False})
         policy = pod["spec"].get("restartPolicy") or "Always"

@@ -27,8 +27,7 @@ INTERNAL_ANNOTATION_PREFIX = "trimaran.io/"
 
 
 class ManifestIn(BaseModel):
-    source: str = "-"
-    index: int = 0
+    location: str = "-"
     object: dict
 
 
@@ -75,10 +74,10 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
             try:
                 result = validate(obj)
             except ManifestError as exc:
-                errors.append(f"{m.source} (document {m.index + 1}): {exc}")
+                errors += [f"{m.location}: {problem}" for problem in exc.problems]
                 continue
             validated.append(result.object)
-            warnings += [f"{m.source} (document {m.index + 1}): Warning: {w}" for w in result.warnings]
+            warnings += [f"{m.location}: Warning: {w}" for w in result.warnings]
         if errors:
             return _json({"message": "\n".join(errors), "reason": "Invalid", "warnings": warnings}, 422)
         results = []
@@ -122,8 +121,9 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
     def list_objects(kind_name: str, namespace: str | None = None, labelSelector: str | None = None) -> Response:
         info = _kind(kind_name)
         selector = _parse_selector(labelSelector)
+        revision = store.current_revision()  # read first, so a watch from here misses nothing
         items = store.list(info.kind, namespace if info.namespaced else None, label_selector=selector)
-        return _json({"kind": info.kind, "items": items, "resourceVersion": str(store.current_revision())})
+        return _json({"kind": info.kind, "items": items, "resourceVersion": str(revision)})
 
     @app.get("/trimaran/v1/kinds/{kind_name}/namespaces/{namespace}/{name}")
     def get_object(kind_name: str, namespace: str, name: str) -> Response:

@@ -41,7 +41,8 @@ def build_control_plane(home: Path | None = None) -> ControlPlane:
     home.mkdir(parents=True, exist_ok=True)
     store = open_store(home / "trimaran.db")
     store.ensure_namespace("default")
-    kubelet = Kubelet(store, LocalRuntime(home), Node.detect())
+    node = Node.from_env()
+    kubelet = Kubelet(store, LocalRuntime(home, node=node), node)
     manager = ControllerManager(store, [TrainingJobReconciler(store), BatchJobReconciler(store), kubelet])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, home=home)
 

@@ -41,12 +41,14 @@ def read_server_info(home: Path | None = None) -> dict | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; an exited child that its parent has not reaped yet does not."""
     try:
-        os.kill(pid, 0)
-    except OSError:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    return True
+    return state not in (b"Z", b"X")
 
 
 def healthy(info: dict, timeout: float = 1.0) -> bool:
@@ -59,7 +61,7 @@ def healthy(info: dict, timeout: float = 1.0) -> bool:
 
 def running_server(home: Path | None = None) -> dict | None:
     info = read_server_info(home)
-    if info and _alive(int(info["pid"])) and healthy(info):
+    if info and pid_alive(int(info["pid"])) and healthy(info):
         return info
     return None
 
@@ -90,13 +92,13 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
 
 def stop_server(home: Path | None = None, timeout: float = 15.0) -> bool:
     info = read_server_info(home)
-    if not info or not _alive(int(info["pid"])):
+    if not info or not pid_alive(int(info["pid"])):
         return False
     pid = int(info["pid"])
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.05)
-    if _alive(pid):
+    if pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
     return True
