@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import textwrap
@@ -36,7 +37,7 @@ def test_kill_minus_nine_then_restart_readopts_running_pods(plane, tmp_path):
                   containers:
                     - name: tensorflow
                       image: tensorflow/tensorflow
-                      command: ["python", "-c", {WAITER!r}]
+                      command: ["python", "-c", {json.dumps(WAITER)}]
                       volumeMounts: [{{name: state, mountPath: /state}}]
                   volumes:
                     - {{name: state, persistentVolumeClaim: {{claimName: survivor-state}}}}
@@ -78,7 +79,7 @@ def test_pods_that_ended_while_down_are_seen_after_restart(plane, tmp_path):
               containers:
                 - name: main
                   image: python
-                  command: ["python", "-c", {WAITER!r}]
+                  command: ["python", "-c", {json.dumps(WAITER)}]
                   volumeMounts: [{{name: state, mountPath: /state}}]
               volumes:
                 - {{name: state, persistentVolumeClaim: {{claimName: ended-state}}}}

@@ -16,6 +16,7 @@ from trimaran.api.batch import BatchJobStatus, Job, JobSpec, format_indexes, par
 from trimaran.api.core import (
     Affinity,
     ConfigMap,
+    PersistentVolumeClaim,
     Container,
     ContainerPort,
     ContainerState,
@@ -88,6 +89,7 @@ __all__ = [
     "BatchJobStatus",
     "Condition",
     "ConfigMap",
+    "PersistentVolumeClaim",
     "Container",
     "ContainerPort",
     "ContainerState",

@@ -38,6 +38,7 @@ from trimaran.api.meta import (
 __all__ = [
     "Affinity",
     "ConfigMap",
+    "PersistentVolumeClaim",
     "Container",
     "ContainerPort",
     "ContainerState",
@@ -991,6 +992,33 @@ class Secret(Resource):
         """Key syntax and base64 values."""
         data = self.data or {}
         return super().check() + _check_config_keys("data", list(data)) + _check_base64("data", data)
+
+
+class PersistentVolumeClaimSpec(ApiModel):
+    """What a claim asks for. Locally every claim is a directory, so only the name binds it."""
+
+    access_modes: list[str] | None = None
+    resources: ResourceRequirements | None = None
+    storage_class_name: str | None = None
+    volume_mode: str | None = None
+    volume_name: str | None = None
+    selector: dict[str, Any] | None = None
+    data_source: dict[str, Any] | None = None
+
+
+class PersistentVolumeClaimStatus(ApiModel):
+    """Pending until the volume exists, then Bound."""
+
+    phase: Literal["Pending", "Bound", "Lost"] | None = None
+    access_modes: list[str] | None = None
+    capacity: dict[str, str] | None = None
+
+
+class PersistentVolumeClaim(Resource):
+    """core/v1 PersistentVolumeClaim: a named local volume under ``$TRIMARAN_HOME/volumes``."""
+
+    spec: PersistentVolumeClaimSpec | None = None
+    status: PersistentVolumeClaimStatus | None = None
 
 
 class NamespaceSpec(ApiModel):

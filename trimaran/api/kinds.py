@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trimaran.api.batch import Job
-from trimaran.api.core import ConfigMap, Namespace, Pod, Secret
+from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret
 from trimaran.api.meta import Resource
 from trimaran.api.training import API_VERSION as KUBEFLOW_V1
 from trimaran.api.training import PYTORCHJOB, TFJOB, PyTorchJob, TFJob
@@ -102,6 +102,7 @@ for _info in (
     KindInfo("ConfigMap", "v1", "", "v1", "configmaps", ("cm",), True, ConfigMap),
     KindInfo("Secret", "v1", "", "v1", "secrets", (), True, Secret),
     KindInfo("Namespace", "v1", "", "v1", "namespaces", ("ns",), False, Namespace),
+    KindInfo("PersistentVolumeClaim", "v1", "", "v1", "persistentvolumeclaims", ("pvc",), True, PersistentVolumeClaim),
     KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job),
     KindInfo(TFJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", TFJOB.plural, (), True, TFJob),
     KindInfo(PYTORCHJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PYTORCHJOB.plural, (), True, PyTorchJob),

@@ -94,6 +94,10 @@ COLUMNS: dict[str, list[Column]] = {
     "Secret": [_NAME, ("TYPE", lambda o: o.get("type", "Opaque")),
                ("DATA", lambda o: str(len(o.get("data") or {}) + len(o.get("stringData") or {}))), _AGE],
     "Namespace": [_NAME, ("STATUS", lambda o: "Active"), _AGE],
+    "PersistentVolumeClaim": [_NAME, ("STATUS", lambda o: (o.get("status") or {}).get("phase", "Pending")),
+                              ("CAPACITY", lambda o: ((o.get("status") or {}).get("capacity") or {}).get("storage", "")),
+                              ("ACCESS MODES", lambda o: ",".join((o.get("status") or {}).get("accessModes") or [])),
+                              _AGE],
 }
 
 WIDE: dict[str, list[Column]] = {

@@ -14,6 +14,7 @@ from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
 from trimaran.controllers.kubelet import Kubelet
 from trimaran.controllers.training import TrainingJobReconciler
+from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.store import Store, open_store
 
@@ -43,7 +44,8 @@ def build_control_plane(home: Path | None = None) -> ControlPlane:
     store.ensure_namespace("default")
     node = Node.from_env()
     kubelet = Kubelet(store, LocalRuntime(home, node=node), node)
-    manager = ControllerManager(store, [TrainingJobReconciler(store), BatchJobReconciler(store), kubelet])
+    manager = ControllerManager(
+        store, [TrainingJobReconciler(store), BatchJobReconciler(store), ClaimReconciler(store, home), kubelet])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, home=home)
 
 
