@@ -13,7 +13,8 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "PyTorchJob: DDP over gloo, 1 Master + 2 Workers"
 trimaran delete -f examples/pytorch-ddp/pytorchjob.yaml >/dev/null 2>&1 || true
-trimaran apply -f examples/pytorch-ddp/code-configmap.yaml -f examples/pytorch-ddp/pytorchjob.yaml
+trimaran apply -f examples/pytorch-ddp/pvc.yaml -f examples/pytorch-ddp/code-configmap.yaml \
+  -f examples/pytorch-ddp/pytorchjob.yaml
 trimaran wait pytorchjob/digits-ddp --for=condition=Succeeded --timeout=5m
 trimaran get pytorchjobs -o wide
 trimaran logs digits-ddp --replica-type master | tail -n 4
@@ -21,21 +22,22 @@ trimaran logs digits-ddp --replica-type master | tail -n 4
 step "batch Job: a second job reads the checkpoint from the same volume"
 trimaran delete -f examples/pytorch-ddp/evaluate-job.yaml >/dev/null 2>&1 || true
 trimaran apply -f examples/pytorch-ddp/evaluate-job.yaml
-trimaran wait job/digits-evaluate --for=condition=Complete --timeout=5m
-trimaran logs job/digits-evaluate | tail -n 2
+trimaran wait job/digits-ddp-evaluate --for=condition=Complete --timeout=5m
+trimaran logs job/digits-ddp-evaluate | tail -n 2
 
 step "TFJob: MultiWorkerMirroredStrategy, 2 Workers"
 trimaran delete -f examples/tf-multiworker/tfjob.yaml >/dev/null 2>&1 || true
-trimaran apply -f examples/tf-multiworker/code-configmap.yaml -f examples/tf-multiworker/tfjob.yaml
+trimaran apply -f examples/tf-multiworker/
 trimaran wait tfjob/digits-mwms --for=condition=Succeeded --timeout=5m
 trimaran get tfjobs
 
 step "Indexed Job: a hyperparameter grid, 2 pods at a time"
-trimaran delete -f examples/indexed-sweep/job.yaml >/dev/null 2>&1 || true
-trimaran apply -f examples/indexed-sweep/configmap.yaml -f examples/indexed-sweep/job.yaml
+trimaran delete -f examples/indexed-sweep/sweep-job.yaml >/dev/null 2>&1 || true
+trimaran apply -f examples/indexed-sweep/pvc.yaml -f examples/indexed-sweep/code-configmap.yaml \
+  -f examples/indexed-sweep/sweep-job.yaml
 trimaran wait job/digits-sweep --for=condition=Complete --timeout=5m
 trimaran get jobs
-.venv/bin/python examples/indexed-sweep/analyze.py "$TRIMARAN_HOME/volumes/default/sweep-results"
+.venv/bin/python examples/indexed-sweep/analyze.py --results-dir "$TRIMARAN_HOME/volumes/default/digits-sweep-results"
 
 step "done: the control plane keeps running (trimaran server stop to end it)"
 trimaran server status
