@@ -63,20 +63,43 @@ def _stop_everything(home: Path) -> None:
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[ControlPlaneHandle]:
-    """A real control plane in the background, with its own TRIMARAN_HOME."""
+def plane_with(tmp_path: Path) -> Iterator[Callable[..., ControlPlaneHandle]]:
+    """Start a real control plane in the background, with its own TRIMARAN_HOME and extra env
+    (e.g. ``TRIMARAN_NODE_CPU`` to give the node a chosen capacity)."""
     from trimaran.server.daemon import start_server
 
-    home = tmp_path / "home"
-    env = dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO))
+    started: list[Path] = []
     old = os.environ.get("TRIMARAN_HOME")
-    os.environ["TRIMARAN_HOME"] = str(home)
+
+    def start(**extra_env: str) -> ControlPlaneHandle:
+        home = tmp_path / f"home{len(started)}"
+        env = dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO), **extra_env)
+        saved = {k: os.environ.get(k) for k in extra_env}
+        os.environ.update(extra_env)
+        os.environ["TRIMARAN_HOME"] = str(home)
+        try:
+            start_server(home=home)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        started.append(home)
+        return ControlPlaneHandle(home=home, env=env)
+
     try:
-        start_server(home=home)
-        yield ControlPlaneHandle(home=home, env=env)
+        yield start
     finally:
-        _stop_everything(home)
+        for home in started:
+            _stop_everything(home)
         if old is None:
             os.environ.pop("TRIMARAN_HOME", None)
         else:
             os.environ["TRIMARAN_HOME"] = old
+
+
+@pytest.fixture
+def plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
+    """A real control plane in the background, with its own TRIMARAN_HOME."""
+    return plane_with()

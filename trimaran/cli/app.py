@@ -16,8 +16,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Run Kubeflow training manifests on this machine, as a cluster would.")
 server_app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the background control plane.")
 app.add_typer(server_app, name="server")
-console = Console()
-err = Console(stderr=True)
+# Piped output is never wrapped, so that grep and awk see one line per row, as with kubectl.
+console = Console(width=None if sys.stdout.isatty() else 100_000)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 100_000)
 
 NamespaceOpt = typer.Option(None, "--namespace", "-n", help="Namespace (default: the manifest's, else 'default').")
 
