@@ -30,7 +30,10 @@ TRAIN = REPO / "examples" / "pytorch-ddp" / "train.py"
 
 
 def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "trimaran.cli", *args], env=env, capture_output=True, text=True, check=True)
+    proc = subprocess.run([PY, "-m", "trimaran.cli", *args], env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"trimaran {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
+    return proc
 
 
 def start_plane(home: Path) -> dict:
@@ -129,8 +132,11 @@ def bench_ddp(rounds: int) -> None:
             cli(env, "delete", "pytorchjob", "ddp-bench")
 
             t0 = time.perf_counter()
-            subprocess.run([str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node=2", str(TRAIN),
-                            "--steps", "20", "--output-dir", str(out_dir)], check=True, capture_output=True)
+            proc = subprocess.run([str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node=2",
+                                   str(TRAIN), "--steps", "20", "--output-dir", str(out_dir)],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                raise SystemExit(f"torchrun failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
             peer.append(time.perf_counter() - t0)
     finally:
         stop_plane(env)

@@ -135,6 +135,8 @@ def main():
         print(f"saved {os.path.join(args.output_dir, 'model.pt')}")
         print(f"elapsed_s={time.time() - t0:.2f}")
         print(f"test_accuracy={acc:.4f}", flush=True)
+    # Leave together: a rank that tears gloo down while rank 0 still saves can abort at exit.
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -326,6 +326,8 @@ class Kubelet(Reconciler):
             self._restart_at.pop(uid, None)
             self._stopping.discard(uid)
         if pod is not None:
+            # Logs go with the pod object, as on a cluster; a recreated pod of the same name starts clean.
+            self.runtime.delete_logs(pod["metadata"]["namespace"], pod["metadata"]["name"])
             try:
                 self.store.delete("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
                 self.store.delete_events_for("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
