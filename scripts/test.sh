@@ -4,6 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh || exit 1
+.venv/bin/ruff check trimaran tests bench examples || exit 1
+.venv/bin/python examples/make_configmap.py --check || exit 1
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?

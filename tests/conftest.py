@@ -33,7 +33,8 @@ class ControlPlaneHandle:
     home: Path
     env: dict[str, str]
 
-    def cli(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, check: bool = True, input: str | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "trimaran.cli", *args], env=self.env, capture_output=True,
                               text=True, input=input, timeout=timeout, cwd=REPO)
         if check and proc.returncode != 0:

@@ -19,7 +19,7 @@ SEARCH_SPACE = {
 
 def combinations(space):
     names = sorted(space)
-    return [{"hyperparam_set": dict(zip(names, values))}
+    return [{"hyperparam_set": dict(zip(names, values, strict=True))}
             for values in itertools.product(*(space[n] for n in names))]
 
 

@@ -7,7 +7,6 @@ import argparse
 import os
 
 import torch
-
 from train import accuracy, build_model, load_data
 
 

@@ -34,8 +34,11 @@ def load_data():
     x_tr, x_te, y_tr, y_te = train_test_split(
         x, y, test_size=0.25, random_state=SPLIT_SEED, stratify=y)
     scaler = StandardScaler().fit(x_tr)
-    as_x = lambda a: torch.tensor(scaler.transform(a), dtype=torch.float32)
-    as_y = lambda a: torch.tensor(a, dtype=torch.long)
+    def as_x(a):
+        return torch.tensor(scaler.transform(a), dtype=torch.float32)
+
+    def as_y(a):
+        return torch.tensor(a, dtype=torch.long)
     return as_x(x_tr), as_y(y_tr), as_x(x_te), as_y(y_te)
 
 

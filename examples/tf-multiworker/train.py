@@ -36,7 +36,8 @@ def load_data():
     x_tr, x_te, y_tr, y_te = train_test_split(
         x, y, test_size=0.25, random_state=SPLIT_SEED, stratify=y)
     scaler = StandardScaler().fit(x_tr)
-    f32 = lambda a: scaler.transform(a).astype(np.float32)
+    def f32(a):
+        return scaler.transform(a).astype(np.float32)
     return f32(x_tr), y_tr.astype(np.int32), f32(x_te), y_te.astype(np.int32)
 
 

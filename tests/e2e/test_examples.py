@@ -27,7 +27,8 @@ def test_generated_configmaps_match_the_scripts():
 
 def test_pytorch_ddp_converges_and_a_second_job_reads_its_checkpoint(plane):
     d = EXAMPLES / "pytorch-ddp"
-    plane.cli("apply", "-f", str(d / "pvc.yaml"), "-f", str(d / "code-configmap.yaml"), "-f", str(d / "pytorchjob.yaml"))
+    plane.cli("apply", "-f", str(d / "pvc.yaml"), "-f", str(d / "code-configmap.yaml"),
+              "-f", str(d / "pytorchjob.yaml"))
     plane.cli("wait", "pytorchjob/digits-ddp", "--for=condition=Succeeded", "--timeout=240s")
     assert _accuracy(plane.cli("logs", "digits-ddp").stdout) > 0.9
     worker_log = plane.cli("logs", "digits-ddp", "--replica-type", "Worker", "--replica-index", "1").stdout
@@ -67,7 +68,8 @@ def test_indexed_sweep_writes_every_result(plane):
     results = plane.home / "volumes" / "default" / "digits-sweep-results"
     logs = sorted(results.glob("results_job_id_*.log"))
     assert len(logs) == 8
-    out = subprocess.run([sys.executable, str(d / "analyze.py"), "--results-dir", str(results)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(d / "analyze.py"), "--results-dir", str(results)],
+                         capture_output=True, text=True,
                          check=True).stdout
     assert "best test accuracy" in out
     assert plane.get("job", "digits-sweep")["status"]["completedIndexes"] == "0-7"

@@ -66,7 +66,8 @@ def test_tfjob_gets_operator_tf_config(plane, tmp_path):
     assert " " not in raw and raw.startswith('{"cluster":{"ps":[')  # Go's compact JSON, keys sorted
     cluster = configs["envtf-ps-0"]["cluster"]
     assert list(cluster) == ["ps", "worker"]
-    assert [a.rsplit(":", 1)[0] for a in cluster["worker"]] == ["envtf-worker-0.default.svc", "envtf-worker-1.default.svc"]
+    hosts = [a.rsplit(":", 1)[0] for a in cluster["worker"]]
+    assert hosts == ["envtf-worker-0.default.svc", "envtf-worker-1.default.svc"]
     ports = [int(a.rsplit(":", 1)[1]) for addrs in cluster.values() for a in addrs]
     assert len(set(ports)) == 3, "each replica listens on its own port"
     assert configs["envtf-worker-1"]["task"] == {"type": "worker", "index": 1}

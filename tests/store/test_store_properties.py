@@ -65,7 +65,8 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(target=reads, name=NAMES, replicas=REPLICAS)
     def create(self, name: str, replicas: int) -> dict[str, Any]:
-        obj = {"apiVersion": "v1", "kind": "Job", "metadata": {"name": name, "namespace": "ns"}, "spec": {"r": replicas}}
+        obj = {"apiVersion": "v1", "kind": "Job", "metadata": {"name": name, "namespace": "ns"},
+               "spec": {"r": replicas}}
         if name in self.model:
             with pytest.raises(AlreadyExists):
                 self.store.create(obj)

@@ -16,7 +16,6 @@ from trimaran.api.batch import BatchJobStatus, Job, JobSpec, format_indexes, par
 from trimaran.api.core import (
     Affinity,
     ConfigMap,
-    PersistentVolumeClaim,
     Container,
     ContainerPort,
     ContainerState,
@@ -28,6 +27,7 @@ from trimaran.api.core import (
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    PersistentVolumeClaim,
     Pod,
     PodSpec,
     PodStatus,

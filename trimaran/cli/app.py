@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Optional
 
 import typer
 from rich.console import Console
 
-from trimaran.cli.client import APIError, Client
+from trimaran.cli.client import APIError, Client, owned_by
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Run Kubeflow training manifests on this machine, as a cluster would.")
@@ -36,16 +35,14 @@ def _client() -> Client:
         raise  # unreachable; keeps type checkers content
 
 
-def _kind_info(name: str):  # noqa: ANN202 - the api registry's KindInfo
-    from trimaran.api import kinds
-
+def _kind_info(client: Client, name: str):  # noqa: ANN202 - a KindRef
     try:
-        return kinds.lookup(name)
-    except Exception as exc:  # noqa: BLE001 - the registry's message says what is wrong
+        return client.resolve(name)
+    except APIError as exc:
         _fail(str(exc))
 
 
-def _split_ref(kind_or_ref: str, name: Optional[str]) -> tuple[str, Optional[str]]:
+def _split_ref(kind_or_ref: str, name: str | None) -> tuple[str, str | None]:
     """kubectl's argument forms: ``KIND NAME`` and ``KIND/NAME``."""
     if "/" in kind_or_ref and name is None:
         kind, _, name = kind_or_ref.partition("/")
@@ -57,7 +54,7 @@ def _split_ref(kind_or_ref: str, name: Optional[str]) -> tuple[str, Optional[str
 @app.command()
 def apply(
     filename: list[str] = typer.Option(..., "--filename", "-f", help="File, directory or - for stdin."),
-    namespace: Optional[str] = NamespaceOpt,
+    namespace: str | None = NamespaceOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate only; store nothing."),
 ) -> None:
     """Create or update resources from manifests. A file with any invalid document stores nothing."""
@@ -87,28 +84,27 @@ def apply(
     for w in result.get("warnings", []):
         err.print(f"[yellow]{w}[/yellow]", highlight=False)
     for r in result["results"]:
-        info = _kind_info(r["kind"])
-        group = f".{info.group}" if info.group else ""
-        console.print(f"{info.kind.lower()}{group}/{r['name']} {r['action']}", highlight=False)
+        group = f".{r['group']}" if r.get("group") else ""
+        console.print(f"{r['kind'].lower()}{group}/{r['name']} {r['action']}", highlight=False)
 
 
 # -- get ------------------------------------------------------------------------------------------
 @app.command()
 def get(
     kind: str = typer.Argument(..., help="Kind, plural or short name: tfjob, pytorchjobs, job, pods, cm..."),
-    name: Optional[str] = typer.Argument(None),
-    namespace: Optional[str] = NamespaceOpt,
+    name: str | None = typer.Argument(None),
+    namespace: str | None = NamespaceOpt,
     all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A"),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="wide, yaml or json"),
+    output: str | None = typer.Option(None, "--output", "-o", help="wide, yaml or json"),
     watch: bool = typer.Option(False, "--watch", "-w", help="After listing, print changes as they happen."),
-    selector: Optional[str] = typer.Option(None, "--selector", "-l", help="key=value[,key=value]"),
+    selector: str | None = typer.Option(None, "--selector", "-l", help="key=value[,key=value]"),
 ) -> None:
     """List resources, or show one."""
-    from trimaran.cli.render import table
+    from trimaran.cli.render import RICH_ROWS, plain_table, table
 
     kind, name = _split_ref(kind, name)
-    info = _kind_info(kind)
     client = _client()
+    info = _kind_info(client, kind)
     ns = None if all_namespaces else (namespace or "default")
     try:
         items = [client.get(info.kind, ns or "default", name)] if name else client.list(info.kind, ns, selector)
@@ -118,8 +114,10 @@ def get(
         _dump(items if not name else items[0], output, list_kind=not name)
     elif not items and not watch:
         err.print(f"No resources found in {ns or 'any'} namespace.")
-    else:
+    elif sys.stdout.isatty() and len(items) <= RICH_ROWS:
         console.print(table(info.kind, items, wide=output == "wide", all_namespaces=all_namespaces))
+    else:
+        sys.stdout.write(plain_table(info.kind, items, wide=output == "wide", all_namespaces=all_namespaces) + "\n")
     if watch:
         _watch(client, info, ns, name)
 
@@ -135,7 +133,7 @@ def _dump(data: object, fmt: str, list_kind: bool) -> None:
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
 
 
-def _watch(client: Client, info, ns: Optional[str], name: Optional[str]) -> None:  # noqa: ANN001
+def _watch(client: Client, info, ns: str | None, name: str | None) -> None:  # noqa: ANN001
     from trimaran.cli.render import columns_for
 
     cols = columns_for(info.kind, wide=False, all_namespaces=ns is None)
@@ -152,23 +150,22 @@ def _watch(client: Client, info, ns: Optional[str], name: Optional[str]) -> None
 
 # -- describe -------------------------------------------------------------------------------------
 @app.command()
-def describe(kind: str, name: Optional[str] = typer.Argument(None), namespace: Optional[str] = NamespaceOpt) -> None:
+def describe(kind: str, name: str | None = typer.Argument(None), namespace: str | None = NamespaceOpt) -> None:
     """Show one resource in detail, with its conditions and events."""
     from trimaran.cli.describe import describe_object
 
     kind, name = _split_ref(kind, name)
     if not name:
         _fail("describe needs a name: trimaran describe KIND NAME")
-    info = _kind_info(kind)
     client = _client()
+    info = _kind_info(client, kind)
     try:
         obj = client.get(info.kind, namespace or "default", name)
         events = client.events(info.kind, obj["metadata"].get("namespace") or None, name)
         pods = []
         if info.kind != "Pod":
             uid = obj["metadata"]["uid"]
-            pods = [p for p in client.list("Pod", obj["metadata"].get("namespace"))
-                    if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+            pods = [p for p in client.list("Pod", obj["metadata"].get("namespace")) if owned_by(p, uid)]
     except APIError as exc:
         _fail(str(exc))
     describe_object(console, obj, events, pods)
@@ -178,11 +175,11 @@ def describe(kind: str, name: Optional[str] = typer.Argument(None), namespace: O
 @app.command()
 def logs(
     name: str = typer.Argument(..., help="A pod, or a job (KIND/NAME or NAME) with --replica-type/--replica-index."),
-    namespace: Optional[str] = NamespaceOpt,
+    namespace: str | None = NamespaceOpt,
     follow: bool = typer.Option(False, "--follow", "-f"),
     previous: bool = typer.Option(False, "--previous", "-p", help="The previous attempt of a restarted container."),
-    container: Optional[str] = typer.Option(None, "--container", "-c"),
-    replica_type: Optional[str] = typer.Option(None, "--replica-type", help="e.g. worker, Master, ps (any case)."),
+    container: str | None = typer.Option(None, "--container", "-c"),
+    replica_type: str | None = typer.Option(None, "--replica-type", help="e.g. worker, Master, ps (any case)."),
     replica_index: int = typer.Option(0, "--replica-index"),
 ) -> None:
     """Print a pod's log (a job's master replica by default)."""
@@ -199,7 +196,7 @@ def logs(
         pass
 
 
-def _resolve_pod(client: Client, ns: str, ref: str, replica_type: Optional[str], index: int) -> str:
+def _resolve_pod(client: Client, ns: str, ref: str, replica_type: str | None, index: int) -> str:
     kind, _, name = ref.rpartition("/")
     if not kind and replica_type is None:
         try:
@@ -208,7 +205,7 @@ def _resolve_pod(client: Client, ns: str, ref: str, replica_type: Optional[str],
         except APIError as exc:
             if exc.status != 404:
                 raise
-    candidates = [_kind_info(kind).kind] if kind else ["TFJob", "PyTorchJob", "Job"]
+    candidates = [_kind_info(client, kind).kind] if kind else ["TFJob", "PyTorchJob", "Job"]
     for k in candidates:
         if k == "Pod":
             return name
@@ -219,7 +216,7 @@ def _resolve_pod(client: Client, ns: str, ref: str, replica_type: Optional[str],
                 continue
             raise
         uid = job["metadata"]["uid"]
-        pods = [p for p in client.list("Pod", ns) if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+        pods = [p for p in client.list("Pod", ns) if owned_by(p, uid)]
         if replica_type is not None:
             rt = replica_type.lower()
             for p in pods:
@@ -240,10 +237,10 @@ def _resolve_pod(client: Client, ns: str, ref: str, replica_type: Optional[str],
 # -- delete ---------------------------------------------------------------------------------------
 @app.command()
 def delete(
-    kind: Optional[str] = typer.Argument(None),
-    name: Optional[str] = typer.Argument(None),
-    filename: Optional[list[str]] = typer.Option(None, "--filename", "-f"),
-    namespace: Optional[str] = NamespaceOpt,
+    kind: str | None = typer.Argument(None),
+    name: str | None = typer.Argument(None),
+    filename: list[str] | None = typer.Option(None, "--filename", "-f"),
+    namespace: str | None = NamespaceOpt,
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the resource's processes are gone."),
     timeout: float = typer.Option(60.0, "--timeout"),
 ) -> None:
@@ -269,7 +266,7 @@ def delete(
     client = _client()
     status = 0
     for kind_name, ns, obj_name in targets:
-        info = _kind_info(kind_name)
+        info = _kind_info(client, kind_name)
         try:
             deleted = client.delete(info.kind, ns, obj_name)
         except APIError as exc:
@@ -287,7 +284,7 @@ def _wait_pods_gone(client: Client, ns: str, uid: str, timeout: float) -> None:
     with console.status("waiting for pods to stop..."):
         while time.monotonic() < deadline:
             pods = [p for p in client.list("Pod", ns)
-                    if p["metadata"]["uid"] == uid or any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+                    if p["metadata"]["uid"] == uid or owned_by(p, uid)]
             if not pods:
                 return
             time.sleep(0.1)
@@ -298,10 +295,10 @@ def _wait_pods_gone(client: Client, ns: str, uid: str, timeout: float) -> None:
 @app.command()
 def wait(
     kind: str = typer.Argument(..., help="KIND/NAME or KIND"),
-    name: Optional[str] = typer.Argument(None),
+    name: str | None = typer.Argument(None),
     for_: str = typer.Option(..., "--for", help="condition=NAME[=true|false], or delete"),
     timeout: str = typer.Option("30s", "--timeout", help="e.g. 90s, 5m, 1h"),
-    namespace: Optional[str] = NamespaceOpt,
+    namespace: str | None = NamespaceOpt,
 ) -> None:
     """Wait until a resource has a condition (or is deleted), with a live view of its state."""
     from trimaran.cli.render import job_status, pod_status, training_state
@@ -309,7 +306,8 @@ def wait(
     kind, name = _split_ref(kind, name)
     if not name:
         _fail("wait needs a name: trimaran wait KIND/NAME --for=condition=Succeeded")
-    info = _kind_info(kind)
+    client = _client()
+    info = _kind_info(client, kind)
     seconds = _duration(timeout)
     if for_ == "delete":
         wanted = None
@@ -318,7 +316,6 @@ def wait(
         wanted = (cond.lower(), (value or "true").lower())
     else:
         _fail(f"unrecognised --for {for_!r}: use condition=NAME or delete")
-    client = _client()
     ns = namespace or "default"
     state_of = {"Job": job_status, "Pod": pod_status}.get(info.kind, training_state)
     deadline = time.monotonic() + seconds

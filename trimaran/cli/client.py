@@ -7,7 +7,18 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import orjson
+
+
+@dataclass(frozen=True)
+class KindRef:
+    kind: str
+    group: str
+    plural: str
+    namespaced: bool
 
 
 class APIError(Exception):
@@ -23,7 +34,7 @@ class Client:
         self.token = token
 
     @classmethod
-    def connect(cls, home: Path | None = None, autostart: bool = True) -> "Client":
+    def connect(cls, home: Path | None = None, autostart: bool = True) -> Client:
         """Connect to the running control plane, starting one when none runs and ``autostart``."""
         from trimaran.server.daemon import read_server_info, running_server, start_server
 
@@ -65,11 +76,16 @@ class Client:
 
     def _json(self, method: str, path: str, body: object | None = None, params: dict | None = None) -> dict:
         with self._request(method, path, body, params) as resp:
-            return json.loads(resp.read())
+            return orjson.loads(resp.read())
 
     def apply(self, manifests: list[dict], namespace: str | None = None, dry_run: bool = False) -> dict:
         return self._json("POST", "/trimaran/v1/apply",
                           {"manifests": manifests, "namespace": namespace, "dryRun": dry_run})
+
+    def resolve(self, name: str) -> KindRef:
+        """The kind a user's word names (kind, plural, short name), as the server's registry reads it."""
+        data = self._json("GET", f"/trimaran/v1/resolve/{name}")
+        return KindRef(data["kind"], data["group"], data["plural"], data["namespaced"])
 
     def list(self, kind: str, namespace: str | None = None, selector: str | None = None) -> list[dict]:
         return self._json("GET", f"/trimaran/v1/kinds/{kind}",
@@ -105,6 +121,11 @@ class Client:
             for line in resp:
                 if line.strip():
                     yield json.loads(line)
+
+
+def owned_by(obj: dict, uid: str) -> bool:
+    """Whether ``obj`` lists the object with ``uid`` among its owners."""
+    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
 
 
 def _pid_alive(pid: object) -> bool:

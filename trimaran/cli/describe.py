@@ -76,7 +76,8 @@ def describe_object(console: Console, obj: dict, events: list[dict], pods: list[
             t.add_column(col)
         for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
             restarts = sum(cs.get("restartCount", 0) for cs in (p.get("status") or {}).get("containerStatuses") or [])
-            t.add_row(f"  {p['metadata']['name']}", pod_status(p), str(restarts), age(p["metadata"].get("creationTimestamp")))
+            t.add_row(f"  {p['metadata']['name']}", pod_status(p), str(restarts),
+                      age(p["metadata"].get("creationTimestamp")))
         console.print(t)
 
     console.print("Events:" if events else "Events:  <none>")

@@ -8,10 +8,14 @@ from datetime import datetime, timezone
 from rich.table import Table
 
 
+def _parse_time(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
 def age(timestamp: str | None) -> str:
     if not timestamp:
         return "<unknown>"
-    then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    then = _parse_time(timestamp)
     seconds = int((datetime.now(timezone.utc) - then).total_seconds())
     if seconds < 120:
         return f"{max(seconds, 0)}s"
@@ -47,8 +51,8 @@ def _duration(obj: dict) -> str:
     start, end = status.get("startTime"), status.get("completionTime")
     if not start:
         return ""
-    t0 = datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-    t1 = datetime.strptime(end, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc) if end else datetime.now(timezone.utc)
+    t1 = _parse_time(end) if end else datetime.now(timezone.utc)
+    t0 = _parse_time(start)
     return f"{int((t1 - t0).total_seconds())}s"
 
 
@@ -87,7 +91,8 @@ _AGE: Column = ("AGE", lambda o: age(o["metadata"].get("creationTimestamp")))
 COLUMNS: dict[str, list[Column]] = {
     "training": [_NAME, ("STATE", training_state), _AGE],
     "Job": [_NAME, ("STATUS", job_status),
-            ("COMPLETIONS", lambda o: f"{(o.get('status') or {}).get('succeeded', 0)}/{o['spec'].get('completions', 1)}"),
+            ("COMPLETIONS", lambda o: f"{(o.get('status') or {}).get('succeeded', 0)}/"
+                                      f"{o['spec'].get('completions', 1)}"),
             ("DURATION", _duration), _AGE],
     "Pod": [_NAME, ("READY", _ready), ("STATUS", pod_status), ("RESTARTS", _restarts), _AGE],
     "ConfigMap": [_NAME, ("DATA", lambda o: str(len(o.get("data") or {}) + len(o.get("binaryData") or {}))), _AGE],
@@ -95,7 +100,8 @@ COLUMNS: dict[str, list[Column]] = {
                ("DATA", lambda o: str(len(o.get("data") or {}) + len(o.get("stringData") or {}))), _AGE],
     "Namespace": [_NAME, ("STATUS", lambda o: "Active"), _AGE],
     "PersistentVolumeClaim": [_NAME, ("STATUS", lambda o: (o.get("status") or {}).get("phase", "Pending")),
-                              ("CAPACITY", lambda o: ((o.get("status") or {}).get("capacity") or {}).get("storage", "")),
+                              ("CAPACITY",
+                               lambda o: ((o.get("status") or {}).get("capacity") or {}).get("storage", "")),
                               ("ACCESS MODES", lambda o: ",".join((o.get("status") or {}).get("accessModes") or [])),
                               _AGE],
 }
@@ -118,6 +124,18 @@ def columns_for(kind: str, wide: bool, all_namespaces: bool) -> list[Column]:
     if all_namespaces:
         cols.insert(0, ("NAMESPACE", lambda o: o["metadata"].get("namespace", "")))
     return cols
+
+
+RICH_ROWS = 200
+
+
+def plain_table(kind: str, items: list[dict], wide: bool = False, all_namespaces: bool = False) -> str:
+    """kubectl's plain columns. Used for long lists and piped output, where laying out a rich
+    table would cost more than the request itself."""
+    cols = columns_for(kind, wide, all_namespaces)
+    rows = [[title for title, _ in cols]] + [[fn(obj) for _, fn in cols] for obj in items]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def table(kind: str, items: list[dict], wide: bool = False, all_namespaces: bool = False) -> Table:

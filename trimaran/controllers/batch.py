@@ -83,7 +83,7 @@ class BatchJobReconciler(Reconciler):
         failures = len(failed) + sum(restart_count(p) for p in live)
         status.update(active=len(active), succeeded=len(succeeded), failed=len(failed),
                       ready=sum(1 for p in active if phase(p) == "Running"))
-        done_indexes = sorted({int(p["metadata"]["annotations"][INDEX_ANNOTATION]) for p in succeeded}) if indexed else []
+        done_indexes = sorted({_index(p) for p in succeeded}) if indexed else []
         if indexed:
             status["completedIndexes"] = _ranges(done_indexes)
             status["succeeded"] = len(done_indexes)
@@ -107,7 +107,7 @@ class BatchJobReconciler(Reconciler):
             want = min(parallelism, target - status["succeeded"]) - len(active)
         if want > 0:
             if indexed:
-                taken = set(done_indexes) | {int(p["metadata"]["annotations"][INDEX_ANNOTATION]) for p in active}
+                taken = set(done_indexes) | {_index(p) for p in active}
                 todo = [i for i in range(target or 0) if i not in taken][:want]
             else:
                 todo = [None] * want
@@ -174,6 +174,10 @@ class BatchJobReconciler(Reconciler):
         host = spec.get("hostname") or pod_name
         set_gang(pod, pod_name, 1, {host: LOOPBACK})
         return pod
+
+
+def _index(pod: dict) -> int:
+    return int(pod["metadata"]["annotations"][INDEX_ANNOTATION])
 
 
 def _finished(status: dict) -> bool:

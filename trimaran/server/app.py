@@ -85,7 +85,8 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
             for obj in validated:
                 results.append(_apply_one(obj))
         else:
-            results = [{"kind": o["kind"], "namespace": o["metadata"].get("namespace", ""),
+            results = [{"kind": o["kind"], "group": kinds.for_object(o["apiVersion"], o["kind"]).group,
+                        "namespace": o["metadata"].get("namespace", ""),
                         "name": o["metadata"]["name"], "action": "configured (dry run)"} for o in validated]
         return _json({"results": results, "warnings": warnings})
 
@@ -99,7 +100,8 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
             current = store.get(obj["kind"], ns, meta["name"])
         except NotFound:
             store.create(obj)
-            return {"kind": obj["kind"], "namespace": ns, "name": meta["name"], "action": "created"}
+            return {"kind": obj["kind"], "group": info.group, "namespace": ns, "name": meta["name"],
+                    "action": "created"}
         merged = copy.deepcopy(current)
         for field, value in obj.items():
             if field not in ("metadata", "status"):
@@ -115,7 +117,13 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
         else:
             store.update(merged)
             action = "configured"
-        return {"kind": obj["kind"], "namespace": ns, "name": meta["name"], "action": action}
+        return {"kind": obj["kind"], "group": info.group, "namespace": ns, "name": meta["name"], "action": action}
+
+    @app.get("/trimaran/v1/resolve/{kind_name}")
+    def resolve_kind(kind_name: str) -> Response:
+        info = _kind(kind_name)
+        return _json({"kind": info.kind, "apiVersion": info.api_version, "group": info.group,
+                      "plural": info.plural, "shortNames": list(info.short_names), "namespaced": info.namespaced})
 
     @app.get("/trimaran/v1/kinds/{kind_name}")
     def list_objects(kind_name: str, namespace: str | None = None, labelSelector: str | None = None) -> Response:
