@@ -95,3 +95,32 @@ def test_wait_times_out_with_an_error(plane, tmp_path):
     plane.cli("apply", "-f", str(path))
     proc = plane.cli("wait", "cm/settings", "-n", "kubeflow", "--for=condition=Ready", "--timeout=1s", check=False)
     assert proc.returncode != 0 and "timed out" in proc.stderr
+
+
+def test_unknown_fields_warn_and_the_rest_is_stored(plane, tmp_path):
+    path = tmp_path / "cm.yaml"
+    path.write_text(GOOD.replace("\ndata:", "\ncolour: blue\ndata:"))
+    proc = plane.cli("apply", "-f", str(path))
+    assert 'unknown field "colour"' in proc.stderr and "configmap/settings created" in proc.stdout
+    assert "colour" not in plane.cli("get", "cm", "settings", "-n", "kubeflow", "-o", "yaml").stdout
+
+
+def test_events_of_a_recreated_job_start_fresh(plane, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(textwrap.dedent("""
+        apiVersion: kubeflow.org/v1
+        kind: PyTorchJob
+        metadata: {name: again}
+        spec:
+          pytorchReplicaSpecs:
+            Master:
+              template: {spec: {containers: [{name: pytorch, image: x, command: [python, -c, "print('hi')"]}]}}
+    """))
+    for _ in range(2):
+        plane.cli("apply", "-f", str(path))
+        plane.cli("wait", "pytorchjob/again", "--for=condition=Succeeded", "--timeout=60s")
+        events = plane.client().events("PyTorchJob", "default", "again")
+        created = [e for e in events if e["reason"] == "PyTorchJobCreated"]
+        assert len(created) == 1 and created[0]["count"] == 1, events
+        assert "hi" in plane.cli("logs", "again", "-f").stdout
+        plane.cli("delete", "pytorchjob", "again")

@@ -68,6 +68,8 @@ class BatchJobReconciler(Reconciler):
                 self.store.update_status(job)
             except Conflict:
                 return 0.05
+            except NotFound:
+                return None
         return requeue
 
     def _run(self, job: dict, status: dict, pods: list[dict]) -> float | None:

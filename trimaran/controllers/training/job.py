@@ -77,12 +77,13 @@ class TrainingJobReconciler(Reconciler):
         fw = framework_for(key.kind)
         status = copy.deepcopy(job.get("status") or {})
         before = copy.deepcopy(status)
-        pods = [p for p in owned_pods(self.store, job)]
+        pods = owned_pods(self.store, job)
         requeue: float | None = None
+        self._events: list[tuple[str, str, str]] = []
 
         if not status.get("conditions"):
             set_training_condition(status, "Created", f"{fw.kind}Created", f"{fw.kind} {key.name} is created.")
-            self.store.record_event(job, "Normal", f"{fw.kind}Created", f"{fw.kind} {key.name} is created.")
+            self._event("Normal", f"{fw.kind}Created", f"{fw.kind} {key.name} is created.")
 
         run_policy = job["spec"].get("runPolicy") or {}
         if is_finished(status):
@@ -93,8 +94,12 @@ class TrainingJobReconciler(Reconciler):
             if is_true(status, "Suspended"):
                 set_condition(status, "Suspended", "False", f"{fw.kind}Resumed", f"{fw.kind} {key.name} is resumed.")
                 status["startTime"] = now_rfc3339()
-                self.store.record_event(job, "Normal", f"{fw.kind}Resumed", f"{fw.kind} {key.name} is resumed.")
+                self._event("Normal", f"{fw.kind}Resumed", f"{fw.kind} {key.name} is resumed.")
             status.setdefault("startTime", now_rfc3339())
+            ported = self._ensure_ports(job, fw)
+            if ported is None:
+                return 0.05
+            job = ported
             requeue = self._run(job, fw, status, pods, run_policy)
 
         if status != before:
@@ -103,8 +108,16 @@ class TrainingJobReconciler(Reconciler):
             try:
                 self.store.update_status(job)
             except Conflict:
-                return 0.05
+                return 0.05  # nothing recorded: the next pass decides again from fresh state
+            except NotFound:
+                return None  # deleted meanwhile (or by its own TTL): its pods are being stopped
+        for etype, reason, message in self._events:
+            self.store.record_event(job, etype, reason, message)
         return requeue
+
+    def _event(self, etype: str, reason: str, message: str) -> None:
+        """Queue an event; it is recorded only once the status change it reports is stored."""
+        self._events.append((etype, reason, message))
 
     # -- phases of a job ------------------------------------------------------------------------
     def _run(self, job: dict, fw: Framework, status: dict, pods: list[dict], run_policy: dict) -> float | None:
@@ -116,9 +129,6 @@ class TrainingJobReconciler(Reconciler):
                 self._fail(job, fw, status, pods, "DeadlineExceeded",
                            f"{fw.kind} {name} has failed because it was active longer than specified deadline")
                 return self._after_finish(job, fw, status, pods, run_policy)
-        job = self._ensure_ports(job, fw)
-        if job is None:
-            return 0.05
         specs = job["spec"].get(fw.spec_key) or {}
         live = {p["metadata"]["name"]: p for p in pods}
         recreations = int(job["metadata"].get("annotations", {}).get(RECREATIONS_ANNOTATION, "0"))
@@ -143,7 +153,7 @@ class TrainingJobReconciler(Reconciler):
                     set_training_condition(status, "Restarting", f"{fw.kind}Restarting",
                                            f"{fw.kind} {name} is restarting because {pod['metadata']['name']} "
                                            f"exited with code {code}.")
-                    self.store.record_event(job, "Warning", f"{fw.kind}Restarting",
+                    self._event("Warning", f"{fw.kind}Restarting",
                                             f"Pod {pod['metadata']['name']} exited with retryable code {code}; "
                                             "recreating it.")
 
@@ -185,7 +195,7 @@ class TrainingJobReconciler(Reconciler):
         if outcome == "Succeeded":
             set_training_condition(status, "Succeeded", f"{fw.kind}Succeeded", message)
             status["completionTime"] = now_rfc3339()
-            self.store.record_event(job, "Normal", f"{fw.kind}Succeeded", message)
+            self._event("Normal", f"{fw.kind}Succeeded", message)
             return self._after_finish(job, fw, status, pods, run_policy)
         if outcome == "Failed":
             self._fail(job, fw, status, pods, f"{fw.kind}Failed", message)
@@ -200,7 +210,7 @@ class TrainingJobReconciler(Reconciler):
     def _fail(self, job: dict, fw: Framework, status: dict, pods: list[dict], reason: str, message: str) -> None:
         if set_training_condition(status, "Failed", reason, message):
             status["completionTime"] = now_rfc3339()
-            self.store.record_event(job, "Warning", reason, message)
+            self._event("Warning", reason, message)
 
     def _after_finish(self, job: dict, fw: Framework, status: dict, pods: list[dict], run_policy: dict) -> float | None:
         policy = run_policy.get("cleanPodPolicy") or "None"
@@ -241,7 +251,7 @@ class TrainingJobReconciler(Reconciler):
             set_condition(status, "Suspended", "True", f"{fw.kind}Suspended", f"{fw.kind} {name} is suspended.")
             if is_true(status, "Running"):
                 set_condition(status, "Running", "False", f"{fw.kind}Suspended", f"{fw.kind} {name} is suspended.")
-            self.store.record_event(job, "Normal", f"{fw.kind}Suspended", f"{fw.kind} {name} is suspended.")
+            self._event("Normal", f"{fw.kind}Suspended", f"{fw.kind} {name} is suspended.")
 
     # -- building blocks ------------------------------------------------------------------------
     def _ensure_ports(self, job: dict, fw: Framework) -> dict | None:
