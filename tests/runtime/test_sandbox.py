@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, hosts_file, sandbox_available
+from trimaran.runtime.sandbox import (
+    SandboxUnavailable,
+    build_argv,
+    hosts_file,
+    interpreter_paths,
+    sandbox_available,
+)
 from trimaran.runtime.volumes import Mount
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +59,29 @@ def test_mount_points_under_read_only_host_directories(tmp_path: Path) -> None:
     assert done.stdout.split() == ["/workspace/job", "lr:", "0.1", "passwd", "wrote", "ro"]
     assert (tmp_path / "data" / "out").exists()
     assert not Path("/etc/trimaran-test-config").exists() and not Path("/workspace").exists()
+
+
+def test_interpreter_paths_are_those_a_fresh_tmp_would_hide(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    assert interpreter_paths([str(venv), "/usr", str(venv), str(tmp_path / "missing")]) == [str(venv)]
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
+def test_an_environment_under_tmp_stays_visible(tmp_path: Path) -> None:
+    env_dir = tmp_path / "checkout" / ".venv"
+    env_dir.mkdir(parents=True)
+    (env_dir / "marker").write_text("here\n")
+    (tmp_path / "hosts").write_text(hosts_file("box", {}))
+    (tmp_path / "hostname").write_text("box\n")
+
+    def run(keep: list[str]) -> subprocess.CompletedProcess:
+        argv = build_argv(["cat", str(env_dir / "marker")], mounts=[], hostname="box",
+                          hosts_path=tmp_path / "hosts", hostname_path=tmp_path / "hostname", keep_visible=keep)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+    assert run([str(env_dir)]).stdout == "here\n"
+    assert run([]).returncode != 0, "without it, /tmp inside the sandbox is empty"
 
 
 def test_shim_runs_as_a_module_without_site_packages() -> None:

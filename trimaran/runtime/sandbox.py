@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -130,6 +131,24 @@ def _bind_dir(directory: str, rebuilt: set[str]) -> list[str]:
     return args
 
 
+def interpreter_paths(prefixes: Sequence[str] | None = None) -> list[str]:
+    """The Python environments pods run with that a fresh /tmp would hide.
+
+    Pods run this machine's Python (the control plane's interpreter comes first on PATH). When
+    that environment lives under /tmp (a checkout there, a CI clone), it must stay visible in the
+    sandbox, read-only, at the same path.
+    """
+    if prefixes is None:
+        prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix]
+    found: list[str] = []
+    for prefix in prefixes:
+        real = os.path.realpath(prefix)
+        parts = PurePosixPath(real).parts
+        if len(parts) > 2 and parts[1] in _FRESH_AT_ROOT and os.path.isdir(real) and real not in found:
+            found.append(real)
+    return found
+
+
 def build_argv(
     command: Sequence[str],
     *,
@@ -141,13 +160,15 @@ def build_argv(
     devices: Sequence[str] = (),
     termination_log: tuple[Path, str] | None = None,
     bwrap: str | None = None,
+    keep_visible: Sequence[str] | None = None,
 ) -> list[str]:
     """The full argv (bwrap …  -- command) for one container.
 
     ``hosts_path`` / ``hostname_path`` are the generated files bound at /etc/hosts and
     /etc/hostname; ``devices`` are host device nodes bound in (GPUs); ``termination_log`` is
     (host file, path in the sandbox) for the container's termination message. Raises
-    :class:`SandboxUnavailable` when bwrap is missing.
+    :class:`SandboxUnavailable` when bwrap is missing. ``keep_visible`` are directories under
+    the fresh /tmp to bind read-only (default: :func:`interpreter_paths`).
     """
     bwrap = bwrap or find_bwrap()
     if bwrap is None:
@@ -161,6 +182,8 @@ def build_argv(
         to_create.append(termination_log[1])
     args = [bwrap, "--tmpfs", "/", *_bind_dir("/", _rebuilt_dirs(to_create, targets))]
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in interpreter_paths() if keep_visible is None else keep_visible:
+        args += ["--ro-bind", path, path]
     for device in devices:
         args += ["--dev-bind-try", device, device]
     # Parents before children, so a mount inside another volume lands in that volume.
