@@ -48,15 +48,18 @@ def is_terminating(pod: dict) -> bool:
 
 
 def request_deletion(store: Store, pod: dict) -> None:
-    """Ask the kubelet to stop the pod's processes and then remove it (graceful delete)."""
+    """Ask the kubelet to stop the pod's processes and then remove it (graceful delete).
+
+    ``pod`` is marked terminating too, so the caller's counts in the same pass leave it out.
+    """
     if is_terminating(pod):
         return
     try:
         fresh = store.get("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
-        if is_terminating(fresh):
-            return
-        fresh["metadata"]["deletionTimestamp"] = now_rfc3339()
-        store.update(fresh)
+        if not is_terminating(fresh):
+            fresh["metadata"]["deletionTimestamp"] = now_rfc3339()
+            fresh = store.update(fresh)
+        pod["metadata"]["deletionTimestamp"] = fresh["metadata"]["deletionTimestamp"]
     except (NotFound, Conflict):
         pass  # gone already, or changed under us: the next reconcile sees the new state
 

@@ -100,7 +100,10 @@ class TrainingJobReconciler(Reconciler):
             if ported is None:
                 return 0.05
             job = ported
-            requeue = self._run(job, fw, status, pods, run_policy)
+            try:
+                requeue = self._run(job, fw, status, pods, run_policy)
+            except Conflict:
+                return 0.05
 
         if status != before:
             status["lastReconcileTime"] = now_rfc3339()
@@ -286,12 +289,10 @@ class TrainingJobReconciler(Reconciler):
         return out
 
     def _record_recreation(self, job: dict, count: int) -> None:
-        try:
-            fresh = self.store.get(job["kind"], job["metadata"]["namespace"], job["metadata"]["name"])
-            fresh["metadata"].setdefault("annotations", {})[RECREATIONS_ANNOTATION] = str(count)
-            self.store.update(fresh)
-        except (Conflict, NotFound):
-            pass
+        """Count an ExitCode recreation on the job itself, before the pod is deleted, so that a
+        crash between the two never loses the count. ``job`` takes the new resourceVersion."""
+        job["metadata"].setdefault("annotations", {})[RECREATIONS_ANNOTATION] = str(count)
+        job["metadata"] = self.store.update(job)["metadata"]
 
     def _build_pod(self, job: dict, fw: Framework, rtype: str, index: int,
                    addresses: dict[str, list[ReplicaAddress]], group: str, size: int) -> dict:
