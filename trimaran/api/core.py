@@ -10,10 +10,9 @@ real manifests load without "unknown field" warnings and keep those fields.
 
 import base64
 import binascii
-import math
 import posixpath
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import InvalidOperation
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainValidator
@@ -34,6 +33,7 @@ from trimaran.api.meta import (
     is_dns1123_subdomain,
     is_valid_label_value,
 )
+from trimaran.api.quantity import number_text, parse_cpu, parse_memory, parse_quantity
 
 __all__ = [
     "Affinity",
@@ -68,66 +68,12 @@ __all__ = [
 
 # --- quantities -------------------------------------------------------------------------------
 
-# The pattern Kubernetes names in its error message; `_QUANTITY` is the stricter grammar it applies.
-QUANTITY_FORMAT = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-_QUANTITY = re.compile(
-    r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
-_BINARY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL_SUFFIX = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-# Bounds far beyond any real resource amount; they keep "1e999999999" from costing time or memory.
-_MAX_DIGITS = 64
-_MAX_EXPONENT = 64
-
-
-def _number_text(value: int | float) -> str:
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError("quantity must be a finite number")
-        if value.is_integer() and abs(value) < 1e15:
-            return str(int(value))
-        return repr(value)
-    return str(value)
-
-
-def parse_quantity(q: str | int | float) -> Decimal:
-    """Exact value of a Kubernetes quantity: ``"500m"`` → 0.5, ``"4Gi"`` → 4294967296, ``"1e3"`` → 1000.
-
-    Raises ValueError with Kubernetes' message when `q` is not a quantity.
-    """
-    if isinstance(q, bool) or not isinstance(q, (str, int, float)):
-        raise ValueError(f"quantity must be a string or a number, not {type(q).__name__}")
-    text = q if isinstance(q, str) else _number_text(q)
-    m = _QUANTITY.fullmatch(text)
-    if m is None:
-        raise ValueError(f"quantities must match the regular expression '{QUANTITY_FORMAT}'")
-    number, suffix = m.group(1), m.group(2) or ""
-    if len(number) > _MAX_DIGITS:
-        raise ValueError("quantity has too many digits")
-    value = Decimal(number)
-    if suffix in _BINARY_SUFFIX:
-        return value * _BINARY_SUFFIX[suffix]
-    # A lone "E" is exa; "E" followed by digits is an exponent.
-    exponent = int(suffix[1:]) if len(suffix) > 1 else _DECIMAL_SUFFIX[suffix]
-    if abs(exponent) > _MAX_EXPONENT:
-        raise ValueError("quantity is out of range")
-    return value.scaleb(exponent)
-
-
-def parse_cpu(q: str | int | float) -> float:
-    """CPU quantity in cores: ``"500m"`` → 0.5, ``2`` → 2.0."""
-    return float(parse_quantity(q))
-
-
-def parse_memory(q: str | int | float) -> int:
-    """Memory (or storage) quantity in bytes, rounded up: ``"4Gi"`` → 4294967296, ``"1G"`` → 10**9."""
-    return int(parse_quantity(q).to_integral_value(rounding=ROUND_CEILING))
-
 
 def _validate_quantity(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise invalid_value('must be a quantity: a string such as "500m" or "4Gi", or a number')
     try:
-        text = value if isinstance(value, str) else _number_text(value)
+        text = value if isinstance(value, str) else number_text(value)
         parse_quantity(text)
     except (ValueError, InvalidOperation) as exc:
         raise invalid_value(str(exc)) from None

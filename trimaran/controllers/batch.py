@@ -14,6 +14,7 @@ from trimaran.controllers.base import Key, Reconciler
 from trimaran.controllers.conditions import is_true, now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import (
     LOOPBACK,
+    expire_finished,
     is_terminating,
     owned_pods,
     owner_reference,
@@ -132,19 +133,7 @@ class BatchJobReconciler(Reconciler):
             if phase(pod) in ("Pending", "Running"):
                 request_deletion(self.store, pod)
         status["active"] = 0
-        ttl = job["spec"].get("ttlSecondsAfterFinished")
-        if ttl is None or not status.get("completionTime"):
-            return None
-        left = float(ttl) - seconds_since(status["completionTime"])
-        if left > 0:
-            return left
-        for pod in pods:
-            request_deletion(self.store, pod)
-        try:
-            self.store.delete("Job", job["metadata"]["namespace"], job["metadata"]["name"])
-        except NotFound:
-            pass
-        return None
+        return expire_finished(self.store, job, status, pods)
 
     def _build_pod(self, job: dict, index: int | None) -> dict:
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from trimaran.controllers.conditions import now_rfc3339
+from trimaran.controllers.conditions import now_rfc3339, seconds_since
 from trimaran.store import Conflict, NotFound, Store
 
 GANG_ANNOTATION = "scheduling.trimaran.io/gang"
@@ -76,3 +76,24 @@ def container_exit_code(pod: dict, container: str | None) -> int | None:
 
 def restart_count(pod: dict) -> int:
     return sum(int(cs.get("restartCount", 0)) for cs in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
+def expire_finished(store: Store, job: dict, status: dict, pods: list[dict]) -> float | None:
+    """Apply ``ttlSecondsAfterFinished`` to a finished job: seconds left, or delete it and its pods.
+
+    Both the training kinds (``spec.runPolicy``) and batch/v1 Job (``spec``) carry the field.
+    """
+    spec = job.get("spec") or {}
+    ttl = (spec.get("runPolicy") or {}).get("ttlSecondsAfterFinished", spec.get("ttlSecondsAfterFinished"))
+    if ttl is None or not status.get("completionTime"):
+        return None
+    left = float(ttl) - seconds_since(status["completionTime"])
+    if left > 0:
+        return left
+    for pod in pods:
+        request_deletion(store, pod)
+    try:
+        store.delete(job["kind"], job["metadata"]["namespace"], job["metadata"]["name"])
+    except NotFound:
+        pass
+    return None

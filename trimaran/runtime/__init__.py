@@ -10,8 +10,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "quantity": ["QuantityError", "parse_quantity", "parse_cpu", "parse_memory", "format_cpu",
-                 "format_memory"],
     "gpus": ["GPUDevice", "GPUAllocator", "discover_gpus", "parse_fake_inventory", "gpu_env",
              "gpu_labels", "is_gpu_resource", "GPU_RESOURCE", "MIG_RESOURCE_PREFIX"],
     "node": ["Node", "Resources", "Allocation", "Admission", "pod_requests", "container_requests"],
@@ -45,14 +43,6 @@ if TYPE_CHECKING:
         Resources,
         container_requests,
         pod_requests,
-    )
-    from trimaran.runtime.quantity import (
-        QuantityError,
-        format_cpu,
-        format_memory,
-        parse_cpu,
-        parse_memory,
-        parse_quantity,
     )
     from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, hosts_file, sandbox_available
     from trimaran.runtime.volumes import Mount, PodVolume, VolumeError, container_mounts, prepare_volumes

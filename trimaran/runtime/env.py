@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 
+from trimaran.api.quantity import QuantityError, parse_quantity
 from trimaran.runtime.node import host_cpu_count, host_memory_bytes
-from trimaran.runtime.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "ConfigError",

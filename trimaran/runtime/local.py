@@ -35,11 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime import shim as _shim
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import is_gpu_resource
 from trimaran.runtime.node import Node, container_requests
-from trimaran.runtime.quantity import QuantityError, parse_memory
 from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, find_bwrap, gpu_device_paths, hosts_file
 from trimaran.runtime.volumes import container_mounts, prepare_volumes
 

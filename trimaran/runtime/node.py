@@ -14,6 +14,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from trimaran.api.quantity import format_cpu, format_memory, parse_cpu, parse_memory, parse_quantity
 from trimaran.runtime.gpus import (
     GPUAllocator,
     GPUDevice,
@@ -21,7 +22,6 @@ from trimaran.runtime.gpus import (
     gpu_env,
     gpu_labels,
 )
-from trimaran.runtime.quantity import format_cpu, format_memory, parse_cpu, parse_memory, parse_quantity
 
 __all__ = [
     "Resources",

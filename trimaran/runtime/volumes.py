@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime.env import ConfigError, Lookup, config_data, expand
-from trimaran.runtime.quantity import QuantityError, parse_memory
 
 __all__ = ["VolumeError", "Mount", "PodVolume", "prepare_volumes", "container_mounts"]
 

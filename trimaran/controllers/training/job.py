@@ -30,6 +30,7 @@ from trimaran.controllers.conditions import (
 from trimaran.controllers.pods import (
     LOOPBACK,
     container_exit_code,
+    expire_finished,
     is_terminating,
     owned_pods,
     owner_reference,
@@ -230,19 +231,7 @@ class TrainingJobReconciler(Reconciler):
                 rs["succeeded"] = rs.get("succeeded", 0) + rs.get("active", 0)
                 rs["active"] = 0
         self.ports.release(_recorded_ports(job))
-        ttl = run_policy.get("ttlSecondsAfterFinished")
-        if ttl is None or not status.get("completionTime"):
-            return None
-        left = float(ttl) - seconds_since(status["completionTime"])
-        if left > 0:
-            return left
-        for pod in pods:
-            request_deletion(self.store, pod)
-        try:
-            self.store.delete(job["kind"], job["metadata"]["namespace"], job["metadata"]["name"])
-        except NotFound:
-            pass
-        return None
+        return expire_finished(self.store, job, status, pods)
 
     def _suspend(self, job: dict, fw: Framework, status: dict, pods: list[dict]) -> None:
         name = job["metadata"]["name"]

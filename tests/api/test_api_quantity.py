@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trimaran.runtime.quantity import (
+from trimaran.api.quantity import (
     QuantityError,
     format_cpu,
     format_memory,
