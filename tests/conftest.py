@@ -5,27 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
-
-
-def poll(predicate: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "condition") -> object:
-    """Wait for ``predicate`` to return something truthy, failing after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+from tests.helpers import REPO
 
 
 @dataclass
@@ -46,6 +32,23 @@ class ControlPlaneHandle:
         import json
 
         return json.loads(self.cli("get", kind, name, "-n", namespace, "-o", "json").stdout)
+
+    def pod_processes(self) -> list:
+        """Every process of this control plane's pods: shims, sandboxes and what runs inside them."""
+        import psutil
+
+        home = str(self.home)
+        found = []
+        for proc in psutil.process_iter(["cmdline", "environ"]):
+            try:
+                env = proc.info["environ"] or {}
+                cmdline = " ".join(proc.info["cmdline"] or [])
+            except (psutil.Error, KeyError):
+                continue
+            if "TRIMARAN_POD_UID" in env and env.get("TRIMARAN_HOME") == home or (
+                    "runtime/shim.py" in cmdline and home in cmdline):
+                found.append(proc)
+        return found
 
     def client(self):  # noqa: ANN201
         from trimaran.cli.client import Client

@@ -7,8 +7,7 @@ import os
 import signal
 import textwrap
 
-from tests.conftest import poll
-from tests.e2e.test_run_policy import _pod_processes
+from tests.helpers import poll
 
 # Waits for a go-ahead file, so the test decides when the replicas may finish.
 WAITER = textwrap.dedent("""
@@ -44,12 +43,12 @@ def test_kill_minus_nine_then_restart_readopts_running_pods(plane, tmp_path):
     """))
     plane.cli("apply", "-f", str(path))
     plane.cli("wait", "tfjob/survivor", "--for=condition=Running", "--timeout=60s")
-    before = {p.pid for p in _pod_processes(plane)}
+    before = {p.pid for p in plane.pod_processes()}
     assert before
 
     os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
     # The pods live on under their shims while the control plane is down.
-    assert {p.pid for p in _pod_processes(plane)} == before
+    assert {p.pid for p in plane.pod_processes()} == before
     start_server(home=plane.home)
 
     job = plane.get("tfjob", "survivor")
@@ -61,7 +60,7 @@ def test_kill_minus_nine_then_restart_readopts_running_pods(plane, tmp_path):
         assert pods[name]["status"]["phase"] == "Succeeded"
         assert pods[name]["status"]["containerStatuses"][0]["restartCount"] == 0, "re-adopted, not restarted"
     assert "finished" in plane.cli("logs", "survivor", "--replica-type", "worker", "--replica-index", "1").stdout
-    poll(lambda: not _pod_processes(plane), timeout=30, what="pod processes to exit")
+    poll(lambda: not plane.pod_processes(), timeout=30, what="pod processes to exit")
 
 
 def test_pods_that_ended_while_down_are_seen_after_restart(plane, tmp_path):
@@ -85,10 +84,10 @@ def test_pods_that_ended_while_down_are_seen_after_restart(plane, tmp_path):
                 - {{name: state, persistentVolumeClaim: {{claimName: ended-state}}}}
     """))
     plane.cli("apply", "-f", str(path))
-    poll(lambda: _pod_processes(plane), timeout=60, what="the pod to start")
+    poll(lambda: plane.pod_processes(), timeout=60, what="the pod to start")
     os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
     (plane.home / "volumes/default/ended-state/go").write_text("")
-    poll(lambda: not _pod_processes(plane), timeout=30, what="the pod to finish while the control plane is down")
+    poll(lambda: not plane.pod_processes(), timeout=30, what="the pod to finish while the control plane is down")
     start_server(home=plane.home)
     plane.cli("wait", "job/ended", "--for=condition=Complete", "--timeout=60s")
     stop_server(plane.home)

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import EXAMPLES
-from tests.e2e.test_run_policy import _pod_processes, poll
+from tests.helpers import EXAMPLES, poll
 
 pytestmark = pytest.mark.heavy
 
@@ -58,7 +57,7 @@ def test_tensorflow_parameter_server_strategy(plane):
     plane.cli("wait", "tfjob/digits-ps", "--for=condition=Succeeded", "--timeout=300s")
     assert "Traceback" not in plane.cli("logs", "digits-ps", "--replica-type", "chief").stdout
     # cleanPodPolicy: Running ends the PS and workers, which never exit by themselves.
-    poll(lambda: not _pod_processes(plane), timeout=60, what="PS and worker processes to be stopped")
+    poll(lambda: not plane.pod_processes(), timeout=60, what="PS and worker processes to be stopped")
 
 
 def test_indexed_sweep_writes_every_result(plane):

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-import psutil
-
-from tests.conftest import poll
+from tests.helpers import poll
 
 # Fails on the first `fails` attempts (counted in a file on a volume), then exits 0.
 FLAKY = textwrap.dedent("""
@@ -114,7 +112,7 @@ def test_delete_leaves_no_process(plane, tmp_path):
     sleeper = "import time\ntime.sleep(600)"
     plane.cli("apply", "-f", _job(tmp_path, "gone", "OnFailure", 0, 0, command=sleeper))
     plane.cli("wait", "pytorchjob/gone", "--for=condition=Running", "--timeout=60s")
-    assert _pod_processes(plane), "the replica should be running"
+    assert plane.pod_processes(), "the replica should be running"
     plane.cli("delete", "pytorchjob", "gone")
     _assert_no_pod_processes(plane)
     assert plane.cli("get", "pytorchjob", "gone", check=False).returncode != 0
@@ -129,28 +127,12 @@ def test_suspend_and_resume(plane, tmp_path):
     open(path, "w").write(text)
     plane.cli("apply", "-f", path)
     plane.cli("wait", "pytorchjob/susp", "--for=condition=Suspended", "--timeout=60s")
-    poll(lambda: not _pod_processes(plane), timeout=30, what="suspended job's processes to stop")
+    poll(lambda: not plane.pod_processes(), timeout=30, what="suspended job's processes to stop")
     open(path, "w").write(text.replace("suspend: true", "suspend: false"))
     plane.cli("apply", "-f", path)
     plane.cli("wait", "pytorchjob/susp", "--for=condition=Running", "--timeout=60s")
     assert _conditions(plane.get("pytorchjob", "susp"))["Suspended"]["status"] == "False"
 
 
-def _pod_processes(plane) -> list[psutil.Process]:
-    """Every process of this control plane's pods: shims, sandboxes and what runs inside them."""
-    home = str(plane.home)
-    found = []
-    for proc in psutil.process_iter(["cmdline", "environ"]):
-        try:
-            env = proc.info["environ"] or {}
-            cmdline = " ".join(proc.info["cmdline"] or [])
-        except (psutil.Error, KeyError):
-            continue
-        if "TRIMARAN_POD_UID" in env and env.get("TRIMARAN_HOME") == home or (
-                "trimaran.runtime.shim" in cmdline and home in cmdline):
-            found.append(proc)
-    return found
-
-
 def _assert_no_pod_processes(plane) -> None:
-    poll(lambda: not _pod_processes(plane), timeout=30, what="every pod process to exit")
+    poll(lambda: not plane.pod_processes(), timeout=30, what="every pod process to exit")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from tests.conftest import EXAMPLES, poll
+from tests.helpers import EXAMPLES, poll
 
 HOLD = "import os, time\nwhile not os.path.exists('/state/go'):\n    time.sleep(0.05)\n"
 DUMP = ("import json, os\nopen('/state/' + os.environ['POD'] + '.json', 'w').write("

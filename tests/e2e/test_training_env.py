@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from tests.conftest import poll
+from tests.helpers import poll
 
 DUMP_ENV = textwrap.dedent("""
     import json, os, socket, sys

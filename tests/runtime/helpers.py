@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from typing import TypeVar
+
+from tests.helpers import poll
 
 T = TypeVar("T")
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+    return poll(predicate, timeout=timeout, interval=0.02, what=what)
 
 
 def make_pod(name: str, containers: list[dict], **spec: object) -> dict:
