@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -169,6 +169,21 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete_events_for(self, kind: str, namespace: str, name: str) -> int:
         """Remove every event about the named object, whatever its uid; return how many."""
+
+    @abc.abstractmethod
+    def add_observations(self, namespace: str, trial: str, trial_uid: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Append metric observations of a trial: dicts with ``metric``, ``value``, and optional
+        ``step`` (default 0) and ``timestamp`` (epoch seconds, default now). All or nothing."""
+
+    @abc.abstractmethod
+    def list_observations(
+        self, namespace: str, trials: Sequence[str] | None = None, metric: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Observations in the order they were added, optionally only of these trials / this metric."""
+
+    @abc.abstractmethod
+    def delete_observations(self, namespace: str, trial: str) -> int:
+        """Forget a trial's observations (when the trial is deleted); return how many."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -61,6 +61,22 @@ events = Table(
     Index("events_involved", "involved_kind", "namespace", "involved_name"),
 )
 
+# Metric observations of tuning trials: one row per (metric, step) report, so curves can be drawn
+# and early-stopping rules applied mid-trial. Added in place (create_all adds a missing table).
+observations = Table(
+    "observations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("namespace", String(253), nullable=False),
+    Column("trial", String(253), nullable=False),
+    Column("trial_uid", String(36), nullable=False),
+    Column("metric", String(253), nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("value", Float, nullable=False),
+    Column("timestamp", Float, nullable=False),
+    Index("observations_trial", "namespace", "trial"),
+)
+
 # Counters: the schema version, the latest revision and the highest compacted revision.
 meta = Table(
     "meta",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,6 +43,7 @@ from trimaran.store.schema import (
     meta,
     metadata,
     objects,
+    observations,
 )
 
 # Execution option set on connections that will write. A dialect whose transactions must
@@ -410,6 +411,37 @@ class SQLStore(Store):
                     events.c.namespace == namespace,
                     events.c.involved_name == name,
                 )
+            ).rowcount
+
+    def add_observations(self, namespace: str, trial: str, trial_uid: str, rows: Sequence[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        now = time.time()
+        with self._writing() as conn:
+            conn.execute(insert(observations), [
+                {"namespace": namespace, "trial": trial, "trial_uid": trial_uid, "metric": r["metric"],
+                 "step": int(r.get("step") or 0), "value": float(r["value"]),
+                 "timestamp": float(r.get("timestamp") or now)}
+                for r in rows
+            ])
+
+    def list_observations(
+        self, namespace: str, trials: Sequence[str] | None = None, metric: str | None = None
+    ) -> list[dict[str, Any]]:
+        query = select(observations).where(observations.c.namespace == namespace).order_by(observations.c.id)
+        if trials is not None:
+            query = query.where(observations.c.trial.in_(list(trials)))
+        if metric is not None:
+            query = query.where(observations.c.metric == metric)
+        with self._reading() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [{"trial": r["trial"], "trialUid": r["trial_uid"], "metric": r["metric"], "step": r["step"],
+                 "value": r["value"], "timestamp": r["timestamp"]} for r in rows]
+
+    def delete_observations(self, namespace: str, trial: str) -> int:
+        with self._writing() as conn:
+            return conn.execute(
+                delete(observations).where(observations.c.namespace == namespace, observations.c.trial == trial)
             ).rowcount
 
     def close(self) -> None:
