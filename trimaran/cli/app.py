@@ -356,6 +356,58 @@ def _duration(text: str) -> float:
         raise
 
 
+# -- trials ---------------------------------------------------------------------------------------
+@app.command()
+def trials(
+    experiment: str = typer.Argument(..., help="The experiment's name."),
+    namespace: str | None = NamespaceOpt,
+    output: str = typer.Option("table", "--output", "-o", help="table, csv or json"),
+) -> None:
+    """An experiment's trials, best objective first, with parameters and final metrics."""
+    from trimaran.cli.render import latest_true, objective_value
+
+    client = _client()
+    ns = namespace or "default"
+    try:
+        exp = client.get("Experiment", ns, experiment)
+        items = client.list("Trial", ns, f"katib.kubeflow.org/experiment={experiment}")
+    except APIError as exc:
+        _fail(str(exc))
+    objective = exp["spec"]["objective"]
+    sign = -1.0 if objective.get("type") == "maximize" else 1.0
+    params = [p["name"] for p in exp["spec"].get("parameters") or []]
+    metrics = [objective["objectiveMetricName"], *(objective.get("additionalMetricNames") or [])]
+    rows = []
+    for t in items:
+        observed = {m["name"]: m.get("latest") for m in ((t.get("status") or {}).get("observation") or {})
+                    .get("metrics") or []}
+        assigned = {a["name"]: a["value"] for a in t["spec"].get("parameterAssignments") or []}
+        rows.append({"trial": t["metadata"]["name"], "status": latest_true(t),
+                     "objective": objective_value(objective, (t.get("status") or {}).get("observation")),
+                     **{p: assigned.get(p) for p in params}, **{f"{m} (latest)": observed.get(m) for m in metrics}})
+    rows.sort(key=lambda r: (r["objective"] is None, sign * (r["objective"] or 0.0)))
+    if output == "json":
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    elif output == "csv":
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["trial"])
+        writer.writeheader()
+        writer.writerows(rows)
+    elif output == "table":
+        from rich.table import Table
+
+        t = Table(title=f"{experiment}: {objective.get('type')} {objective['objectiveMetricName']}",
+                  header_style="bold")
+        for col in rows[0] if rows else ["trial"]:
+            t.add_column(col, no_wrap=True)
+        for r in rows:
+            t.add_row(*("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in r.values()))
+        console.print(t)
+    else:
+        _fail(f"unknown output {output!r}: use table, csv or json")
+
+
 # -- server ---------------------------------------------------------------------------------------
 @server_app.command("start")
 def server_start(

@@ -59,6 +59,9 @@ def describe_object(console: Console, obj: dict, events: list[dict], pods: list[
             if status.get("completedIndexes"):
                 _kv(console, "Completed Indexes", status["completedIndexes"])
 
+    if obj["kind"] == "Experiment":
+        _describe_experiment(console, obj)
+
     if status.get("conditions"):
         console.print("Conditions:")
         t = Table(box=None, pad_edge=False, header_style="bold")
@@ -118,3 +121,28 @@ def _describe_pod(console: Console, pod: dict) -> None:
         env = [e["name"] for e in c.get("env") or []]
         if env:
             _kv(console, "Environment", ", ".join(env), 4)
+
+
+def _describe_experiment(console: Console, exp: dict) -> None:
+    spec, status = exp["spec"], exp.get("status") or {}
+    objective = spec.get("objective") or {}
+    _kv(console, "Objective", f"{objective.get('type')} {objective.get('objectiveMetricName')}"
+                              + (f" (goal {objective['goal']})" if objective.get("goal") is not None else ""))
+    algorithm = spec.get("algorithm") or {}
+    settings = ", ".join(f"{s['name']}={s['value']}" for s in algorithm.get("algorithmSettings") or [])
+    _kv(console, "Algorithm", algorithm.get("algorithmName", "") + (f" ({settings})" if settings else ""))
+    if spec.get("earlyStopping"):
+        _kv(console, "Early Stopping", spec["earlyStopping"].get("algorithmName", ""))
+    _kv(console, "Trials", f"{status.get('trials', 0)} total: {status.get('trialsSucceeded', 0)} succeeded, "
+                           f"{status.get('trialsRunning', 0)} running, {status.get('trialsPending', 0)} pending, "
+                           f"{status.get('trialsFailed', 0)} failed, {status.get('trialsEarlyStopped', 0)} early "
+                           f"stopped, {status.get('trialMetricsUnavailable', 0)} metrics unavailable "
+                           f"(max {spec.get('maxTrialCount', 'unbounded')}, parallel {spec.get('parallelTrialCount')})")
+    best = status.get("currentOptimalTrial")
+    if best:
+        _kv(console, "Best Trial", best.get("bestTrialName", ""))
+        for a in best.get("parameterAssignments") or []:
+            console.print(f"{'':<22}{a['name']} = {a['value']}", highlight=False)
+        for m in (best.get("observation") or {}).get("metrics") or []:
+            console.print(f"{'':<22}{m['name']}: latest {m.get('latest')}, min {m.get('min')}, max {m.get('max')}",
+                          highlight=False)

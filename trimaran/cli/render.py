@@ -83,6 +83,44 @@ def _restarts(obj: dict) -> str:
     return str(sum(cs.get("restartCount", 0) for cs in (obj.get("status") or {}).get("containerStatuses") or []))
 
 
+def latest_true(obj: dict) -> str:
+    """The condition a person reads as the object's state: the last one that is True."""
+    conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
+    return conditions[-1]["type"] if conditions else "Pending"
+
+
+def objective_value(objective: dict, observation: dict | None) -> float | None:
+    """A trial's objective per its metricStrategy (Katib: min/max fall back to latest)."""
+    name = objective.get("objectiveMetricName")
+    strategy = next((s.get("value") for s in objective.get("metricStrategies") or [] if s.get("name") == name),
+                    "min" if objective.get("type") == "minimize" else "max")
+    for m in (observation or {}).get("metrics") or []:
+        if m.get("name") == name:
+            raw = m.get(strategy)
+            if raw in (None, "unavailable"):
+                raw = m.get("latest")
+            try:
+                return float(raw)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _best(exp: dict) -> str:
+    best = (exp.get("status") or {}).get("currentOptimalTrial") or {}
+    value = objective_value(exp["spec"].get("objective") or {}, best.get("observation"))
+    return "" if value is None else f"{value:.6g}"
+
+
+def _trial_objective(trial: dict) -> str:
+    value = objective_value(trial["spec"].get("objective") or {}, (trial.get("status") or {}).get("observation"))
+    return "" if value is None else f"{value:.6g}"
+
+
+def _assignments(trial: dict) -> str:
+    return " ".join(f"{a['name']}={a['value']}" for a in trial["spec"].get("parameterAssignments") or [])
+
+
 Column = tuple[str, Callable[[dict], str]]
 
 _NAME: Column = ("NAME", lambda o: o["metadata"]["name"])
@@ -95,6 +133,12 @@ COLUMNS: dict[str, list[Column]] = {
                                       f"{o['spec'].get('completions', 1)}"),
             ("DURATION", _duration), _AGE],
     "Pod": [_NAME, ("READY", _ready), ("STATUS", pod_status), ("RESTARTS", _restarts), _AGE],
+    "Experiment": [_NAME, ("STATUS", latest_true),
+                   ("TRIALS", lambda o: f"{(o.get('status') or {}).get('trialsSucceeded', 0)}/"
+                                        f"{(o.get('status') or {}).get('trials', 0)}"),
+                   ("RUNNING", lambda o: str((o.get("status") or {}).get("trialsRunning", 0))),
+                   ("BEST", _best), _AGE],
+    "Trial": [_NAME, ("STATUS", latest_true), ("OBJECTIVE", _trial_objective), ("PARAMETERS", _assignments), _AGE],
     "ConfigMap": [_NAME, ("DATA", lambda o: str(len(o.get("data") or {}) + len(o.get("binaryData") or {}))), _AGE],
     "Secret": [_NAME, ("TYPE", lambda o: o.get("type", "Opaque")),
                ("DATA", lambda o: str(len(o.get("data") or {}) + len(o.get("stringData") or {}))), _AGE],
@@ -107,6 +151,9 @@ COLUMNS: dict[str, list[Column]] = {
 }
 
 WIDE: dict[str, list[Column]] = {
+    "Experiment": [("ALGORITHM", lambda o: (o["spec"].get("algorithm") or {}).get("algorithmName", "")),
+                   ("BEST TRIAL", lambda o: ((o.get("status") or {}).get("currentOptimalTrial") or {})
+                    .get("bestTrialName", ""))],
     "training": [("REPLICAS (active/succeeded/failed)", _replicas)],
     "Pod": [("IP", lambda o: (o.get("status") or {}).get("podIP", "")),
             ("GPUS", lambda o: ",".join(((o.get("status") or {}).get("allocation") or {}).get("gpus") or []) or "-")],

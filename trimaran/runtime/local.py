@@ -531,6 +531,11 @@ class LocalRuntime:
 
     # -- logs ---------------------------------------------------------------------------
 
+    def volume_dir(self, pod_uid: str, volume_name: str) -> Path:
+        """Where a pod's (disk-backed) emptyDir volume lives on the host, e.g. to read a metrics
+        file the pod writes there."""
+        return self._pod_dir(pod_uid) / "volumes" / volume_name
+
     def log_path(
         self, namespace: str, pod_name: str, container: str | None = None, attempt: int | None = None
     ) -> Path:

@@ -31,6 +31,17 @@ class ManifestIn(BaseModel):
     object: dict
 
 
+class ObservationIn(BaseModel):
+    metric: str
+    value: float
+    step: int = 0
+    timestamp: float | None = None
+
+
+class ObservationsIn(BaseModel):
+    observations: list[ObservationIn]
+
+
 class ApplyIn(BaseModel):
     manifests: list[ManifestIn]
     namespace: str | None = None
@@ -152,6 +163,18 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
         else:
             request_deletion(store, obj)
         return _json({"kind": info.kind, "namespace": ns, "name": name, "uid": obj["metadata"]["uid"]})
+
+    @app.post("/trimaran/v1/namespaces/{namespace}/trials/{name}/observations")
+    def push_observations(namespace: str, name: str, body: ObservationsIn) -> Response:
+        """The push collector (``report_metrics``): a trial's own code reports its metrics."""
+        trial = store.get("Trial", namespace, name)
+        rows = [o.model_dump() for o in body.observations]
+        store.add_observations(namespace, name, trial["metadata"]["uid"], rows)
+        return _json({"accepted": len(rows)})
+
+    @app.get("/trimaran/v1/namespaces/{namespace}/observations")
+    def list_observations(namespace: str, trial: list[str] | None = Query(None), metric: str | None = None) -> Response:
+        return _json({"items": store.list_observations(namespace, trials=trial, metric=metric)})
 
     @app.get("/trimaran/v1/events")
     def events(kind: str | None = None, namespace: str | None = None, name: str | None = None) -> Response:

@@ -14,6 +14,7 @@ from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
 from trimaran.controllers.kubelet import Kubelet
 from trimaran.controllers.training import TrainingJobReconciler
+from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.store import Store, open_store
@@ -30,6 +31,7 @@ class ControlPlane:
     store: Store
     manager: ControllerManager
     kubelet: Kubelet
+    trials: TrialReconciler
     home: Path
 
     def stop(self) -> None:
@@ -43,10 +45,13 @@ def build_control_plane(home: Path | None = None) -> ControlPlane:
     store = open_store(home / "trimaran.db")
     store.ensure_namespace("default")
     node = Node.from_env()
-    kubelet = Kubelet(store, LocalRuntime(home, node=node), node)
-    manager = ControllerManager(
-        store, [TrainingJobReconciler(store), BatchJobReconciler(store), ClaimReconciler(store, home), kubelet])
-    return ControlPlane(store=store, manager=manager, kubelet=kubelet, home=home)
+    runtime = LocalRuntime(home, node=node)
+    kubelet = Kubelet(store, runtime, node)
+    trials = TrialReconciler(store, runtime)
+    manager = ControllerManager(store, [
+        TrainingJobReconciler(store), BatchJobReconciler(store), ClaimReconciler(store, home),
+        ExperimentReconciler(store), trials, kubelet])
+    return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home)
 
 
 def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> None:
@@ -71,11 +76,14 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
         sock = server.servers[0].sockets[0]
         bound_port = sock.getsockname()[1]
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        write_server_info(plane.home, url=f"http://{shown}:{bound_port}", pid=os.getpid(),
-                          token=token if require_token else None)
+        url = f"http://{shown}:{bound_port}"
+        write_server_info(plane.home, url=url, pid=os.getpid(), token=token if require_token else None)
+        # Trials push metrics here (report_metrics); controllers start once the address is known.
+        plane.trials.api_url = url
+        plane.trials.api_token = token if require_token else None
+        plane.manager.start()
         log.info("control plane listening on %s:%s (home %s)", host, bound_port, plane.home)
 
-    plane.manager.start()
     stop_event = threading.Event()
 
     def on_signal(signum, frame):  # noqa: ANN001 - signal handler signature
