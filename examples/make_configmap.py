@@ -21,6 +21,7 @@ CONFIGMAPS = {
     "tf-parameter-server": ("digits-ps-code", ["train.py"]),
     "indexed-sweep": ("digits-sweep-code", ["train.py", "hyperparams.yml"]),
     "failing": ("flaky-code", ["flaky.py"]),
+    "katib-digits": ("katib-digits-code", ["train.py"]),
 }
 
 

@@ -1,0 +1,167 @@
+"""Katib Experiments run locally: real trials (jobs), metrics from stdout, the best trial, early
+stopping, failures, and a control plane killed mid-experiment."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import textwrap
+
+import pytest
+
+from tests.helpers import EXAMPLES, poll
+
+pytestmark = pytest.mark.heavy
+
+# Prints a learning curve whose level is the trial's `level` parameter.
+CURVE = textwrap.dedent("""
+    import sys, time
+    level = float(sys.argv[1])
+    for step in range(8):
+        print(f"step={step} score={level * (1 - 0.5 ** (step + 1)):.4f}", flush=True)
+        time.sleep(0.15)
+""")
+
+
+def _experiment(tmp_path, name: str, *, algorithm: str = "random", settings: dict | None = None,
+                parameters: list | None = None, max_trials: int | None = 4, parallel: int = 2,
+                script: str = CURVE, early: dict | None = None, extra: dict | None = None) -> str:
+    spec = {
+        "objective": {"type": "maximize", "objectiveMetricName": "score"},
+        "algorithm": {"algorithmName": algorithm,
+                      "algorithmSettings": [{"name": k, "value": v} for k, v in (settings or {}).items()]},
+        "parallelTrialCount": parallel,
+        "parameters": parameters or [{"name": "level", "parameterType": "double",
+                                      "feasibleSpace": {"min": "0.1", "max": "1.0"}}],
+        "trialTemplate": {
+            "primaryContainerName": "main",
+            "trialParameters": [{"name": "level", "reference": "level"}],
+            "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "x",
+                                "command": ["python", "-c", script, "${trialParameters.level}"]}]}}}},
+        },
+    }
+    if max_trials is not None:
+        spec["maxTrialCount"] = max_trials
+    if early:
+        spec["earlyStopping"] = early
+    spec.update(extra or {})
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment",
+                                "metadata": {"name": name}, "spec": spec}))
+    return str(path)
+
+
+def _trials(plane, experiment: str, ns: str = "default") -> list[dict]:
+    return plane.client().list("Trial", ns, f"katib.kubeflow.org/experiment={experiment}")
+
+
+def _state(obj: dict) -> str:
+    true = [c["type"] for c in (obj.get("status") or {}).get("conditions") or [] if c["status"] == "True"]
+    return true[-1] if true else ""
+
+
+def test_seed_experiment_runs_and_reports_the_best_trial(plane):
+    d = EXAMPLES / "katib-digits"
+    plane.cli("apply", "-n", "kubeflow", "-f", str(d / "code-configmap.yaml"), "-f", str(d / "experiment.yaml"))
+    plane.cli("wait", "experiment/cnn-hyperparameter-tuning", "-n", "kubeflow", "--for=condition=Succeeded",
+              "--timeout=300s")
+    exp = plane.get("experiment", "cnn-hyperparameter-tuning", namespace="kubeflow")
+    trials = _trials(plane, "cnn-hyperparameter-tuning", "kubeflow")
+    assert 1 <= len(trials) <= 6 and exp["status"]["trials"] == len(trials)
+    best = exp["status"]["currentOptimalTrial"]
+    assert {a["name"] for a in best["parameterAssignments"]} == {
+        "learning_rate", "batch_size", "num_layers", "optimizer", "dropout_rate"}
+    assert {m["name"] for m in best["observation"]["metrics"]} == {"accuracy", "loss", "val_accuracy"}
+    best_accuracy = max(float(m["max"]) for t in trials if _state(t) == "Succeeded"
+                        for m in t["status"]["observation"]["metrics"] if m["name"] == "accuracy")
+    assert float(next(m["max"] for m in best["observation"]["metrics"] if m["name"] == "accuracy")) == best_accuracy
+    reason = [c for c in exp["status"]["conditions"] if c["type"] == "Succeeded"][0]["reason"]
+    assert reason in ("ExperimentGoalReached", "ExperimentMaxTrialsReached")
+
+    out = plane.cli("trials", "cnn-hyperparameter-tuning", "-n", "kubeflow", "-o", "csv").stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows[0]["trial"] == best["bestTrialName"] and len(rows) == len(trials)
+    assert "Best Trial" in plane.cli("describe", "experiment", "cnn-hyperparameter-tuning", "-n", "kubeflow").stdout
+    # Every observation of every epoch is stored, for curves and median rules.
+    points = plane.client()._json("GET", "/trimaran/v1/namespaces/kubeflow/observations",
+                                  params={"trial": best["bestTrialName"], "metric": "val_accuracy"})["items"]
+    assert len(points) >= 2
+
+
+def test_grid_covers_the_grid_once_then_ends(plane, tmp_path):
+    params = [{"name": "level", "parameterType": "discrete", "feasibleSpace": {"list": ["0.2", "0.4", "0.6"]}},
+              {"name": "unused", "parameterType": "int", "feasibleSpace": {"min": "1", "max": "2"}}]
+    plane.cli("apply", "-f", _experiment(tmp_path, "grid", algorithm="grid", parameters=params, max_trials=None))
+    plane.cli("wait", "experiment/grid", "--for=condition=Succeeded", "--timeout=180s")
+    trials = _trials(plane, "grid")
+    combos = {tuple(sorted((a["name"], a["value"]) for a in t["spec"]["parameterAssignments"])) for t in trials}
+    assert len(trials) == 6 and len(combos) == 6
+    exp = plane.get("experiment", "grid")
+    assert [c for c in exp["status"]["conditions"] if c["type"] == "Succeeded"][0]["reason"] == \
+        "ExperimentSuggestionEndReached"
+    best = exp["status"]["currentOptimalTrial"]["parameterAssignments"]
+    assert {"name": "level", "value": "0.6"} in best
+
+
+def test_median_stop_ends_poor_trials_early(plane, tmp_path):
+    early = {"algorithmName": "medianstop",
+             "algorithmSettings": [{"name": "min_trials_required", "value": "2"},
+                                   {"name": "start_step", "value": "2"}]}
+    params = [{"name": "level", "parameterType": "categorical",
+               "feasibleSpace": {"list": ["0.9", "0.8", "0.1", "0.85", "0.05", "0.15"]}}]
+    plane.cli("apply", "-f", _experiment(tmp_path, "median", algorithm="grid", parameters=params,
+                                         max_trials=6, parallel=1, early=early))
+    plane.cli("wait", "experiment/median", "--for=condition=Succeeded", "--timeout=240s")
+    trials = _trials(plane, "median")
+    stopped = [t for t in trials if _state(t) == "EarlyStopped"]
+    finished_high = [t for t in trials if _state(t) == "Succeeded"]
+    assert stopped, [(_state(t), t["spec"]["parameterAssignments"]) for t in trials]
+    for t in stopped:
+        level = float(t["spec"]["parameterAssignments"][0]["value"])
+        assert level < 0.5, "only the poor trials are stopped"
+        message = [c for c in t["status"]["conditions"] if c["type"] == "EarlyStopped"][0]["message"]
+        assert "median" in message
+    assert finished_high
+    assert plane.get("experiment", "median")["status"]["trialsEarlyStopped"] == len(stopped)
+
+
+def test_missing_metrics_and_max_failed_trials(plane, tmp_path):
+    silent = "import sys\nprint('no metrics here', sys.argv[1])"
+    plane.cli("apply", "-f", _experiment(tmp_path, "silent", script=silent, max_trials=4,
+                                         extra={"maxFailedTrialCount": 2}))
+    plane.cli("wait", "experiment/silent", "--for=condition=Failed", "--timeout=180s")
+    trials = _trials(plane, "silent")
+    unavailable = [t for t in trials if _state(t) == "MetricsUnavailable"]
+    assert len(unavailable) >= 2
+    message = [c for c in unavailable[0]["status"]["conditions"] if c["type"] == "MetricsUnavailable"][0]["message"]
+    assert "no metrics here" in message, "the last lines of the trial's log explain why"
+
+
+def test_bad_search_space_is_rejected_at_apply(plane, tmp_path):
+    params = [{"name": "level", "parameterType": "double", "feasibleSpace": {"min": "0.9", "max": "0.1"}}]
+    proc = plane.cli("apply", "-f", _experiment(tmp_path, "bad", parameters=params), check=False)
+    assert proc.returncode != 0 and "spec.parameters[0].feasibleSpace" in proc.stderr
+    assert plane.cli("get", "experiment", "bad", check=False).returncode != 0
+
+
+def test_kill_minus_nine_mid_experiment_loses_and_duplicates_nothing(plane, tmp_path):
+    from trimaran.server.daemon import read_server_info, start_server
+
+    plane.cli("apply", "-f", _experiment(tmp_path, "crash", max_trials=6, parallel=2,
+                                         settings={"random_state": "7"}))
+    poll(lambda: any(_state(t) == "Succeeded" for t in _trials(plane, "crash")), timeout=120,
+         what="a first finished trial")
+    os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
+    start_server(home=plane.home)
+    plane.cli("wait", "experiment/crash", "--for=condition=Succeeded", "--timeout=240s")
+    trials = _trials(plane, "crash")
+    assert len(trials) == 6 and len({t["metadata"]["name"] for t in trials}) == 6
+    assignments = [t["spec"]["parameterAssignments"][0]["value"] for t in trials]
+    assert len(set(assignments)) == 6, "no assignment was suggested twice"
+    exp = plane.get("experiment", "crash")
+    assert exp["status"]["trialsSucceeded"] == 6
