@@ -13,6 +13,8 @@ from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, 
 from trimaran.api.meta import Resource
 from trimaran.api.training import API_VERSION as KUBEFLOW_V1
 from trimaran.api.training import PYTORCHJOB, TFJOB, PyTorchJob, TFJob
+from trimaran.api.tuning import API_VERSION as KATIB_V1BETA1
+from trimaran.api.tuning import Experiment, Suggestion, Trial
 
 __all__ = ["KindInfo", "UnknownKindError", "all_kinds", "for_object", "lookup", "register"]
 
@@ -106,5 +108,8 @@ for _info in (
     KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job),
     KindInfo(TFJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", TFJOB.plural, (), True, TFJob),
     KindInfo(PYTORCHJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PYTORCHJOB.plural, (), True, PyTorchJob),
+    KindInfo("Experiment", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "experiments", ("exp",), True, Experiment),
+    KindInfo("Trial", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "trials", (), True, Trial),
+    KindInfo("Suggestion", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "suggestions", (), True, Suggestion),
 ):
     register(_info)
