@@ -1,0 +1,141 @@
+"""The abstract search algorithm: stored trials in, suggestions out."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trimaran.tuning._seeding import derive_seed
+from trimaran.tuning._settings import SettingsSchema, integer
+from trimaran.tuning._space import SearchSpace
+from trimaran.tuning._trial import TrialRecord, normalize_objective
+from trimaran.tuning.errors import SearchSpaceError, SettingsError
+
+__all__ = ["Algorithm", "Suggestions", "RANDOM_STATE"]
+
+# Every Katib backend names its seed ``random_state`` (an int >= 0).
+RANDOM_STATE = integer(0)
+
+
+@dataclass(frozen=True)
+class Suggestions:
+    """What an algorithm proposes next.
+
+    Args:
+        assignments: Parameter assignments for new trials (Katib strings, in declaration order);
+            fewer than asked for when the algorithm has fewer to give, or must wait (hyperband
+            waits for a rung to finish before promoting).
+        exhausted: True when the algorithm will never suggest anything beyond ``assignments``:
+            grid has handed out every point, hyperband has filled every bracket. The experiment
+            ends (Katib's ``ExperimentSuggestionEndReached``) once those trials finish.
+        message: Why fewer than asked for were returned, for events and status messages.
+    """
+
+    assignments: list[dict[str, str]]
+    exhausted: bool = False
+    message: str = field(default="", compare=False, repr=False)
+
+
+class Algorithm(abc.ABC):
+    """A search algorithm by Katib's ``algorithmName``, a pure function of the stored trials.
+
+    `suggest` reads nothing but its arguments: no state is carried from one call to the next that
+    changes its answer, so a control plane that crashed and restarted suggests exactly what it
+    would have suggested. (Implementations may cache work between calls, but a cache miss gives
+    the same answer.) With a ``random_state`` setting the answer is deterministic: it depends on
+    ``random_state`` and the stored trials, and moves on with every new trial.
+
+    Subclasses declare ``name`` (Katib's algorithm name), ``settings_schema`` (by Katib's setting
+    names) and implement `_suggest`; `validate` adds checks of the search space.
+
+    Example:
+        >>> from trimaran.tuning import SearchSpace, get_algorithm
+        >>> space = SearchSpace.from_parameters([
+        ...     {"name": "x", "parameterType": "int", "feasibleSpace": {"min": "1", "max": "3"}}])
+        >>> grid = get_algorithm("grid", {})
+        >>> grid.suggest(space, [], "maximize", 5)
+        Suggestions(assignments=[{'x': '1'}, {'x': '2'}, {'x': '3'}], exhausted=True)
+
+    Args:
+        settings: Katib's ``algorithmSettings`` as ``{name: value}`` strings.
+    """
+
+    name: ClassVar[str] = ""
+    #: Other names accepted by `get_algorithm` (e.g. ``nsgaii`` for ``nsga2``).
+    aliases: ClassVar[tuple[str, ...]] = ()
+    settings_schema: ClassVar[SettingsSchema] = SettingsSchema()
+    #: Whether the algorithm accepts several objectives.
+    supports_multi_objective: ClassVar[bool] = False
+
+    def __init__(self, settings: Mapping[str, str] | None = None) -> None:
+        self.raw_settings: dict[str, str] = {str(k): str(v) for k, v in (settings or {}).items()}
+        self.settings: dict[str, Any] = self.settings_schema.parse(self.name, self.raw_settings)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.raw_settings!r})"
+
+    @property
+    def random_state(self) -> int | None:
+        """The ``random_state`` setting, or None."""
+        return self.settings.get("random_state")
+
+    def validate(self, space: SearchSpace, objective: str | Sequence[str], *,
+                 max_trial_count: int | None = None) -> None:
+        """Check that the algorithm can search ``space`` for ``objective`` (Katib's
+        ``ValidateAlgorithmSettings``); raises `SearchSpaceError` or `SettingsError`.
+
+        Args:
+            space: The search space.
+            objective: ``minimize``/``maximize``, or one per objective.
+            max_trial_count: ``spec.maxTrialCount`` when known (grid checks it against its size).
+        """
+        types = normalize_objective(objective)
+        if len(types) > 1 and not self.supports_multi_objective:
+            raise SettingsError(
+                f'algorithm "{self.name}" optimizes one objective; for {len(types)} objectives use '
+                '"nsga2" (or random, grid, sobol, tpe, multivariate-tpe, bayesianoptimization)')
+        self._validate(space, types, max_trial_count)
+
+    def suggest(self, space: SearchSpace, trials: Sequence[TrialRecord], objective: str | Sequence[str],
+                count: int) -> Suggestions:
+        """Up to ``count`` new assignments, given every stored trial of the experiment.
+
+        Args:
+            space: The search space.
+            trials: Every trial of the experiment in creation order, running ones included (so
+                they are not suggested again).
+            objective: ``minimize``/``maximize``, or a list of them for several objectives
+                (then ``TrialRecord.values`` holds one value per objective).
+            count: How many new trials the controller can start now (parallelTrialCount minus
+                the running ones); 0 only asks whether the algorithm is exhausted.
+        """
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        types = normalize_objective(objective)
+        self.validate(space, types)
+        return self._suggest(space, list(trials), types, count)
+
+    def seed(self, *salt: int) -> int:
+        """A seed for this call: ``random_state`` mixed with ``salt`` (usually ``len(trials)``)."""
+        return derive_seed(self.random_state, *salt)
+
+    def _validate(self, space: SearchSpace, objective: tuple[str, ...], max_trial_count: int | None) -> None:  # noqa: B027
+        """Algorithm-specific checks of the space; the default accepts any space."""
+
+    @abc.abstractmethod
+    def _suggest(self, space: SearchSpace, trials: list[TrialRecord], objective: tuple[str, ...],
+                 count: int) -> Suggestions:
+        """The algorithm itself; arguments are validated and normalized."""
+
+
+def numeric_parameters(space: SearchSpace) -> list[str]:
+    """Names of the int and double parameters."""
+    return [p.name for p in space if p.type in ("int", "double")]
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise `SearchSpaceError` with ``message`` unless ``condition``."""
+    if not condition:
+        raise SearchSpaceError(message)
