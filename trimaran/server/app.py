@@ -34,7 +34,7 @@ class ManifestIn(BaseModel):
 class ObservationIn(BaseModel):
     metric: str
     value: float
-    step: int = 0
+    step: int | None = None
     timestamp: float | None = None
 
 
@@ -169,6 +169,15 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
         """The push collector (``report_metrics``): a trial's own code reports its metrics."""
         trial = store.get("Trial", namespace, name)
         rows = [o.model_dump() for o in body.observations]
+        if any(r["step"] is None for r in rows):
+            # Reports without a step count per metric, as the text collector numbers its lines.
+            seen: dict[str, int] = {}
+            for r in store.list_observations(namespace, trials=[name]):
+                seen[r["metric"]] = seen.get(r["metric"], 0) + 1
+            for r in rows:
+                if r["step"] is None:
+                    r["step"] = seen.get(r["metric"], 0)
+                seen[r["metric"]] = seen.get(r["metric"], 0) + 1
         store.add_observations(namespace, name, trial["metadata"]["uid"], rows)
         return _json({"accepted": len(rows)})
 

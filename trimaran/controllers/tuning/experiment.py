@@ -1,0 +1,264 @@
+"""Katib Experiments: ask the search algorithm for assignments, create Trials, track the best one,
+and end the experiment as Katib does (katib.md §1.6, §1.7).
+
+Level-triggered: each pass recounts trials from the store, so a restart after kill -9 neither loses
+nor duplicates a trial, and the algorithm's state is rebuilt from the stored trials.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import secrets
+import string
+
+from trimaran.api.tuning import substitute_trial_template, trial_parameter_values
+from trimaran.controllers.base import Key, Reconciler
+from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
+from trimaran.controllers.pods import owner_reference
+from trimaran.controllers.tuning.records import (
+    EXPERIMENT_LABEL,
+    SEQUENCE_ANNOTATION,
+    TRIAL_LABEL,
+    experiment_trials,
+    metric_value,
+    strategy_for,
+    trial_records,
+)
+from trimaran.controllers.tuning.trial import FINISHED, trial_state
+from trimaran.store import Conflict, NotFound
+from trimaran.tuning import SearchSpace, get_algorithm
+
+log = logging.getLogger(__name__)
+
+_LISTS = {
+    "Running": "runningTrialList", "Created": "pendingTrialList", "Succeeded": "succeededTrialList",
+    "Failed": "failedTrialList", "Killed": "killedTrialList", "EarlyStopped": "earlyStoppedTrialList",
+    "MetricsUnavailable": "metricsUnavailableTrialList",
+}
+_COUNTS = {
+    "Running": "trialsRunning", "Created": "trialsPending", "Succeeded": "trialsSucceeded",
+    "Failed": "trialsFailed", "Killed": "trialsKilled", "EarlyStopped": "trialsEarlyStopped",
+    "MetricsUnavailable": "trialMetricsUnavailable",
+}
+
+
+class ExperimentReconciler(Reconciler):
+    name = "experiments"
+    kinds = ("Experiment",)
+    watches = ("Trial",)
+
+    def reconcile(self, key: Key) -> float | None:
+        try:
+            exp = self.store.get("Experiment", key.namespace, key.name)
+        except NotFound:
+            return None
+        spec = exp["spec"]
+        status = copy.deepcopy(exp.get("status") or {})
+        before = copy.deepcopy(status)
+        trials = experiment_trials(self.store, exp)
+        events: list[tuple[str, str, str]] = []
+
+        if not status.get("conditions"):
+            set_condition(status, "Created", "True", "ExperimentCreated", "Experiment is created")
+            status["startTime"] = now_rfc3339()
+            events.append(("Normal", "ExperimentCreated", f"Experiment {key.name} is created"))
+
+        self._count(status, trials)
+        self._best(status, spec, trials)
+        completed = sum(status.get(c, 0) for c in ("trialsSucceeded", "trialsFailed", "trialsKilled",
+                                                    "trialsEarlyStopped", "trialMetricsUnavailable"))
+        active = status.get("trialsRunning", 0) + status.get("trialsPending", 0)
+        max_trials = spec.get("maxTrialCount")
+
+        if _finished(status):
+            if not self._restart(exp, status, completed, events):
+                self._kill_active(trials)
+                return self._write(exp, status, before, events)
+
+        outcome = self._outcome(spec, status, completed, active)
+        if outcome is None and not spec.get("trialTemplate"):
+            outcome = ("Failed", "ExperimentFailed",
+                       "Experiment has no trialTemplate, so no trial can run: add spec.trialTemplate")
+        if outcome is None:
+            want = int(spec.get("parallelTrialCount", 3))
+            if max_trials is not None:
+                want = min(want, int(max_trials) - completed)
+            need = want - active
+            if need > 0:
+                exhausted = self._create_trials(exp, trials, need, events)
+                if exhausted and active == 0 and need == want:
+                    outcome = ("Succeeded", "ExperimentSuggestionEndReached",
+                               "Experiment has succeeded because the search space is exhausted")
+            if outcome is None and not is_true(status, "Running"):
+                set_condition(status, "Running", "True", "ExperimentRunning", "Experiment is running")
+        if outcome is not None:
+            ctype, reason, message = outcome
+            if is_true(status, "Running"):
+                set_condition(status, "Running", "False", reason, message)
+            set_condition(status, ctype, "True", reason, message)
+            status["completionTime"] = now_rfc3339()
+            events.append(("Normal" if ctype == "Succeeded" else "Warning", reason, message))
+            self._kill_active(experiment_trials(self.store, exp))
+        return self._write(exp, status, before, events)
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def _count(self, status: dict, trials: list[dict]) -> None:
+        for field in (*_LISTS.values(), *_COUNTS.values()):
+            status.pop(field, None)
+        status["trials"] = len(trials)
+        for trial in trials:
+            state = trial_state(trial)
+            status.setdefault(_LISTS[state], []).append(trial["metadata"]["name"])
+            status[_COUNTS[state]] = status.get(_COUNTS[state], 0) + 1
+
+    def _best(self, status: dict, spec: dict, trials: list[dict]) -> None:
+        objective = spec["objective"]["objectiveMetricName"]
+        strategy = strategy_for(spec, objective)
+        sign = -1.0 if spec["objective"]["type"] == "maximize" else 1.0
+        best, best_value = None, None
+        for trial in trials:
+            observation = (trial.get("status") or {}).get("observation")
+            value = metric_value(observation, objective, strategy)
+            if value is None:
+                continue
+            if best_value is None or sign * value < sign * best_value:
+                best, best_value = trial, value
+        if best is not None:
+            status["currentOptimalTrial"] = {
+                "bestTrialName": best["metadata"]["name"],
+                "parameterAssignments": best["spec"].get("parameterAssignments") or [],
+                "observation": (best.get("status") or {}).get("observation") or {"metrics": []},
+            }
+
+    def _outcome(self, spec: dict, status: dict, completed: int, active: int) -> tuple[str, str, str] | None:
+        goal = spec["objective"].get("goal")
+        best = status.get("currentOptimalTrial")
+        if goal is not None and best:
+            value = metric_value(best.get("observation"), spec["objective"]["objectiveMetricName"],
+                                 strategy_for(spec, spec["objective"]["objectiveMetricName"]))
+            if value is not None and (value >= float(goal) if spec["objective"]["type"] == "maximize"
+                                      else value <= float(goal)):
+                return ("Succeeded", "ExperimentGoalReached",
+                        f"Experiment has succeeded because the objective goal {goal} was reached by "
+                        f"{best['bestTrialName']} ({value})")
+        failed = status.get("trialsFailed", 0) + status.get("trialMetricsUnavailable", 0)
+        max_failed = spec.get("maxFailedTrialCount")
+        if max_failed is not None and failed > 0 and failed >= int(max_failed):
+            return ("Failed", "ExperimentFailed",
+                    f"Experiment has failed because {failed} trials failed (maxFailedTrialCount {max_failed})")
+        max_trials = spec.get("maxTrialCount")
+        if max_trials is not None and completed >= int(max_trials):
+            return ("Succeeded", "ExperimentMaxTrialsReached",
+                    f"Experiment has succeeded because max trial count ({max_trials}) has been reached")
+        return None
+
+    def _restart(self, exp: dict, status: dict, completed: int, events: list) -> bool:
+        """Katib's resume: a LongRunning/FromVolume experiment that ended on maxTrialCount runs on
+        when maxTrialCount is raised (re-applied manifest). The algorithm needs no saved state: it
+        is rebuilt from the stored trials."""
+        spec = exp["spec"]
+        reasons = {c.get("reason") for c in status.get("conditions") or [] if c.get("status") == "True"}
+        max_trials = spec.get("maxTrialCount")
+        if (spec.get("resumePolicy", "Never") in ("LongRunning", "FromVolume")
+                and "ExperimentMaxTrialsReached" in reasons
+                and (max_trials is None or int(max_trials) > completed)):
+            set_condition(status, "Succeeded", "False", "ExperimentRestarting", "Experiment is restarting")
+            set_condition(status, "Running", "True", "ExperimentRestarting",
+                          "Experiment is running again: maxTrialCount was raised")
+            status.pop("completionTime", None)
+            events.append(("Normal", "ExperimentRestarting", "maxTrialCount was raised; the experiment continues"))
+            return True
+        return False
+
+    def _create_trials(self, exp: dict, trials: list[dict], need: int, events: list) -> bool:
+        spec = exp["spec"]
+        settings = {s["name"]: str(s["value"]) for s in spec["algorithm"].get("algorithmSettings") or []}
+        algorithm = get_algorithm(spec["algorithm"]["algorithmName"], settings)
+        space = SearchSpace.from_parameters(spec["parameters"])
+        suggestions = algorithm.suggest(space, trial_records(self.store, exp), spec["objective"]["type"], need)
+        template = self._template(exp)
+        for offset, assignment in enumerate(suggestions.assignments):
+            name = _trial_name(exp["metadata"]["name"])
+            sequence = len(trials) + offset
+            trial = self._trial(exp, template, name, sequence, assignment)
+            self.store.create(trial)
+            events.append(("Normal", "TrialCreated", f"Created trial {name} with " +
+                           ", ".join(f"{k}={v}" for k, v in assignment.items())))
+        return suggestions.exhausted and not suggestions.assignments
+
+    def _template(self, exp: dict) -> dict:
+        template = exp["spec"]["trialTemplate"]
+        if template.get("trialSpec"):
+            return template["trialSpec"]
+        ref = template["configMap"]
+        import yaml
+
+        cm = self.store.get("ConfigMap", ref["configMapNamespace"], ref["configMapName"])
+        return yaml.safe_load(cm["data"][ref["templatePath"]])
+
+    def _trial(self, exp: dict, template: dict, name: str, sequence: int, assignment: dict[str, str]) -> dict:
+        spec = exp["spec"]
+        ns = exp["metadata"]["namespace"]
+        labels = {EXPERIMENT_LABEL: exp["metadata"]["name"], TRIAL_LABEL: name}
+        values = trial_parameter_values(spec, assignment)
+        run_spec = substitute_trial_template(template, values, {
+            "name": name, "namespace": ns, "kind": template.get("kind"), "apiVersion": template.get("apiVersion"),
+            "labels": labels, "annotations": {}})
+        tt = spec["trialTemplate"]
+        return {
+            "apiVersion": "kubeflow.org/v1beta1",
+            "kind": "Trial",
+            "metadata": {"name": name, "namespace": ns, "labels": labels,
+                         "annotations": {SEQUENCE_ANNOTATION: str(sequence)},
+                         "ownerReferences": [owner_reference(exp)]},
+            "spec": {
+                "objective": spec["objective"],
+                "parameterAssignments": [{"name": k, "value": v} for k, v in assignment.items()],
+                "runSpec": run_spec,
+                "primaryContainerName": tt.get("primaryContainerName"),
+                "primaryPodLabels": tt.get("primaryPodLabels"),
+                "successCondition": tt.get("successCondition"),
+                "failureCondition": tt.get("failureCondition"),
+                "retainRun": bool(tt.get("retain")),
+                "metricsCollector": spec.get("metricsCollectorSpec") or {"collector": {"kind": "StdOut"}},
+                "labels": labels,
+            },
+            "status": {},
+        }
+
+    def _kill_active(self, trials: list[dict]) -> None:
+        """A finished experiment ends its running trials (their slots are no longer wanted)."""
+        for trial in trials:
+            if trial_state(trial) in FINISHED:
+                continue
+            status = copy.deepcopy(trial.get("status") or {})
+            set_condition(status, "Killed", "True", "TrialKilled", "The experiment has finished")
+            status["completionTime"] = now_rfc3339()
+            trial["status"] = status
+            try:
+                self.store.update_status(trial)
+            except (Conflict, NotFound):
+                pass  # the next pass tries again
+
+    def _write(self, exp: dict, status: dict, before: dict, events: list) -> float | None:
+        if status != before:
+            exp["status"] = status
+            try:
+                self.store.update_status(exp)
+            except Conflict:
+                return 0.05
+            except NotFound:
+                return None
+        for etype, reason, message in events:
+            self.store.record_event(exp, etype, reason, message)
+        return None
+
+
+def _finished(status: dict) -> bool:
+    return is_true(status, "Succeeded") or is_true(status, "Failed")
+
+
+def _trial_name(experiment: str) -> str:
+    alphabet = string.ascii_lowercase + string.digits
+    return f"{experiment}-{''.join(secrets.choice(alphabet) for _ in range(8))}"

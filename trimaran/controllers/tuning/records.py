@@ -1,0 +1,83 @@
+"""The stored trials of an experiment as the search algorithms and early-stopping rules read them.
+
+Everything an algorithm knows is rebuilt from here on every call, so a restarted control plane
+suggests exactly what it would have suggested before the crash.
+"""
+
+from __future__ import annotations
+
+from trimaran.controllers.conditions import is_true
+from trimaran.store import NotFound, Store
+from trimaran.tuning import TrialRecord
+
+EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
+TRIAL_LABEL = "katib.kubeflow.org/trial"
+# The order trials were created in (creation timestamps have whole seconds only).
+SEQUENCE_ANNOTATION = "trimaran.io/sequence"
+
+_STATES = {
+    "Succeeded": "succeeded",
+    "Failed": "failed",
+    "EarlyStopped": "early_stopped",
+    "MetricsUnavailable": "metrics_unavailable",
+    "Killed": "killed",
+}
+
+
+def experiment_of(store: Store, trial: dict) -> dict | None:
+    name = (trial["metadata"].get("labels") or {}).get(EXPERIMENT_LABEL)
+    if not name:
+        return None
+    try:
+        return store.get("Experiment", trial["metadata"]["namespace"], name)
+    except NotFound:
+        return None
+
+
+def experiment_trials(store: Store, experiment: dict) -> list[dict]:
+    """The experiment's trials in the order they were created."""
+    ns, name = experiment["metadata"]["namespace"], experiment["metadata"]["name"]
+    trials = store.list("Trial", ns, label_selector={EXPERIMENT_LABEL: name})
+    return sorted(trials, key=lambda t: int((t["metadata"].get("annotations") or {}).get(SEQUENCE_ANNOTATION, 0)))
+
+
+def metric_value(observation: dict | None, metric: str, strategy: str) -> float | None:
+    """Katib's rule: the trial's value of ``metric`` under its metricStrategy (min, max or latest)."""
+    for m in (observation or {}).get("metrics") or []:
+        if m.get("name") != metric:
+            continue
+        raw = m.get(strategy)
+        if raw in (None, "unavailable") and strategy in ("min", "max"):
+            raw = m.get("latest")
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def strategy_for(spec: dict, metric: str) -> str:
+    for s in spec["objective"].get("metricStrategies") or []:
+        if s.get("name") == metric:
+            return s.get("value", "latest")
+    return "min" if spec["objective"]["type"] == "minimize" else "max"
+
+
+def trial_records(store: Store, experiment: dict) -> list[TrialRecord]:
+    spec = experiment["spec"]
+    objective = spec["objective"]["objectiveMetricName"]
+    strategy = strategy_for(spec, objective)
+    trials = experiment_trials(store, experiment)
+    ns = experiment["metadata"]["namespace"]
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for row in store.list_observations(ns, trials=[t["metadata"]["name"] for t in trials], metric=objective):
+        curves.setdefault(row["trial"], []).append((int(row["step"]), float(row["value"])))
+    records = []
+    for trial in trials:
+        status = trial.get("status") or {}
+        state = next((v for k, v in _STATES.items() if is_true(status, k)), "running")
+        assignments = {a["name"]: str(a["value"]) for a in trial["spec"].get("parameterAssignments") or []}
+        value = metric_value(status.get("observation"), objective, strategy) if state != "running" else None
+        records.append(TrialRecord(name=trial["metadata"]["name"], assignments=assignments, state=state,
+                                   value=value, intermediate=curves.get(trial["metadata"]["name"], [])))
+    return records

@@ -1,0 +1,334 @@
+"""Katib Trials: run the rendered job, collect its metrics as they appear, stop it early when the
+experiment's rule says so, and record the outcome (katib.md §1.4, §1.8, §2.11).
+
+Observations go to the store as they are parsed, so curves can be drawn and early-stopping rules
+applied mid-trial. A collector rebuilt after a control-plane restart re-reads its sources and
+skips the observations already stored, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import posixpath
+from pathlib import Path
+
+from trimaran.controllers.base import Key, Reconciler
+from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
+from trimaran.controllers.pods import owned_pods, owner_reference
+from trimaran.controllers.tuning.records import experiment_of, trial_records
+from trimaran.runtime import LocalRuntime
+from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+from trimaran.tuning.early_stopping import get_early_stopper
+from trimaran.tuning.metrics import CollectorSources, MetricsCollector, summarize
+
+log = logging.getLogger(__name__)
+
+JOB_KINDS = ("Job", "TFJob", "PyTorchJob")
+FINISHED = ("Succeeded", "Failed", "EarlyStopped", "MetricsUnavailable", "Killed")
+POLL_SECONDS = 0.25
+LOG_TAIL_LINES = 20
+
+
+def trial_state(trial: dict) -> str:
+    """The trial's terminal condition, or Running/Created."""
+    status = trial.get("status") or {}
+    for ctype in FINISHED:
+        if is_true(status, ctype):
+            return ctype
+    return "Running" if is_true(status, "Running") else "Created"
+
+
+class TrialReconciler(Reconciler):
+    name = "trials"
+    kinds = ("Trial",)
+    watches = JOB_KINDS
+
+    def __init__(self, store: Store, runtime: LocalRuntime, api_url: str | None = None) -> None:
+        super().__init__(store)
+        self.runtime = runtime
+        self.api_url = api_url
+        self.api_token: str | None = None
+        self._collectors: dict[str, MetricsCollector] = {}  # trial uid -> collector
+        self._skip: dict[str, int] = {}  # trial uid -> observations already stored before a restart
+
+    def reconcile(self, key: Key) -> float | None:
+        try:
+            trial = self.store.get("Trial", key.namespace, key.name)
+        except NotFound:
+            return None
+        uid = trial["metadata"]["uid"]
+        status = copy.deepcopy(trial.get("status") or {})
+        before = copy.deepcopy(status)
+        run_spec = trial["spec"]["runSpec"]
+        job = self._job(trial)
+        if trial_state(trial) in FINISHED:
+            if job is not None and not trial["spec"].get("retainRun"):
+                self._delete_job(job)
+            self._collectors.pop(uid, None)
+            return None
+
+        if not status.get("conditions"):
+            set_condition(status, "Created", "True", "TrialCreated", "Trial is created")
+            status["startTime"] = now_rfc3339()
+        if job is None:
+            self._create_job(trial, run_spec)
+            return self._write(trial, status, before, POLL_SECONDS)
+
+        job_state = _job_outcome(job, trial["spec"])
+        if job_state is None and not is_true(status, "Running"):
+            set_condition(status, "Running", "True", "TrialRunning", "Trial is running")
+
+        new = self._collect(trial, job, final=job_state is not None)
+        stop_reason = None if job_state is not None else self._early_stop_reason(trial, new)
+        if stop_reason:
+            self._finish(trial, status, "EarlyStopped", "TrialEarlyStopped", stop_reason)
+            self.store.record_event(trial, "Normal", "TrialEarlyStopped", stop_reason)
+            self._delete_job(job)
+        elif job_state == "Succeeded":
+            summary = self._summary(trial)
+            objective = trial["spec"]["objective"]["objectiveMetricName"]
+            if summary.get(objective, {}).get("latest", "unavailable") == "unavailable":
+                message = (f"metric {objective!r} never appeared in the trial's output; last lines:\n"
+                           + self._log_tail(job, trial))
+                self._finish(trial, status, "MetricsUnavailable", "MetricsUnavailable", message)
+                self.store.record_event(trial, "Warning", "MetricsUnavailable", message.splitlines()[0])
+            else:
+                self._finish(trial, status, "Succeeded", "TrialSucceeded", "Trial has succeeded")
+        elif job_state == "Failed":
+            message = _job_message(job) or "the trial's job failed"
+            self._finish(trial, status, "Failed", "TrialFailed", message)
+            self.store.record_event(trial, "Warning", "TrialFailed", message)
+        if trial_state({"status": status}) in FINISHED:
+            status["observation"] = {"metrics": [
+                {"name": name, **values} for name, values in self._summary(trial).items()]}
+            return self._write(trial, status, before, 0.0)
+        return self._write(trial, status, before, POLL_SECONDS)
+
+    # -- the trial's job ------------------------------------------------------------------------
+    def _job(self, trial: dict) -> dict | None:
+        kind = trial["spec"]["runSpec"]["kind"]
+        try:
+            job = self.store.get(kind, trial["metadata"]["namespace"], trial["metadata"]["name"])
+        except NotFound:
+            return None
+        owners = job["metadata"].get("ownerReferences") or []
+        return job if any(o.get("uid") == trial["metadata"]["uid"] for o in owners) else None
+
+    def _create_job(self, trial: dict, run_spec: dict) -> None:
+        job = copy.deepcopy(run_spec)
+        meta = job.setdefault("metadata", {})
+        meta["name"] = trial["metadata"]["name"]
+        meta["namespace"] = trial["metadata"]["namespace"]
+        meta["labels"] = {**(meta.get("labels") or {}), **(trial["metadata"].get("labels") or {})}
+        meta["ownerReferences"] = [owner_reference(trial)]
+        for template in _pod_templates(job):
+            self._inject(trial, template)
+        try:
+            self.store.create(job)
+        except AlreadyExists:
+            pass  # created by an earlier pass that crashed before recording it
+        self.store.record_event(trial, "Normal", "JobCreated", f"Created {job['kind']} {meta['name']}")
+
+    def _inject(self, trial: dict, template: dict) -> None:
+        """Tell the primary container which trial it is (Katib's KATIB_TRIAL_NAME, and where to push
+        metrics), and give a File collector's directory a volume the controller can read."""
+        spec = template.setdefault("spec", {})
+        primary = trial["spec"].get("primaryContainerName")
+        collector = (trial["spec"].get("metricsCollector") or {})
+        file_dir = _collector_dir(collector)
+        for container in spec.get("containers") or []:
+            if container.get("name") != primary:
+                continue
+            env = list(container.get("env") or [])
+            env += [{"name": "KATIB_TRIAL_NAME", "value": trial["metadata"]["name"]},
+                    {"name": "TRIMARAN_TRIAL",
+                     "value": f"{trial['metadata']['namespace']}/{trial['metadata']['name']}"}]
+            if self.api_url:
+                env.append({"name": "TRIMARAN_API", "value": self.api_url})
+            if self.api_token:
+                env.append({"name": "TRIMARAN_TOKEN", "value": self.api_token})
+            container["env"] = env
+            if file_dir:
+                mounts = list(container.get("volumeMounts") or [])
+                mounts.append({"name": "trimaran-metrics", "mountPath": file_dir})
+                container["volumeMounts"] = mounts
+        if file_dir:
+            spec["volumes"] = list(spec.get("volumes") or []) + [{"name": "trimaran-metrics", "emptyDir": {}}]
+
+    def _delete_job(self, job: dict) -> None:
+        from trimaran.controllers.pods import request_deletion
+
+        for pod in owned_pods(self.store, job):
+            request_deletion(self.store, pod)
+        try:
+            self.store.delete(job["kind"], job["metadata"]["namespace"], job["metadata"]["name"])
+        except NotFound:
+            pass
+
+    # -- metrics ------------------------------------------------------------------------------
+    def _primary_pods(self, trial: dict, job: dict) -> list[dict]:
+        pods = owned_pods(self.store, job)
+        wanted = trial["spec"].get("primaryPodLabels") or {}
+        chosen = [p for p in pods if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
+        return sorted(chosen, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+
+    def _collector(self, trial: dict, job: dict) -> MetricsCollector:
+        uid = trial["metadata"]["uid"]
+        collector = self._collectors.get(uid)
+        if collector is not None:
+            return collector
+        ns = trial["metadata"]["namespace"]
+        primary = trial["spec"].get("primaryContainerName")
+
+        def log_paths() -> list[Path]:
+            out: list[Path] = []
+            for pod in self._primary_pods(trial, job):
+                name = pod["metadata"]["name"]
+                for attempt in self.runtime.log_attempts(ns, name, primary):
+                    out.append(self.runtime.log_path(ns, name, primary, attempt))
+            return out
+
+        spec = trial["spec"].get("metricsCollector") or {"collector": {"kind": "StdOut"}}
+        file_dir = _collector_dir(spec)
+
+        def resolve(path: str) -> Path | None:
+            pods = self._primary_pods(trial, job)
+            if not pods or not file_dir:
+                return None
+            host = self.runtime.volume_dir(pods[-1]["metadata"]["uid"], "trimaran-metrics")
+            return host / posixpath.relpath(path, file_dir)
+
+        objective = trial["spec"]["objective"]
+        names = [objective["objectiveMetricName"], *(objective.get("additionalMetricNames") or [])]
+        collector = MetricsCollector.for_spec(spec, names, CollectorSources(log_paths=log_paths,
+                                                                            file_path_resolver=resolve))
+        self._collectors[uid] = collector
+        self._skip[uid] = len(self.store.list_observations(ns, trials=[trial["metadata"]["name"]]))
+        return collector
+
+    def _collect(self, trial: dict, job: dict, final: bool) -> list:
+        collector = self._collector(trial, job)
+        found = collector.finish() if final else collector.poll()
+        uid = trial["metadata"]["uid"]
+        skip = self._skip.get(uid, 0)
+        if skip:
+            taken = min(skip, len(found))
+            self._skip[uid] = skip - taken
+            found = found[taken:]
+        if found:
+            self.store.add_observations(trial["metadata"]["namespace"], trial["metadata"]["name"], uid, [
+                {"metric": o.metric, "value": o.value, "step": o.step, "timestamp": o.timestamp} for o in found])
+        return found
+
+    def _summary(self, trial: dict) -> dict:
+        from trimaran.tuning.metrics import Observation
+
+        objective = trial["spec"]["objective"]
+        names = [objective["objectiveMetricName"], *(objective.get("additionalMetricNames") or [])]
+        rows = self.store.list_observations(trial["metadata"]["namespace"], trials=[trial["metadata"]["name"]])
+        observations = [Observation(r["metric"], r["value"], r["step"], r["timestamp"]) for r in rows]
+        return summarize(observations, names)
+
+    def _early_stop_reason(self, trial: dict, new: list) -> str | None:
+        if not new:
+            return None
+        experiment = experiment_of(self.store, trial)
+        rule = (experiment or {}).get("spec", {}).get("earlyStopping") if experiment else None
+        if not rule or not rule.get("algorithmName"):
+            return None
+        settings = {s["name"]: str(s["value"]) for s in rule.get("algorithmSettings") or []}
+        stopper = get_early_stopper(rule["algorithmName"], settings)
+        records = trial_records(self.store, experiment)
+        me = next((r for r in records if r.name == trial["metadata"]["name"]), None)
+        if me is None:
+            return None
+        others = [r for r in records if r.name != me.name]
+        objective = experiment["spec"]["objective"]
+        return stopper.should_stop(me, others, objective["type"], metric_name=objective["objectiveMetricName"])
+
+    def _log_tail(self, job: dict, trial: dict) -> str:
+        pods = self._primary_pods(trial, job)
+        if not pods:
+            return "(no pod ran)"
+        pod = pods[-1]["metadata"]
+        try:
+            path = self.runtime.log_path(pod["namespace"], pod["name"], trial["spec"].get("primaryContainerName"))
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-LOG_TAIL_LINES:]) or "(empty log)"
+
+    # -- status ---------------------------------------------------------------------------------
+    def _finish(self, trial: dict, status: dict, ctype: str, reason: str, message: str) -> None:
+        if is_true(status, "Running"):
+            set_condition(status, "Running", "False", reason, message)
+        set_condition(status, ctype, "True", reason, message)
+        status["completionTime"] = now_rfc3339()
+
+    def _write(self, trial: dict, status: dict, before: dict, requeue: float) -> float | None:
+        if status != before:
+            trial["status"] = status
+            try:
+                self.store.update_status(trial)
+            except Conflict:
+                return 0.05
+            except NotFound:
+                return None
+        return requeue if trial_state(trial) not in FINISHED else 0.0
+
+
+def _pod_templates(job: dict) -> list[dict]:
+    spec = job.get("spec") or {}
+    if job["kind"] == "Job":
+        return [spec.setdefault("template", {})]
+    out = []
+    for key, value in spec.items():
+        if key.endswith("ReplicaSpecs") and isinstance(value, dict):
+            out += [r.setdefault("template", {}) for r in value.values()]
+    return out
+
+
+def _collector_dir(collector: dict) -> str | None:
+    kind = (collector.get("collector") or {}).get("kind", "StdOut")
+    if kind not in ("File", "TensorFlowEvent"):
+        return None
+    path = (collector.get("source") or {}).get("fileSystemPath") or {}
+    if kind == "TensorFlowEvent":
+        return (path.get("path") or "/var/log/katib/tfevent/").rstrip("/")
+    target = path.get("path") or "/var/log/katib/metrics.log"
+    return target.rstrip("/") if path.get("kind") == "Directory" else posixpath.dirname(target)
+
+
+def _job_outcome(job: dict, trial_spec: dict) -> str | None:
+    """Succeeded/Failed from the job's conditions, per the trial's success/failure conditions.
+
+    Katib writes these as GJSON queries; the default ones (and any of the same shape,
+    ``status.conditions.#(type=="X")#|#(status=="True")#``) are read here.
+    """
+    conditions = (job.get("status") or {}).get("conditions") or []
+    true = {c.get("type") for c in conditions if c.get("status") == "True"}
+    success = _condition_type(trial_spec.get("successCondition")) or (
+        "Complete" if job["kind"] == "Job" else "Succeeded")
+    failure = _condition_type(trial_spec.get("failureCondition")) or "Failed"
+    if success in true:
+        return "Succeeded"
+    if failure in true:
+        return "Failed"
+    return None
+
+
+def _condition_type(query: str | None) -> str | None:
+    if not query or '#(type=="' not in query:
+        return None
+    return query.split('#(type=="', 1)[1].split('"', 1)[0]
+
+
+def _job_message(job: dict) -> str:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            return cond.get("message") or cond.get("reason") or ""
+    return ""
+
+
+__all__ = ["TrialReconciler", "trial_state"]
