@@ -114,6 +114,8 @@ def test_median_stop_ends_poor_trials_early(plane, tmp_path):
                                    {"name": "start_step", "value": "2"}]}
     params = [{"name": "level", "parameterType": "categorical",
                "feasibleSpace": {"list": ["0.9", "0.8", "0.1", "0.85", "0.05", "0.15"]}}]
+    # Without random_state the grid is walked in list order, one trial at a time: the two good
+    # trials finish first, and the poor ones are then measured against their median.
     plane.cli("apply", "-f", _experiment(tmp_path, "median", algorithm="grid", parameters=params,
                                          max_trials=6, parallel=1, early=early))
     plane.cli("wait", "experiment/median", "--for=condition=Succeeded", "--timeout=240s")
