@@ -167,3 +167,68 @@ def test_kill_minus_nine_mid_experiment_loses_and_duplicates_nothing(plane, tmp_
     assert len(set(assignments)) == 6, "no assignment was suggested twice"
     exp = plane.get("experiment", "crash")
     assert exp["status"]["trialsSucceeded"] == 6
+
+
+def test_long_running_experiment_continues_when_max_trials_is_raised(plane, tmp_path):
+    path = _experiment(tmp_path, "resume", max_trials=2, settings={"random_state": "5"},
+                       extra={"resumePolicy": "LongRunning"})
+    plane.cli("apply", "-f", path)
+    plane.cli("wait", "experiment/resume", "--for=condition=Succeeded", "--timeout=180s")
+    first = {t["metadata"]["name"] for t in _trials(plane, "resume")}
+    assert len(first) == 2
+    doc = json.loads(open(path).read())
+    doc["spec"]["maxTrialCount"] = 4
+    open(path, "w").write(json.dumps(doc))
+    assert "configured" in plane.cli("apply", "-f", path).stdout
+    poll(lambda: len(_trials(plane, "resume")) == 4, timeout=120, what="two more trials")
+    poll(lambda: _state(plane.get("experiment", "resume")) == "Succeeded"
+         and plane.get("experiment", "resume")["status"]["trialsSucceeded"] == 4, timeout=180,
+         what="the resumed experiment to finish")
+    events = plane.cli("describe", "experiment", "resume").stdout
+    assert "ExperimentRestarting" in events
+    assert first < {t["metadata"]["name"] for t in _trials(plane, "resume")}, "earlier trials are kept"
+
+
+def test_trials_can_be_distributed_pytorch_jobs(plane, tmp_path):
+    script = textwrap.dedent("""
+        import os, sys
+        rank = int(os.environ["RANK"])
+        level = float(sys.argv[1])
+        if rank == 0:
+            for step in range(3):
+                print(f"score={level * (step + 1):.3f} world={os.environ['WORLD_SIZE']}", flush=True)
+    """)
+    replica = {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": [
+        {"name": "pytorch", "image": "x", "command": ["python", "-c", script, "${trialParameters.level}"]}]}}}
+    trial_spec = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                  "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": {**replica, "replicas": 2}}}}
+    path = _experiment(tmp_path, "ddp", max_trials=2, parallel=1,
+                       extra={"trialTemplate": {"primaryContainerName": "pytorch",
+                                                "trialParameters": [{"name": "level", "reference": "level"}],
+                                                "trialSpec": trial_spec}})
+    plane.cli("apply", "-f", path)
+    plane.cli("wait", "experiment/ddp", "--for=condition=Succeeded", "--timeout=180s")
+    trials = _trials(plane, "ddp")
+    assert len(trials) == 2 and all(_state(t) == "Succeeded" for t in trials)
+    for t in trials:
+        level = float(t["spec"]["parameterAssignments"][0]["value"])
+        latest = next(m for m in t["status"]["observation"]["metrics"] if m["name"] == "score")["latest"]
+        assert abs(float(latest) - round(level * 3, 3)) < 1e-6, "metrics come from the master replica"
+
+
+def test_trials_push_metrics_with_report_metrics(plane, tmp_path):
+    script = textwrap.dedent("""
+        import sys
+        from trimaran.tuning.metrics.push import report_metrics
+        level = float(sys.argv[1])
+        for step in range(3):
+            report_metrics({"score": level + step}, step=step)
+    """)
+    path = _experiment(tmp_path, "push", script=script, max_trials=2,
+                       extra={"metricsCollectorSpec": {"collector": {"kind": "Push"}}})
+    plane.cli("apply", "-f", path)
+    plane.cli("wait", "experiment/push", "--for=condition=Succeeded", "--timeout=180s")
+    for t in _trials(plane, "push"):
+        level = float(t["spec"]["parameterAssignments"][0]["value"])
+        score = next(m for m in t["status"]["observation"]["metrics"] if m["name"] == "score")
+        assert abs(float(score["max"]) - (level + 2)) < 1e-9 and abs(float(score["min"]) - level) < 1e-9
