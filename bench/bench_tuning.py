@@ -1,0 +1,100 @@
+"""Tuning overhead: N trials of a trivial trainer through a Katib Experiment, against a bare loop.
+
+    .venv/bin/python bench/bench_tuning.py [--trials 200] [--parallel 2]
+
+Peer: a bare loop that launches the same script as subprocesses, `parallel` at a time, with the
+same interpreter. Both run the script unchanged; the ratio is the platform's whole overhead
+(suggestion, Trial and Job objects, gang admission, the sandbox, metrics collection).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+PY = sys.executable
+SCRIPT = "import sys; print(f'score={float(sys.argv[1]):.4f}')"
+
+
+def bare_loop(trials: int, parallel: int) -> float:
+    def run(i: int) -> None:
+        subprocess.run([PY, "-c", SCRIPT, str(i / trials)], check=True, capture_output=True)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(run, range(trials)))
+    return time.perf_counter() - t0
+
+
+def trimaran_experiment(trials: int, parallel: int) -> float:
+    from trimaran.cli.client import Client
+    from trimaran.runtime import LocalRuntime
+    from trimaran.server.daemon import start_server, stop_server
+
+    home = Path(tempfile.mkdtemp(prefix="trimaran-bench-"))
+    os.environ["TRIMARAN_HOME"] = str(home)
+    os.environ["PATH"] = f"{Path(PY).parent}:{os.environ['PATH']}"
+    start_server(home=home)
+    client = Client.connect(home, autostart=False)
+    experiment = {
+        "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": "overhead"},
+        "spec": {
+            "objective": {"type": "maximize", "objectiveMetricName": "score"},
+            "algorithm": {"algorithmName": "random", "algorithmSettings": [{"name": "random_state", "value": "1"}]},
+            "maxTrialCount": trials, "parallelTrialCount": parallel,
+            "parameters": [{"name": "x", "parameterType": "double", "feasibleSpace": {"min": "0", "max": "1"}}],
+            "trialTemplate": {
+                "primaryContainerName": "main",
+                "trialParameters": [{"name": "x", "reference": "x"}],
+                "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "x",
+                                    "command": ["python", "-c", SCRIPT, "${trialParameters.x}"]}]}}}},
+            },
+        },
+    }
+    try:
+        t0 = time.perf_counter()
+        client.apply([{"location": "bench", "object": json.loads(json.dumps(experiment))}])
+        while True:
+            exp = client.get("Experiment", "default", "overhead")
+            done = [c for c in (exp.get("status") or {}).get("conditions") or []
+                    if c["type"] in ("Succeeded", "Failed") and c["status"] == "True"]
+            if done:
+                break
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - t0
+        assert done[0]["type"] == "Succeeded", done
+        assert exp["status"]["trialsSucceeded"] == trials, exp["status"]
+        return elapsed
+    finally:
+        stop_server(home)
+        runtime = LocalRuntime(home)
+        for uid in runtime.known_pods():
+            runtime.stop_pod(uid, grace_seconds=1.0)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--parallel", type=int, default=2)
+    args = parser.parse_args()
+    print(f"{time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores, python {sys.version.split()[0]}")
+    bare = bare_loop(args.trials, args.parallel)
+    ours = trimaran_experiment(args.trials, args.parallel)
+    print(f"{args.trials} trials at parallelTrialCount {args.parallel}: trimaran {ours:.1f} s "
+          f"({args.trials / ours:.1f} trials/s), bare subprocess loop {bare:.1f} s "
+          f"({args.trials / bare:.1f} trials/s); ratio {ours / bare:.2f}x (target <= 1.15)")
+
+
+if __name__ == "__main__":
+    main()
