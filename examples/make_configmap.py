@@ -22,6 +22,7 @@ CONFIGMAPS = {
     "indexed-sweep": ("digits-sweep-code", ["train.py", "hyperparams.yml"]),
     "failing": ("flaky-code", ["flaky.py"]),
     "katib-digits": ("katib-digits-code", ["train.py"]),
+    "katib-grid": ("katib-grid-code", ["train.py"]),
 }
 
 
