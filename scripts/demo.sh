@@ -3,7 +3,8 @@
 #   1. a PyTorchJob (1 Master + 2 Workers, DDP over gloo) trains on scikit-learn's digits and
 #      writes checkpoints to a persistentVolumeClaim; a batch Job then reads them back;
 #   2. a TFJob with 2 Workers trains with MultiWorkerMirroredStrategy;
-#   3. an Indexed batch Job sweeps a hyperparameter grid, 2 pods at a time.
+#   3. an Indexed batch Job sweeps a hyperparameter grid, 2 pods at a time;
+#   4. a Katib Experiment tunes five hyperparameters with Bayesian optimisation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -38,6 +39,13 @@ trimaran apply -f examples/indexed-sweep/pvc.yaml -f examples/indexed-sweep/code
 trimaran wait job/digits-sweep --for=condition=Complete --timeout=5m
 trimaran get jobs
 .venv/bin/python examples/indexed-sweep/analyze.py --results-dir "$TRIMARAN_HOME/volumes/default/digits-sweep-results"
+
+step "Katib Experiment: the seed's Bayesian-optimisation sweep, 2 trials at a time"
+trimaran delete experiment cnn-hyperparameter-tuning -n kubeflow >/dev/null 2>&1 || true
+trimaran apply -n kubeflow -f examples/katib-digits/code-configmap.yaml -f examples/katib-digits/experiment.yaml
+trimaran wait experiment/cnn-hyperparameter-tuning -n kubeflow --for=condition=Succeeded --timeout=10m
+trimaran get experiments -n kubeflow
+trimaran trials cnn-hyperparameter-tuning -n kubeflow
 
 step "done: the control plane keeps running (trimaran server stop to end it)"
 trimaran server status

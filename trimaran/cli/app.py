@@ -397,8 +397,8 @@ def trials(
     elif output == "table":
         from rich.table import Table
 
-        t = Table(title=f"{experiment}: {objective.get('type')} {objective['objectiveMetricName']}",
-                  header_style="bold")
+        console.print(f"[bold]{experiment}[/bold]: {objective.get('type')} {objective['objectiveMetricName']}")
+        t = Table(header_style="bold")
         for col in rows[0] if rows else ["trial"]:
             t.add_column(col, no_wrap=True)
         for r in rows:
