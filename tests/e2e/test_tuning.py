@@ -243,3 +243,14 @@ def test_the_seed_grid_sweep_as_a_katib_grid_finds_the_indexed_jobs_best(plane):
     best = {a["name"]: a["value"] for a in exp["status"]["currentOptimalTrial"]["parameterAssignments"]}
     # examples/indexed-sweep's analyze.py finds this set best with the same model and split.
     assert best == {"batch_size": "32", "learning_rate": "0.1", "momentum": "0.5"}
+
+
+def test_deleting_an_experiment_removes_its_trials_jobs_and_processes(plane, tmp_path):
+    slow = "import sys, time\nprint('score=0.5', flush=True)\ntime.sleep(600)"
+    plane.cli("apply", "-f", _experiment(tmp_path, "doomed", script=slow, max_trials=4, parallel=2))
+    poll(lambda: len(plane.pod_processes()) >= 2, timeout=60, what="two trials running")
+    plane.cli("delete", "experiment", "doomed")
+    poll(lambda: not plane.pod_processes(), timeout=60, what="every trial process to stop")
+    for kind in ("Trial", "Job", "Pod", "Suggestion"):
+        assert plane.client().list(kind, "default") == [], kind
+    assert plane.client()._json("GET", "/trimaran/v1/namespaces/default/observations")["items"] == []

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from trimaran.api import ManifestError, kinds, validate
-from trimaran.controllers.pods import owned_pods, request_deletion
+from trimaran.controllers.gc import delete_with_dependents
 from trimaran.server.controlplane import ControlPlane
 from trimaran.store import Conflict, NotFound
 
@@ -154,14 +154,7 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
         info = _kind(kind_name)
         ns = namespace if info.namespaced else ""
         obj = store.get(info.kind, ns, name)
-        # Cascade as Kubernetes' background deletion does: dependents are asked to stop first.
-        if info.kind != "Pod":
-            for pod in owned_pods(store, obj):
-                request_deletion(store, pod)
-            store.delete(info.kind, ns, name)
-            store.delete_events_for(info.kind, ns, name)
-        else:
-            request_deletion(store, obj)
+        delete_with_dependents(store, obj)
         return _json({"kind": info.kind, "namespace": ns, "name": name, "uid": obj["metadata"]["uid"]})
 
     @app.post("/trimaran/v1/namespaces/{namespace}/trials/{name}/observations")

@@ -92,8 +92,11 @@ class ExperimentReconciler(Reconciler):
                                "Experiment has succeeded because the search space is exhausted")
             if outcome is None and not is_true(status, "Running"):
                 set_condition(status, "Running", "True", "ExperimentRunning", "Experiment is running")
+            if need > 0:
+                self._record_suggestion(exp, status, done=False)
         if outcome is not None:
             ctype, reason, message = outcome
+            self._record_suggestion(exp, status, done=True)
             if is_true(status, "Running"):
                 set_condition(status, "Running", "False", reason, message)
             set_condition(status, ctype, "True", reason, message)
@@ -226,6 +229,41 @@ class ExperimentReconciler(Reconciler):
             },
             "status": {},
         }
+
+    def _record_suggestion(self, exp: dict, status: dict, done: bool) -> None:
+        """Keep Katib's Suggestion object (same name as the experiment) for `get suggestions`.
+
+        Only the count is kept, not every assignment ever made: Katib's list is what outgrows
+        etcd on long experiments, and the trials already hold their assignments.
+        """
+        ns, name = exp["metadata"]["namespace"], exp["metadata"]["name"]
+        spec = exp["spec"]
+        count = len(experiment_trials(self.store, exp))
+        suggestion_status = {"suggestionCount": count, "startTime": status.get("startTime")}
+        set_condition(suggestion_status, "Created", "True", "SuggestionCreated", "Suggestion is created")
+        set_condition(suggestion_status, "Succeeded" if done else "Running", "True",
+                      "SuggestionSucceeded" if done else "SuggestionRunning",
+                      "Suggestion has finished" if done else "Suggestion is running")
+        body = {"algorithm": spec["algorithm"], "requests": count,
+                "resumePolicy": spec.get("resumePolicy", "Never")}
+        if spec.get("earlyStopping"):
+            body["earlyStopping"] = spec["earlyStopping"]
+        try:
+            current = self.store.get("Suggestion", ns, name)
+        except NotFound:
+            current = self.store.create({"apiVersion": "kubeflow.org/v1beta1", "kind": "Suggestion",
+                                         "metadata": {"name": name, "namespace": ns,
+                                                      "labels": {EXPERIMENT_LABEL: name},
+                                                      "ownerReferences": [owner_reference(exp)]},
+                                         "spec": body})
+        try:
+            if current.get("spec") != body:
+                current["spec"] = body
+                current = self.store.update(current)
+            current["status"] = suggestion_status
+            self.store.update_status(current)
+        except (Conflict, NotFound):
+            pass  # bookkeeping only: the next pass writes it
 
     def _kill_active(self, trials: list[dict]) -> None:
         """A finished experiment ends its running trials (their slots are no longer wanted)."""

@@ -21,6 +21,7 @@ from trimaran.runtime import LocalRuntime
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.tuning.early_stopping import get_early_stopper
 from trimaran.tuning.metrics import CollectorSources, MetricsCollector, summarize
+from trimaran.tuning.tracking import Tracker, tracker_from_env
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +45,22 @@ class TrialReconciler(Reconciler):
     kinds = ("Trial",)
     watches = JOB_KINDS
 
-    def __init__(self, store: Store, runtime: LocalRuntime, api_url: str | None = None) -> None:
+    def __init__(self, store: Store, runtime: LocalRuntime, api_url: str | None = None,
+                 tracker: Tracker | None = None) -> None:
         super().__init__(store)
         self.runtime = runtime
         self.api_url = api_url
         self.api_token: str | None = None
         self._collectors: dict[str, MetricsCollector] = {}  # trial uid -> collector
         self._skip: dict[str, int] = {}  # trial uid -> observations already stored before a restart
+        # MLflow runs of the trials (trimaran.tuning.tracking); a no-op without MLFLOW_TRACKING_URI.
+        self.tracker = tracker if tracker is not None else tracker_from_env(store)
 
     def reconcile(self, key: Key) -> float | None:
         try:
             trial = self.store.get("Trial", key.namespace, key.name)
         except NotFound:
+            self.tracker.deleted(key.namespace, key.name)  # tracking: end the run of a deleted trial
             return None
         uid = trial["metadata"]["uid"]
         status = copy.deepcopy(trial.get("status") or {})
@@ -66,13 +71,15 @@ class TrialReconciler(Reconciler):
             if job is not None and not trial["spec"].get("retainRun"):
                 self._delete_job(job)
             self._collectors.pop(uid, None)
-            return None
+            # Tracking: the outcome is stored; end the trial's run (again later if MLflow is down).
+            return self.tracker.finish(trial, trial_state(trial))
 
         if not status.get("conditions"):
             set_condition(status, "Created", "True", "TrialCreated", "Trial is created")
             status["startTime"] = now_rfc3339()
         if job is None:
             self._create_job(trial, run_spec)
+            self.tracker.start(trial)  # tracking: the trial's run
             return self._write(trial, status, before, POLL_SECONDS)
 
         job_state = _job_outcome(job, trial["spec"])
@@ -219,6 +226,8 @@ class TrialReconciler(Reconciler):
         if found:
             self.store.add_observations(trial["metadata"]["namespace"], trial["metadata"]["name"], uid, [
                 {"metric": o.metric, "value": o.value, "step": o.step, "timestamp": o.timestamp} for o in found])
+        # Tracking: every pass, so observations pushed through the API are logged as well.
+        self.tracker.observe(trial)
         return found
 
     def _summary(self, trial: dict) -> dict:
