@@ -104,8 +104,10 @@ class TrialReconciler(Reconciler):
                 self._finish(trial, status, "Succeeded", "TrialSucceeded", "Trial has succeeded")
         elif job_state == "Failed":
             message = _job_message(job) or "the trial's job failed"
-            self._finish(trial, status, "Failed", "TrialFailed", message)
             self.store.record_event(trial, "Warning", "TrialFailed", message)
+            # The job (and its logs) go when the trial ends: keep the reason a person needs.
+            message += "; last lines:\n" + self._log_tail(job, trial)
+            self._finish(trial, status, "Failed", "TrialFailed", message)
         if trial_state({"status": status}) in FINISHED:
             status["observation"] = {"metrics": [
                 {"name": name, **values} for name, values in self._summary(trial).items()]}
