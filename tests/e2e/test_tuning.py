@@ -254,3 +254,29 @@ def test_deleting_an_experiment_removes_its_trials_jobs_and_processes(plane, tmp
     for kind in ("Trial", "Job", "Pod", "Suggestion"):
         assert plane.client().list(kind, "default") == [], kind
     assert plane.client()._json("GET", "/trimaran/v1/namespaces/default/observations")["items"] == []
+
+
+def test_file_collector_reads_a_metrics_file_the_trial_writes(plane, tmp_path):
+    script = textwrap.dedent("""
+        import json, sys, time
+        level = float(sys.argv[1])
+        with open("/var/log/katib/metrics.json", "w") as fh:
+            for step in range(3):
+                fh.write(json.dumps({"score": str(level * (step + 1)), "step": step}) + "\\n")
+                fh.flush()
+                time.sleep(0.1)
+        print("done, nothing on stdout that looks like a metric")
+    """)
+    collector = {"collector": {"kind": "File"},
+                 "source": {"fileSystemPath": {"path": "/var/log/katib/metrics.json", "kind": "File",
+                                               "format": "JSON"}}}
+    plane.cli("apply", "-f", _experiment(tmp_path, "filecol", script=script, max_trials=2,
+                                         extra={"metricsCollectorSpec": collector}))
+    plane.cli("wait", "experiment/filecol", "--for=condition=Succeeded", "--timeout=180s")
+    for t in _trials(plane, "filecol"):
+        level = float(t["spec"]["parameterAssignments"][0]["value"])
+        score = next(m for m in t["status"]["observation"]["metrics"] if m["name"] == "score")
+        assert abs(float(score["latest"]) - 3 * level) < 1e-9
+        steps = [o["step"] for o in plane.client()._json(
+            "GET", "/trimaran/v1/namespaces/default/observations", params={"trial": t["metadata"]["name"]})["items"]]
+        assert steps == [0, 1, 2]
