@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from trimaran.store import Store
@@ -55,6 +55,7 @@ class Reconciler(ABC):
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.wake: Callable[[Key], None] = lambda key: None  # set by the manager: queue a key now
 
     def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
         """Map a change of ``obj`` to the primary keys that must be reconciled."""
@@ -133,6 +134,8 @@ class ControllerManager:
         self.reconcilers = reconcilers
         self.resync_seconds = resync_seconds
         self._queues = {r.name: _Queue() for r in reconcilers}
+        for r in reconcilers:
+            r.wake = lambda key, r=r: self.enqueue(r, key)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 

@@ -46,7 +46,9 @@ from trimaran.store import Conflict, NotFound, Store
 log = logging.getLogger(__name__)
 
 SCHEDULE_KEY = Key("Pod", "", "")
-POLL_SECONDS = 0.1
+# Pods this process started wake the kubelet when their shim exits; polling is the fallback
+# for pods adopted after a restart.
+POLL_SECONDS = 0.5
 BACKOFF_BASE = float(os.environ.get("TRIMARAN_RESTART_BACKOFF", "1.0"))
 BACKOFF_CAP = 30.0
 
@@ -193,7 +195,9 @@ class Kubelet(Reconciler):
         hosts = json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))
         try:
             env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
-            self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup)
+            key = key_of(pod)
+            self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup,
+                                   on_exit=lambda: self.wake(key))
         except (ConfigError, SandboxUnavailable, VolumeError) as exc:
             self.node.release(uid)
             reason = "SandboxUnavailable" if isinstance(exc, SandboxUnavailable) else "CreateContainerConfigError"

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,6 +169,7 @@ class LocalRuntime:
         hosts: Mapping[str, str] | None = None,
         lookup: Lookup | None = None,
         containers: Sequence[str] | None = None,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         """Start a run of the pod and return once its shim process exists (milliseconds).
 
@@ -179,7 +180,8 @@ class LocalRuntime:
         containers run, then all containers, and nothing of the pod may still be running.
         ``env_extra`` overrides the pod's environment (GPU assignment from ``Node.admit``);
         ``hosts`` (name → IP) goes into the sandbox's /etc/hosts; ``lookup(kind, namespace,
-        name)`` reads ConfigMaps and Secrets.
+        name)`` reads ConfigMaps and Secrets. ``on_exit`` is called (from a helper thread) when
+        this run's shim ends, so a caller can react at once instead of polling.
 
         Raises ``SandboxUnavailable`` (bubblewrap missing), ``ConfigError`` (env, command)
         or ``VolumeError`` before anything is started.
@@ -217,7 +219,10 @@ class LocalRuntime:
             _shim.write_json(str(log_dir / "containers.json"),
                              {"containers": [c.get("name") for c in spec.get("containers") or []]})
             _shim.write_json(str(run_dir / "spec.json"), run_spec)
-            self._spawn_shim(run_dir)
+            proc = self._spawn_shim(run_dir)
+            if on_exit is not None:
+                threading.Thread(target=_call_after_exit, args=(proc, on_exit), daemon=True,
+                                 name=f"shim-wait-{name}").start()
         except BaseException:
             # No half-made run: pod_status must not report a start that never happened.
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -311,7 +316,7 @@ class LocalRuntime:
             "containers": [container_spec(c) for c in app],
         }
 
-    def _spawn_shim(self, run_dir: Path) -> None:
+    def _spawn_shim(self, run_dir: Path) -> subprocess.Popen:
         # Blocked across the spawn (the child inherits the mask through exec) until the shim
         # has its handlers: a stop_pod right after start_pod then stops the pod in order.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _shim.STOP_SIGNALS)
@@ -325,6 +330,7 @@ class LocalRuntime:
                          {"pid": proc.pid, "startTicks": stat[3] if stat else None})
         with self._lock:
             self._children[str(run_dir)] = proc
+        return proc
 
     @staticmethod
     def _popen_shim(run_dir: Path) -> subprocess.Popen:
@@ -567,6 +573,11 @@ class LocalRuntime:
     def delete_logs(self, namespace: str, pod_name: str) -> None:
         """Forget a deleted pod's logs."""
         shutil.rmtree(self._pod_log_dir(namespace, pod_name), ignore_errors=True)
+
+
+def _call_after_exit(proc: subprocess.Popen, callback: Callable[[], None]) -> None:
+    proc.wait()
+    callback()
 
 
 def _signal(pid: int, sig: int) -> None:
