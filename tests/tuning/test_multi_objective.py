@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trimaran.tuning import MULTI_OBJECTIVE_DEFAULT, SearchSpace, TrialRecord, get_algorithm, pareto_front
-from trimaran.tuning.algorithms import clear_study_cache
+from trimaran.tuning.algorithms import clear_caches
 
 SPACE = SearchSpace.from_parameters([
     {"name": f"x{i}", "parameterType": "double", "feasibleSpace": {"min": "0", "max": "1"}} for i in range(4)])
@@ -67,7 +67,7 @@ def test_nsga2_is_the_multi_objective_default_and_beats_random_search() -> None:
     hv_nsga = hypervolume([list(t.values) for t in pareto_front(nsga, ["minimize", "minimize"])])  # type: ignore[arg-type]
     hv_rand = hypervolume([list(t.values) for t in pareto_front(rand, ["minimize", "minimize"])])  # type: ignore[arg-type]
     assert hv_nsga > hv_rand
-    clear_study_cache()
+    clear_caches()
     assert [t.assignments for t in run("nsga2", 160, settings)] == [t.assignments for t in nsga]
 
 

@@ -14,7 +14,7 @@ from trimaran.tuning import (
     available_algorithms,
     get_algorithm,
 )
-from trimaran.tuning.algorithms import clear_study_cache
+from trimaran.tuning.algorithms import clear_caches
 
 SEED = {"random_state": "11"}
 # Settings and trial counts that keep each algorithm's test fast (the GP costs ~0.1 s per call).
@@ -52,7 +52,7 @@ def test_suggestions_are_valid_points_of_the_space(name: str) -> None:
 def test_same_random_state_gives_the_same_trials(name: str) -> None:
     n = CASES[name][1]
     first = [t.assignments for t in drive(make(name), MIXED, n, batch=2)]
-    clear_study_cache()
+    clear_caches()
     second = [t.assignments for t in drive(make(name), MIXED, n, batch=2)]
     assert first == second
     other = [t.assignments for t in drive(make(name, random_state="12"), MIXED, n, batch=2)]
@@ -111,7 +111,7 @@ def test_a_restart_suggests_exactly_what_the_running_process_would(name: str) ->
             trials[0] = TrialRecord(trials[0].name, trials[0].assignments, "succeeded", 1000.0)
     assert sum(len(got) for _, got in calls) > 10
     for snapshot, got in calls:
-        clear_study_cache()
+        clear_caches()
         fresh = get_algorithm(name, settings)
         assert fresh.suggest(space, snapshot, "minimize", 3).assignments == got
 
@@ -121,7 +121,7 @@ def test_records_rebuilt_as_new_objects_hit_the_same_answers() -> None:
     algorithm = make("multivariate-tpe")
     trials = drive(algorithm, MIXED, 20, batch=2)
     copies = [TrialRecord(t.name, dict(t.assignments), t.state, t.value) for t in trials]
-    clear_study_cache()
+    clear_caches()
     expected = make("multivariate-tpe").suggest(MIXED, copies, "minimize", 2)
     assert algorithm.suggest(MIXED, trials, "minimize", 2) == expected
     assert algorithm.suggest(MIXED, copies, "minimize", 2) == expected
@@ -180,7 +180,7 @@ def test_cmaes_restarts_are_replayed_deterministically(strategy: str) -> None:
     again = drive(get_algorithm("cmaes", settings), space, 300, f=flat)
     assert [t.assignments for t in trials] == [t.assignments for t in again]
     numeric = [space["x"], space["y"]]
-    run = algorithm._replay(numeric, trials, minimize=True)
+    run = algorithm._replay(numeric, trials, minimize=True).run
     if strategy == "none":
         assert run.optimizer.population_size == 6  # 4 + floor(3 ln 2), never restarted
     elif strategy == "ipop":

@@ -25,13 +25,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from trimaran.tuning._settings import normalize_settings
-from trimaran.tuning.algorithms._base import Algorithm, Suggestions
+from trimaran.tuning.algorithms._base import Algorithm, Suggestions, clear_caches
 from trimaran.tuning.algorithms._cmaes import CmaEsSearch
 from trimaran.tuning.algorithms._gp import BayesianOptimization
 from trimaran.tuning.algorithms._grid import GridSearch, grid_points
 from trimaran.tuning.algorithms._hyperband import Hyperband, Rung, hyperband_schedule
 from trimaran.tuning.algorithms._nsga2 import NSGA2Search
-from trimaran.tuning.algorithms._optuna import OptunaAlgorithm, clear_study_cache
+from trimaran.tuning.algorithms._optuna import OptunaAlgorithm
 from trimaran.tuning.algorithms._random import RandomSearch
 from trimaran.tuning.algorithms._sobol import SobolSearch
 from trimaran.tuning.algorithms._tpe import MultivariateTpeSearch, TpeSearch
@@ -53,7 +53,7 @@ __all__ = [
     "Suggestions",
     "TpeSearch",
     "available_algorithms",
-    "clear_study_cache",
+    "clear_caches",
     "get_algorithm",
     "grid_points",
     "hyperband_schedule",

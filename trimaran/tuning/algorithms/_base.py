@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from trimaran.tuning._seeding import derive_seed
 from trimaran.tuning._settings import SettingsSchema, integer
@@ -13,7 +15,9 @@ from trimaran.tuning._space import SearchSpace
 from trimaran.tuning._trial import TrialRecord, normalize_objective
 from trimaran.tuning.errors import SearchSpaceError, SettingsError
 
-__all__ = ["Algorithm", "Suggestions", "RANDOM_STATE"]
+__all__ = ["Algorithm", "RANDOM_STATE", "Suggestions", "WorkCache", "clear_caches"]
+
+T = TypeVar("T")
 
 # Every Katib backend names its seed ``random_state`` (an int >= 0).
 RANDOM_STATE = integer(0)
@@ -128,6 +132,45 @@ class Algorithm(abc.ABC):
     def _suggest(self, space: SearchSpace, trials: list[TrialRecord], objective: tuple[str, ...],
                  count: int) -> Suggestions:
         """The algorithm itself; arguments are validated and normalized."""
+
+
+class WorkCache(Generic[T]):
+    """A small LRU of work an algorithm may reuse on its next call (a study, a CMA-ES replay).
+
+    Only a shortcut: an algorithm must give the same answer on a miss, so a restarted control
+    plane (empty caches) suggests exactly what the running one would. An entry is taken out while
+    in use and put back after, so two threads never work on one entry.
+    """
+
+    _all: ClassVar[list[WorkCache[Any]]] = []
+
+    def __init__(self, size: int = 8) -> None:
+        self._size = size
+        self._entries: OrderedDict[Hashable, T] = OrderedDict()
+        self._lock = threading.Lock()
+        WorkCache._all.append(self)
+
+    def take(self, key: Hashable) -> T | None:
+        """Remove and return the entry for ``key``, if any."""
+        with self._lock:
+            return self._entries.pop(key, None)
+
+    def put(self, key: Hashable, entry: T) -> None:
+        """Store ``entry`` as the most recently used, evicting the least recently used."""
+        with self._lock:
+            self._entries[key] = entry
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def clear_caches() -> None:
+    """Forget all cached work, as a control-plane restart does; suggestions do not change."""
+    for cache in WorkCache._all:
+        cache.clear()
 
 
 def numeric_parameters(space: SearchSpace) -> list[str]:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 from optuna.samplers import BaseSampler, RandomSampler, TPESampler
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
 
 from trimaran.tuning._settings import Setting, SettingsSchema, choice, integer
 from trimaran.tuning._space import SearchSpace
 from trimaran.tuning.algorithms._base import RANDOM_STATE
-from trimaran.tuning.algorithms._optuna import OptunaAlgorithm
+from trimaran.tuning.algorithms._optuna import OptunaAlgorithm, _Study
 
 __all__ = ["BayesianOptimization", "gp_available"]
 
@@ -51,6 +56,13 @@ class BayesianOptimization(OptunaAlgorithm):
     kubeflow/katib#1700). Without torch, TPE is used and a warning is logged.
 
     Cost grows as O(n^3) in trials (about 0.1-1 s per suggestion at 100 trials on 2 cores).
+
+    Kernel hyperparameters: GPSampler fits them at every ask starting from its previous fit, and
+    that chain matters (on Hartmann6, fitting from the default start each time left a median
+    regret of 0.13 after 40 trials instead of 0.007). The chain lives in the sampler, not in the
+    trials, so it is replayed: fit k uses the first k succeeded trials (creation order), starting
+    from fit k-1, exactly what a sequential Optuna run does. The replay is cached with the study;
+    a restart replays it from scratch (one fit per succeeded trial) and suggests the same points.
     """
 
     name = "bayesianoptimization"
@@ -75,3 +87,51 @@ class BayesianOptimization(OptunaAlgorithm):
         if s["base_estimator"] == "GP":
             log.warning("bayesianoptimization: torch is not installed, so GPSampler cannot run; using TPE")
         return TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=startup)
+
+    def before_ask(self, entry: _Study, sampler: BaseSampler, objective: tuple[str, ...]) -> None:
+        if hasattr(sampler, "_gprs_cache_list") and hasattr(sampler, "_n_startup_trials"):
+            try:
+                _replay_kernel_fits(entry, sampler)
+            except (ImportError, AttributeError) as err:  # Optuna's private GP modules moved
+                log.debug("bayesianoptimization: cannot replay kernel fits (%s); fitting from scratch", err)
+
+
+@dataclass
+class _KernelChain:
+    """GP kernel fits on the first k succeeded trials, for the largest k replayed so far."""
+
+    trial_ids: list[int] = field(default_factory=list)
+    gprs: list[Any] | None = None
+
+
+def _replay_kernel_fits(entry: _Study, sampler: Any) -> None:
+    # Optuna's own preprocessing (private modules): normalized params, standardized values.
+    import optuna._gp.gp as gp
+    import optuna._gp.search_space as gp_search_space
+    from optuna.samplers._gp.sampler import _standardize_values
+
+    study = entry.study
+    completed = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    # The sampler fits on all of them itself, starting from the fit on all but the newest.
+    last = len(completed) - 1
+    first = max(int(sampler._n_startup_trials), 1)
+    if last < first:
+        return
+    ids = [t._trial_id for t in completed]
+    chain: _KernelChain = entry.extra.get("gp_chain") or _KernelChain()
+    if len(chain.trial_ids) > last or chain.trial_ids != ids[:len(chain.trial_ids)]:
+        chain = _KernelChain()  # a trial succeeded out of creation order: the chain starts over
+    space = gp_search_space.SearchSpace(sampler.infer_relative_search_space(study, None))
+    signs = np.array([-1.0 if d == StudyDirection.MINIMIZE else 1.0 for d in study.directions])
+    for k in range(max(len(chain.trial_ids) + 1, first), last + 1):
+        sub = completed[:k]
+        X = space.get_normalized_params(sub)
+        Y, _, _ = _standardize_values(signs * np.array([t.values for t in sub]))
+        gprs = [gp.fit_kernel_params(X=X, Y=Y[:, i], is_categorical=space.is_categorical,
+                                     log_prior=sampler._log_prior, minimum_noise=sampler._minimum_noise,
+                                     gpr_cache=chain.gprs[i] if chain.gprs else None,
+                                     deterministic_objective=sampler._deterministic)
+                for i in range(Y.shape[1])]
+        chain = _KernelChain(ids[:k], gprs)
+    entry.extra["gp_chain"] = chain
+    sampler._gprs_cache_list = chain.gprs

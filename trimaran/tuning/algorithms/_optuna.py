@@ -16,7 +16,7 @@ assignment outside the space                left out of the study
 ==========================================  =============================================
 
 Rebuilding 200 trials costs ~6 ms, a multiple of a TPE ask, so the study is cached between calls
-(`_StudyCache`). The cache is only a shortcut: an entry is reused when the new trial list
+(a `WorkCache`). The cache is only a shortcut: an entry is reused when the new trial list
 extends the one it was built from (same trials, running ones possibly finished, plus the trials
 created from its last suggestions), which gives a study identical, as the sampler sees it, to a
 fresh rebuild. Anything else (a restart, another experiment, an edited trial) rebuilds. A fresh
@@ -29,9 +29,7 @@ from __future__ import annotations
 import abc
 import logging
 import math
-import threading
-from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,9 +42,9 @@ from optuna.trial import TrialState, create_trial
 
 from trimaran.tuning._space import Domain, SearchSpace
 from trimaran.tuning._trial import TrialRecord, objective_values
-from trimaran.tuning.algorithms._base import Algorithm, Suggestions
+from trimaran.tuning.algorithms._base import Algorithm, Suggestions, WorkCache
 
-__all__ = ["OptunaAlgorithm", "clear_study_cache", "fixed_search_space", "to_distribution"]
+__all__ = ["OptunaAlgorithm", "fixed_search_space", "to_distribution"]
 
 _STUDY_NAME = "trimaran"
 # Optuna logs "A new study created in memory" at INFO for every study; one is built per rebuild.
@@ -126,37 +124,11 @@ class _Study:
     # How many trials the study holds (the next trial's number).
     size: int = 0
     sampler: BaseSampler | None = None
+    # State an algorithm derives from this study and may reuse while the study is (GP's kernel fits).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _StudyCache:
-    """A small LRU of studies; an entry is taken out while in use, so threads never share one."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._entries: OrderedDict[Hashable, _Study] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def take(self, key: Hashable) -> _Study | None:
-        with self._lock:
-            return self._entries.pop(key, None)
-
-    def put(self, key: Hashable, entry: _Study) -> None:
-        with self._lock:
-            self._entries[key] = entry
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-_CACHE = _StudyCache(_CACHE_SIZE)
-
-
-def clear_study_cache() -> None:
-    """Forget every cached study (what a control-plane restart does); answers do not change."""
-    _CACHE.clear()
+_CACHE: WorkCache[_Study] = WorkCache(_CACHE_SIZE)
 
 
 class OptunaAlgorithm(Algorithm):
@@ -172,6 +144,9 @@ class OptunaAlgorithm(Algorithm):
     @abc.abstractmethod
     def make_sampler(self, seed: int, space: SearchSpace, objective: tuple[str, ...]) -> BaseSampler:
         """A fresh sampler for one call, seeded with ``seed``."""
+
+    def before_ask(self, entry: _Study, sampler: BaseSampler, objective: tuple[str, ...]) -> None:
+        """Restore sampler state that a fresh sampler lacks, from the study alone (GP's kernel fits)."""
 
     def trial_system_attrs(self, number: int) -> dict[str, Any] | None:
         """System attributes for the study's trial ``number`` when it is rebuilt (NSGA-II's generation)."""
@@ -201,6 +176,7 @@ class OptunaAlgorithm(Algorithm):
             entry = self._build(space, trials, objective, self.make_sampler(seed, space, objective))
         study = entry.study
         study.sampler = entry.sampler  # type: ignore[assignment]
+        self.before_ask(entry, entry.sampler, objective)  # type: ignore[arg-type]
         exact = all(p.exact for p in space)
         out = []
         for _ in range(count):
