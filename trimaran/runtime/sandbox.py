@@ -139,7 +139,10 @@ def interpreter_paths(prefixes: Sequence[str] | None = None) -> list[str]:
     sandbox, read-only, at the same path.
     """
     if prefixes is None:
-        prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix]
+        # Trimaran's own checkout too: an editable install there is what `import trimaran`
+        # (report_metrics, the SDK's trial runner) finds inside a pod.
+        checkout = str(Path(__file__).resolve().parents[2])
+        prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, checkout]
     found: list[str] = []
     for prefix in prefixes:
         real = os.path.realpath(prefix)
