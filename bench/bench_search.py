@@ -13,9 +13,10 @@ tree on scikit-learn's digits, 3-fold CV error, tuning max_depth (int 1..30), mi
 is measured from the best error any run of this benchmark found (~14 ms per evaluation).
 
 Regret is the best value found minus the optimum; the tables give the median over seeds and the
-interquartile range. The overhead part times N sequential trials (objective excluded) for our suggest + record
-loop and for Optuna's ask + tell with the same sampler, and the latency of one ``suggest`` with
-N stored trials, warm (study cached) and cold (a restarted control plane: cache cleared).
+interquartile range. The overhead part times N sequential trials (objective excluded) for our
+suggest + record loop and for Optuna's ask + tell with the same sampler, and the latency of one
+``suggest`` with N stored trials, warm (study cached) and cold (a restarted control plane: cache
+cleared).
 
     .venv/bin/python bench/bench_search.py                 # full run (~5-7 min on 2 cores)
     .venv/bin/python bench/bench_search.py --seeds 3 --gp-seeds 1 --overhead-trials 100   # quick

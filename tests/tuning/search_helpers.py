@@ -38,9 +38,9 @@ def check_point(space: SearchSpace, assignment: dict[str, str]) -> None:
         assert float(p.min) <= value <= float(p.max), (p.name, text)
         if p.type == "int":
             assert _INT.fullmatch(text), f"int written as {text!r}"
-            if p.step and p.distribution == "uniform":
+            if p.step and p.distribution != "logUniform":
                 assert (int(text) - int(p.min)) % int(p.step) == 0, (p.name, text)
-        elif p.step and p.distribution == "uniform":
+        elif p.step and p.distribution != "logUniform":
             k = (Decimal(text) - Decimal(p.min)) / Decimal(p.step)
             assert k == k.to_integral_value(), f"{p.name}={text} is off the {p.step} step"
         assert p.encode(text) is not None, (p.name, text)

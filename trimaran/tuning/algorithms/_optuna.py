@@ -19,9 +19,11 @@ Rebuilding 200 trials costs ~6 ms, a multiple of a TPE ask, so the study is cach
 (a `WorkCache`). The cache is only a shortcut: an entry is reused when the new trial list
 extends the one it was built from (same trials, running ones possibly finished, plus the trials
 created from its last suggestions), which gives a study identical, as the sampler sees it, to a
-fresh rebuild. Anything else (a restart, another experiment, an edited trial) rebuilds. A fresh
-sampler seeded from ``random_state`` and the number of trials is made on every call, so no
-sampler state leaks from one call to the next either.
+fresh rebuild. Anything else (a restart, another experiment, an edited trial) rebuilds. Every
+call also starts from a sampler in the state a new one seeded from ``random_state`` and the
+number of trials would have (TPE's is reseeded in place, which is cheaper than building one), so
+no sampler state leaks from one call to the next either; state a sampler does carry between asks
+(GPSampler's kernel fits) is replayed from the trials by `OptunaAlgorithm.before_ask`.
 """
 
 from __future__ import annotations
