@@ -20,6 +20,7 @@ from trimaran.tuning.algorithms._optuna import OptunaAlgorithm, _Study
 __all__ = ["BayesianOptimization", "gp_available"]
 
 log = logging.getLogger(__name__)
+_warned_no_torch = False
 
 
 def gp_available() -> bool:
@@ -84,7 +85,9 @@ class BayesianOptimization(OptunaAlgorithm):
 
             return GPSampler(seed=seed, n_startup_trials=startup, independent_sampler=RandomSampler(seed=seed),
                              warn_independent_sampling=False)
-        if s["base_estimator"] == "GP":
+        global _warned_no_torch
+        if s["base_estimator"] == "GP" and not _warned_no_torch:
+            _warned_no_torch = True  # once per process, not once per suggestion
             log.warning("bayesianoptimization: torch is not installed, so GPSampler cannot run; using TPE")
         return TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=startup)
 

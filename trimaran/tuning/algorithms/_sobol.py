@@ -12,6 +12,11 @@ from trimaran.tuning.errors import TuningError
 
 __all__ = ["SobolSearch"]
 
+# scipy warns when a draw is not a power of 2 long, as the sequence's balance holds for whole
+# blocks of 2^m points. Trials come a few at a time; over a whole experiment the sequence is used
+# in order, which is what matters. (A filter, not catch_warnings: that is not thread-safe.)
+warnings.filterwarnings("ignore", message="The balance properties of Sobol' points", category=UserWarning)
+
 
 class SobolSearch(Algorithm):
     """Katib's ``sobol`` (goptuna's Sobol sampler; Optuna's ``QMCSampler(qmc_type="sobol")``).
@@ -44,10 +49,7 @@ class SobolSearch(Algorithm):
 
         seed = self.random_state
         engine = qmc.Sobol(d=len(space), scramble=seed is not None, seed=seed)
-        with warnings.catch_warnings():
-            # scipy warns that n not a power of 2 loses balance properties; trials come one at a time.
-            warnings.simplefilter("ignore", UserWarning)
-            if trials:
-                engine.fast_forward(len(trials))
-            points = engine.random(count)
+        if trials:
+            engine.fast_forward(len(trials))
+        points = engine.random(count)
         return Suggestions([space.from_unit([min(float(u), 1.0 - 1e-12) for u in row]) for row in points])
