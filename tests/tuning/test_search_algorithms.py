@@ -16,6 +16,9 @@ from trimaran.tuning import (
 )
 from trimaran.tuning.algorithms import clear_caches
 
+# sobol filters scipy's power-of-2 warning when imported; pytest resets filters for each test.
+pytestmark = pytest.mark.filterwarnings("ignore:The balance properties of Sobol:UserWarning")
+
 SEED = {"random_state": "11"}
 # Settings and trial counts that keep each algorithm's test fast (the GP costs ~0.1 s per call).
 CASES = {
