@@ -90,20 +90,14 @@ def latest_true(obj: dict) -> str:
 
 
 def objective_value(objective: dict, observation: dict | None) -> float | None:
-    """A trial's objective per its metricStrategy (Katib: min/max fall back to latest)."""
+    """A trial's objective per its metricStrategy, by Katib's rule (tuning.metrics)."""
+    from trimaran.tuning.metrics import objective_value as katib_value
+
     name = objective.get("objectiveMetricName")
     strategy = next((s.get("value") for s in objective.get("metricStrategies") or [] if s.get("name") == name),
                     "min" if objective.get("type") == "minimize" else "max")
-    for m in (observation or {}).get("metrics") or []:
-        if m.get("name") == name:
-            raw = m.get(strategy)
-            if raw in (None, "unavailable"):
-                raw = m.get("latest")
-            try:
-                return float(raw)
-            except (TypeError, ValueError):
-                return None
-    return None
+    summary = {m["name"]: m for m in (observation or {}).get("metrics") or [] if "name" in m}
+    return katib_value(summary, name, strategy)
 
 
 def _best(exp: dict) -> str:

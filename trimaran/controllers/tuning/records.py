@@ -9,6 +9,7 @@ from __future__ import annotations
 from trimaran.controllers.conditions import is_true
 from trimaran.store import NotFound, Store
 from trimaran.tuning import TrialRecord
+from trimaran.tuning.metrics import objective_value
 
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
 TRIAL_LABEL = "katib.kubeflow.org/trial"
@@ -43,17 +44,8 @@ def experiment_trials(store: Store, experiment: dict) -> list[dict]:
 
 def metric_value(observation: dict | None, metric: str, strategy: str) -> float | None:
     """Katib's rule: the trial's value of ``metric`` under its metricStrategy (min, max or latest)."""
-    for m in (observation or {}).get("metrics") or []:
-        if m.get("name") != metric:
-            continue
-        raw = m.get(strategy)
-        if raw in (None, "unavailable") and strategy in ("min", "max"):
-            raw = m.get("latest")
-        try:
-            return float(raw)
-        except (TypeError, ValueError):
-            return None
-    return None
+    summary = {m["name"]: m for m in (observation or {}).get("metrics") or [] if "name" in m}
+    return objective_value(summary, metric, strategy)
 
 
 def strategy_for(spec: dict, metric: str) -> str:
