@@ -280,3 +280,24 @@ def test_file_collector_reads_a_metrics_file_the_trial_writes(plane, tmp_path):
         steps = [o["step"] for o in plane.client()._json(
             "GET", "/trimaran/v1/namespaces/default/observations", params={"trial": t["metadata"]["name"]})["items"]]
         assert steps == [0, 1, 2]
+
+
+def test_tensorflow_event_collector_reads_summaries_the_trial_writes(plane, tmp_path):
+    script = textwrap.dedent("""
+        import sys
+        from torch.utils.tensorboard import SummaryWriter
+        level = float(sys.argv[1])
+        writer = SummaryWriter("/var/log/katib/tfevent")
+        for step in range(3):
+            writer.add_scalar("score", level * (step + 1), step)
+        writer.close()
+    """)
+    collector = {"collector": {"kind": "TensorFlowEvent"},
+                 "source": {"fileSystemPath": {"path": "/var/log/katib/tfevent/", "kind": "Directory"}}}
+    plane.cli("apply", "-f", _experiment(tmp_path, "tfevents", script=script, max_trials=1, parallel=1,
+                                         extra={"metricsCollectorSpec": collector}))
+    plane.cli("wait", "experiment/tfevents", "--for=condition=Succeeded", "--timeout=180s")
+    (trial,) = _trials(plane, "tfevents")
+    level = float(trial["spec"]["parameterAssignments"][0]["value"])
+    score = next(m for m in trial["status"]["observation"]["metrics"] if m["name"] == "score")
+    assert abs(float(score["latest"]) - 3 * level) < 1e-5 and abs(float(score["min"]) - level) < 1e-5
