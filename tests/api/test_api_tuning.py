@@ -371,7 +371,7 @@ def test_resume_policy_must_be_known() -> None:
     [
         ({"algorithmName": "hyperopt"}, 'spec.algorithm.algorithmName: Unsupported value: "hyperopt": supported '
          'values: "random", "grid", "bayesianoptimization", "tpe", "multivariate-tpe", "cmaes", "sobol", '
-         '"hyperband", "pbt"'),
+         '"hyperband", "pbt", "nsga2"'),
         ({"algorithmName": ""}, "spec.algorithm.algorithmName: Required value: must be specified"),
         ({}, "spec.algorithm.algorithmName: Required value: must be specified"),
     ],
@@ -381,7 +381,7 @@ def test_algorithm_must_be_known(algorithm: dict[str, Any], message: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["random", "grid", "bayesianoptimization", "tpe", "multivariate-tpe", "cmaes",
-                                  "sobol", "hyperband", "pbt"])
+                                  "sobol", "hyperband", "pbt", "nsga2"])
 def test_known_algorithms(name: str) -> None:
     params = [{"name": "lr", "parameterType": "double", "feasibleSpace": {"min": "0.1", "max": "0.5", "step": "0.1"}}]
     assert defaulted(with_params(*params, algorithm={"algorithmName": name}, maxTrialCount=5))

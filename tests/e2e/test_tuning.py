@@ -301,3 +301,30 @@ def test_tensorflow_event_collector_reads_summaries_the_trial_writes(plane, tmp_
     level = float(trial["spec"]["parameterAssignments"][0]["value"])
     score = next(m for m in trial["status"]["observation"]["metrics"] if m["name"] == "score")
     assert abs(float(score["latest"]) - 3 * level) < 1e-5 and abs(float(score["min"]) - level) < 1e-5
+
+
+def test_multi_objective_experiment_reports_the_pareto_front(plane, tmp_path):
+    # accuracy rises with level; cost is lowest at level 0.5: trials below 0.5 are dominated by
+    # their mirror images above it, so the front is the trials from 0.5 up.
+    script = textwrap.dedent("""
+        import sys
+        level = float(sys.argv[1])
+        print(f"accuracy={level:.4f} cost={(level - 0.5) ** 2 + 0.1:.4f}", flush=True)
+    """)
+    path = _experiment(tmp_path, "pareto", algorithm="nsga2", script=script, max_trials=8, parallel=2,
+                       settings={"random_state": "3", "objective_types": "maximize,minimize"},
+                       extra={"objective": {"type": "maximize", "objectiveMetricName": "accuracy",
+                                            "additionalMetricNames": ["cost"]}})
+    plane.cli("apply", "-f", path)
+    plane.cli("wait", "experiment/pareto", "--for=condition=Succeeded", "--timeout=180s")
+    exp = plane.get("experiment", "pareto")
+    points = {}
+    for t in _trials(plane, "pareto"):
+        metrics = {m["name"]: float(m["latest"]) for m in t["status"]["observation"]["metrics"]}
+        points[t["metadata"]["name"]] = (metrics["accuracy"], metrics["cost"])
+
+    def dominated(p):
+        return any(q[0] >= p[0] and q[1] <= p[1] and q != p for q in points.values())
+
+    expected = sorted(name for name, p in points.items() if not dominated(p))
+    assert sorted(exp["status"]["paretoOptimalTrials"]) == expected and expected

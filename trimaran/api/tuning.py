@@ -98,6 +98,8 @@ DEFAULT_PARALLEL_TRIAL_COUNT = 3
 #: Suggestion algorithms (katib-config ``runtime.suggestions``, without the NAS ones).
 ALGORITHMS = (
     "random", "grid", "bayesianoptimization", "tpe", "multivariate-tpe", "cmaes", "sobol", "hyperband", "pbt",
+    # Beyond Katib: multi-objective search (see controllers/tuning/records.py: objectives()).
+    "nsga2",
 )
 #: Early-stopping algorithms (katib-config ``runtime.earlyStoppings``).
 EARLY_STOPPING_ALGORITHMS = ("medianstop", "asha")

@@ -385,6 +385,10 @@ def trials(
         rows.append({"trial": t["metadata"]["name"], "status": latest_true(t),
                      "objective": objective_value(objective, (t.get("status") or {}).get("observation")),
                      **{p: assigned.get(p) for p in params}, **{f"{m} (latest)": observed.get(m) for m in metrics}})
+    front = (exp.get("status") or {}).get("paretoOptimalTrials")
+    if front is not None:
+        for r in rows:
+            r["pareto"] = "yes" if r["trial"] in front else ""
     rows.sort(key=lambda r: (r["objective"] is None, sign * (r["objective"] or 0.0)))
     if output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")

@@ -138,6 +138,8 @@ def _describe_experiment(console: Console, exp: dict) -> None:
                            f"{status.get('trialsFailed', 0)} failed, {status.get('trialsEarlyStopped', 0)} early "
                            f"stopped, {status.get('trialMetricsUnavailable', 0)} metrics unavailable "
                            f"(max {spec.get('maxTrialCount', 'unbounded')}, parallel {spec.get('parallelTrialCount')})")
+    if status.get("paretoOptimalTrials") is not None:
+        _kv(console, "Pareto Front", ", ".join(status["paretoOptimalTrials"]) or "<none yet>")
     best = status.get("currentOptimalTrial")
     if best:
         _kv(console, "Best Trial", best.get("bestTrialName", ""))

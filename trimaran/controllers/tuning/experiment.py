@@ -22,12 +22,13 @@ from trimaran.controllers.tuning.records import (
     TRIAL_LABEL,
     experiment_trials,
     metric_value,
+    objectives,
     strategy_for,
     trial_records,
 )
 from trimaran.controllers.tuning.trial import FINISHED, trial_state
 from trimaran.store import Conflict, NotFound
-from trimaran.tuning import SearchSpace, get_algorithm
+from trimaran.tuning import SearchSpace, get_algorithm, pareto_front
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,11 @@ class ExperimentReconciler(Reconciler):
 
         self._count(status, trials)
         self._best(status, spec, trials)
+        multi = objectives(spec)
+        if multi:
+            # Beyond Katib's status: the trials no other trial beats on every objective.
+            front = pareto_front(trial_records(self.store, exp), [direction for _, direction in multi])
+            status["paretoOptimalTrials"] = [t.name for t in front]
         completed = sum(status.get(c, 0) for c in ("trialsSucceeded", "trialsFailed", "trialsKilled",
                                                     "trialsEarlyStopped", "trialMetricsUnavailable"))
         active = status.get("trialsRunning", 0) + status.get("trialsPending", 0)
@@ -177,9 +183,12 @@ class ExperimentReconciler(Reconciler):
     def _create_trials(self, exp: dict, trials: list[dict], need: int, events: list) -> bool:
         spec = exp["spec"]
         settings = {s["name"]: str(s["value"]) for s in spec["algorithm"].get("algorithmSettings") or []}
+        settings.pop("objective_types", None)  # read by objectives(), not a sampler setting
         algorithm = get_algorithm(spec["algorithm"]["algorithmName"], settings)
         space = SearchSpace.from_parameters(spec["parameters"])
-        suggestions = algorithm.suggest(space, trial_records(self.store, exp), spec["objective"]["type"], need)
+        multi = objectives(spec)
+        objective = [direction for _, direction in multi] if multi else spec["objective"]["type"]
+        suggestions = algorithm.suggest(space, trial_records(self.store, exp), objective, need)
         template = self._template(exp)
         for offset, assignment in enumerate(suggestions.assignments):
             name = _trial_name(exp["metadata"]["name"])

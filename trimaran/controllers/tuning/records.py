@@ -55,11 +55,35 @@ def strategy_for(spec: dict, metric: str) -> str:
     return "min" if spec["objective"]["type"] == "minimize" else "max"
 
 
+MULTI_OBJECTIVE_ALGORITHMS = ("nsga2",)
+
+
+def objectives(spec: dict) -> list[tuple[str, str]] | None:
+    """The (metric, direction) pairs of a multi-objective experiment, else None.
+
+    A Trimaran extension of Katib's single objective: with a multi-objective algorithm (``nsga2``)
+    the objectives are ``objectiveMetricName`` then each of ``additionalMetricNames``; their
+    directions come from the algorithm setting ``objective_types`` ("maximize,minimize", one per
+    objective in that order; default: the experiment's ``type`` for all), and each trial is judged
+    on every metric's latest value.
+    """
+    if spec["algorithm"]["algorithmName"] not in MULTI_OBJECTIVE_ALGORITHMS:
+        return None
+    metrics = [spec["objective"]["objectiveMetricName"], *(spec["objective"].get("additionalMetricNames") or [])]
+    settings = {s["name"]: str(s["value"]) for s in spec["algorithm"].get("algorithmSettings") or []}
+    raw = settings.get("objective_types")
+    types = [t.strip() for t in raw.split(",")] if raw else [spec["objective"]["type"]] * len(metrics)
+    if len(types) != len(metrics) or any(t not in ("minimize", "maximize") for t in types):
+        raise ValueError(f"objective_types {raw!r} must give minimize or maximize for each of {metrics}")
+    return list(zip(metrics, types, strict=True))
+
+
 def trial_records(store: Store, experiment: dict) -> list[TrialRecord]:
     spec = experiment["spec"]
     objective = spec["objective"]["objectiveMetricName"]
     strategy = strategy_for(spec, objective)
     trials = experiment_trials(store, experiment)
+    multi = objectives(spec)
     ns = experiment["metadata"]["namespace"]
     curves: dict[str, list[tuple[int, float]]] = {}
     for row in store.list_observations(ns, trials=[t["metadata"]["name"] for t in trials], metric=objective):
@@ -70,6 +94,11 @@ def trial_records(store: Store, experiment: dict) -> list[TrialRecord]:
         state = next((v for k, v in _STATES.items() if is_true(status, k)), "running")
         assignments = {a["name"]: str(a["value"]) for a in trial["spec"].get("parameterAssignments") or []}
         value = metric_value(status.get("observation"), objective, strategy) if state != "running" else None
+        values = None
+        if multi and state == "succeeded":
+            values = [metric_value(status.get("observation"), metric, "latest") for metric, _ in multi]
+            if any(v is None for v in values):
+                values = None
         records.append(TrialRecord(name=trial["metadata"]["name"], assignments=assignments, state=state,
-                                   value=value, intermediate=curves.get(trial["metadata"]["name"], [])))
+                                   value=value, values=values, intermediate=curves.get(trial["metadata"]["name"], [])))
     return records
