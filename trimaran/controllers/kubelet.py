@@ -27,6 +27,7 @@ from trimaran.controllers.pods import (
     GANG_SIZE_ANNOTATION,
     HOSTS_ANNOTATION,
     LOOPBACK,
+    QUEUED_ANNOTATION,
     is_terminating,
     phase,
     request_deletion,
@@ -140,8 +141,7 @@ class Kubelet(Reconciler):
         for pod in pending:
             ann = pod["metadata"].get("annotations") or {}
             groups.setdefault(ann.get(GANG_ANNOTATION) or pod["metadata"]["uid"], []).append(pod)
-        ordered = sorted(groups.items(), key=lambda kv: min(
-            (p["metadata"].get("creationTimestamp", ""), int(p["metadata"].get("resourceVersion", 0))) for p in kv[1]))
+        ordered = sorted(groups.items(), key=lambda kv: min(_queued_at(p) for p in kv[1]))
         for group, pods in ordered:
             size = int((pods[0]["metadata"].get("annotations") or {}).get(GANG_SIZE_ANNOTATION, "1"))
             if len(pods) < size:
@@ -341,3 +341,8 @@ class Kubelet(Reconciler):
     def shutdown(self) -> None:
         """Stop watching; pods keep running under their shims and are re-adopted on the next start."""
         self._stopper.shutdown(wait=True)
+
+
+def _queued_at(pod: dict) -> tuple[float, str]:
+    ann = pod["metadata"].get("annotations") or {}
+    return float(ann.get(QUEUED_ANNOTATION, "inf")), pod["metadata"].get("creationTimestamp", "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from trimaran.controllers.conditions import now_rfc3339, seconds_since
 from trimaran.store import Conflict, NotFound, Store
@@ -10,6 +11,9 @@ from trimaran.store import Conflict, NotFound, Store
 GANG_ANNOTATION = "scheduling.trimaran.io/gang"
 GANG_SIZE_ANNOTATION = "scheduling.trimaran.io/gang-size"
 HOSTS_ANNOTATION = "trimaran.io/hosts"
+# When the gang joined the queue (epoch seconds): the FIFO order of admission. Creation timestamps
+# have whole seconds and resourceVersions change with every status write, so neither orders it.
+QUEUED_ANNOTATION = "scheduling.trimaran.io/queued-at"
 LOOPBACK = "127.0.0.1"
 
 
@@ -32,10 +36,11 @@ def owned_pods(store: Store, owner: dict) -> list[dict]:
     ]
 
 
-def set_gang(pod: dict, group: str, size: int, hosts: dict[str, str]) -> None:
+def set_gang(pod: dict, group: str, size: int, hosts: dict[str, str], queued_at: float | None = None) -> None:
     ann = pod["metadata"].setdefault("annotations", {})
     ann[GANG_ANNOTATION] = group
     ann[GANG_SIZE_ANNOTATION] = str(size)
+    ann[QUEUED_ANNOTATION] = f"{time.time() if queued_at is None else queued_at:.6f}"
     ann[HOSTS_ANNOTATION] = json.dumps(hosts, separators=(",", ":"))
 
 

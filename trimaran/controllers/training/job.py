@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import time
 
 from trimaran.controllers.base import Key, Reconciler
 from trimaran.controllers.conditions import (
@@ -181,8 +182,9 @@ class TrainingJobReconciler(Reconciler):
             first = not pods
             group = job["metadata"]["uid"] if first else f"{job['metadata']['uid']}/{len(pods)}-{recreations}"
             size = len(missing)
+            queued_at = time.time()
             for rtype, index in missing:
-                pod = self._build_pod(job, fw, rtype, index, addresses, group, size)
+                pod = self._build_pod(job, fw, rtype, index, addresses, group, size, queued_at)
                 try:
                     self.store.create(pod)
                 except Exception as exc:  # noqa: BLE001 - AlreadyExists while the old pod terminates
@@ -284,7 +286,7 @@ class TrainingJobReconciler(Reconciler):
         job["metadata"] = self.store.update(job)["metadata"]
 
     def _build_pod(self, job: dict, fw: Framework, rtype: str, index: int,
-                   addresses: dict[str, list[ReplicaAddress]], group: str, size: int) -> dict:
+                   addresses: dict[str, list[ReplicaAddress]], group: str, size: int, queued_at: float) -> dict:
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         rspec = job["spec"][fw.spec_key][rtype]
         template = copy.deepcopy(rspec.get("template") or {})
@@ -332,7 +334,7 @@ class TrainingJobReconciler(Reconciler):
             for a in addrs:
                 hosts[a.host] = LOOPBACK
                 hosts[a.fqdn] = LOOPBACK
-        set_gang(pod, group, size, hosts)
+        set_gang(pod, group, size, hosts, queued_at)
         return pod
 
     def _view(self, job: dict, fw: Framework, pods: list[dict]) -> JobView:
