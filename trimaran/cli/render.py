@@ -27,8 +27,8 @@ def age(timestamp: str | None) -> str:
 
 
 def training_state(obj: dict) -> str:
-    conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
-    return conditions[-1]["type"] if conditions else ""
+    """kubectl's STATE column for training jobs: the last True condition (blank before any)."""
+    return latest_true(obj, default="")
 
 
 def _replicas(obj: dict) -> str:
@@ -83,10 +83,10 @@ def _restarts(obj: dict) -> str:
     return str(sum(cs.get("restartCount", 0) for cs in (obj.get("status") or {}).get("containerStatuses") or []))
 
 
-def latest_true(obj: dict) -> str:
+def latest_true(obj: dict, default: str = "Pending") -> str:
     """The condition a person reads as the object's state: the last one that is True."""
     conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
-    return conditions[-1]["type"] if conditions else "Pending"
+    return conditions[-1]["type"] if conditions else default
 
 
 def objective_value(objective: dict, observation: dict | None) -> float | None:

@@ -74,13 +74,10 @@ class Kubelet(Reconciler):
         pods = self.store.list("Pod")
         by_uid = {p["metadata"]["uid"]: p for p in pods}
         for uid in self.runtime.known_pods():
-            pod = by_uid.get(uid)
-            if pod is None or phase(pod) in ("Succeeded", "Failed") and not self.runtime.is_alive(uid):
-                if pod is None:
-                    log.info("stopping orphaned pod process %s", uid)
-                    self.runtime.stop_pod(uid, grace_seconds=2.0)
-                    self.runtime.remove_pod(uid)
-                continue
+            if uid not in by_uid:
+                log.info("stopping orphaned pod process %s", uid)
+                self.runtime.stop_pod(uid, grace_seconds=2.0)
+                self.runtime.remove_pod(uid)
         for pod in pods:
             uid = pod["metadata"]["uid"]
             if phase(pod) == "Running":

@@ -17,13 +17,10 @@ from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.runtime import LocalRuntime, Node
+from trimaran.server.daemon import clear_server_info, home_dir, write_server_info
 from trimaran.store import Store, open_store
 
 log = logging.getLogger(__name__)
-
-
-def trimaran_home() -> Path:
-    return Path(os.environ.get("TRIMARAN_HOME", Path.home() / ".trimaran")).expanduser()
 
 
 @dataclass
@@ -40,7 +37,7 @@ class ControlPlane:
 
 
 def build_control_plane(home: Path | None = None) -> ControlPlane:
-    home = home or trimaran_home()
+    home = home or home_dir()
     home.mkdir(parents=True, exist_ok=True)
     store = open_store(home / "trimaran.db")
     store.ensure_namespace("default")
@@ -62,7 +59,6 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
     import uvicorn
 
     from trimaran.server.app import create_app
-    from trimaran.server.daemon import write_server_info
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     plane = build_control_plane(home)
@@ -105,6 +101,4 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
         server.run()
     finally:
         plane.stop()
-        from trimaran.server.daemon import clear_server_info
-
         clear_server_info(plane.home, os.getpid())

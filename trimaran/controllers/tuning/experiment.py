@@ -70,7 +70,7 @@ class ExperimentReconciler(Reconciler):
         multi = objectives(spec)
         if multi:
             # Beyond Katib's status: the trials no other trial beats on every objective.
-            front = pareto_front(trial_records(self.store, exp), [direction for _, direction in multi])
+            front = pareto_front(trial_records(self.store, exp, trials), [direction for _, direction in multi])
             status["paretoOptimalTrials"] = [t.name for t in front]
         completed = sum(status.get(c, 0) for c in ("trialsSucceeded", "trialsFailed", "trialsKilled",
                                                     "trialsEarlyStopped", "trialMetricsUnavailable"))
@@ -92,23 +92,23 @@ class ExperimentReconciler(Reconciler):
                 want = min(want, int(max_trials) - completed)
             need = want - active
             if need > 0:
-                exhausted = self._create_trials(exp, trials, need, events)
+                exhausted, created = self._create_trials(exp, trials, need, events)
                 if exhausted and active == 0 and need == want:
                     outcome = ("Succeeded", "ExperimentSuggestionEndReached",
                                "Experiment has succeeded because the search space is exhausted")
             if outcome is None and not is_true(status, "Running"):
                 set_condition(status, "Running", "True", "ExperimentRunning", "Experiment is running")
             if need > 0:
-                self._record_suggestion(exp, status, done=False)
+                self._record_suggestion(exp, status, len(trials) + created, done=False)
         if outcome is not None:
             ctype, reason, message = outcome
-            self._record_suggestion(exp, status, done=True)
+            self._record_suggestion(exp, status, len(trials), done=True)
             if is_true(status, "Running"):
                 set_condition(status, "Running", "False", reason, message)
             set_condition(status, ctype, "True", reason, message)
             status["completionTime"] = now_rfc3339()
             events.append(("Normal" if ctype == "Succeeded" else "Warning", reason, message))
-            self._kill_active(experiment_trials(self.store, exp))
+            self._kill_active(trials)  # no trial was created in a pass that ends the experiment
         return self._write(exp, status, before, events)
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -180,7 +180,8 @@ class ExperimentReconciler(Reconciler):
             return True
         return False
 
-    def _create_trials(self, exp: dict, trials: list[dict], need: int, events: list) -> bool:
+    def _create_trials(self, exp: dict, trials: list[dict], need: int, events: list) -> tuple[bool, int]:
+        """Create up to ``need`` trials; return (search space exhausted, how many were created)."""
         spec = exp["spec"]
         settings = {s["name"]: str(s["value"]) for s in spec["algorithm"].get("algorithmSettings") or []}
         settings.pop("objective_types", None)  # read by objectives(), not a sampler setting
@@ -188,7 +189,7 @@ class ExperimentReconciler(Reconciler):
         space = SearchSpace.from_parameters(spec["parameters"])
         multi = objectives(spec)
         objective = [direction for _, direction in multi] if multi else spec["objective"]["type"]
-        suggestions = algorithm.suggest(space, trial_records(self.store, exp), objective, need)
+        suggestions = algorithm.suggest(space, trial_records(self.store, exp, trials), objective, need)
         template = self._template(exp)
         for offset, assignment in enumerate(suggestions.assignments):
             name = _trial_name(exp["metadata"]["name"])
@@ -197,7 +198,7 @@ class ExperimentReconciler(Reconciler):
             self.store.create(trial)
             events.append(("Normal", "TrialCreated", f"Created trial {name} with " +
                            ", ".join(f"{k}={v}" for k, v in assignment.items())))
-        return suggestions.exhausted and not suggestions.assignments
+        return suggestions.exhausted and not suggestions.assignments, len(suggestions.assignments)
 
     def _template(self, exp: dict) -> dict:
         template = exp["spec"]["trialTemplate"]
@@ -239,7 +240,7 @@ class ExperimentReconciler(Reconciler):
             "status": {},
         }
 
-    def _record_suggestion(self, exp: dict, status: dict, done: bool) -> None:
+    def _record_suggestion(self, exp: dict, status: dict, count: int, done: bool) -> None:
         """Keep Katib's Suggestion object (same name as the experiment) for `get suggestions`.
 
         Only the count is kept, not every assignment ever made: Katib's list is what outgrows
@@ -247,7 +248,6 @@ class ExperimentReconciler(Reconciler):
         """
         ns, name = exp["metadata"]["namespace"], exp["metadata"]["name"]
         spec = exp["spec"]
-        count = len(experiment_trials(self.store, exp))
         suggestion_status = {"suggestionCount": count, "startTime": status.get("startTime")}
         set_condition(suggestion_status, "Created", "True", "SuggestionCreated", "Suggestion is created")
         set_condition(suggestion_status, "Succeeded" if done else "Running", "True",

@@ -78,11 +78,13 @@ def objectives(spec: dict) -> list[tuple[str, str]] | None:
     return list(zip(metrics, types, strict=True))
 
 
-def trial_records(store: Store, experiment: dict) -> list[TrialRecord]:
+def trial_records(store: Store, experiment: dict, trials: list[dict] | None = None) -> list[TrialRecord]:
+    """The experiment's trials as records; pass ``trials`` when the caller has just listed them."""
     spec = experiment["spec"]
     objective = spec["objective"]["objectiveMetricName"]
     strategy = strategy_for(spec, objective)
-    trials = experiment_trials(store, experiment)
+    if trials is None:
+        trials = experiment_trials(store, experiment)
     multi = objectives(spec)
     ns = experiment["metadata"]["namespace"]
     curves: dict[str, list[tuple[int, float]]] = {}

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from trimaran.controllers.base import Key, Reconciler
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
-from trimaran.controllers.pods import owned_pods, owner_reference
+from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion
 from trimaran.controllers.tuning.records import experiment_of, trial_records
 from trimaran.runtime import LocalRuntime
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.tuning.early_stopping import get_early_stopper
-from trimaran.tuning.metrics import CollectorSources, MetricsCollector, summarize
+from trimaran.tuning.metrics import CollectorSources, MetricsCollector, Observation, summarize
 from trimaran.tuning.tracking import Tracker, tracker_from_env
 
 log = logging.getLogger(__name__)
@@ -166,8 +166,6 @@ class TrialReconciler(Reconciler):
             spec["volumes"] = list(spec.get("volumes") or []) + [{"name": "trimaran-metrics", "emptyDir": {}}]
 
     def _delete_job(self, job: dict) -> None:
-        from trimaran.controllers.pods import request_deletion
-
         for pod in owned_pods(self.store, job):
             request_deletion(self.store, pod)
         try:
@@ -233,8 +231,6 @@ class TrialReconciler(Reconciler):
         return found
 
     def _summary(self, trial: dict) -> dict:
-        from trimaran.tuning.metrics import Observation
-
         objective = trial["spec"]["objective"]
         names = [objective["objectiveMetricName"], *(objective.get("additionalMetricNames") or [])]
         rows = self.store.list_observations(trial["metadata"]["namespace"], trials=[trial["metadata"]["name"]])
