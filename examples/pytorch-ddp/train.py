@@ -9,6 +9,7 @@ to --output-dir, and ends with a line `test_accuracy=0.97xx`.
 """
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -138,9 +139,13 @@ def main():
         print(f"saved {os.path.join(args.output_dir, 'model.pt')}")
         print(f"elapsed_s={time.time() - t0:.2f}")
         print(f"test_accuracy={acc:.4f}", flush=True)
-    # Leave together: a rank that tears gloo down while rank 0 still saves can abort at exit.
+    # Leave together, then skip the process group's teardown: gloo's can abort a rank, or leave it
+    # hanging, when its peers are already gone ("terminate called without an active exception").
+    # Everything is saved and flushed by now.
     dist.barrier()
-    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
