@@ -23,6 +23,6 @@ stamp=.venv/.trimaran-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # torch is pinned to the CPU build (a bare `torch` pulls a multi-GB CUDA build).
-  .venv/bin/python -m pip install -q -e '.[train,test]'
+  .venv/bin/python -m pip install -q -e '.[train,serve,test]'
   touch "$stamp"
 fi
