@@ -58,6 +58,14 @@ def _check_exists(path: Path) -> None:
         raise ModelLoadError(f"model path {path} does not exist")
 
 
+def _describe(path: Path) -> str:
+    if not path.is_dir():
+        return str(path)
+    names = sorted(p.name for p in path.iterdir())
+    listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return f"{path} (contents: {listed or 'empty'})"
+
+
 def detect_format(path: Path) -> str:
     """The modelFormat name of the model at ``path`` (a version directory or one model file).
 
@@ -79,8 +87,7 @@ def detect_format(path: Path) -> str:
         listed = ", ".join(f"{artifact.name} ({fmt})" for fmt, artifact in found)
         raise ModelLoadError(f"{path} holds models of several formats: {listed}; set the modelFormat to choose")
     looked_for = "; ".join(f"{r.format}: {r.looks_for}" for r in _RUNTIMES.values())
-    contents = ", ".join(sorted(p.name for p in path.iterdir())[:10]) if path.is_dir() else path.name
-    raise ModelLoadError(f"no model recognised in {path} (contents: {contents or 'empty'}). Looked for {looked_for}")
+    raise ModelLoadError(f"no model recognised in {_describe(path)}. Looked for {looked_for}")
 
 
 def load_model(path: Path, *, name: str, version: str = "1", model_format: str | None = None,
@@ -107,5 +114,5 @@ def load_model(path: Path, *, name: str, version: str = "1", model_format: str |
     runtime = _get(model_format or detect_format(path))
     artifact = runtime.find(path)
     if artifact is None:
-        raise ModelLoadError(f"modelFormat {runtime.format!r} needs {runtime.looks_for}; none in {path}")
+        raise ModelLoadError(f"modelFormat {runtime.format!r} needs {runtime.looks_for}; none in {_describe(path)}")
     return runtime.load(artifact, name=name, version=version, **options)
