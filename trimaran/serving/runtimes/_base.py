@@ -112,10 +112,11 @@ class Model(ABC):
         return signature_name
 
     def _check_inputs(self, inputs: dict[str, np.ndarray], specs: list[TensorSpec] | None = None,
-                      *, cast: bool = True) -> dict[str, np.ndarray]:
+                      *, cast: bool = True, shape: bool = True) -> dict[str, np.ndarray]:
         """``inputs`` validated against ``specs`` (default :attr:`inputs`): every name known and present,
         numeric arrays cast to the declared dtype where that loses no kind (int -> float, float64 -> float32),
-        rank and fixed dimensions as declared."""
+        rank and fixed dimensions as declared. ``cast``/``shape`` False skip those checks for formats
+        that do not record dtypes or shapes."""
         specs = self.inputs if specs is None else specs
         known = {spec.name: spec for spec in specs}
         unknown = [name for name in inputs if name not in known]
@@ -131,8 +132,8 @@ class Model(ABC):
             array = np.asarray(value)
             if cast:
                 array = _cast(name, array, spec.datatype)
-            fits = len(spec.shape) == array.ndim and all(
-                want in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True))
+            fits = not shape or (len(spec.shape) == array.ndim and all(
+                want in (-1, got) for want, got in zip(spec.shape, array.shape, strict=True)))
             if not fits:
                 raise InferenceInputError(f"input {name!r} has shape {list(array.shape)}; model {self.name!r} "
                                           f"expects {list(spec.shape)} (-1: any size)")
