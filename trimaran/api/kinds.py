@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from trimaran.api.batch import Job
 from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret
 from trimaran.api.meta import Resource
+from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
+from trimaran.api.serving import InferenceService
 from trimaran.api.training import API_VERSION as KUBEFLOW_V1
 from trimaran.api.training import PYTORCHJOB, TFJOB, PyTorchJob, TFJob
 from trimaran.api.tuning import API_VERSION as KATIB_V1BETA1
@@ -111,5 +113,7 @@ for _info in (
     KindInfo("Experiment", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "experiments", ("exp",), True, Experiment),
     KindInfo("Trial", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "trials", (), True, Trial),
     KindInfo("Suggestion", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "suggestions", (), True, Suggestion),
+    KindInfo("InferenceService", KSERVE_V1BETA1, "serving.kserve.io", "v1beta1", "inferenceservices", ("isvc",), True,
+             InferenceService),
 ):
     register(_info)

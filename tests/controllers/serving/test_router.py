@@ -1,0 +1,254 @@
+"""The router against stub replicas: traffic split statistics, Host routing, retries on a dead replica,
+holding requests until a replica is ready, containerConcurrency and the per-second metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import socket
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import poll
+from trimaran.serving.router import Router
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Replica:
+    """A stub model server: answers predict with its name, ready when ``ready`` is set."""
+
+    def __init__(self, name: str, delay: float = 0.0) -> None:
+        self.name = name
+        self.ready = True
+        self.delay = delay
+        self.inflight = 0
+        self.max_inflight = 0
+        self.lock = threading.Lock()
+        replica = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._send(200 if replica.ready else 503, {"ready": replica.ready})
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                with replica.lock:
+                    replica.inflight += 1
+                    replica.max_inflight = max(replica.max_inflight, replica.inflight)
+                time.sleep(replica.delay)
+                with replica.lock:
+                    replica.inflight -= 1
+                self._send(200, {"predictions": [replica.name], "host": self.headers.get("host")})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RouterHarness:
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "routes.json"
+        self.ingress, self.admin, self.port = _free_port(), _free_port(), _free_port()
+        self.loop = asyncio.new_event_loop()
+        self.router = Router(self.path)
+        self.task: asyncio.Future | None = None
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+
+    def configure(self, traffic: list[tuple[str, int]], revisions: dict[str, list[str]],
+                  container_concurrency: int = 0, activation_timeout: float = 10) -> None:
+        config = {"ingressPort": self.ingress, "adminPort": self.admin, "services": {"default/iris": {
+            "port": self.port, "hosts": ["iris.default.example.com"], "timeout": 30,
+            "activationTimeout": activation_timeout,
+            "traffic": [{"revisionName": r, "percent": p} for r, p in traffic],
+            "revisions": {r: {"endpoints": eps, "containerConcurrency": container_concurrency,
+                              "probePath": "/v2/health/ready"} for r, eps in revisions.items()}}}}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(config))
+        tmp.replace(self.path)
+        if self.task is None:
+            self.task = asyncio.run_coroutine_threadsafe(self.router.run(), self.loop)
+
+    def ready_endpoints(self, revision: str) -> list[str]:
+        try:
+            return self.stats()["revisions"][revision]["ready"]
+        except (OSError, KeyError):
+            return []
+
+    def stats(self) -> dict:
+        poll(self._listening, what="the router's admin port")
+        conn = http.client.HTTPConnection("127.0.0.1", self.admin, timeout=5)
+        conn.request("GET", "/stats")
+        return json.loads(conn.getresponse().read())
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.admin), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(timeout=5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture
+def harness(tmp_path: Path):
+    h = RouterHarness(tmp_path)
+    yield h
+    h.close()
+
+
+class Client:
+    """A keep-alive client, one per thread."""
+
+    def __init__(self, port: int, host: str | None = None) -> None:
+        self.port, self.host = port, host
+        self.local = threading.local()
+
+    def predict(self) -> tuple[int, str]:
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = self.local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        headers = {"content-type": "application/json"}
+        if self.host:
+            headers["host"] = self.host
+        conn.request("POST", "/v1/models/iris:predict", body=b'{"instances": [[1, 2]]}', headers=headers)
+        resp = conn.getresponse()
+        body = json.loads(resp.read())
+        return resp.status, (body.get("predictions") or [body.get("error")])[0]
+
+
+def test_traffic_split_follows_percentages(harness: RouterHarness) -> None:
+    old, new = Replica("old"), Replica("new")
+    harness.configure([("rev-1", 90), ("rev-2", 10)], {"rev-1": [old.address], "rev-2": [new.address]})
+    poll(lambda: harness.ready_endpoints("rev-1") and harness.ready_endpoints("rev-2"), what="replicas ready")
+    client = Client(harness.port)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: client.predict(), range(2000)))
+    assert all(code == 200 for code, _ in results)
+    counts = Counter(name for _, name in results)
+    # Binomial(2000, 0.1): mean 200, sd 13.4; 5 sd either side.
+    assert 133 <= counts["new"] <= 267, counts
+
+
+def test_host_header_routing_on_the_ingress_port(harness: RouterHarness) -> None:
+    replica = Replica("only")
+    harness.configure([("rev-1", 100)], {"rev-1": [replica.address]})
+    poll(lambda: harness.ready_endpoints("rev-1"), what="replica ready")
+    assert Client(harness.ingress, "iris.default.example.com:80").predict() == (200, "only")
+    assert Client(harness.ingress, "nope.default.example.com").predict()[0] == 404
+
+
+def test_unready_revision_gets_no_traffic_and_requests_wait_for_a_ready_replica(harness: RouterHarness) -> None:
+    replica = Replica("late")
+    replica.ready = False
+    harness.configure([("rev-1", 100)], {"rev-1": [replica.address]})
+    poll(lambda: "rev-1" in harness.stats()["revisions"], what="config loaded")
+    client = Client(harness.port)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(client.predict)
+        time.sleep(0.5)  # the request is held (the activator), not failed
+        assert not pending.done()
+        replica.ready = True
+        assert pending.result(timeout=10) == (200, "late")
+
+
+def test_held_request_times_out_with_503(harness: RouterHarness) -> None:
+    harness.configure([("rev-1", 100)], {"rev-1": []}, activation_timeout=0.5)
+    poll(lambda: "rev-1" in harness.stats()["revisions"], what="config loaded")
+    code, message = Client(harness.port).predict()
+    assert code == 503 and "no ready replica" in message
+
+
+def test_a_dead_replica_causes_no_failed_request(harness: RouterHarness) -> None:
+    a, b = Replica("a"), Replica("b")
+    harness.configure([("rev-1", 100)], {"rev-1": [a.address, b.address]})
+    poll(lambda: len(harness.ready_endpoints("rev-1")) == 2, what="replicas ready")
+    client = Client(harness.port)
+    stop = threading.Event()
+    results: list[tuple[int, str]] = []
+
+    def load() -> None:
+        while not stop.is_set():
+            results.append(client.predict())
+
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(4):
+            pool.submit(load)
+        time.sleep(0.3)
+        a.stop()
+        time.sleep(0.7)
+        stop.set()
+    assert results and all(code == 200 for code, _ in results), Counter(results)
+    assert Counter(name for _, name in results)["b"] > 0
+
+
+def test_container_concurrency_is_a_hard_limit(harness: RouterHarness) -> None:
+    replica = Replica("slow", delay=0.05)
+    harness.configure([("rev-1", 100)], {"rev-1": [replica.address]}, container_concurrency=2)
+    poll(lambda: harness.ready_endpoints("rev-1"), what="replica ready")
+    client = Client(harness.port)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: client.predict(), range(40)))
+    assert all(code == 200 for code, _ in results)
+    assert replica.max_inflight <= 2
+
+
+def test_concurrency_and_request_buckets(harness: RouterHarness) -> None:
+    replica = Replica("slow", delay=0.1)
+    harness.configure([("rev-1", 100)], {"rev-1": [replica.address]})
+    poll(lambda: harness.ready_endpoints("rev-1"), what="replica ready")
+    client = Client(harness.port)
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            client.predict()
+
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(4):
+            pool.submit(load)
+        buckets = poll(lambda: [b for b in harness.stats()["revisions"]["rev-1"]["buckets"] if b[1] > 3][:1],
+                       timeout=5, what="a busy second")
+        stop.set()
+    _, concurrency, requests = buckets[0]
+    assert 3.0 <= concurrency <= 4.5
+    # Little's law: 4 in flight at >= 0.1 s each is at most 40 per second (the stub shares our GIL).
+    assert 4 <= requests <= 45

@@ -1,0 +1,415 @@
+"""The router: Knative's ingress, activator and queue-proxy for InferenceServices on one machine.
+
+It reads a routes file the serving controller writes (`RoutesConfig`, re-read when it changes) and
+serves each service on its own port and on a shared ingress port by ``Host`` header
+(``NAME.NAMESPACE.<domain>``). For each request it:
+
+- picks a revision by the service's traffic split (percentages);
+- holds the request while the revision has no ready replica (scale from zero, a replica
+  restarting), up to the activation timeout;
+- sends it to the ready replica with the fewest requests in flight, never above the revision's
+  containerConcurrency (requests wait for a free slot instead);
+- retries on another replica when the connection to one fails before a response (a replica
+  killed or stopping): inference has no side effects, so no request is lost to a dying replica;
+- counts concurrency (time-averaged per second) and requests per revision, which the controller
+  reads from the admin port (``GET /stats``) to autoscale.
+
+Replicas are probed (``GET /v2/health/ready`` for the model server, a TCP connect for custom
+containers without a readiness probe); only replicas that answered 200 get traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httptools
+
+from trimaran.serving.router._http import Request, RequestReader, Response, UpstreamError, UpstreamPool, render_response
+
+__all__ = ["Router"]
+
+log = logging.getLogger(__name__)
+
+RELOAD_SECONDS = 0.2
+PROBE_READY_SECONDS = 0.5
+PROBE_UNREADY_SECONDS = 0.1
+MAX_ATTEMPTS = 4
+BUCKETS_KEPT = 120
+REVISION_HEADER = b"x-trimaran-revision"
+
+
+class Stats:
+    """A revision's in-flight count, and per-second buckets of its time-averaged concurrency and
+    request count (what Knative's queue-proxy reports to the autoscaler)."""
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self._area = 0.0
+        self._requests = 0
+        self._last = time.monotonic()
+        self._bucket_start = self._last
+        self.buckets: deque[tuple[int, float, int]] = deque(maxlen=BUCKETS_KEPT)
+
+    def change(self, delta: int) -> None:
+        now = time.monotonic()
+        self._area += self.inflight * (now - self._last)
+        self._last = now
+        self.inflight += delta
+        if delta > 0:
+            self._requests += delta
+
+    def roll(self, second: int) -> None:
+        """Close the bucket of wall-clock ``second``."""
+        self.change(0)
+        elapsed = max(self._last - self._bucket_start, 1e-6)
+        self.buckets.append((second, self._area / elapsed, self._requests))
+        self._area, self._requests, self._bucket_start = 0.0, 0, self._last
+
+
+@dataclass
+class Endpoint:
+    """One replica of a revision."""
+
+    address: str
+    pool: UpstreamPool
+    ready: bool = False
+    inflight: int = 0
+    probe: asyncio.Task | None = None
+
+
+@dataclass
+class Revision:
+    """A revision's replicas, limits and metrics."""
+
+    name: str
+    probe_path: str | None
+    container_concurrency: int = 0
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
+    draining: dict[str, Endpoint] = field(default_factory=dict)
+    stats: Stats = field(default_factory=Stats)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        """Wake every request waiting for a ready replica or a free slot."""
+        event, self.changed = self.changed, asyncio.Event()
+        event.set()
+
+
+@dataclass
+class Service:
+    """One routable service (an InferenceService's entry component, or its predictor behind a transformer)."""
+
+    key: str
+    port: int
+    hosts: list[str]
+    traffic: list[tuple[str, float]]
+    timeout: float
+    activation_timeout: float
+    server: asyncio.base_events.Server | None = None
+
+
+class Router:
+    """Serves the routes in ``config_path`` until cancelled. The file is JSON::
+
+        {"ingressPort": 8080, "adminPort": 8081,
+         "services": {"default/iris": {
+             "port": 20100, "hosts": ["iris.default.example.com"], "timeout": 300, "activationTimeout": 60,
+             "traffic": [{"revisionName": "iris-predictor-00001", "percent": 100}],
+             "revisions": {"iris-predictor-00001": {"endpoints": ["127.0.0.1:20101"], "containerConcurrency": 0,
+                                                    "probePath": "/v2/health/ready"}}}}}
+    """
+
+    def __init__(self, config_path: Path) -> None:
+        self.config_path = config_path
+        self.services: dict[str, Service] = {}
+        self.revisions: dict[str, Revision] = {}
+        self.by_host: dict[str, Service] = {}
+        self._stamp: tuple[float, int] | None = None
+        self._servers: dict[str, asyncio.base_events.Server] = {}
+        self._ports: dict[str, int] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self._reload()
+        roller = asyncio.create_task(self._roll_loop())
+        try:
+            while True:
+                await asyncio.sleep(RELOAD_SECONDS)
+                try:
+                    await self._reload()
+                except Exception:  # a half-written or invalid file: keep serving the last good routes
+                    log.exception("reloading %s", self.config_path)
+        finally:
+            roller.cancel()
+
+    async def _roll_loop(self) -> None:
+        while True:
+            now = time.time()
+            await asyncio.sleep(1.0 - (now % 1.0))
+            second = int(time.time()) - 1
+            for rev in self.revisions.values():
+                rev.stats.roll(second)
+
+    async def _listen(self, name: str, port: int, service: Service | None) -> None:
+        if self._ports.get(name) == port:
+            return
+        old = self._servers.pop(name, None)
+        if old is not None:
+            old.close()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._serve_connection(reader, writer, service if name not in ("ingress", "admin") else None,
+                                         admin=name == "admin")
+
+        self._servers[name] = await asyncio.start_server(handle, "127.0.0.1", port, reuse_address=True)
+        self._ports[name] = port
+
+    async def _reload(self) -> None:
+        try:
+            st = self.config_path.stat()
+        except FileNotFoundError:
+            return
+        stamp = (st.st_mtime, st.st_size)
+        if stamp == self._stamp:
+            return
+        config = json.loads(self.config_path.read_text())
+        self._stamp = stamp
+        await self._listen("admin", int(config["adminPort"]), None)
+        await self._listen("ingress", int(config["ingressPort"]), None)
+        wanted = config.get("services") or {}
+        for key in [k for k in self.services if k not in wanted]:
+            self.services.pop(key)
+            server = self._servers.pop(f"svc:{key}", None)
+            self._ports.pop(f"svc:{key}", None)
+            if server is not None:
+                server.close()
+        live_revisions: set[str] = set()
+        for key, spec in wanted.items():
+            svc = self.services.get(key)
+            traffic = [(t["revisionName"], float(t.get("percent", 0))) for t in spec.get("traffic") or []]
+            if svc is None:
+                svc = Service(key, int(spec["port"]), list(spec.get("hosts") or []), traffic,
+                              float(spec.get("timeout", 300)), float(spec.get("activationTimeout", 60)))
+                self.services[key] = svc
+            svc.port, svc.hosts, svc.traffic = int(spec["port"]), list(spec.get("hosts") or []), traffic
+            svc.timeout = float(spec.get("timeout", 300))
+            svc.activation_timeout = float(spec.get("activationTimeout", 60))
+            await self._listen(f"svc:{key}", svc.port, svc)
+            for name, rspec in (spec.get("revisions") or {}).items():
+                live_revisions.add(name)
+                self._update_revision(name, rspec)
+        for name in [n for n in self.revisions if n not in live_revisions]:
+            rev = self.revisions.pop(name)
+            for ep in rev.endpoints.values():
+                _stop(ep)
+        self.by_host = {h: s for s in self.services.values() for h in s.hosts}
+        for rev in self.revisions.values():
+            rev.notify()
+
+    def _update_revision(self, name: str, spec: dict) -> None:
+        rev = self.revisions.get(name)
+        if rev is None:
+            rev = self.revisions[name] = Revision(name, spec.get("probePath"))
+        rev.container_concurrency = int(spec.get("containerConcurrency") or 0)
+        rev.probe_path = spec.get("probePath")
+        wanted = list(spec.get("endpoints") or [])
+        for address in [a for a in rev.endpoints if a not in wanted]:
+            ep = rev.endpoints.pop(address)
+            _stop(ep)
+            if ep.inflight:
+                rev.draining[address] = ep
+        for address in wanted:
+            if address not in rev.endpoints:
+                ep = Endpoint(address, UpstreamPool(address))
+                ep.probe = asyncio.create_task(self._probe_loop(rev, ep))
+                rev.endpoints[address] = ep
+        for address in [a for a, ep in rev.draining.items() if not ep.inflight]:
+            del rev.draining[address]
+
+    # -- probing -----------------------------------------------------------------------------------
+    async def _probe_loop(self, rev: Revision, ep: Endpoint) -> None:
+        while True:
+            ok = await _probe(ep.address, rev.probe_path)
+            if ok != ep.ready:
+                ep.ready = ok
+                if not ok:
+                    ep.pool.close()
+                rev.notify()
+            await asyncio.sleep(PROBE_READY_SECONDS if ok else PROBE_UNREADY_SECONDS)
+
+    # -- serving -----------------------------------------------------------------------------------
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                service: Service | None, admin: bool) -> None:
+        parser = RequestReader()
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    return
+                try:
+                    requests = parser.feed(data)
+                except (httptools.HttpParserError, ValueError) as exc:
+                    writer.write(render_response(400, [], _error(f"bad request: {exc}"), False))
+                    return
+                for request in requests:
+                    if admin:
+                        response = self._admin(request)
+                    else:
+                        response = await self._route(request, service)
+                    writer.write(render_response(response.status, response.headers, response.body,
+                                                 request.keep_alive))
+                    if not request.keep_alive:
+                        await writer.drain()
+                        return
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            writer.close()
+
+    async def _route(self, request: Request, service: Service | None) -> Response:
+        if service is None:
+            host = (request.header(b"host") or b"").decode("latin-1").rsplit(":", 1)[0].lower()
+            service = self.by_host.get(host)
+            if service is None:
+                return Response(404, _JSON, _error(f"no InferenceService serves host {host!r}"))
+        rev = self._choose(service)
+        if rev is None:
+            return Response(503, _JSON, _error(f"{service.key} has no ready revision yet"))
+        return await self._proxy(service, rev, request)
+
+    def _choose(self, service: Service) -> Revision | None:
+        targets = [(self.revisions[name], pct) for name, pct in service.traffic if name in self.revisions and pct > 0]
+        if not targets:
+            return None
+        point = random.random() * sum(p for _, p in targets)
+        for rev, pct in targets:
+            point -= pct
+            if point < 0:
+                return rev
+        return targets[-1][0]
+
+    async def _proxy(self, service: Service, rev: Revision, request: Request) -> Response:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + service.timeout
+        activation_deadline = min(deadline, start + service.activation_timeout)
+        host = (request.header(b"host") or b"localhost").split(b":")[0]
+        failed: set[str] = set()
+        last_error = ""
+        rev.stats.change(+1)
+        try:
+            for _ in range(MAX_ATTEMPTS):
+                ep = await self._pick(rev, activation_deadline, failed)
+                if ep is None:
+                    return Response(503, _JSON, _error(
+                        f"revision {rev.name} has no ready replica after {service.activation_timeout:.0f}s"
+                        + (f" (last error: {last_error})" if last_error else "")))
+                ep.inflight += 1
+                try:
+                    response = await ep.pool.send(request, host, max(0.001, deadline - loop.time()))
+                except UpstreamError as exc:
+                    # The replica is gone or going: stop sending to it until its probe passes again.
+                    last_error = str(exc)
+                    failed.add(ep.address)
+                    if ep.ready:
+                        ep.ready = False
+                        ep.pool.close()
+                    continue
+                except asyncio.TimeoutError:
+                    return Response(504, _JSON, _error(f"request timed out after {service.timeout:.0f}s"))
+                finally:
+                    ep.inflight -= 1
+                    rev.notify()
+                response.headers.append((REVISION_HEADER, rev.name.encode()))
+                return response
+            return Response(502, _JSON, _error(f"every attempt failed: {last_error}"))
+        finally:
+            rev.stats.change(-1)
+
+    async def _pick(self, rev: Revision, deadline: float, failed: set[str]) -> Endpoint | None:
+        loop = asyncio.get_running_loop()
+        limit = rev.container_concurrency
+        while True:
+            event = rev.changed
+            ready = [ep for ep in rev.endpoints.values() if ep.ready and ep.address not in failed]
+            if not ready and failed:
+                failed.clear()  # every other replica failed too: any that is ready again may be tried
+                ready = [ep for ep in rev.endpoints.values() if ep.ready]
+            free = [ep for ep in ready if not limit or ep.inflight < limit]
+            if free:
+                low = min(ep.inflight for ep in free)
+                return random.choice([ep for ep in free if ep.inflight == low])
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return None
+
+    # -- admin -------------------------------------------------------------------------------------
+    def _admin(self, request: Request) -> Response:
+        path = request.target.split(b"?")[0]
+        if path == b"/healthz":
+            return Response(200, _JSON, b'{"ok":true}')
+        if path == b"/stats":
+            return Response(200, _JSON, json.dumps(self.stats()).encode())
+        return Response(404, _JSON, _error("unknown admin path"))
+
+    def stats(self) -> dict:
+        """What the controller reads: per revision, replicas by readiness, in-flight counts and
+        the per-second buckets ``[second, average concurrency, requests]``."""
+        return {
+            "pid": os.getpid(),
+            "revisions": {
+                name: {
+                    "inflight": rev.stats.inflight,
+                    "ready": sorted(a for a, ep in rev.endpoints.items() if ep.ready),
+                    "notReady": sorted(a for a, ep in rev.endpoints.items() if not ep.ready),
+                    "draining": sorted(a for a, ep in rev.draining.items() if ep.inflight),
+                    "buckets": list(rev.stats.buckets),
+                }
+                for name, rev in self.revisions.items()
+            },
+        }
+
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+def _error(message: str) -> bytes:
+    return json.dumps({"error": message}).encode()
+
+
+def _stop(ep: Endpoint) -> None:
+    if ep.probe is not None:
+        ep.probe.cancel()
+    ep.pool.close()
+
+
+async def _probe(address: str, path: str | None) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 1.0)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        if path is None:
+            return True
+        writer.write(b"GET %s HTTP/1.1\r\nhost: %s\r\nconnection: close\r\n\r\n" % (path.encode(), host.encode()))
+        line = await asyncio.wait_for(reader.readline(), 1.0)
+        parts = line.split()
+        return len(parts) >= 2 and parts[1] == b"200"
+    except (OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        writer.close()
