@@ -1,0 +1,577 @@
+"""Model serving: the same scikit-learn digits model behind Trimaran, MLServer and KServe, one load generator.
+
+    .venv/bin/python bench/bench_serving.py [--duration 5] [--rounds 1] [--quick]
+        [--peers mlserver,kserve] [--no-defaults] [--skip-install] [--json out.json]
+
+Issue 4's targets, measured on loopback with wrk (V2 REST, FP32 [1,64] and [32,64] bodies, c=1/16/64):
+- throughput at c=64 at least 3x the better peer, for 1-row and for 32-row bodies;
+- p99 latency no worse than the better peer's at every concurrency;
+- with adaptive batching (c=64, 1-row bodies), rows/s at least 60% of the in-process `predict`
+  ceiling measured in the same run;
+- gRPC ModelInfer throughput (bench/serving/grpc_load.py) beside REST at c=64.
+
+One LogisticRegression is trained on digits and saved once as model.joblib; each server loads
+that file from a model dir laid out its way. The peers live in their own venvs under
+bench/.peers/ (bench/serving/peers.py installs them, pinned, once). Every server gets as many
+processes as the machine has cores ("cores" configurations: Trimaran --workers, MLServer
+parallel_workers, KServe --workers, per-request logging off for the peers); each peer also runs
+as it starts by default ("default" configurations). All servers run at once and idle while
+another is measured; the runs are interleaved per cell (rows x concurrency), rotating the order,
+so load from other work on this shared machine hits all of them alike. Every server's answer
+is checked against in-process `predict` (REST, and gRPC where measured) before any timing.
+A benchmark reports, it does not gate: the exit status is 0 whatever the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from serving import grpc_load, peers  # noqa: E402
+
+PY = sys.executable
+MODEL = "digits"
+LUA = HERE / "serving" / "infer.lua"
+KSERVE_SCRIPT = HERE / "serving" / "kserve_digits.py"
+CORES = os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------------------------------------
+# model, bodies, ceiling
+
+
+def train(workdir: Path):
+    import joblib
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = load_digits(return_X_y=True)
+    model = LogisticRegression(max_iter=5000).fit(X, y)
+    path = workdir / "model.joblib"
+    joblib.dump(model, path)
+    return model, X.astype(np.float32), path
+
+
+def rest_body(x) -> bytes:
+    import orjson
+
+    return orjson.dumps({"inputs": [{"name": "input-0", "shape": list(x.shape), "datatype": "FP32",
+                                     "data": x.ravel().tolist()}]})
+
+
+def grpc_request(x) -> bytes:
+    from tritonclient.grpc import service_pb2
+
+    req = service_pb2.ModelInferRequest(model_name=MODEL)
+    tensor = req.inputs.add(name="input-0", datatype="FP32", shape=list(x.shape))
+    tensor.contents.fp32_contents.extend(x.ravel().tolist())
+    return req.SerializeToString()
+
+
+def ceiling(model, X, seconds: float) -> dict:
+    """In-process `model.predict` calls/s on one core, on a 1-row and a 32-row array."""
+    out = {}
+    for rows in (1, 32):
+        x = X[:rows]
+        for _ in range(200):
+            model.predict(x)
+        n, t0 = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - t0) < seconds:
+            for _ in range(100):
+                model.predict(x)
+            n += 100
+        out[rows] = {"calls_per_s": n / elapsed, "rows_per_s": n * rows / elapsed}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# servers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    name: str            # short key: trimaran, mlserver, mlserver-default, ...
+    label: str           # what the table shows
+    peer: str            # "trimaran", "mlserver" or "kserve"
+    argv: list[str]
+    cwd: Path
+    settings: str        # what we configured, in words
+    http_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    env: dict = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    log: Path | None = None
+    error: str | None = None   # why it is not measured
+    grpc_error: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/v2/models/{MODEL}/infer"
+
+    def start(self, logdir: Path) -> None:
+        self.log = logdir / f"{self.name}.log"
+        argv = [a.format(http=self.http_port, grpc=self.grpc_port) for a in self.argv]
+        self.argv = argv
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(argv, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env={**os.environ, **self.env},
+                                         start_new_session=True)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{self.http_port}/v2/models/{MODEL}/ready"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"not ready after {timeout:.0f} s; log tail:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def pids(self) -> list[int]:
+        """The server's process tree (the processes it started, for py-spy and CPU accounting)."""
+        if not self.proc:
+            return []
+        import psutil
+
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root.pid] + [c.pid for c in root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        if not self.proc or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+
+
+def trimaran_server(model_path: Path, root: Path, name: str, workers: int, batch: bool) -> Server:
+    mdir = root / name / MODEL
+    (mdir / "1").mkdir(parents=True)
+    shutil.copy(model_path, mdir / "1" / "model.joblib")
+    argv = [PY, "-m", "trimaran.serving", "--model-name", MODEL, "--model-dir", str(mdir),
+            "--http-port", "{http}", "--grpc-port", "{grpc}", "--workers", str(workers)]
+    settings = f"--workers {workers}"
+    if batch:
+        argv += ["--max-batch-size", "32", "--max-batch-latency-ms", "2"]
+        settings += " --max-batch-size 32 --max-batch-latency-ms 2"
+    label = "Trimaran" + (" +batching" if batch else "")
+    return Server(name, label, "trimaran", argv, REPO, settings)
+
+
+def mlserver_server(model_path: Path, root: Path, name: str, workers: int | None) -> Server:
+    """`mlserver start` on a repository with settings.json and digits/model-settings.json."""
+    base = root / name
+    (base / MODEL).mkdir(parents=True)
+    shutil.copy(model_path, base / MODEL / "model.joblib")
+    (base / MODEL / "model-settings.json").write_text(json.dumps({
+        "name": MODEL, "implementation": "mlserver_sklearn.SKLearnModel",
+        "parameters": {"uri": "./model.joblib", "version": "v1"}}))
+    server = Server(name, "", "mlserver", [str(peers.venv_python("mlserver").parent / "mlserver"), "start", "."],
+                    base, "")
+    settings = {"host": "127.0.0.1", "http_port": server.http_port, "grpc_port": server.grpc_port,
+                "metrics_port": free_port()}
+    if workers is None:
+        server.label, server.settings = "MLServer default", "defaults (parallel_workers 1, access log, metrics on)"
+    else:
+        settings.update(parallel_workers=workers, debug=False, metrics_endpoint=None)
+        server.label = f"MLServer {workers} workers"
+        server.settings = f"parallel_workers {workers}, debug false (no access log), metrics_endpoint null"
+    (base / "settings.json").write_text(json.dumps(settings))
+    return server
+
+
+def kserve_server(model_path: Path, root: Path, name: str, workers: int | None) -> Server:
+    mdir = root / name / MODEL
+    mdir.mkdir(parents=True)
+    shutil.copy(model_path, mdir / "model.joblib")
+    argv = [str(peers.venv_python("kserve")), str(KSERVE_SCRIPT), "--model_dir", str(mdir), "--model_name", MODEL,
+            "--http_port", "{http}", "--grpc_port", "{grpc}"]
+    if workers is None:
+        return Server(name, "KServe default", "kserve", argv, mdir.parent,
+                      "defaults (--workers 1, latency and access logging on)")
+    argv += ["--workers", str(workers), "--enable_latency_logging", "false", "--configure_logging", "false"]
+    return Server(name, f"KServe {workers} workers", "kserve", argv, mdir.parent,
+                  f"--workers {workers} --enable_latency_logging false --configure_logging false")
+
+
+# ---------------------------------------------------------------------------------------------
+# correctness
+
+
+def _decode_rest_outputs(payload: dict) -> list[list]:
+    return [o.get("data") for o in payload.get("outputs", [])]
+
+
+def check_rest(server: Server, body: bytes, expected: list[int]) -> None:
+    req = urllib.request.Request(server.url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        payload = json.loads(r.read())
+    outs = _decode_rest_outputs(payload)
+    for data in outs:
+        flat = _flatten(data)
+        if len(flat) == len(expected) and all(int(a) == b for a, b in zip(flat, expected, strict=True)):
+            return
+    raise RuntimeError(f"REST answer does not match predict {expected[:8]}...: {json.dumps(payload)[:400]}")
+
+
+def check_grpc(server: Server, request: bytes, expected: list[int]) -> None:
+    import grpc
+    import numpy as np
+    from tritonclient.grpc import service_pb2
+
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        raw = channel.unary_unary(grpc_load.METHOD)(request, timeout=30)
+    resp = service_pb2.ModelInferResponse.FromString(raw)
+    dtypes = {"INT64": np.int64, "INT32": np.int32, "FP32": np.float32, "FP64": np.float64}
+    for i, out in enumerate(resp.outputs):
+        if i < len(resp.raw_output_contents) and out.datatype in dtypes:
+            values = np.frombuffer(resp.raw_output_contents[i], dtype=dtypes[out.datatype]).tolist()
+        else:
+            c = out.contents
+            values = list(c.int64_contents or c.int_contents or c.fp32_contents or c.fp64_contents
+                          or c.uint64_contents or c.uint_contents)
+        if len(values) == len(expected) and all(int(a) == b for a, b in zip(values, expected, strict=True)):
+            return
+    raise RuntimeError(f"gRPC answer does not match predict: {str(resp)[:400]}")
+
+
+def _flatten(data) -> list:
+    out = []
+    for v in data if isinstance(data, list) else [data]:
+        out.extend(_flatten(v) if isinstance(v, list) else [v])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# load
+
+
+def wrk(url: str, body_file: Path, connections: int, seconds: float) -> dict:
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency",
+           "-s", str(LUA), url]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "WRK_BODY": str(body_file)},
+                          timeout=seconds + 60)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("WRK_JSON ")), None)
+    if line is None:
+        return {"rps": 0.0, "errors": -1, "error_text": (proc.stdout + proc.stderr)[-500:]}
+    r = json.loads(line[len("WRK_JSON "):])
+    socket_errors = r["connect"] + r["read"] + r["write"] + r["timeout"]
+    return {"rps": r["requests"] / (r["duration_us"] / 1e6), "requests": r["requests"],
+            "p50_ms": r["p50_us"] / 1e3, "p90_ms": r["p90_us"] / 1e3, "p99_ms": r["p99_us"] / 1e3,
+            "max_ms": r["max_us"] / 1e3, "non2xx": r["status"], "socket_errors": socket_errors,
+            "errors": r["status"] + socket_errors}
+
+
+def ensure_wrk() -> str:
+    if shutil.which("wrk"):
+        return subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    print("installing wrk (apt-get install -y wrk) ...", flush=True)
+    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True)
+    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "wrk"], check=True,
+                   env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    return subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median throughput (its own p99 goes with it); errors summed over runs."""
+    ok = sorted(runs, key=lambda r: r["rps"])
+    mid = dict(ok[(len(ok) - 1) // 2])
+    mid["errors"] = sum(max(0, r.get("errors", 0)) for r in runs) if all(r.get("errors", 0) >= 0 for r in runs) else -1
+    mid["rounds"] = len(runs)
+    return mid
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def fmt(v, spec=",.0f") -> str:
+    return "—" if v is None or v != v else format(v, spec)
+
+
+def report(res: dict) -> list[str]:
+    """Prints the tables and returns the summary lines (ratios vs targets)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=160)
+    servers = {s["name"]: s for s in res["servers"]}
+    table = Table(title=f"V2 REST (wrk -t1, {res['duration']:.0f} s per run, median of {res['rounds']} round(s))")
+    for col in ("server", "rows", "c", "req/s", "rows/s", "p50 ms", "p99 ms", "errors"):
+        table.add_column(col, justify="left" if col == "server" else "right")
+    for cell in res["rest"]:
+        for name, r in cell["results"].items():
+            err = r.get("errors", 0)
+            table.add_row(servers[name]["label"], str(cell["rows"]), str(cell["c"]), fmt(r.get("rps")),
+                          fmt((r.get("rps") or 0) * cell["rows"]), fmt(r.get("p50_ms"), ".2f"),
+                          fmt(r.get("p99_ms"), ".2f"),
+                          "[red]failed[/red]" if err < 0 else (f"[red]{err}[/red]" if err else "0"))
+        table.add_section()
+    console.print(table)
+
+    if res.get("grpc"):
+        gt = Table(title=f"V2 gRPC ModelInfer at c=64 (bench/serving/grpc_load.py, {res['duration']:.0f} s), "
+                         "beside REST")
+        for col in ("server", "rows", "gRPC req/s", "gRPC p99 ms", "gRPC errors", "REST req/s", "REST p99 ms"):
+            gt.add_column(col, justify="left" if col == "server" else "right")
+        for g in res["grpc"]:
+            rest = next((c["results"].get(g["server"]) for c in res["rest"] if c["rows"] == g["rows"] and c["c"] == 64),
+                        None) or {}
+            errs = sum(g.get("errors", {}).values()) if isinstance(g.get("errors"), dict) else g.get("errors")
+            gt.add_row(servers[g["server"]]["label"], str(g["rows"]), fmt(g.get("rps")), fmt(g.get("p99_ms"), ".2f"),
+                       str(errs), fmt(rest.get("rps")), fmt(rest.get("p99_ms"), ".2f"))
+        console.print(gt)
+
+    lines = []
+    ceil = res["ceiling"]
+    lines.append(f"in-process predict (one core): 1 row {ceil['1']['calls_per_s']:,.0f} calls/s; "
+                 f"32 rows {ceil['32']['calls_per_s']:,.0f} calls/s = {ceil['32']['rows_per_s']:,.0f} rows/s")
+    measured = [s for s in res["servers"] if not s.get("error")]
+    ours = "trimaran" if any(s["name"] == "trimaran" for s in measured) else None
+    peer_names = [s["name"] for s in measured if s["peer"] != "trimaran"]
+    for cell in res["rest"]:
+        rs = cell["results"]
+        valid_peers = [p for p in peer_names if p in rs and rs[p].get("errors", 1) == 0 and rs[p].get("rps")]
+        if not valid_peers:
+            continue
+        best_rps = max(valid_peers, key=lambda p: rs[p]["rps"])
+        best_p99 = min(valid_peers, key=lambda p: rs[p]["p99_ms"])
+        if ours and ours in rs and rs[ours].get("rps"):
+            o = rs[ours]
+            note = "" if o.get("errors") == 0 else f" [{o.get('errors')} errors]"
+            if cell["c"] == 64:
+                ratio = o["rps"] / rs[best_rps]["rps"]
+                lines.append(f"c=64 {cell['rows']}-row: Trimaran {o['rps']:,.0f} req/s vs best peer "
+                             f"{rs[best_rps]['rps']:,.0f} ({servers[best_rps]['label']}) = {ratio:.2f}x "
+                             f"(target >= 3x: {'met' if ratio >= 3 else 'NOT met'}){note}")
+            ok = o["p99_ms"] <= rs[best_p99]["p99_ms"]
+            lines.append(f"p99 c={cell['c']} {cell['rows']}-row: Trimaran {o['p99_ms']:.2f} ms vs best peer "
+                         f"{rs[best_p99]['p99_ms']:.2f} ms ({servers[best_p99]['label']}) "
+                         f"(target no worse: {'met' if ok else 'NOT met'}){note}")
+        else:
+            lines.append(f"c={cell['c']} {cell['rows']}-row: best peer {rs[best_rps]['rps']:,.0f} req/s "
+                         f"({servers[best_rps]['label']}), best p99 {rs[best_p99]['p99_ms']:.2f} ms "
+                         f"({servers[best_p99]['label']}); Trimaran not measured")
+    b = res.get("batching")
+    if b and b.get("rps"):
+        one_core = ceil["1"]["rows_per_s"]
+        ratio = b["rps"] / one_core
+        lines.append(f"batching c=64 1-row: Trimaran +batching {b['rps']:,.0f} rows/s vs in-process 1-row ceiling "
+                     f"{one_core:,.0f} rows/s (one core) = {ratio:.0%} (target >= 60%: "
+                     f"{'met' if ratio >= 0.6 else 'NOT met'}); vs {CORES} cores x ceiling: "
+                     f"{b['rps'] / (one_core * CORES):.0%}; p99 {b['p99_ms']:.2f} ms"
+                     + ("" if b.get("errors") == 0 else f" [{b.get('errors')} errors]"))
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat every cell, report the median (default 1)")
+    ap.add_argument("--quick", action="store_true", help="2 s runs, no 'default' peer configurations")
+    ap.add_argument("--peers", default="mlserver,kserve", help="comma list of mlserver,kserve (or empty)")
+    ap.add_argument("--no-defaults", action="store_true", help="skip the peers' default configurations")
+    ap.add_argument("--no-trimaran", action="store_true", help="peers only")
+    ap.add_argument("--no-grpc", action="store_true", help="skip the gRPC runs")
+    ap.add_argument("--concurrency", default="1,16,64")
+    ap.add_argument("--rows", default="1,32")
+    ap.add_argument("--workers", type=int, default=CORES, help=f"processes per server (default {CORES} = cores)")
+    ap.add_argument("--skip-install", action="store_true", help="do not create or update the peers' venvs")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
+    ap.add_argument("--json", type=Path, help="write all figures here")
+    args = ap.parse_args()
+    if args.quick:
+        args.duration = min(args.duration, 2.0)
+        args.no_defaults = True
+    wanted_peers = [p for p in args.peers.split(",") if p]
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    row_counts = [int(r) for r in args.rows.split(",")]
+
+    from importlib import metadata
+
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    print(f"{started}; {CORES} cores ({cpu}); load average {os.getloadavg()[0]:.2f} "
+          f"{os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; python {platform.python_version()}; "
+          f"scikit-learn {metadata.version('scikit-learn')}, numpy {metadata.version('numpy')}")
+    res: dict = {"started": started, "cores": CORES, "cpu": cpu, "duration": args.duration, "rounds": args.rounds,
+                 "load_before": os.getloadavg(), "argv": sys.argv[1:], "versions": {}}
+    res["versions"]["wrk"] = ensure_wrk()
+    print(res["versions"]["wrk"])
+    for p in wanted_peers:
+        peers.ensure(p, args.skip_install)
+        res["versions"][p] = peers.versions(p)
+        print(f"{p}: " + ", ".join(f"{k} {v}" for k, v in res["versions"][p].items()))
+
+    tmp = Path(tempfile.mkdtemp(prefix="trimaran-bench-serving-"))
+    model, X, model_path = train(tmp)
+    res["ceiling"] = {str(k): v for k, v in ceiling(model, X, 2.0).items()}
+    print("model: LogisticRegression on digits; in-process predict, one core: "
+          + "; ".join(f"{k} row(s) {v['calls_per_s']:,.0f} calls/s ({v['rows_per_s']:,.0f} rows/s)"
+                      for k, v in res["ceiling"].items()))
+
+    bodies, grpc_reqs, expected = {}, {}, {}
+    for rows in sorted(set(row_counts) | {32}):
+        x = X[:rows] if rows <= len(X) else X[[i % len(X) for i in range(rows)]]
+        bodies[rows] = tmp / f"body-{rows}.json"
+        bodies[rows].write_bytes(rest_body(x))
+        grpc_reqs[rows] = tmp / f"grpc-{rows}.bin"
+        grpc_reqs[rows].write_bytes(grpc_request(x))
+        expected[rows] = [int(v) for v in model.predict(x)]
+
+    servers: list[Server] = []
+    trimaran_available = (REPO / "trimaran" / "serving").is_dir()
+    if not args.no_trimaran:
+        if trimaran_available:
+            servers.append(trimaran_server(model_path, tmp, "trimaran", args.workers, batch=False))
+            if 1 in row_counts and 64 in concurrencies:
+                servers.append(trimaran_server(model_path, tmp, "trimaran-batch", args.workers, batch=True))
+        else:
+            print("trimaran/serving does not exist yet: measuring the peers only")
+    if "mlserver" in wanted_peers:
+        servers.append(mlserver_server(model_path, tmp, "mlserver", args.workers))
+        if not args.no_defaults:
+            servers.append(mlserver_server(model_path, tmp, "mlserver-default", None))
+    if "kserve" in wanted_peers:
+        servers.append(kserve_server(model_path, tmp, "kserve", args.workers))
+        if not args.no_defaults:
+            servers.append(kserve_server(model_path, tmp, "kserve-default", None))
+
+    try:
+        for s in servers:
+            s.start(tmp)
+        for s in servers:
+            try:
+                s.wait_ready(180)
+                check_rest(s, bodies[32].read_bytes(), expected[32])
+                check_rest(s, bodies[1].read_bytes(), expected[1]) if 1 in bodies else None
+                print(f"{s.label}: ready, REST answers match predict ({s.settings}; http {s.http_port}, "
+                      f"grpc {s.grpc_port}; {len(s.pids())} processes)")
+            except Exception as exc:  # noqa: BLE001 - a server that fails is reported, the others go on
+                s.error = f"{type(exc).__name__}: {exc}"
+                print(f"{s.label}: NOT measured: {s.error}")
+        live = [s for s in servers if not s.error]
+        if not args.no_grpc:
+            for s in live:
+                try:
+                    check_grpc(s, grpc_reqs[32].read_bytes(), expected[32])
+                except Exception as exc:  # noqa: BLE001
+                    print(f"{s.label}: gRPC check failed, no gRPC run: {type(exc).__name__}: {str(exc)[:300]}")
+                    s.grpc_error = str(exc)
+
+        # warm-up: every server, every body, c=16
+        for rows in row_counts:
+            for s in live:
+                wrk(s.url, bodies[rows], 16, 2)
+
+        res["rest"] = []
+        batching = next((s for s in live if s.name == "trimaran-batch"), None)
+        main_servers = [s for s in live if s is not batching]
+        turn = 0
+        for rows in row_counts:
+            for c in concurrencies:
+                runs: dict[str, list[dict]] = {}
+                for _ in range(args.rounds):
+                    order = main_servers[turn % len(main_servers):] + main_servers[:turn % len(main_servers)]
+                    if batching and rows == 1:
+                        order.append(batching)
+                    turn += 1
+                    for s in order:
+                        runs.setdefault(s.name, []).append(wrk(s.url, bodies[rows], c, args.duration))
+                cell = {"rows": rows, "c": c, "load": os.getloadavg()[0],
+                        "results": {k: median_run(v) for k, v in runs.items()}}
+                res["rest"].append(cell)
+                print(f"rows {rows} c={c} (load {cell['load']:.2f}): " + "; ".join(
+                    f"{k} {v['rps']:,.0f} req/s p99 {v.get('p99_ms', float('nan')):.1f} ms"
+                    + (f" ERR {v['errors']}" if v.get("errors") else "") for k, v in cell["results"].items()),
+                    flush=True)
+        if batching:
+            cell = next((c for c in res["rest"] if c["rows"] == 1 and c["c"] == 64), None)
+            if cell:
+                res["batching"] = cell["results"].pop("trimaran-batch")
+            res["batching_rest"] = {f"{c['c']}": c["results"].pop("trimaran-batch") for c in res["rest"]
+                                    if "trimaran-batch" in c["results"]}
+
+        res["grpc"] = []
+        if not args.no_grpc:
+            for rows in row_counts:
+                for s in main_servers:
+                    if getattr(s, "grpc_error", None):
+                        continue
+                    g = grpc_load.run(f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows]), 64, args.duration,
+                                      processes=CORES)
+                    g.update(server=s.name, rows=rows)
+                    res["grpc"].append(g)
+                    print(f"gRPC rows {rows} c=64 {s.label}: {g['rps']:,.0f} req/s p99 {g['p99_ms']:.1f} ms"
+                          + (f" errors {g['errors']}" if g["errors"] else ""), flush=True)
+    finally:
+        for s in servers:
+            s.stop()
+        res["servers"] = [{"name": s.name, "label": s.label, "peer": s.peer, "settings": s.settings,
+                           "argv": s.argv, "error": s.error} for s in servers]
+        res["load_after"] = os.getloadavg()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"logs kept in {tmp}")
+
+    res["summary"] = report(res) if res.get("rest") else []
+    print(f"load average before {res['load_before'][0]:.2f}, after {res['load_after'][0]:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1, default=str))
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
