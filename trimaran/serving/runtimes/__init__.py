@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 # Imported for registration; the order is the detection order.
-from trimaran.serving.runtimes import _onnx, _pytorch, _xgboost, _lightgbm, _sklearn  # noqa: F401  isort: skip
+from trimaran.serving.runtimes import _tensorflow, _keras, _onnx, _pytorch, _xgboost, _lightgbm, _sklearn  # noqa: F401  isort: skip
 from trimaran.serving.runtimes._base import InferenceInputError, Model, ModelLoadError, TensorSpec
 from trimaran.serving.runtimes._datatypes import datatype_to_numpy, numpy_to_datatype
 from trimaran.serving.runtimes._registry import Runtime, detect_format, load_model, register_runtime, runtime_names
