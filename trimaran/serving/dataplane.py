@@ -1,0 +1,134 @@
+"""What the REST and gRPC front ends share: the model repository, readiness, metadata and inference."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+import trimaran
+from trimaran.serving.batching import Dispatcher
+from trimaran.serving.config import ServerConfig
+from trimaran.serving.errors import InvalidInput, NotFound, RequestTimeout, ServingError
+from trimaran.serving.metrics import ServerMetrics
+from trimaran.serving.repository import ModelRepository, ModelVersion
+from trimaran.serving.runtimes import InferenceInputError
+
+SERVER_NAME = "trimaran"
+# Triton's binary tensor extension is implemented by the REST front end (tritonclient uses it by default).
+EXTENSIONS = ["binary_tensor_data"]
+
+
+def as_serving_error(exc: BaseException) -> ServingError:
+    """Map what a model raised to the error clients get (KServe's mapping: bad input 400, else 500)."""
+    if isinstance(exc, ServingError):
+        return exc
+    if isinstance(exc, InferenceInputError):
+        return InvalidInput(str(exc))
+    if isinstance(exc, asyncio.TimeoutError):
+        return RequestTimeout("no answer within the request timeout")
+    return ServingError(f"{type(exc).__name__} : {exc}")
+
+
+class DataPlane:
+    """The models of one server (today one, ``--model-name``) and the operations on them."""
+
+    def __init__(self, config: ServerConfig, metrics: ServerMetrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        options: dict[str, Any] = {}
+        if config.predictor_host:
+            options = {"predictor_host": config.predictor_host, "predictor_protocol": config.predictor_protocol}
+        repo = ModelRepository(config.model_name, config.model_dir, config.policy, model_format=config.model_format,
+                               load_options=options, on_loaded=self._attach)
+        self.models: dict[str, ModelRepository] = {config.model_name: repo}
+
+    def _attach(self, version: ModelVersion) -> None:
+        model = version.model
+        if model.payload_level:
+            return
+        name = model.name
+        metrics = self.metrics
+        version.dispatcher = Dispatcher(
+            model.predict, batchable=model.batchable, max_batch_size=self.config.max_batch_size,
+            max_batch_latency=self.config.max_batch_latency_ms / 1000, max_queue=self.config.max_queue,
+            timeout=self.config.request_timeout,
+            on_batch=lambda seconds, n: metrics.predicted(name, seconds, n),
+            on_queue=lambda delta: metrics.queue_depth(name, delta))
+
+    async def run(self) -> None:
+        """Load and keep polling every model's versions (until ``stop``)."""
+        await asyncio.gather(*(repo.run(self.config.poll_interval) for repo in self.models.values()))
+
+    def stop(self) -> None:
+        for repo in self.models.values():
+            for version in repo.loaded.values():
+                if version.dispatcher is not None:
+                    version.dispatcher.close()
+            repo.stop()
+
+    # -- health and metadata ---------------------------------------------------------------------------------
+    def repository(self, name: str) -> ModelRepository:
+        repo = self.models.get(name)
+        if repo is None:
+            raise NotFound(f"model {name!r} not found; this server serves {', '.join(map(repr, self.models))}")
+        return repo
+
+    def ready(self) -> bool:
+        return all(repo.ready for repo in self.models.values())
+
+    def not_ready_reason(self) -> str:
+        return "; ".join(f"model {name!r}: {repo.reason}" for name, repo in self.models.items() if not repo.ready)
+
+    def model_ready(self, name: str, version: str | None) -> bool:
+        """Raises NotFound for an unknown model or version."""
+        repo = self.repository(name)
+        if not version:
+            return repo.ready
+        if version in repo.loaded:
+            return True
+        if not (version.isdigit() and int(version) in repo.status):
+            raise NotFound(f"model {name!r} has no version {version!r}")
+        return False
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": trimaran.__version__, "extensions": EXTENSIONS}
+
+    def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        repo = self.repository(name)
+        handle = repo.get(version)
+        try:
+            metadata = dict(handle.model.metadata())
+        finally:
+            handle.release()
+        metadata["versions"] = repo.versions()
+        return metadata
+
+    # -- inference -------------------------------------------------------------------------------------------
+    def predict(self, handle: ModelVersion, inputs: dict[str, np.ndarray], outputs: list[str] | None,
+                signature: str | None) -> dict[str, np.ndarray] | asyncio.Future:
+        """Outputs now, or a future of them (batched or threaded). Unknown requested outputs are refused."""
+        model = handle.model
+        if outputs is not None and model.outputs:
+            known = {spec.name for spec in model.outputs}
+            unknown = [o for o in outputs if o not in known]
+            if unknown:
+                raise InvalidInput(f"model {model.name!r} has no output {unknown[0]!r}; its outputs are "
+                                   f"{', '.join(map(repr, known))}")
+        return handle.dispatcher.submit(inputs, outputs, signature)
+
+    async def infer_payload(self, handle: ModelVersion, payload: Any, headers: dict[str, str]) -> Any:
+        """A payload-level (custom) model's answer, within the request timeout."""
+        return await asyncio.wait_for(handle.model.infer_payload(payload, headers), self.config.request_timeout)
+
+
+def select_outputs(outputs: dict[str, np.ndarray], wanted: list[str] | None) -> dict[str, np.ndarray]:
+    """The outputs a request asked for, in its order (runtimes may return more)."""
+    if wanted is None:
+        return outputs
+    try:
+        return {name: outputs[name] for name in wanted}
+    except KeyError as exc:
+        raise InvalidInput(f"the model returned no output {exc.args[0]!r}; it returned "
+                           f"{', '.join(map(repr, outputs))}") from None

@@ -1,0 +1,190 @@
+"""The V2 gRPC front end: ``inference.GRPCInferenceService`` on grpc.aio, in each worker's event loop.
+
+Every worker runs its own grpc.aio server on the same port (gRPC sets SO_REUSEPORT), beside its HTTP server,
+so gRPC requests reach the same in-process model copy without IPC. Tensors arrive as ``raw_input_contents``
+(what tritonclient sends; required for FP16) or typed ``contents``; the response uses the same form as the
+request. Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+import grpc
+import numpy as np
+
+from trimaran.serving import codec
+from trimaran.serving.dataplane import DataPlane, as_serving_error, select_outputs
+from trimaran.serving.errors import InvalidInput, ServingError
+from trimaran.serving.metrics import ServerMetrics
+from trimaran.serving.proto import grpc_predict_v2_pb2 as pb
+from trimaran.serving.proto import grpc_predict_v2_pb2_grpc as pb_grpc
+
+PROTOCOL = "grpc-v2"
+MAX_MESSAGE = 64 * 1024 * 1024
+
+# The typed-contents field of each datatype (FP16 has none: raw contents only).
+_CONTENTS_FIELD = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+                   "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+                   "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
+                   "FP64": "fp64_contents", "BYTES": "bytes_contents"}
+
+
+def decode_request(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
+    """Named arrays from a ModelInferRequest (raw or typed contents)."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs")
+    if not request.inputs:
+        raise InvalidInput("the request has no inputs")
+    inputs: dict[str, np.ndarray] = {}
+    for index, tensor in enumerate(request.inputs):
+        name = tensor.name
+        dtype = codec.numpy_dtype(tensor.datatype, name)
+        shape = codec.check_shape(list(tensor.shape), name)
+        if raw:
+            inputs[name] = codec.raw_to_array(raw[index], dtype, shape, name)
+            continue
+        field = _CONTENTS_FIELD.get(tensor.datatype)
+        if field is None:
+            raise InvalidInput(f"input {name!r}: {tensor.datatype} needs raw_input_contents")
+        values = getattr(tensor.contents, field)
+        array = np.array(values, dtype=object) if dtype.kind == "O" else np.asarray(values, dtype=dtype)
+        if array.size != math.prod(shape):
+            raise InvalidInput(f"input {name!r}: shape {list(shape)} needs {math.prod(shape)} elements, "
+                               f"contents have {array.size}")
+        inputs[name] = array.reshape(shape)
+    return inputs
+
+
+def encode_response(response: pb.ModelInferResponse, outputs: dict[str, np.ndarray], raw: bool) -> None:
+    for name, value in outputs.items():
+        array = np.asarray(value)
+        datatype = codec.datatype_of(array)
+        tensor = response.outputs.add(name=name, datatype=datatype, shape=array.shape)
+        if raw or datatype not in _CONTENTS_FIELD:
+            response.raw_output_contents.append(codec.array_to_raw(array))
+        elif datatype == "BYTES":
+            tensor.contents.bytes_contents.extend(codec._as_bytes(x) for x in array.ravel().tolist())
+        else:
+            getattr(tensor.contents, _CONTENTS_FIELD[datatype]).extend(array.ravel().tolist())
+
+
+def _parameter(value: pb.InferParameter) -> Any:
+    choice = value.WhichOneof("parameter_choice")
+    return getattr(value, choice) if choice else None
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """The six OIP RPCs over a :class:`DataPlane`."""
+
+    def __init__(self, plane: DataPlane, metrics: ServerMetrics) -> None:
+        self.plane = plane
+        self.metrics = metrics
+
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:  # noqa: N802
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:  # noqa: N802
+        return pb.ServerReadyResponse(ready=self.plane.ready())
+
+    async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:  # noqa: N802
+        try:
+            ready = self.plane.model_ready(request.name, request.version or None)
+        except ServingError as exc:
+            await _abort(context, exc)
+        return pb.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:  # noqa: N802
+        return pb.ServerMetadataResponse(**self.plane.server_metadata())
+
+    async def ModelMetadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:  # noqa: N802
+        try:
+            md = self.plane.model_metadata(request.name, request.version or None)
+        except ServingError as exc:
+            await _abort(context, exc)
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=md["name"], versions=md["versions"], platform=md.get("platform", ""),
+            inputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in md.get("inputs", [])],
+            outputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in md.get("outputs", [])])
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:  # noqa: N802
+        name = request.model_name
+        label = name if name in self.plane.models else ""
+        metrics = self.metrics
+        metrics.request_started(label)
+        started = time.perf_counter()
+        version = request.model_version or ""
+        error: ServingError | None = None
+        response = None
+        try:
+            handle = self.plane.repository(name).get(request.model_version or None)
+            version = handle.version
+            try:
+                response = await self._infer(handle, request)
+            finally:
+                handle.release()
+        except Exception as exc:
+            error = as_serving_error(exc)
+        code = "OK" if error is None else error.grpc_code
+        metrics.request_finished(label, version, PROTOCOL, code, started)
+        metrics.request_done(label)
+        if error is not None:
+            await _abort(context, error)
+        return response
+
+    async def _infer(self, handle: Any, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        model = handle.model
+        inputs = decode_request(request)
+        wanted = [o.name for o in request.outputs] or None
+        if model.payload_level:
+            outputs = await self._payload(handle, request, inputs, wanted)
+        else:
+            result = self.plane.predict(handle, inputs, wanted, None)
+            if isinstance(result, asyncio.Future):
+                result = await result
+            outputs = select_outputs(result, wanted)
+        response = pb.ModelInferResponse(model_name=model.name, model_version=handle.version, id=request.id)
+        encode_response(response, outputs, raw=bool(request.raw_input_contents))
+        return response
+
+    async def _payload(self, handle: Any, request: pb.ModelInferRequest, inputs: dict[str, np.ndarray],
+                       wanted: list[str] | None) -> dict[str, np.ndarray]:
+        """A custom model sees the V2 JSON form of the request, as over REST."""
+        payload: dict[str, Any] = {
+            "id": request.id,
+            "parameters": {k: _parameter(v) for k, v in request.parameters.items()},
+            "inputs": [{"name": n, "datatype": codec.datatype_of(a), "shape": list(a.shape),
+                        "data": [codec._as_text(x) for x in a.ravel().tolist()]} for n, a in inputs.items()]}
+        if wanted:
+            payload["outputs"] = [{"name": n} for n in wanted]
+        result = await self.plane.infer_payload(handle, payload, {})
+        if not isinstance(result, dict) or not isinstance(result.get("outputs"), list):
+            raise ServingError("the custom model's answer is not a V2 response (no \"outputs\" list)")
+        outputs = {}
+        for tensor in result["outputs"]:
+            name = tensor.get("name", "")
+            dtype = codec.numpy_dtype(tensor.get("datatype"), name)
+            outputs[name] = codec.json_to_array(tensor.get("data"), dtype, codec.check_shape(tensor.get("shape"), name),
+                                                name, tensor.get("datatype"))
+        return outputs
+
+
+async def _abort(context: Any, exc: ServingError) -> None:
+    await context.abort(getattr(grpc.StatusCode, exc.grpc_code), str(exc))
+
+
+async def start_grpc_server(plane: DataPlane, metrics: ServerMetrics, host: str, port: int) -> grpc.aio.Server:
+    """A started grpc.aio server on ``host:port`` (SO_REUSEPORT, so every worker binds the same port)."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1), ("grpc.max_receive_message_length", MAX_MESSAGE),
+                                      ("grpc.max_send_message_length", MAX_MESSAGE)])
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane, metrics), server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen for gRPC on {address}")
+    await server.start()
+    return server

@@ -1,0 +1,83 @@
+"""Prometheus metrics of the model server, summed over its worker processes.
+
+Workers write to prometheus-client's multiprocess files in a directory private to the server
+(``PROMETHEUS_MULTIPROC_DIR``, set by the supervisor before a worker imports prometheus_client, and removed
+when the server exits); ``GET /metrics`` on any worker reads all of them. Labelled children are cached so that
+the hot path is a dict lookup and a few writes to a memory-mapped file.
+
+Series:
+    ``trimaran_requests_total{model_name, model_version, protocol, code}``: requests answered (protocol is
+        ``v1``, ``v2`` or ``grpc-v2``; code the HTTP status, or the gRPC code's name).
+    ``request_predict_seconds{model_name}``: time in the model (KServe's name), per batch.
+    ``trimaran_request_duration_seconds{model_name, protocol}``: whole request, from parsed to answered.
+    ``trimaran_batch_size{model_name}``: requests per executed batch.
+    ``trimaran_queue_depth{model_name}``: requests waiting for the model.
+    ``trimaran_inflight_requests{model_name}``: requests being served (the autoscaler's concurrency).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ServerMetrics:
+    """The server's metrics; one instance per worker process."""
+
+    def __init__(self) -> None:
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.registry = CollectorRegistry()
+        kw: dict[str, Any] = {"registry": self.registry}
+        self.requests = Counter("trimaran_requests", "Requests answered.",
+                                ["model_name", "model_version", "protocol", "code"], **kw)
+        self.predict = Histogram("request_predict_seconds", "Time in the model's predict, per batch.",
+                                 ["model_name"], buckets=LATENCY_BUCKETS, **kw)
+        self.duration = Histogram("trimaran_request_duration_seconds", "Whole request, parsed to answered.",
+                                  ["model_name", "protocol"], buckets=LATENCY_BUCKETS, **kw)
+        self.batch = Histogram("trimaran_batch_size", "Requests per executed batch.", ["model_name"],
+                               buckets=BATCH_BUCKETS, **kw)
+        gauge_kw = {**kw, "multiprocess_mode": "livesum"}
+        self.queue = Gauge("trimaran_queue_depth", "Requests waiting for the model.", ["model_name"], **gauge_kw)
+        self.inflight = Gauge("trimaran_inflight_requests", "Requests being served.", ["model_name"], **gauge_kw)
+        self._children: dict[tuple, Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def request_started(self, model: str) -> None:
+        self._child(self.inflight, model).inc()
+
+    def request_finished(self, model: str, version: str, protocol: str, code: str, started: float) -> None:
+        """Count an answered request; ``started`` is its ``time.perf_counter()`` when parsed."""
+        self._child(self.requests, model, version, protocol, code).inc()
+        self._child(self.duration, model, protocol).observe(time.perf_counter() - started)
+
+    def request_done(self, model: str) -> None:
+        self._child(self.inflight, model).dec()
+
+    def predicted(self, model: str, seconds: float, batch_size: int) -> None:
+        self._child(self.predict, model).observe(seconds)
+        self._child(self.batch, model).observe(batch_size)
+
+    def queue_depth(self, model: str, delta: int) -> None:
+        self._child(self.queue, model).inc(delta)
+
+    def exposition(self) -> bytes:
+        """The text format of every worker's metrics (this process's alone outside multiprocess mode)."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return generate_latest(registry)

@@ -1,0 +1,90 @@
+"""One worker process: its own event loop (uvloop), HTTP and gRPC servers on the shared ports, and its own copy
+of the model. The supervisor (:mod:`trimaran.serving.server`) starts it as
+``python -m trimaran.serving.worker INDEX`` with the configuration in ``TRIMARAN_SERVING_CONFIG``.
+
+SIGTERM drains: stop accepting, finish in-flight requests (up to ``drain_timeout``), exit 0. The worker also
+exits when its supervisor dies (the supervisor sets PR_SET_PDEATHSIG to SIGTERM; the parent pid is checked
+once at start for a supervisor that died before that took effect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+
+from trimaran.serving.config import ServerConfig
+
+CONFIG_ENV = "TRIMARAN_SERVING_CONFIG"
+PARENT_ENV = "TRIMARAN_SERVING_PARENT"
+log = logging.getLogger("trimaran.serving")
+
+
+def setup_logging(tag: str) -> None:
+    """One line per event on stderr, tagged with the process (``supervisor`` or ``worker N``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{tag} %(process)d] %(message)s",
+                                           "%Y-%m-%dT%H:%M:%S"))
+    root = logging.getLogger("trimaran.serving")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+async def serve_worker(config: ServerConfig, index: int) -> None:
+    """Serve until SIGTERM or SIGINT, then drain."""
+    from trimaran.serving.dataplane import DataPlane
+    from trimaran.serving.http import HttpServer
+    from trimaran.serving.metrics import ServerMetrics
+    from trimaran.serving.rest import RestApp
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    metrics = ServerMetrics()
+    plane = DataPlane(config, metrics)
+    app = RestApp(plane, metrics)
+    http = HttpServer(app, max_body=config.max_body_bytes, keepalive_timeout=config.keepalive_timeout,
+                      on_crash=app.crashed)
+    await http.start(config.host, config.http_port)
+    grpc_server = None
+    if config.grpc_port:
+        from trimaran.serving.grpc_service import start_grpc_server
+
+        grpc_server = await start_grpc_server(plane, metrics, config.host, config.grpc_port)
+    loader = loop.create_task(plane.run())
+    log.info("worker %d serving (model %s from %s)", index, config.model_name, config.model_dir)
+    await stop.wait()
+    log.info("worker %d draining (up to %g s)", index, config.drain_timeout)
+    drains = [http.shutdown(config.drain_timeout)]
+    if grpc_server is not None:
+        drains.append(grpc_server.stop(config.drain_timeout))
+    await asyncio.gather(*drains)
+    loader.cancel()
+    plane.stop()
+    log.info("worker %d stopped", index)
+
+
+def main() -> None:
+    index = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    setup_logging(f"worker {index}")
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):
+        log.error("worker %d: the supervisor exited before the worker started", index)
+        sys.exit(1)
+    config = ServerConfig.from_dict(json.loads(os.environ[CONFIG_ENV]))
+    import uvloop
+
+    try:
+        uvloop.run(serve_worker(config, index))
+    except OSError as exc:
+        log.error("worker %d cannot serve: %s", index, exc)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()
