@@ -15,18 +15,23 @@ Example::
 
 from __future__ import annotations
 
-# Imported for registration; the order is the detection order.
-from trimaran.serving.runtimes import _tensorflow, _keras, _onnx, _pytorch, _xgboost, _lightgbm, _sklearn  # noqa: F401  isort: skip
+# Imported to register their runtimes, in detection order: a model.py first (it may load files of the other
+# formats itself), the sklearn pickle suffixes last.
+from trimaran.serving.runtimes import _custom, _tensorflow, _keras, _onnx  # noqa: F401  isort: skip
+from trimaran.serving.runtimes import _pytorch, _xgboost, _lightgbm, _sklearn  # noqa: F401  isort: skip
 from trimaran.serving.runtimes._base import InferenceInputError, Model, ModelLoadError, TensorSpec
 from trimaran.serving.runtimes._datatypes import datatype_to_numpy, numpy_to_datatype
 from trimaran.serving.runtimes._registry import Runtime, detect_format, load_model, register_runtime, runtime_names
+from trimaran.serving.runtimes._transformer import PredictorError, TransformerModel
 
 __all__ = [
     "InferenceInputError",
     "Model",
     "ModelLoadError",
+    "PredictorError",
     "Runtime",
     "TensorSpec",
+    "TransformerModel",
     "datatype_to_numpy",
     "detect_format",
     "load_model",
