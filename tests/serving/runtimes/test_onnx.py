@@ -13,7 +13,7 @@ from skl2onnx import to_onnx
 from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
-from trimaran.serving.runtimes import InferenceInputError, ModelLoadError, TensorSpec, detect_format, load_model
+from trimaran.serving.runtimes import InferenceInputError, Model, ModelLoadError, TensorSpec, detect_format, load_model
 
 
 @pytest.fixture(scope="module")
@@ -99,4 +99,19 @@ def test_string_input(tmp_path: Path) -> None:
 def test_corrupt_onnx_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "model.onnx").write_bytes(b"not a protobuf at all")
     with pytest.raises(ModelLoadError, match=r"cannot load ONNX model .*model\.onnx"):
+        load_model(tmp_path, name="m")
+
+
+def test_intra_op_threads_from_the_environment(tmp_path: Path, iris: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    x, _, clf = iris
+    (tmp_path / "model.onnx").write_bytes(to_onnx(clf, x[:1], target_opset=17).SerializeToString())
+
+    def session_options(model: Model) -> onnxruntime.SessionOptions:
+        return model._session.get_session_options()
+
+    assert session_options(load_model(tmp_path, name="m")).intra_op_num_threads == 1
+    monkeypatch.setenv("TRIMARAN_INTRA_OP_THREADS", "2")
+    assert session_options(load_model(tmp_path, name="m")).intra_op_num_threads == 2
+    monkeypatch.setenv("TRIMARAN_INTRA_OP_THREADS", "many")
+    with pytest.raises(ModelLoadError, match="TRIMARAN_INTRA_OP_THREADS='many' is not an integer"):
         load_model(tmp_path, name="m")

@@ -1,7 +1,23 @@
 """Model runtimes: load a model version's files into a :class:`Model` the server calls.
 
 One private module per format registers its runtime (:func:`register_runtime`); frameworks are imported
-only when a model of theirs is loaded, so importing this package does not import torch or TensorFlow.
+only when a model of theirs is loaded, so importing this package imports neither torch nor TensorFlow.
+
+============  ==========================================================  =================================
+modelFormat   files (``model.<suffix>``, or the only file with the suffix)  platform
+============  ==========================================================  =================================
+custom        ``model.py`` (a class in KServe's shape; wins over the rest)  custom (payload level)
+tensorflow    ``saved_model.pb`` + ``variables/``                           tensorflow_savedmodel
+keras         ``.keras`` (tf-keras or Keras 3), ``.h5``                     tensorflow_keras
+onnx          ``.onnx``                                                     onnx_onnxv1
+pytorch       ``.pt2`` (torch.export), ``.pt``/``.pth`` (TorchScript)       pytorch_torch_export / _torchscript
+xgboost       ``.bst``, ``.ubj``, ``.json`` (Booster.save_model)            xgboost
+lightgbm      ``.txt``, ``.lgb`` (Booster.save_model)                       lightgbm
+sklearn       ``.joblib``, ``.pkl``, ``.pickle``                            sklearn
+============  ==========================================================  =================================
+
+Frameworks with thread pools (ONNX Runtime, torch, TensorFlow, XGBoost, LightGBM) get
+``TRIMARAN_INTRA_OP_THREADS`` threads (default 1): the server scales with worker processes.
 
 Example::
 
@@ -11,6 +27,7 @@ Example::
     detect_format(Path("models/iris/1"))            # "sklearn"
     model = load_model(Path("models/iris/1"), name="iris")
     model.inputs                                     # [TensorSpec("input-0", "FP32", (-1, 4))]
+    model.predict({"input-0": rows})                 # {"output-0": labels, "probabilities": ...}
 """
 
 from __future__ import annotations

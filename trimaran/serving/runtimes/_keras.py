@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from trimaran.serving.runtimes._base import InferenceInputError, Model, ModelLoadError, TensorSpec, find_artifact
-from trimaran.serving.runtimes._datatypes import numpy_to_datatype
+from trimaran.serving.runtimes._datatypes import datatype_to_numpy, numpy_to_datatype
 from trimaran.serving.runtimes._registry import Runtime, register_runtime
 from trimaran.serving.runtimes._tensorflow import import_tensorflow
 
@@ -54,9 +54,11 @@ def _spec(name: str, tensor: Any) -> TensorSpec:
 
 
 class KerasModel(Model):
-    """A Keras model called with ``predict_on_batch``. Inputs are named as the model's input layers, outputs
-    as its output layers (``output-<i>`` where Keras has no names); inputs are cast to the layers' dtypes.
-    A subclassed model that was never called on named inputs reports no inputs and takes any single one.
+    """A Keras model called with ``predict_on_batch`` (warmed up at load with one row of zeros).
+
+    Inputs are named as the model's input layers, outputs as its output layers (``output-<i>`` where Keras has
+    no names); inputs are cast to the layers' dtypes. A subclassed model that was never called on named inputs
+    reports no inputs and takes any single one.
     """
 
     platform = "tensorflow_keras"
@@ -71,6 +73,11 @@ class KerasModel(Model):
         self.inputs = [_spec(n, t) for n, t in zip(input_names, model_inputs, strict=True)]
         self.outputs = [_spec(n, t) for n, t in zip(output_names, model_outputs, strict=True)]
         self.batchable = all(s.shape and s.shape[0] == -1 for s in self.inputs)
+        if self.inputs:
+            # The first call traces and caches Keras' predict function: done here, it neither slows the first
+            # request nor races between threads calling at once.
+            self.predict({s.name: np.zeros([1 if d == -1 else d for d in s.shape], datatype_to_numpy(s.datatype))
+                          for s in self.inputs})
 
     def predict(self, inputs: dict[str, np.ndarray], *, signature_name: str | None = None,
                 outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:
