@@ -290,3 +290,21 @@ def test_kserve_style_constructor_gets_host_and_protocol(tmp_path: Path, predict
                        predictor_protocol="v1")
     answer = asyncio.run(model.infer_payload({"instances": (x[:3] / 16).tolist()}, {}))
     assert answer == {"predictions": clf.predict(x[:3] / 16).tolist()}
+
+
+def test_a_model_ready_after_init_is_not_loaded_again(tmp_path: Path) -> None:
+    write(tmp_path, """
+        class LoadsItself:
+            def __init__(self, name):
+                self.loads = 0
+                self.load()
+
+            def load(self):
+                self.loads += 1
+                self.ready = True
+
+            def predict(self, payload, headers=None):
+                return {"loads": self.loads}
+    """)
+    model = load_model(tmp_path, name="m")
+    assert asyncio.run(model.infer_payload({}, {})) == {"loads": 1}

@@ -10,6 +10,7 @@ import joblib
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, load_digits, load_iris
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -87,3 +88,19 @@ def test_bad_inputs_name_the_input(tmp_path: Path) -> None:
     with pytest.raises(InferenceInputError, match="no signature 'classify'"):
         model.predict({"input-0": x}, signature_name="classify")
 
+
+
+def test_text_pipeline_takes_strings(tmp_path: Path) -> None:
+    texts = ["good movie", "great film", "bad movie", "awful film", "good fun", "awful plot"]
+    labels = [1, 1, 0, 0, 1, 0]
+    pipe = make_pipeline(TfidfVectorizer(), LogisticRegression()).fit(texts, labels)
+    joblib.dump(pipe, tmp_path / "model.joblib")
+
+    model = load_model(tmp_path, name="sentiment")
+    assert model.inputs == []  # a vectorizer does not record n_features_in_
+    queries = np.array(["great fun", "awful movie"], dtype=object)
+    out = model.predict({"text": queries})
+    np.testing.assert_array_equal(out["output-0"], pipe.predict(queries))
+    np.testing.assert_allclose(out["probabilities"], pipe.predict_proba(queries))
+    with pytest.raises(InferenceInputError, match="takes one input"):
+        model.predict({"a": queries, "b": queries})

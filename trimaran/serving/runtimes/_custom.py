@@ -2,7 +2,8 @@
 
 The class is ``MODEL_CLASS`` if ``model.py`` sets it, else the one class defined in ``model.py`` with a
 ``predict`` method. It is built as ``cls(name)`` (plus ``predictor_host`` and ``predictor_protocol``, or
-KServe's ``protocol``, where ``__init__`` takes them), then ``load()`` is called if it has one. Requests go
+KServe's ``protocol``, where ``__init__`` takes them), then ``load()`` is called if it has one and ``ready`` is
+not already True. Requests go
 through ``preprocess(payload, headers)``, ``predict(payload, headers)`` and ``postprocess(result, headers)``;
 preprocess and postprocess are optional, any of them may be ``async``, and methods that take only the payload
 are called without headers.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import importlib.util
 import inspect
@@ -157,9 +159,10 @@ def _construct(cls: type, name: str, file: Path, options: dict[str, Any]) -> Any
         obj = cls(name, **kwargs)
     except Exception as e:
         raise ModelLoadError(f"{file}: {cls.__name__}({name!r}) failed:\n{_user_traceback(e)}") from e
-    # kserve.Model subclasses built as cls(name) read these attributes when forwarding.
+    # kserve.Model subclasses built as cls(name) read this attribute when forwarding.
     if options.get("predictor_host") is not None and getattr(obj, "predictor_host", None) is None:
-        obj.predictor_host = options["predictor_host"]
+        with contextlib.suppress(AttributeError):  # a read-only property in some kserve versions
+            obj.predictor_host = options["predictor_host"]
     return obj
 
 
@@ -177,7 +180,8 @@ class CustomRuntime(Runtime):
         cls = _model_class(_import(artifact), artifact)
         obj = _construct(cls, name, artifact, options)
         load = getattr(obj, "load", None)
-        if callable(load):
+        # KServe models often load in __init__ and set ready: loading again would only cost time.
+        if callable(load) and getattr(obj, "ready", False) is not True:
             try:
                 result = load()
                 if inspect.isawaitable(result):
