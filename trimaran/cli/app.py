@@ -450,6 +450,7 @@ def server_status() -> None:
     console.print(f"running at {info['url']} (pid {info['pid']}, home {home_dir()})", highlight=False)
 
 
+import trimaran.cli.predict  # noqa: E402,F401  `trimaran predict` (registers itself on app)
 import trimaran.cli.serve  # noqa: E402,F401  `trimaran serve` (registers itself on app)
 
 

@@ -61,6 +61,8 @@ def describe_object(console: Console, obj: dict, events: list[dict], pods: list[
 
     if obj["kind"] == "Experiment":
         _describe_experiment(console, obj)
+    if obj["kind"] == "InferenceService":
+        _describe_isvc(console, obj)
 
     if status.get("conditions"):
         console.print("Conditions:")
@@ -148,3 +150,37 @@ def _describe_experiment(console: Console, exp: dict) -> None:
         for m in (best.get("observation") or {}).get("metrics") or []:
             console.print(f"{'':<22}{m['name']}: latest {m.get('latest')}, min {m.get('min')}, max {m.get('max')}",
                           highlight=False)
+
+
+def _describe_isvc(console: Console, isvc: dict) -> None:
+    status = isvc.get("status") or {}
+    _kv(console, "URL", status.get("url", "<pending>"))
+    address = (status.get("address") or {}).get("url")
+    if address:
+        host, _, port = address.removeprefix("http://").partition(":")
+        _kv(console, "Address", f"{address} (curl -H 'Host: {host}' http://127.0.0.1:{port}/...)")
+    model = status.get("modelStatus") or {}
+    if model:
+        states = model.get("states") or {}
+        _kv(console, "Model", f"{model.get('transitionStatus', '')}: active {states.get('activeModelState', '')}, "
+                              f"target {states.get('targetModelState', '') or '-'}")
+        failure = model.get("lastFailureInfo")
+        if failure:
+            _kv(console, "Last Failure", f"{failure.get('reason')}: {failure.get('message')}")
+    for component, cstatus in (status.get("components") or {}).items():
+        console.print(f"{component.capitalize()}:", highlight=False)
+        _kv(console, "Latest Created", cstatus.get("latestCreatedRevision", "-"), 2)
+        _kv(console, "Latest Ready", cstatus.get("latestReadyRevision", "-"), 2)
+        _kv(console, "Rolled Out", f"{cstatus.get('latestRolledoutRevision', '-')} "
+                                   f"(previous {cstatus.get('previousRolledoutRevision', '-')})", 2)
+        percent = {t["revisionName"]: t for t in cstatus.get("traffic") or []}
+        replicas = cstatus.get("replicas") or {}
+        t = Table(box=None, pad_edge=False, header_style="bold")
+        for col in ("  REVISION", "TRAFFIC", "TAG", "READY REPLICAS"):
+            t.add_column(col)
+        for rev in sorted(set(percent) | set(replicas)):
+            target = percent.get(rev) or {}
+            counts = replicas.get(rev) or {}
+            t.add_row(f"  {rev}", f"{target['percent']}%" if target else "-", target.get("tag", ""),
+                      f"{counts.get('ready', 0)}/{counts.get('total', 0)}")
+        console.print(t)

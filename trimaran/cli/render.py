@@ -115,6 +115,20 @@ def _assignments(trial: dict) -> str:
     return " ".join(f"{a['name']}={a['value']}" for a in trial["spec"].get("parameterAssignments") or [])
 
 
+def _isvc_target(obj: dict, prev: bool, field: str) -> str:
+    """KServe's printer columns: the predictor's ``prev``-tagged target, or its latestRevision target."""
+    traffic = ((((obj.get("status") or {}).get("components") or {}).get("predictor") or {}).get("traffic")) or []
+    for t in traffic:
+        if (t.get("tag") == "prev") if prev else t.get("latestRevision"):
+            return str(t.get(field, ""))
+    return ""
+
+
+def _isvc_ready(obj: dict) -> str:
+    return next((c.get("status", "") for c in (obj.get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Ready"), "")
+
+
 Column = tuple[str, Callable[[dict], str]]
 
 _NAME: Column = ("NAME", lambda o: o["metadata"]["name"])
@@ -137,6 +151,11 @@ COLUMNS: dict[str, list[Column]] = {
     "Secret": [_NAME, ("TYPE", lambda o: o.get("type", "Opaque")),
                ("DATA", lambda o: str(len(o.get("data") or {}) + len(o.get("stringData") or {}))), _AGE],
     "Namespace": [_NAME, ("STATUS", lambda o: "Active"), _AGE],
+    "InferenceService": [_NAME, ("URL", lambda o: (o.get("status") or {}).get("url", "")), ("READY", _isvc_ready),
+                         ("PREV", lambda o: _isvc_target(o, True, "percent")),
+                         ("LATEST", lambda o: _isvc_target(o, False, "percent")),
+                         ("PREVROLLEDOUTREVISION", lambda o: _isvc_target(o, True, "revisionName")),
+                         ("LATESTREADYREVISION", lambda o: _isvc_target(o, False, "revisionName")), _AGE],
     "PersistentVolumeClaim": [_NAME, ("STATUS", lambda o: (o.get("status") or {}).get("phase", "Pending")),
                               ("CAPACITY",
                                lambda o: ((o.get("status") or {}).get("capacity") or {}).get("storage", "")),

@@ -13,6 +13,8 @@ from pathlib import Path
 from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
 from trimaran.controllers.kubelet import Kubelet
+from trimaran.controllers.ports import PortAllocator
+from trimaran.controllers.serving import InferenceServiceReconciler
 from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
@@ -45,9 +47,10 @@ def build_control_plane(home: Path | None = None) -> ControlPlane:
     runtime = LocalRuntime(home, node=node)
     kubelet = Kubelet(store, runtime, node)
     trials = TrialReconciler(store, runtime)
+    ports = PortAllocator()  # one allocator: training replicas and serving replicas share loopback
     manager = ControllerManager(store, [
-        TrainingJobReconciler(store), BatchJobReconciler(store), ClaimReconciler(store, home),
-        ExperimentReconciler(store), trials, kubelet])
+        TrainingJobReconciler(store, ports), BatchJobReconciler(store), ClaimReconciler(store, home),
+        ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home)
 
 

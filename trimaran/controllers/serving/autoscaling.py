@@ -1,0 +1,142 @@
+"""Feeding the autoscalers: the router's per-second buckets into a KPA, pod CPU into an HPA.
+
+Which autoscaler a component gets follows KServe in Knative mode: the HPA class
+(``autoscaling.knative.dev/class: hpa.autoscaling.knative.dev``, or ``scaleMetric`` cpu/memory),
+else the KPA on concurrency (default) or rps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import psutil
+
+from trimaran.api.quantity import parse_cpu
+from trimaran.serving.autoscaler import HPA, KPA, Decision, HPAConfig, KPAConfig
+
+__all__ = ["CpuSampler", "RevisionScaler"]
+
+_CLASS = "autoscaling.knative.dev/class"
+_METRIC = "autoscaling.knative.dev/metric"
+
+
+def _uses_hpa(spec: dict, annotations: dict[str, str]) -> bool:
+    metric = annotations.get(_METRIC) or spec.get("scaleMetric")
+    return annotations.get(_CLASS) == "hpa.autoscaling.knative.dev" or metric in ("cpu", "memory")
+
+
+class RevisionScaler:
+    """One revision's autoscaler with the state Knative keeps per revision (its tick)."""
+
+    def __init__(self, spec: dict, annotations: dict[str, str], now: float, ready_pods: int) -> None:
+        self.hpa: HPA | None = None
+        self.kpa: KPA | None = None
+        if _uses_hpa(spec, annotations):
+            self.hpa = HPA(self._hpa_config(spec, annotations), now)
+        else:
+            self.kpa = KPA(self.config_for(spec, annotations), now, ready_pods_at_start=ready_pods)
+        self._last_tick: float | None = None
+
+    @staticmethod
+    def config_for(spec: dict, annotations: dict[str, str]) -> KPAConfig:
+        """The KPA configuration of a component (KServe's field → annotation mapping)."""
+        return KPAConfig.from_annotations(
+            annotations, min_replicas=spec.get("minReplicas"), max_replicas=spec.get("maxReplicas"),
+            scale_target=spec.get("scaleTarget"), scale_metric=spec.get("scaleMetric"),
+            container_concurrency=spec.get("containerConcurrency"))
+
+    @staticmethod
+    def _hpa_config(spec: dict, annotations: dict[str, str]) -> HPAConfig:
+        return HPAConfig.from_fields(annotations, min_replicas=spec.get("minReplicas"),
+                                     max_replicas=spec.get("maxReplicas"), scale_target=spec.get("scaleTarget"),
+                                     scale_metric=annotations.get(_METRIC) or spec.get("scaleMetric"))
+
+    def reconfigure(self, spec: dict, annotations: dict[str, str]) -> None:
+        """Apply the component's current bounds and targets (live fields need no new revision)."""
+        if self.kpa is not None:
+            self.kpa.reconfigure(self.config_for(spec, annotations))
+        if self.hpa is not None:
+            self.hpa.reconfigure(self._hpa_config(spec, annotations))
+
+    def decide(self, now: float, stats: dict | None, ready: int, current: int,
+               utilization: Callable[[], float | None]) -> Decision | None:
+        """A decision when one is due (each KPA tick, each HPA sync), else None (keep the count).
+
+        ``stats`` is the router's entry for the revision; without it (router down) nothing is decided,
+        so a missing metric never reads as an idle revision.
+        """
+        if stats is None:
+            return None
+        if self.hpa is not None:
+            value = utilization()
+            return None if value is None else self.hpa.recommend(now, current, value)
+        assert self.kpa is not None
+        cfg = self.kpa.config
+        for second, concurrency, requests in stats.get("buckets") or []:
+            self.kpa.record(float(second), concurrency if cfg.metric == "concurrency" else float(requests))
+        inflight = int(stats.get("inflight") or 0)
+        waking = current == 0 and inflight > 0
+        if inflight and cfg.metric == "concurrency" or waking:
+            # The second under way is not in a bucket yet: count what is in flight now (held requests
+            # included), as the activator pokes the autoscaler when a request arrives at zero.
+            self.kpa.record(now, float(inflight))
+        if not waking and self._last_tick is not None and now - self._last_tick < cfg.tick:
+            return None
+        self._last_tick = now
+        return self.kpa.scale(now, ready)
+
+
+class CpuSampler:
+    """Mean CPU use of a revision's replicas as a percentage of their CPU request (what the HPA reads)."""
+
+    def __init__(self, runtime: object) -> None:
+        self.runtime = runtime
+        self._last: dict[str, tuple[float, float]] = {}
+
+    def utilization(self, pods: list[dict], spec: dict) -> float | None:
+        """None until two samples exist for some replica."""
+        request = _cpu_request(spec)
+        values = []
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            used = self._cpu_seconds(uid)
+            if used is None:
+                continue
+            now = time.monotonic()
+            prev = self._last.get(uid)
+            self._last[uid] = (now, used)
+            if prev is not None and now > prev[0]:
+                values.append((used - prev[1]) / (now - prev[0]) / request * 100.0)
+        return sum(values) / len(values) if values else None
+
+    def _cpu_seconds(self, uid: str) -> float | None:
+        if self.runtime is None:
+            return None
+        try:
+            state = self.runtime.pod_status(uid)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - a pod that just went away has no CPU to report
+            return None
+        total = 0.0
+        found = False
+        for container in state.containers.values():
+            if not container.pid:
+                continue
+            try:
+                proc = psutil.Process(container.pid)
+                for p in [proc, *proc.children(recursive=True)]:
+                    times = p.cpu_times()
+                    total += times.user + times.system
+                found = True
+            except psutil.Error:
+                continue
+        return total if found else None
+
+
+def _cpu_request(spec: dict) -> float:
+    """Cores the replica requests (limits fill in for requests); 1 when unset, as KServe's default."""
+    model = next((spec[k] for k in ("model", "sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch", "onnx")
+                  if spec.get(k)), None)
+    resources = (model or {}).get("resources") or ((spec.get("containers") or [{}])[0].get("resources") or {})
+    amount = (resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get("cpu")
+    return float(parse_cpu(amount)) if amount else 1.0

@@ -1,0 +1,158 @@
+"""The pods the serving controller runs: revision replicas (the model server, or custom containers)
+and the router.
+
+A model replica runs ``python -m trimaran.serving`` on a port of its own, with the model mounted
+read-only where KServe's storage initializer would put it: ``/mnt/models`` (a local path) or
+``/mnt/pvc`` (a claim, read-only, as KServe mounts it). Custom containers (a custom predictor, a
+transformer) get Knative's ``PORT`` and KServe's ``MODEL_NAME``, plus ``PREDICTOR_HOST`` and
+``PREDICTOR_PROTOCOL`` in a transformer; their ``args`` may refer to them as ``$(PORT)``.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from trimaran.api.serving import parse_storage_uri
+from trimaran.controllers.pods import owner_reference, set_gang
+
+__all__ = [
+    "COMPONENT_LABEL",
+    "ISVC_LABEL",
+    "PORTS_ANNOTATION",
+    "REVISION_LABEL",
+    "ROUTER_NAME",
+    "ROUTER_NAMESPACE",
+    "replica_pod",
+    "router_pod",
+]
+
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
+COMPONENT_LABEL = "component"
+REVISION_LABEL = "serving.knative.dev/revision"
+INDEX_LABEL = "serving.trimaran.io/replica-index"
+PORTS_ANNOTATION = "serving.trimaran.io/ports"  # "http[,grpc]"
+PROBE_ANNOTATION = "serving.trimaran.io/probe-path"
+ROUTER_NAMESPACE = "trimaran-system"
+ROUTER_NAME = "trimaran-router"
+ROUTES_MOUNT = "/etc/trimaran/routes"
+MODEL_MOUNT = "/mnt/models"
+PVC_MOUNT = "/mnt/pvc"
+MAIN_CONTAINER = "kserve-container"
+HEALTH_PATH = "/v2/health/ready"
+
+
+def router_pod(routes_dir: Path) -> dict:
+    """The router as a pod: restarted in place if it dies, re-adopted after a control-plane restart."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": ROUTER_NAME, "namespace": ROUTER_NAMESPACE, "labels": {"app": ROUTER_NAME}},
+        "spec": {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "router", "image": "trimaran/router",
+                "command": ["python", "-m", "trimaran.serving.router", "--routes", f"{ROUTES_MOUNT}/routes.json"],
+                "volumeMounts": [{"name": "routes", "mountPath": ROUTES_MOUNT, "readOnly": True}],
+            }],
+            "volumes": [{"name": "routes", "hostPath": {"path": str(routes_dir), "type": "DirectoryOrCreate"}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    set_gang(pod, ROUTER_NAME, 1, {})
+    return pod
+
+
+def model_storage(storage_uri: str, host_path: Path) -> tuple[dict, dict, str]:
+    """The pod volume, the container's mount and the model directory inside the sandbox."""
+    loc = parse_storage_uri(storage_uri)
+    if loc.kind == "pvc":
+        volume = {"name": "kserve-pvc-source", "persistentVolumeClaim": {"claimName": loc.claim, "readOnly": True}}
+        mount = {"name": "kserve-pvc-source", "mountPath": PVC_MOUNT, "readOnly": True}
+        return volume, mount, f"{PVC_MOUNT}/{loc.path}".rstrip("/")
+    volume = {"name": "kserve-provision-location", "hostPath": {"path": str(host_path)}}
+    mount = {"name": "kserve-provision-location", "mountPath": MODEL_MOUNT, "readOnly": True}
+    return volume, mount, MODEL_MOUNT
+
+
+def model_server_args(isvc_name: str, model: dict, component: dict, model_dir: str, http_port: int,
+                      grpc_port: int) -> list[str]:
+    """``python -m trimaran.serving`` arguments for one replica; the user's ``args`` come last (and win)."""
+    args = ["--model-name", isvc_name, "--model-dir", model_dir, "--host", "127.0.0.1",
+            "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--workers", "1"]
+    fmt = (model.get("modelFormat") or {}).get("name")
+    if fmt:
+        args += ["--model-format", fmt]
+    batcher = component.get("batcher") or {}
+    if batcher.get("maxBatchSize"):
+        args += ["--max-batch-size", str(batcher["maxBatchSize"])]
+    if batcher.get("maxLatency") is not None:
+        args += ["--max-batch-latency-ms", str(batcher["maxLatency"])]
+    if component.get("timeout"):
+        args += ["--request-timeout", str(component["timeout"])]
+    return args + list(model.get("args") or [])
+
+
+def replica_pod(isvc: dict, component_name: str, revision: dict, index: int, ports: list[int],
+                host_path: Path | None, predictor_host: str | None) -> dict:
+    """Replica ``index`` of ``revision`` (a status.revisions entry) on ``ports`` (http[, grpc])."""
+    name, ns = isvc["metadata"]["name"], isvc["metadata"]["namespace"]
+    component = copy.deepcopy(revision["spec"])
+    model = revision.get("model")
+    http_port = ports[0]
+    grpc_port = ports[1] if len(ports) > 1 else 0
+    volumes = list(component.get("volumes") or [])
+    env_extra = [{"name": "PORT", "value": str(http_port)}, {"name": "MODEL_NAME", "value": name},
+                 {"name": "K_REVISION", "value": revision["name"]}]
+    if predictor_host:
+        protocol = "v2" if (isvc["spec"]["predictor"].get("model") or {}).get("protocolVersion") == "v2" else "v1"
+        env_extra += [{"name": "PREDICTOR_HOST", "value": predictor_host},
+                      {"name": "PREDICTOR_PROTOCOL", "value": protocol}]
+    probe: str | None = HEALTH_PATH
+    if model is not None:
+        volume, mount, model_dir = model_storage(model["storageUri"], host_path or Path("/nonexistent"))
+        volumes.append(volume)
+        args = model_server_args(name, model, component, model_dir, http_port, grpc_port)
+        if predictor_host:
+            args += ["--predictor-host", predictor_host]
+        container = {
+            "name": MAIN_CONTAINER, "image": model.get("image") or "trimaran/model-server",
+            "command": list(model.get("command") or ["python", "-m", "trimaran.serving"]),
+            "args": args, "env": env_extra + list(model.get("env") or []),
+            "volumeMounts": [mount],
+        }
+        if model.get("resources"):
+            container["resources"] = model["resources"]
+        if model.get("workingDir"):
+            container["workingDir"] = model["workingDir"]
+        containers = [container]
+    else:
+        containers = copy.deepcopy(component.get("containers") or [])
+        main = next((c for c in containers if c.get("name") == MAIN_CONTAINER), containers[0])
+        main["env"] = env_extra + list(main.get("env") or [])
+        http_get = ((main.get("readinessProbe") or {}).get("httpGet") or {})
+        probe = http_get.get("path") if http_get else None
+    labels = {**(component.get("labels") or {}), ISVC_LABEL: name, COMPONENT_LABEL: component_name,
+              REVISION_LABEL: revision["name"], INDEX_LABEL: str(index)}
+    annotations = {**(component.get("annotations") or {}), PORTS_ANNOTATION: ",".join(map(str, ports))}
+    if probe:
+        annotations[PROBE_ANNOTATION] = probe
+    spec = {k: v for k, v in component.items() if k in _POD_FIELDS}
+    spec.update(containers=containers, restartPolicy="Always", hostname=revision["name"][:63])
+    spec.setdefault("terminationGracePeriodSeconds", 10)
+    if volumes:
+        spec["volumes"] = volumes
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{revision['name']}-deployment-{index}", "namespace": ns, "labels": labels,
+                     "annotations": annotations, "ownerReferences": [owner_reference(isvc)]},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+    set_gang(pod, f"{isvc['metadata']['uid']}/{revision['name']}/{index}", 1, {})
+    return pod
+
+
+# PodSpec fields of a component that carry over to its pods (the rest are KServe's own knobs).
+_POD_FIELDS = {"nodeSelector", "affinity", "tolerations", "serviceAccountName", "securityContext",
+               "terminationGracePeriodSeconds", "priorityClassName", "initContainers", "resources"}

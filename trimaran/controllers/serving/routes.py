@@ -1,0 +1,105 @@
+"""The router's routes file and its admin API, as the controller sees them.
+
+The file (``$TRIMARAN_HOME/serving/routes.json``) is the router's whole configuration and the
+durable record of the data plane's ports: the shared ingress and admin ports, and each service's
+own port. It is replaced atomically (write, then rename), so the router never reads half a file.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+from pathlib import Path
+
+from trimaran.controllers.ports import PortAllocator
+
+__all__ = ["DOMAIN", "RouterClient", "RoutesFile"]
+
+#: KServe's default ingress domain: a service answers ``Host: NAME.NAMESPACE.example.com``.
+DOMAIN = os.environ.get("TRIMARAN_INGRESS_DOMAIN", "example.com")
+
+
+class RoutesFile:
+    """Read-modify-write of the routes file; one writer (the serving reconciler's thread)."""
+
+    def __init__(self, directory: Path, ports: PortAllocator) -> None:
+        self.directory = directory
+        self.path = directory / "routes.json"
+        self.ports = ports
+        self.data = self._read()
+        reserved = [p for p in (self.data.get("ingressPort"), self.data.get("adminPort")) if p]
+        reserved += [s["port"] for s in self.data["services"].values() if s.get("port")]
+        ports.reserve(reserved)
+
+    def _read(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        data.setdefault("services", {})
+        return data
+
+    def ensure_ports(self) -> tuple[int, int]:
+        """The ingress and admin ports: ``TRIMARAN_INGRESS_PORT`` if set, else as recorded, else new ones."""
+        wanted = int(os.environ.get("TRIMARAN_INGRESS_PORT", "0") or 0)
+        if wanted and self.data.get("ingressPort") != wanted:
+            self.data["ingressPort"] = wanted
+        if not self.data.get("ingressPort"):
+            self.data["ingressPort"] = self.ports.allocate(1)[0]
+        if not self.data.get("adminPort"):
+            self.data["adminPort"] = self.ports.allocate(1)[0]
+        return int(self.data["ingressPort"]), int(self.data["adminPort"])
+
+    def service_port(self, key: str) -> int:
+        """The port of service ``key`` (``namespace/name``), allocated on first use."""
+        entry = self.data["services"].get(key)
+        if entry and entry.get("port"):
+            return int(entry["port"])
+        return self.ports.allocate(1)[0]
+
+    def set_services(self, owner: str, services: dict[str, dict]) -> None:
+        """Replace the services an InferenceService (``namespace/name``) owns; write when changed."""
+        current = self.data["services"]
+        kept = {k: v for k, v in current.items() if v.get("owner") != owner}
+        for entry in services.values():
+            entry["owner"] = owner
+        released = [v["port"] for k, v in current.items()
+                    if v.get("owner") == owner and k not in services and v.get("port")]
+        merged = {**kept, **services}
+        if merged != current:
+            self.data["services"] = dict(sorted(merged.items()))
+            self._write()
+        if released:
+            self.ports.release(released)
+
+    def owners(self) -> set[str]:
+        """The InferenceServices that have routes."""
+        return {v["owner"] for v in self.data["services"].values() if v.get("owner")}
+
+    def _write(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+class RouterClient:
+    """The router's admin API (``GET /stats``)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def stats(self) -> dict | None:
+        """Per-revision readiness and metrics, or None while the router is not answering."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1.0)
+        try:
+            conn.request("GET", "/stats")
+            response = conn.getresponse()
+            if response.status != 200:
+                return None
+            return json.loads(response.read())
+        except (OSError, ValueError, http.client.HTTPException):
+            return None
+        finally:
+            conn.close()
