@@ -37,7 +37,7 @@ def test_importing_the_runtimes_imports_no_framework() -> None:
 
 
 def test_runtime_names_are_kserve_model_formats() -> None:
-    assert "sklearn" in runtime_names()
+    assert runtime_names() == ["custom", "tensorflow", "keras", "onnx", "pytorch", "xgboost", "lightgbm", "sklearn"]
 
 
 def test_empty_directory_lists_what_was_looked_for(tmp_path: Path) -> None:
@@ -46,6 +46,14 @@ def test_empty_directory_lists_what_was_looked_for(tmp_path: Path) -> None:
     assert "empty" in str(info.value) and "model.joblib" in str(info.value)
     with pytest.raises(ModelLoadError, match="no model recognised"):
         load_model(tmp_path, name="m")
+
+
+def test_a_base_path_is_recognised_as_one(tmp_path: Path, iris_clf: LogisticRegression) -> None:
+    (tmp_path / "1").mkdir()
+    joblib.dump(iris_clf, tmp_path / "1" / "model.joblib")
+    with pytest.raises(ModelLoadError, match="looks like a base path"):
+        load_model(tmp_path, name="m")
+    assert load_model(tmp_path / "1", name="m").platform == "sklearn"
 
 
 def test_missing_path(tmp_path: Path) -> None:
@@ -103,3 +111,13 @@ def test_bytes_and_unsupported_datatypes() -> None:
         datatype_to_numpy("BF16")
     with pytest.raises(ValueError, match="complex"):
         numpy_to_datatype(np.complex64)
+
+
+def test_two_formats_in_one_directory_need_a_model_format(tmp_path: Path, iris_clf: LogisticRegression) -> None:
+    joblib.dump(iris_clf, tmp_path / "model.joblib")
+    (tmp_path / "model.onnx").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=r"several formats: model\.onnx \(onnx\), model\.joblib \(sklearn\)"):
+        detect_format(tmp_path)
+    assert load_model(tmp_path, name="m", model_format="sklearn").platform == "sklearn"
+    (tmp_path / "model.py").write_text("class M:\n    def __init__(self, name): ...\n    def predict(self, p): ...\n")
+    assert detect_format(tmp_path) == "custom"

@@ -87,7 +87,10 @@ def detect_format(path: Path) -> str:
         listed = ", ".join(f"{artifact.name} ({fmt})" for fmt, artifact in found)
         raise ModelLoadError(f"{path} holds models of several formats: {listed}; set the modelFormat to choose")
     looked_for = "; ".join(f"{r.format}: {r.looks_for}" for r in _RUNTIMES.values())
-    raise ModelLoadError(f"no model recognised in {_describe(path)}. Looked for {looked_for}")
+    hint = ""
+    if path.is_dir() and any(p.is_dir() and p.name.isdigit() for p in path.iterdir()):
+        hint = " This looks like a base path (integer version directories): load one version directory."
+    raise ModelLoadError(f"no model recognised in {_describe(path)}.{hint} Looked for {looked_for}")
 
 
 def load_model(path: Path, *, name: str, version: str = "1", model_format: str | None = None,
