@@ -48,9 +48,11 @@ class _TorchModel(Model):
     def _call(self, arrays: list[np.ndarray], outputs: Collection[str] | None) -> dict[str, np.ndarray]:
         import torch
 
+        # torch tensors are writable: a read-only array (decoded straight from a request buffer) is copied.
+        tensors = [torch.from_numpy(np.ascontiguousarray(a) if a.flags.writeable else a.copy()) for a in arrays]
         # inference_mode: no autograd bookkeeping, and outputs convert to numpy without detach().
         with torch.inference_mode():
-            result = self._program(*(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays))
+            result = self._program(*tensors)
         return {name: value.cpu().numpy() for name, value in _named_outputs(result).items()
                 if outputs is None or name in outputs}
 
