@@ -113,9 +113,11 @@ def test_sync_methods_run_one_at_a_time_off_the_loop(tmp_path: Path) -> None:
             def __init__(self, name):
                 self.active = 0
                 self.most = 0
+                self.calls = 0
                 self.threads = set()
 
             def predict(self, payload, headers):
+                self.calls += 1
                 self.active += 1
                 self.most = max(self.most, self.active)
                 self.threads.add(threading.get_ident())
@@ -142,6 +144,26 @@ def test_sync_methods_run_one_at_a_time_off_the_loop(tmp_path: Path) -> None:
 
     asyncio.run(many())
     assert model.obj.most == 1
+
+    # Two event loops at once (as HTTP and gRPC servers might run): still one call at a time, no loop errors.
+    async def some() -> None:
+        await asyncio.gather(*(model.infer_payload(i, {}) for i in range(5)))
+
+    errors: list[BaseException] = []
+
+    def run_loop() -> None:
+        try:
+            asyncio.run(some())
+        except BaseException as e:  # reported below: an exception in a thread would not fail the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run_loop) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert (model.obj.calls, model.obj.most) == (20, 1)
 
 
 @pytest.mark.parametrize(("source", "message"), [

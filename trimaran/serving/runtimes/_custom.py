@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+import threading
 import traceback
 from collections.abc import Collection, Coroutine
 from pathlib import Path
@@ -68,7 +69,8 @@ class CustomModel(Model):
         self.obj = obj
         self._steps = [(getattr(obj, step), _takes_headers(getattr(obj, step)))
                        for step in STEPS if callable(getattr(obj, step, None))]
-        self._sync_lock: asyncio.Lock | None = None
+        # A thread lock, not an asyncio one: the server may call from more than one event loop (HTTP, gRPC).
+        self._sync_lock = threading.Lock()
 
     async def infer_payload(self, payload: Any, headers: dict[str, str]) -> Any:
         value = payload
@@ -77,13 +79,14 @@ class CustomModel(Model):
             if inspect.iscoroutinefunction(method):
                 value = await method(*args)
             else:
-                if self._sync_lock is None:
-                    self._sync_lock = asyncio.Lock()
-                async with self._sync_lock:
-                    value = await asyncio.to_thread(method, *args)
+                value = await asyncio.to_thread(self._one_at_a_time, method, args)
                 if inspect.isawaitable(value):
                     value = await value
         return value
+
+    def _one_at_a_time(self, method: Any, args: tuple) -> Any:
+        with self._sync_lock:
+            return method(*args)
 
     def predict(self, inputs: dict[str, np.ndarray], *, signature_name: str | None = None,
                 outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:
