@@ -1,0 +1,89 @@
+"""Worker processes: SIGTERM drains, no orphans when the supervisor dies, metrics summed over workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import joblib
+import psutil
+
+from tests.helpers import poll
+from tests.serving.models import EchoRows
+from tests.serving.test_batching import metric, rows_body
+
+
+def echo_dir(tmp_path: Path) -> Path:
+    base = tmp_path / "echo"
+    (base / "1").mkdir(parents=True)
+    joblib.dump(EchoRows(), base / "1" / "model.joblib")
+    return base
+
+
+def test_sigterm_drains_in_flight_requests(start_server, tmp_path: Path) -> None:
+    server = start_server(echo_dir(tmp_path), name="echo", workers=2).wait_ready()
+    workers = server.worker_pids()
+    assert len(workers) == 2
+    answer: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: answer.append(httpx.post(
+        f"{server.url}/v2/models/echo/infer", json=rows_body([4.0], 1.0), timeout=10)))
+    thread.start()
+    poll(lambda: metric(server, "trimaran_inflight_requests") == 1, what="request in flight")
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    thread.join()
+    assert answer[0].status_code == 200 and answer[0].json()["outputs"][0]["data"] == [8.0]
+    assert server.process.wait(10) == 0
+    assert time.monotonic() - started < 5
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in workers)
+    log = server.log()
+    assert "draining" in log and "server stopped" in log
+    try:
+        httpx.get(f"{server.url}/v2/health/live", timeout=2)
+        raise AssertionError("the server still accepts connections")
+    except httpx.TransportError:
+        pass
+
+
+def test_no_orphan_workers_when_the_supervisor_is_killed(start_server, tmp_path: Path) -> None:
+    server = start_server(echo_dir(tmp_path), name="echo", workers=2).wait_ready()
+    workers = [psutil.Process(pid) for pid in server.worker_pids()]
+    assert len(workers) == 2
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait()
+
+    def gone() -> bool:
+        return not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+
+    poll(gone, timeout=15, what="workers to exit after their supervisor died")
+
+
+def test_metrics_from_two_workers_add_up(start_server, tmp_path: Path) -> None:
+    server = start_server(echo_dir(tmp_path), name="echo", workers=2).wait_ready()
+    workers = server.worker_pids()
+    # Each request on a new connection: the kernel spreads connections over the workers (SO_REUSEPORT).
+    poll(lambda: all(httpx.get(f"{server.url}/v2/health/ready").status_code == 200 for _ in range(10)),
+         what="both workers ready")
+    for i in range(40):
+        r = httpx.post(f"{server.url}/v2/models/echo/infer", json=rows_body([float(i)]))
+        assert r.status_code == 200
+    for _ in range(5):
+        assert httpx.post(f"{server.url}/v1/models/echo:predict", json={"instances": [[1, 0]]}).status_code == 200
+    assert httpx.post(f"{server.url}/v2/models/echo/infer", json={"inputs": []}).status_code == 400
+    assert metric(server, "trimaran_requests_total", protocol="v2", code="200", model_name="echo") == 40
+    assert metric(server, "trimaran_requests_total", protocol="v1", code="200") == 5
+    assert metric(server, "trimaran_requests_total", protocol="v2", code="400") == 1
+    assert metric(server, "trimaran_request_duration_seconds_count", protocol="v2") == 41
+    assert metric(server, "request_predict_seconds_count", model_name="echo") == 45
+    assert metric(server, "trimaran_inflight_requests") == 0
+    # Both workers wrote their share into the server's private metrics directory.
+    directory = Path(psutil.Process(workers[0]).environ()["PROMETHEUS_MULTIPROC_DIR"])
+    writers = {f.stem.rsplit("_", 1)[1] for f in directory.glob("counter_*.db")}
+    assert writers == {str(pid) for pid in workers}
+    server.stop()
+    assert not directory.exists()
