@@ -30,7 +30,7 @@ from trimaran.serving.runtimes import Model, load_model
 log = logging.getLogger("trimaran.serving")
 
 # TF Serving's ManagedState names, as GET /v1/models/NAME reports them.
-LOADING, AVAILABLE, UNLOADING, END = "LOADING", "AVAILABLE", "UNLOADING", "END"
+START, LOADING, AVAILABLE, END = "START", "LOADING", "AVAILABLE", "END"
 
 
 class ModelVersion:
@@ -197,12 +197,16 @@ class ModelRepository:
         loop = asyncio.get_running_loop()
         present = await loop.run_in_executor(None, scan, self.base)
         wanted = self.policy.select(list(present))
-        for number in sorted(wanted, reverse=True):
+        stamps = {}
+        for number in wanted:
+            if str(number) not in self.loaded:
+                stamps[number] = await loop.run_in_executor(None, fingerprint, present[number])
+                if self._failed.get(number) != stamps[number]:
+                    self.status[number] = VersionStatus(str(number), START)  # loads after the newer ones
+        for number in sorted(stamps, reverse=True):
             key = str(number)
-            if key in self.loaded or self._stopping:
-                continue
-            stamp = await loop.run_in_executor(None, fingerprint, present[number])
-            if self._failed.get(number) == stamp:
+            stamp = stamps[number]
+            if self._stopping or self._failed.get(number) == stamp:
                 continue
             self.status[number] = VersionStatus(key, LOADING)
             started = time.monotonic()
