@@ -13,11 +13,13 @@ from trimaran.serving.config import ServerConfig
 from trimaran.serving.errors import InvalidInput, NotFound, RequestTimeout, ServingError
 from trimaran.serving.metrics import ServerMetrics
 from trimaran.serving.repository import ModelRepository, ModelVersion
-from trimaran.serving.runtimes import InferenceInputError
+from trimaran.serving.runtimes import InferenceInputError, PredictorError
 
 SERVER_NAME = "trimaran"
 # Triton's binary tensor extension is implemented by the REST front end (tritonclient uses it by default).
 EXTENSIONS = ["binary_tensor_data"]
+_GRPC_CODE_OF_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
+                        504: "DEADLINE_EXCEEDED"}
 
 
 def as_serving_error(exc: BaseException) -> ServingError:
@@ -26,6 +28,11 @@ def as_serving_error(exc: BaseException) -> ServingError:
         return exc
     if isinstance(exc, InferenceInputError):
         return InvalidInput(str(exc))
+    if isinstance(exc, PredictorError):  # a transformer's predictor said no: pass its status on
+        error = ServingError(str(exc))
+        error.http_status = exc.status
+        error.grpc_code = _GRPC_CODE_OF_STATUS.get(exc.status, "INTERNAL")
+        return error
     if isinstance(exc, asyncio.TimeoutError):
         return RequestTimeout("no answer within the request timeout")
     return ServingError(f"{type(exc).__name__} : {exc}")
