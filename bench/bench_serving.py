@@ -28,9 +28,11 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,10 +88,10 @@ def grpc_request(x) -> bytes:
     return req.SerializeToString()
 
 
-def ceiling(model, X, seconds: float) -> dict:
+def ceiling(model, X, seconds: float, sizes=(1, 32)) -> dict:
     """In-process `model.predict` calls/s on one core, on a 1-row and a 32-row array."""
     out = {}
-    for rows in (1, 32):
+    for rows in sizes:
         x = X[:rows]
         for _ in range(200):
             model.predict(x)
@@ -141,19 +143,24 @@ class Server:
                                          stdin=subprocess.DEVNULL, env={**os.environ, **self.env},
                                          start_new_session=True)
 
-    def wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float, in_a_row: int = 10) -> None:
+        """Polls model readiness until `in_a_row` answers in a row are 200, each on a new connection
+        (a server with several processes behind one port may answer from a process that is ready
+        while another is still loading)."""
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{self.http_port}/v2/models/{MODEL}/ready"
+        streak = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        return
+                    streak = streak + 1 if r.status == 200 else 0
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(0.25)
+                streak = 0
+            if streak >= in_a_row:
+                return
+            time.sleep(0.05 if streak else 0.25)
         raise RuntimeError(f"not ready after {timeout:.0f} s; log tail:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 25) -> str:
@@ -173,6 +180,19 @@ class Server:
             return [root.pid] + [c.pid for c in root.children(recursive=True)]
         except psutil.NoSuchProcess:
             return []
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the server's live processes (children that exited are not counted)."""
+        import psutil
+
+        total = 0.0
+        for pid in self.pids():
+            try:
+                t = psutil.Process(pid).cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
 
     def stop(self) -> None:
         if not self.proc or self.proc.poll() is not None:
@@ -245,10 +265,19 @@ def _decode_rest_outputs(payload: dict) -> list[list]:
     return [o.get("data") for o in payload.get("outputs", [])]
 
 
-def check_rest(server: Server, body: bytes, expected: list[int]) -> None:
+def check_rest(server: Server, body: bytes, expected: list[int], tries: int = 8) -> None:
+    """POSTs the body `tries` times (new connection each); every answer must match `predict`."""
+    for _ in range(tries):
+        _check_rest_once(server, body, expected)
+
+
+def _check_rest_once(server: Server, body: bytes, expected: list[int]) -> None:
     req = urllib.request.Request(server.url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        payload = json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            payload = json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"HTTP {exc.code}: {exc.read()[:300]!r}") from exc
     outs = _decode_rest_outputs(payload)
     for data in outs:
         flat = _flatten(data)
@@ -289,6 +318,21 @@ def _flatten(data) -> list:
 # load
 
 
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def measured(server: Server, run, *args, **kwargs) -> dict:
+    """Runs one load run; adds the CPU the server and the load generator used, in cores."""
+    s0, c0, t0 = server.cpu_seconds(), _children_cpu(), time.perf_counter()
+    out = run(*args, **kwargs)
+    wall = time.perf_counter() - t0
+    out["server_cores"] = (server.cpu_seconds() - s0) / wall
+    out["client_cores"] = (_children_cpu() - c0) / wall
+    return out
+
+
 def wrk(url: str, body_file: Path, connections: int, seconds: float) -> dict:
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency",
            "-s", str(LUA), url]
@@ -317,12 +361,17 @@ def ensure_wrk() -> str:
 
 
 def median_run(runs: list[dict]) -> dict:
-    """The run with the median throughput (its own p99 goes with it); errors summed over runs."""
-    ok = sorted(runs, key=lambda r: r["rps"])
-    mid = dict(ok[(len(ok) - 1) // 2])
-    mid["errors"] = sum(max(0, r.get("errors", 0)) for r in runs) if all(r.get("errors", 0) >= 0 for r in runs) else -1
-    mid["rounds"] = len(runs)
-    return mid
+    """Median of each figure over the rounds; errors summed (-1 if a run failed to report)."""
+    out: dict = {"rounds": len(runs), "all_rps": [round(r.get("rps", 0.0)) for r in runs],
+                 "all_p99_ms": [round(r.get("p99_ms", float("nan")), 2) for r in runs]}
+    for key in ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "server_cores", "client_cores"):
+        values = [r[key] for r in runs if key in r]
+        if values:
+            out[key] = statistics.median(values)
+    out["errors"] = -1 if any(r.get("errors", 0) < 0 for r in runs) else sum(r.get("errors", 0) for r in runs)
+    out["non2xx"] = sum(r.get("non2xx", 0) for r in runs)
+    out["socket_errors"] = sum(r.get("socket_errors", 0) for r in runs)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +390,7 @@ def report(res: dict) -> list[str]:
     console = Console(width=160)
     servers = {s["name"]: s for s in res["servers"]}
     table = Table(title=f"V2 REST (wrk -t1, {res['duration']:.0f} s per run, median of {res['rounds']} round(s))")
-    for col in ("server", "rows", "c", "req/s", "rows/s", "p50 ms", "p99 ms", "errors"):
+    for col in ("server", "rows", "c", "req/s", "rows/s", "p50 ms", "p99 ms", "errors", "server CPU", "wrk CPU"):
         table.add_column(col, justify="left" if col == "server" else "right")
     for cell in res["rest"]:
         for name, r in cell["results"].items():
@@ -349,9 +398,21 @@ def report(res: dict) -> list[str]:
             table.add_row(servers[name]["label"], str(cell["rows"]), str(cell["c"]), fmt(r.get("rps")),
                           fmt((r.get("rps") or 0) * cell["rows"]), fmt(r.get("p50_ms"), ".2f"),
                           fmt(r.get("p99_ms"), ".2f"),
-                          "[red]failed[/red]" if err < 0 else (f"[red]{err}[/red]" if err else "0"))
+                          "[red]failed[/red]" if err < 0 else (f"[red]{err}[/red]" if err else "0"),
+                          fmt(r.get("server_cores"), ".2f"), fmt(r.get("client_cores"), ".2f"))
         table.add_section()
     console.print(table)
+
+    if res.get("batching_rest"):
+        bt = Table(title="Adaptive batching (Trimaran --max-batch-size 32 --max-batch-latency-ms 2), 1-row bodies")
+        for col in ("c", "req/s = rows/s", "p50 ms", "p99 ms", "errors", "without batching: req/s", "p99 ms"):
+            bt.add_column(col, justify="right")
+        for c, b in res["batching_rest"].items():
+            plain = next((cell["results"].get("trimaran") for cell in res["rest"]
+                          if cell["rows"] == 1 and str(cell["c"]) == c), None) or {}
+            bt.add_row(c, fmt(b.get("rps")), fmt(b.get("p50_ms"), ".2f"), fmt(b.get("p99_ms"), ".2f"),
+                       str(b.get("errors")), fmt(plain.get("rps")), fmt(plain.get("p99_ms"), ".2f"))
+        console.print(bt)
 
     if res.get("grpc"):
         gt = Table(title=f"V2 gRPC ModelInfer at c=64 (bench/serving/grpc_load.py, {res['duration']:.0f} s), "
@@ -368,7 +429,8 @@ def report(res: dict) -> list[str]:
 
     lines = []
     ceil = res["ceiling"]
-    lines.append(f"in-process predict (one core): 1 row {ceil['1']['calls_per_s']:,.0f} calls/s; "
+    lines.append(f"in-process predict (one core, before the servers started): 1 row "
+                 f"{ceil['1']['calls_per_s']:,.0f} calls/s; "
                  f"32 rows {ceil['32']['calls_per_s']:,.0f} calls/s = {ceil['32']['rows_per_s']:,.0f} rows/s")
     measured = [s for s in res["servers"] if not s.get("error")]
     ours = "trimaran" if any(s["name"] == "trimaran" for s in measured) else None
@@ -398,13 +460,28 @@ def report(res: dict) -> list[str]:
                          f"({servers[best_p99]['label']}); Trimaran not measured")
     b = res.get("batching")
     if b and b.get("rps"):
-        one_core = ceil["1"]["rows_per_s"]
+        again = [r[1]["rows_per_s"] for r in res.get("ceiling_at_batching") or []]
+        one_core = statistics.median(again) if again else ceil["1"]["rows_per_s"]
+        when = (f"measured right after each batching run, median of {len(again)}" if again
+                else "measured before the servers started")
         ratio = b["rps"] / one_core
-        lines.append(f"batching c=64 1-row: Trimaran +batching {b['rps']:,.0f} rows/s vs in-process 1-row ceiling "
-                     f"{one_core:,.0f} rows/s (one core) = {ratio:.0%} (target >= 60%: "
-                     f"{'met' if ratio >= 0.6 else 'NOT met'}); vs {CORES} cores x ceiling: "
-                     f"{b['rps'] / (one_core * CORES):.0%}; p99 {b['p99_ms']:.2f} ms"
-                     + ("" if b.get("errors") == 0 else f" [{b.get('errors')} errors]"))
+        lines.append(f"batching c=64 1-row: Trimaran +batching {b['rps']:,.0f} rows/s vs in-process 1-row predict "
+                     f"{one_core:,.0f} rows/s on one core ({when}) = {ratio:.0%} (target >= 60%: "
+                     f"{'met' if ratio >= 0.6 else 'NOT met'}); vs {CORES} cores x that: "
+                     f"{b['rps'] / (one_core * CORES):.0%}; vs 32-row predict on one core "
+                     f"({ceil['32']['rows_per_s']:,.0f} rows/s): {b['rps'] / ceil['32']['rows_per_s']:.1%}; "
+                     f"p99 {b['p99_ms']:.2f} ms" + ("" if b.get("errors") == 0 else f" [{b.get('errors')} errors]"))
+    by_rows: dict[int, dict[str, dict]] = {}
+    for g in res.get("grpc", []):
+        by_rows.setdefault(g["rows"], {})[g["server"]] = g
+    for rows, gs in by_rows.items():
+        valid = [p for p in peer_names if p in gs and gs[p].get("errors") == 0 and gs[p].get("rps")]
+        if ours in gs and valid:
+            best = max(valid, key=lambda p: gs[p]["rps"])
+            o = gs[ours]
+            lines.append(f"gRPC c=64 {rows}-row: Trimaran {o['rps']:,.0f} req/s (p99 {o['p99_ms']:.1f} ms)"
+                         f" vs best peer {gs[best]['rps']:,.0f} ({servers[best]['label']}) = "
+                         f"{o['rps'] / gs[best]['rps']:.2f}x (p99 {gs[best]['p99_ms']:.1f} ms)")
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
     return lines
@@ -416,9 +493,9 @@ def report(res: dict) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
-    ap.add_argument("--rounds", type=int, default=1, help="repeat every cell, report the median (default 1)")
-    ap.add_argument("--quick", action="store_true", help="2 s runs, no 'default' peer configurations")
+    ap.add_argument("--duration", type=float, default=4.0, help="seconds per wrk run (default 4)")
+    ap.add_argument("--rounds", type=int, default=3, help="repeat every cell, report the median (default 3)")
+    ap.add_argument("--quick", action="store_true", help="one round of 2 s runs, no 'default' peer configurations")
     ap.add_argument("--peers", default="mlserver,kserve", help="comma list of mlserver,kserve (or empty)")
     ap.add_argument("--no-defaults", action="store_true", help="skip the peers' default configurations")
     ap.add_argument("--no-trimaran", action="store_true", help="peers only")
@@ -431,8 +508,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write all figures here")
     args = ap.parse_args()
     if args.quick:
-        args.duration = min(args.duration, 2.0)
-        args.no_defaults = True
+        args.duration, args.rounds, args.no_defaults = min(args.duration, 2.0), 1, True
     wanted_peers = [p for p in args.peers.split(",") if p]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     row_counts = [int(r) for r in args.rows.split(",")]
@@ -515,7 +591,7 @@ def main() -> None:
             for s in live:
                 wrk(s.url, bodies[rows], 16, 2)
 
-        res["rest"] = []
+        res["rest"], res["ceiling_at_batching"] = [], []
         batching = next((s for s in live if s.name == "trimaran-batch"), None)
         main_servers = [s for s in live if s is not batching]
         turn = 0
@@ -528,7 +604,10 @@ def main() -> None:
                         order.append(batching)
                     turn += 1
                     for s in order:
-                        runs.setdefault(s.name, []).append(wrk(s.url, bodies[rows], c, args.duration))
+                        runs.setdefault(s.name, []).append(measured(s, wrk, s.url, bodies[rows], c, args.duration))
+                    if batching and rows == 1 and c == 64:
+                        # the ceiling again, under the machine's load of this moment
+                        res["ceiling_at_batching"].append(ceiling(model, X, 1.0, sizes=(1,)))
                 cell = {"rows": rows, "c": c, "load": os.getloadavg()[0],
                         "results": {k: median_run(v) for k, v in runs.items()}}
                 res["rest"].append(cell)
@@ -537,23 +616,28 @@ def main() -> None:
                     + (f" ERR {v['errors']}" if v.get("errors") else "") for k, v in cell["results"].items()),
                     flush=True)
         if batching:
-            cell = next((c for c in res["rest"] if c["rows"] == 1 and c["c"] == 64), None)
-            if cell:
-                res["batching"] = cell["results"].pop("trimaran-batch")
-            res["batching_rest"] = {f"{c['c']}": c["results"].pop("trimaran-batch") for c in res["rest"]
+            res["batching_rest"] = {str(c["c"]): c["results"].pop("trimaran-batch") for c in res["rest"]
                                     if "trimaran-batch" in c["results"]}
+            res["batching"] = res["batching_rest"].get("64")
 
         res["grpc"] = []
-        if not args.no_grpc:
+        grpc_servers = [s for s in main_servers if not s.grpc_error]
+        if not args.no_grpc and grpc_servers:
             for rows in row_counts:
-                for s in main_servers:
-                    if getattr(s, "grpc_error", None):
-                        continue
-                    g = grpc_load.run(f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows]), 64, args.duration,
-                                      processes=CORES)
-                    g.update(server=s.name, rows=rows)
+                runs = {}
+                for _ in range(args.rounds):
+                    k = turn % len(grpc_servers)
+                    turn += 1
+                    for s in grpc_servers[k:] + grpc_servers[:k]:
+                        g = measured(s, grpc_load.run, f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows]), 64,
+                                     args.duration, processes=CORES, warmup=1.0)
+                        g["error_codes"], g["errors"] = g["errors"], sum(g["errors"].values())
+                        runs.setdefault(s.name, []).append(g)
+                for name, rs in runs.items():
+                    g = median_run(rs)
+                    g.update(server=name, rows=rows)
                     res["grpc"].append(g)
-                    print(f"gRPC rows {rows} c=64 {s.label}: {g['rps']:,.0f} req/s p99 {g['p99_ms']:.1f} ms"
+                    print(f"gRPC rows {rows} c=64 {name}: {g['rps']:,.0f} req/s p99 {g['p99_ms']:.1f} ms"
                           + (f" errors {g['errors']}" if g["errors"] else ""), flush=True)
     finally:
         for s in servers:
