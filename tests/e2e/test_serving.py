@@ -51,6 +51,11 @@ def condition(obj: dict, ctype: str) -> dict:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
 
 
+def routed(obj: dict) -> bool:
+    """The router has loaded the routes (traffic) the status reports."""
+    return condition(obj, "IngressReady").get("status") == "True"
+
+
 def wait_ready(plane, name: str, timeout: float = 60) -> dict:
     return poll(lambda: (lambda o: o if condition(o, "Ready").get("status") == "True" else None)(isvc(plane, name)),
                 timeout=timeout, interval=0.2, what=f"{name} Ready")
@@ -155,8 +160,8 @@ def test_canary_split_promote_and_rollback(plane, tmp_path):
     client = Predictor(wait_ready(plane, "canary")["status"]["url"], "canary")
 
     apply(plane, tmp_path, isvc_manifest("canary", str(new), canaryTrafficPercent=10))
-    obj = poll(lambda: (lambda o: o if len(o["status"]["components"]["predictor"].get("traffic", [])) == 2 else None)(
-        isvc(plane, "canary")), timeout=60, interval=0.2, what="a 10% canary")
+    obj = poll(lambda: (lambda o: o if len(o["status"]["components"]["predictor"].get("traffic", [])) == 2
+                        and routed(o) else None)(isvc(plane, "canary")), timeout=60, interval=0.2, what="a 10% canary")
     traffic = obj["status"]["components"]["predictor"]["traffic"]
     assert {(t["revisionName"], t["percent"], t.get("tag")) for t in traffic} == {
         ("canary-predictor-00002", 10, "latest"), ("canary-predictor-00001", 90, "prev")}
@@ -167,14 +172,14 @@ def test_canary_split_promote_and_rollback(plane, tmp_path):
     assert table[3:7] == ["90", "10", "canary-predictor-00001", "canary-predictor-00002"]
 
     apply(plane, tmp_path, isvc_manifest("canary", str(new), canaryTrafficPercent=0))  # rollback
-    poll(lambda: [t for t in isvc(plane, "canary")["status"]["components"]["predictor"]["traffic"]
-                  if t["percent"] == 100 and t["revisionName"] == "canary-predictor-00001"],
-         timeout=30, interval=0.2, what="rollback")
+    poll(lambda: (lambda o: routed(o) and [t for t in o["status"]["components"]["predictor"]["traffic"]
+                                           if t["percent"] == 100 and t["revisionName"] == "canary-predictor-00001"])(
+        isvc(plane, "canary")), timeout=30, interval=0.2, what="rollback")
     assert _share(client, 100) == Counter({0: 100})
 
     apply(plane, tmp_path, isvc_manifest("canary", str(new)))  # promote
     obj = poll(lambda: (lambda o: o if o["status"]["components"]["predictor"].get("latestRolledoutRevision")
-                        == "canary-predictor-00002" else None)(isvc(plane, "canary")),
+                        == "canary-predictor-00002" and routed(o) else None)(isvc(plane, "canary")),
                timeout=30, interval=0.2, what="promotion")
     assert obj["status"]["components"]["predictor"]["previousRolledoutRevision"] == "canary-predictor-00001"
     assert _share(client, 100) == Counter({1: 100})

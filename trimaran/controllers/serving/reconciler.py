@@ -131,7 +131,8 @@ class InferenceServiceReconciler(Reconciler):
             }
             self._component_status(status, component, outcome, ports[service_key], key)
         self.routes.set_services(owner, services)
-        self._conditions(status, outcomes, stats, services, key)
+        busy |= not self.routes.loaded(owner, stats)
+        self._conditions(status, outcomes, stats, key)
         status["url"] = f"http://127.0.0.1:{ports[entry_key]}"
         status["address"] = {"url": f"http://{key.name}.{key.namespace}.{DOMAIN}:{ingress}"}
         status["deploymentMode"] = "Knative"
@@ -342,8 +343,7 @@ class InferenceServiceReconciler(Reconciler):
         cstatus["replicas"] = {rev: {"ready": ready, "total": total} for rev, (ready, total) in outcome.replicas.items()
                                if total or rev in {t["revisionName"] for t in r.traffic}}
 
-    def _conditions(self, status: dict, outcomes: dict[str, _Outcome], stats: dict | None, services: dict,
-                    key: Key) -> None:
+    def _conditions(self, status: dict, outcomes: dict[str, _Outcome], stats: dict | None, key: Key) -> None:
         ready_all = True
         for component, outcome in outcomes.items():
             ctype = "PredictorReady" if component == "predictor" else "TransformerReady"
@@ -360,8 +360,7 @@ class InferenceServiceReconciler(Reconciler):
             ready_all &= status_true(status, ctype)
             if component == "predictor":
                 _model_status(status, outcome)
-        routed = stats is not None and all(
-            rev in (stats.get("revisions") or {}) for svc in services.values() for rev in svc["revisions"])
+        routed = self.routes.loaded(f"{key.namespace}/{key.name}", stats)
         if stats is None:
             set_condition(status, "IngressReady", "False", "RouterNotReady",
                           f"the router ({ROUTER_NAMESPACE}/{ROUTER_NAME}) is not answering yet")

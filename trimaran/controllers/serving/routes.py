@@ -28,6 +28,7 @@ class RoutesFile:
         self.path = directory / "routes.json"
         self.ports = ports
         self.data = self._read()
+        self._written: dict[str, int] = {}  # owner -> the routes version that last changed its services
         reserved = [p for p in (self.data.get("ingressPort"), self.data.get("adminPort")) if p]
         reserved += [s["port"] for s in self.data["services"].values() if s.get("port")]
         ports.reserve(reserved)
@@ -69,9 +70,15 @@ class RoutesFile:
         merged = {**kept, **services}
         if merged != current:
             self.data["services"] = dict(sorted(merged.items()))
+            self.data["version"] = int(self.data.get("version", 0)) + 1
+            self._written[owner] = self.data["version"]
             self._write()
         if released:
             self.ports.release(released)
+
+    def loaded(self, owner: str, stats: dict | None) -> bool:
+        """Whether the router (by its ``stats``) has loaded the last routes written for ``owner``."""
+        return stats is not None and int(stats.get("routesVersion", -1)) >= self._written.get(owner, 0)
 
     def owners(self) -> set[str]:
         """The InferenceServices that have routes."""

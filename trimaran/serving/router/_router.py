@@ -135,6 +135,8 @@ class Router:
         self._stamp: tuple[float, int] | None = None
         self._servers: dict[str, asyncio.base_events.Server] = {}
         self._ports: dict[str, int] = {}
+        self.routes_version = 0
+        self.loaded_version = -1  # the routes file's "version" once every route of it is in place
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -181,7 +183,7 @@ class Router:
         if stamp == self._stamp:
             return
         config = json.loads(self.config_path.read_text())
-        self._stamp = stamp
+        self.routes_version = int(config.get("version", 0))
         await self._listen("admin", int(config["adminPort"]), None)
         await self._listen("ingress", int(config["ingressPort"]), None)
         wanted = config.get("services") or {}
@@ -213,6 +215,8 @@ class Router:
         self.by_host = {h: s for s in self.services.values() for h in s.hosts}
         for rev in self.revisions.values():
             rev.notify()
+        self.loaded_version = self.routes_version
+        self._stamp = stamp  # only now: a reload that failed half-way is tried again
 
     def _update_revision(self, name: str, spec: dict) -> None:
         rev = self.revisions.get(name)
@@ -370,6 +374,7 @@ class Router:
         the per-second buckets ``[second, average concurrency, requests]``."""
         return {
             "pid": os.getpid(),
+            "routesVersion": self.loaded_version,
             "revisions": {
                 name: {
                     "inflight": rev.stats.inflight,
