@@ -87,3 +87,35 @@ def test_metrics_from_two_workers_add_up(start_server, tmp_path: Path) -> None:
     assert writers == {str(pid) for pid in workers}
     server.stop()
     assert not directory.exists()
+
+
+def test_trimaran_serve_command(digits_dir: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+    from tests.serving.conftest import free_port
+
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w+")
+    process = subprocess.Popen([sys.executable, "-m", "trimaran.cli", "serve", str(digits_dir), "--name", "digits",
+                                "--http-port", str(port), "--grpc-port", "0", "--workers", "1"],
+                               stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        poll(lambda: _ready(f"http://127.0.0.1:{port}"), timeout=30, what="trimaran serve ready")
+        assert httpx.post(f"http://127.0.0.1:{port}/v1/models/digits:predict",
+                          json={"instances": [[0.0] * 64]}).status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(15)
+    log.seek(0)
+    output = log.read()
+    assert code == 0, output
+    assert "trimaran serve" in output and f"http://127.0.0.1:{port}" in output and "server stopped" in output
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/v2/health/ready").status_code == 200
+    except httpx.TransportError:
+        return False

@@ -87,10 +87,6 @@ class Dispatcher:
         self._samples = 0
         self._executor: ThreadPoolExecutor | None = None
 
-    @property
-    def inline(self) -> bool:
-        return self._inline
-
     def submit(self, inputs: dict[str, np.ndarray], outputs: list[str] | None,
                signature: str | None) -> dict[str, np.ndarray] | asyncio.Future:
         """The outputs at once (inline, unbatched, idle model) or a future of them.

@@ -84,13 +84,14 @@ def bytes_from_raw(raw: bytes | memoryview, count: int, name: str) -> np.ndarray
 def bytes_to_raw(array: np.ndarray) -> bytes:
     parts = []
     for item in array.ravel():
-        data = _as_bytes(item)
+        data = as_bytes(item)
         parts.append(struct.pack("<I", len(data)))
         parts.append(data)
     return b"".join(parts)
 
 
-def _as_bytes(item: Any) -> bytes:
+def as_bytes(item: Any) -> bytes:
+    """A BYTES element as bytes (str is UTF-8 encoded)."""
     if isinstance(item, bytes):
         return item
     if isinstance(item, str):
@@ -98,7 +99,8 @@ def _as_bytes(item: Any) -> bytes:
     return str(item).encode()
 
 
-def _as_text(item: Any) -> Any:
+def as_text(item: Any) -> Any:
+    """A BYTES element as JSON can carry it: bytes decoded as UTF-8 (undecodable bytes replaced)."""
     return item.decode("utf-8", errors="replace") if isinstance(item, bytes) else item
 
 
@@ -239,7 +241,7 @@ def encode_v2(model_name: str, model_version: str, request: V2Request,
             tensor["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         elif array.dtype.kind in "OSU":
-            tensor["data"] = [_as_text(x) for x in array.ravel().tolist()]
+            tensor["data"] = [as_text(x) for x in array.ravel().tolist()]
         else:
             tensor["data"] = np.ascontiguousarray(array).ravel()
         tensors.append(tensor)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
@@ -81,8 +81,7 @@ class ServerConfig:
     predictor_host: str | None = None
     predictor_protocol: str = "v1"
     drain_timeout: float = 5.0
-    keepalive_timeout: float = 65.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    keepalive_timeout: float = 65.0  # KServe's: longer than a proxy's idle timeout, so the proxy closes first
 
     def __post_init__(self) -> None:
         if self.workers <= 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,9 @@ class DataPlane:
         self.models: dict[str, ModelRepository] = {config.model_name: repo}
 
     def _attach(self, version: ModelVersion) -> None:
+        # What loading created (the framework's modules, the model) lives as long as the version: moving it
+        # out of the collector's sight keeps full collections, and the latency spikes they cause, short.
+        gc.freeze()
         model = version.model
         if model.payload_level:
             return

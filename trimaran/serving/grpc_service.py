@@ -68,7 +68,7 @@ def encode_response(response: pb.ModelInferResponse, outputs: dict[str, np.ndarr
         if raw or datatype not in _CONTENTS_FIELD:
             response.raw_output_contents.append(codec.array_to_raw(array))
         elif datatype == "BYTES":
-            tensor.contents.bytes_contents.extend(codec._as_bytes(x) for x in array.ravel().tolist())
+            tensor.contents.bytes_contents.extend(codec.as_bytes(x) for x in array.ravel().tolist())
         else:
             getattr(tensor.contents, _CONTENTS_FIELD[datatype]).extend(array.ravel().tolist())
 
@@ -159,7 +159,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             "id": request.id,
             "parameters": {k: _parameter(v) for k, v in request.parameters.items()},
             "inputs": [{"name": n, "datatype": codec.datatype_of(a), "shape": list(a.shape),
-                        "data": [codec._as_text(x) for x in a.ravel().tolist()]} for n, a in inputs.items()]}
+                        "data": [codec.as_text(x) for x in a.ravel().tolist()]} for n, a in inputs.items()]}
         if wanted:
             payload["outputs"] = [{"name": n} for n in wanted]
         result = await self.plane.infer_payload(handle, payload, {})

@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import httptools
+import orjson
 
 log = logging.getLogger("trimaran.serving")
 
@@ -76,8 +77,7 @@ Handler = Callable[[Request], "Response | Awaitable[Response]"]
 
 
 def error_response(status: int, message: str) -> Response:
-    import orjson
-
+    """``{"error": message}`` with ``status``: the V1/V2 error body, for errors found before routing."""
     return Response(status, orjson.dumps({"error": message}))
 
 
