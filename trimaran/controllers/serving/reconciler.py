@@ -30,7 +30,7 @@ from pathlib import Path
 
 from trimaran.api.serving import InferenceService, StorageUriError, resolve_storage_uri
 from trimaran.controllers.base import Key, Reconciler, key_of
-from trimaran.controllers.conditions import now_rfc3339, set_condition
+from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import is_terminating, owned_pods, phase, request_deletion, restart_count
 from trimaran.controllers.ports import PortAllocator
 from trimaran.controllers.serving.autoscaling import CpuSampler, RevisionScaler
@@ -56,6 +56,8 @@ DRAINING_ANNOTATION = "serving.trimaran.io/draining-since"
 DRAIN_SECONDS = 1.0  # the router re-reads routes every 0.2 s; then in-flight requests finish
 BUSY_REQUEUE = 0.3  # while something is starting, draining or not yet ready
 LOG_TAIL_LINES = 5
+# A replica younger than this may still be scanning its model directory: its "no version" is not a failure.
+LOAD_GRACE_SECONDS = 3.0
 
 
 class InferenceServiceReconciler(Reconciler):
@@ -174,6 +176,7 @@ class InferenceServiceReconciler(Reconciler):
         outcome = _Outcome()
         host_paths: dict[str, Path] = {}
         for rev in mine:
+            rev.pop("failure", None)  # found again below while it lasts
             if rev.get("model"):
                 try:
                     host_paths[rev["name"]] = resolve_storage_uri(rev["model"]["storageUri"], self.home, ns)
@@ -190,9 +193,6 @@ class InferenceServiceReconciler(Reconciler):
                 if not rev.get("ready"):
                     self._event("Normal", "RevisionReady", f"Revision {rev['name']} is ready")
                 rev["ready"] = True
-                rev.pop("failure", None)
-            elif rev.get("failure", {}).get("reason") in ("InvalidStorageUri", "ModelNotFound"):
-                rev.pop("failure", None)  # the path is fine now
         cstatus = status.setdefault("components", {}).setdefault(component, {})
         canary = spec.get("canaryTrafficPercent")
         rollout = plan_traffic([r["name"] for r in mine], {r["name"] for r in mine if r.get("ready")},
@@ -211,8 +211,7 @@ class InferenceServiceReconciler(Reconciler):
             ready = set((rev_stats.get(rev["name"]) or {}).get("ready") or [])
             draining_in_router = set((rev_stats.get(rev["name"]) or {}).get("draining") or [])
             scaler_key = f"{ns}/{rev['name']}"
-            if rev["name"] not in wanted or rev.get("failure") and rev["failure"]["reason"] in (
-                    "InvalidStorageUri", "ModelNotFound"):
+            if rev["name"] not in wanted or rev.get("failure"):  # only storage failures are known yet
                 desired = 0
                 self.scalers.pop(scaler_key, None)
             elif not rev.get("ready"):
@@ -237,6 +236,8 @@ class InferenceServiceReconciler(Reconciler):
             live = [p for p in rpods if not is_terminating(p) and not _draining(p)]
             outcome.replicas[rev["name"]] = (sum(1 for p in live if _address(p) in ready), len(live))
             if rev["name"] in wanted and not rev.get("failure"):
+                # Every revision that may get traffic is routed, ready or not: the router's probes are
+                # what finds it ready; traffic only goes to the targets.
                 probe = HEALTH_PATH if rev.get("model") else next(
                     ((p["metadata"].get("annotations") or {}).get(PROBE_ANNOTATION) for p in live), None)
                 outcome.routes[rev["name"]] = {
@@ -293,7 +294,7 @@ class InferenceServiceReconciler(Reconciler):
         server's own account of its versions, else the end of a restarting replica's log."""
         name = obj["metadata"]["name"]
         for pod in pods:
-            if phase(pod) != "Running" or not rev.get("model"):
+            if phase(pod) != "Running" or not rev.get("model") or _running_for(pod) < LOAD_GRACE_SECONDS:
                 continue
             port = _pod_ports(pod)[0]
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=0.5)
@@ -456,6 +457,15 @@ def _model_status(status: dict, outcome: _Outcome) -> None:
         model["states"] = {"activeModelState": "Loaded" if r.latest_ready else "Pending",
                            "targetModelState": "Loading"}
     status["modelStatus"] = model
+
+
+def _running_for(pod: dict) -> float:
+    """Seconds since the replica's current attempt started (0 when it is not running)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+        if started:
+            return seconds_since(started)
+    return 0.0
 
 
 def _pod_ports(pod: dict) -> list[int]:
