@@ -119,3 +119,15 @@ def _ready(url: str) -> bool:
         return httpx.get(f"{url}/v2/health/ready").status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_a_crashed_worker_is_replaced(start_server, tmp_path: Path) -> None:
+    server = start_server(echo_dir(tmp_path), name="echo", workers=2, grpc=False).wait_ready()
+    victim, survivor = server.worker_pids()
+    os.kill(victim, signal.SIGKILL)
+    poll(lambda: len(pids := server.worker_pids()) == 2 and victim not in pids, what="a replacement worker")
+    assert survivor in server.worker_pids()
+    # New connections may land on either worker: all of them are answered once the replacement listens.
+    poll(lambda: all(_ready(server.url) for _ in range(10)), what="both workers serving")
+    assert "restarting worker" in server.log()
+    assert metric(server, "trimaran_inflight_requests") == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from trimaran.serving.metrics import ServerMetrics
 from trimaran.serving.repository import ModelRepository, ModelVersion
 from trimaran.serving.runtimes import InferenceInputError, PredictorError
 
+log = logging.getLogger("trimaran.serving")
 SERVER_NAME = "trimaran"
 # Triton's binary tensor extension is implemented by the REST front end (tritonclient uses it by default).
 EXTENSIONS = ["binary_tensor_data"]
@@ -67,6 +69,13 @@ class DataPlane:
             timeout=self.config.request_timeout,
             on_batch=lambda seconds, n: metrics.predicted(name, seconds, n),
             on_queue=lambda delta: metrics.queue_depth(name, delta))
+
+    async def poll(self) -> None:
+        """One scan of every model's base path (the first load); a scan that fails is logged, as in ``run``."""
+        results = await asyncio.gather(*(repo.poll() for repo in self.models.values()), return_exceptions=True)
+        for repo, result in zip(self.models.values(), results, strict=True):
+            if isinstance(result, Exception):
+                log.error("model %s: scanning %s failed", repo.name, repo.base, exc_info=result)
 
     async def run(self) -> None:
         """Load and keep polling every model's versions (until ``stop``)."""

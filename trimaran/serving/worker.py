@@ -47,6 +47,17 @@ async def serve_worker(config: ServerConfig, index: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     metrics = ServerMetrics()
     plane = DataPlane(config, metrics)
+    # Listen only once the first load has been tried: the kernel then never hands a connection to a worker
+    # that is still loading while its siblings serve (readiness would flap between workers). A first load
+    # that fails still listens, to say why it is not ready.
+    first_load = loop.create_task(plane.poll())
+    stopping = loop.create_task(stop.wait())
+    await asyncio.wait({first_load, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():
+        first_load.cancel()
+        plane.stop()
+        return
+    first_load.result()
     app = RestApp(plane, metrics)
     http = HttpServer(app, max_body=config.max_body_bytes, keepalive_timeout=config.keepalive_timeout,
                       on_crash=app.crashed)
