@@ -23,6 +23,7 @@ CONFIGMAPS = {
     "failing": ("flaky-code", ["flaky.py"]),
     "katib-digits": ("katib-digits-code", ["train.py"]),
     "katib-grid": ("katib-grid-code", ["train.py"]),
+    "serving": ("digits-serving-code", ["train.py"]),
 }
 
 

@@ -219,3 +219,27 @@ def test_pvc_model_written_by_a_job_is_served(plane, tmp_path):
     apply(plane, tmp_path, isvc_manifest("frompvc", "pvc://models/m"))
     obj = wait_ready(plane, "frompvc", timeout=90)
     assert Predictor(obj["status"]["url"], "frompvc").v1() == 3
+
+
+def test_serving_example_job_to_canary_to_promotion(plane):
+    from tests.helpers import EXAMPLES
+
+    d = EXAMPLES / "serving"
+    plane.cli("apply", "-f", str(d / "pvc.yaml"), "-f", str(d / "code-configmap.yaml"),
+              "-f", str(d / "train-job.yaml"))
+    plane.cli("wait", "job/digits-train", "--for=condition=Complete", "--timeout=120s")
+    plane.cli("apply", "-f", str(d / "digits.yaml"))
+    wait_ready(plane, "digits", timeout=90)
+    v1 = json.loads(plane.cli("predict", "digits", "-f", str(d / "input.json")).stdout)
+    assert v1 == {"predictions": [0, 1]}
+    v2 = json.loads(plane.cli("predict", "digits", "-f", str(d / "input-v2.json")).stdout)
+    assert v2["outputs"][0]["data"] == [0, 1]
+    plane.cli("apply", "-f", str(d / "digits-canary.yaml"))
+    poll(lambda: (lambda o: routed(o) and len(o["status"]["components"]["predictor"]["traffic"]) == 2)(
+        isvc(plane, "digits")), timeout=90, interval=0.2, what="the canary")
+    plane.cli("apply", "-f", str(d / "digits-promote.yaml"))
+    obj = poll(lambda: (lambda o: o if routed(o) and o["status"]["components"]["predictor"].get(
+        "latestRolledoutRevision") == "digits-predictor-00002" else None)(isvc(plane, "digits")),
+        timeout=90, interval=0.2, what="the promotion")
+    assert obj["status"]["components"]["predictor"]["traffic"][0]["percent"] == 100
+    assert json.loads(plane.cli("predict", "digits", "-f", str(d / "input.json")).stdout) == {"predictions": [0, 1]}
