@@ -223,6 +223,29 @@ def test_tritonclient_http(server: ModelServer, digits) -> None:
     client.close()
 
 
+def test_compressed_request_bodies(server: ModelServer, digits) -> None:
+    import gzip
+    import zlib
+
+    import tritonclient.http as triton
+
+    x, model = digits
+    client = triton.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    for algorithm in ("gzip", "deflate"):
+        inp = triton.InferInput("input-0", [2, 64], "FP32")
+        inp.set_data_from_numpy(x[:2].astype(np.float32))
+        result = client.infer("digits", [inp], request_compression_algorithm=algorithm)
+        assert result.as_numpy("output-0").tolist() == model.predict(x[:2]).tolist()
+    client.close()
+    headers = {"content-encoding": "gzip"}
+    bomb = gzip.compress(b" " * 300_000)  # well under the limit compressed, over it inflated
+    assert server.client.post("/v2/models/digits/infer", content=bomb, headers=headers).status_code == 413
+    assert server.client.post("/v2/models/digits/infer", content=b"plain", headers=headers).status_code == 400
+    r = server.client.post("/v1/models/digits:predict", content=zlib.compress(b"{}"),
+                           headers={"content-encoding": "br"})
+    assert r.status_code == 415 and "gzip" in r.json()["error"]
+
+
 def test_tritonclient_grpc(server: ModelServer, digits) -> None:
     import tritonclient.grpc as triton
     from tritonclient.utils import InferenceServerException

@@ -54,3 +54,17 @@ class Unsupported(ServingError):
 
     http_status = 501
     grpc_code = "UNIMPLEMENTED"
+
+
+class PayloadTooLarge(ServingError):
+    """A body over ``--max-body-bytes`` (also once decompressed): 413 / RESOURCE_EXHAUSTED."""
+
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class UnsupportedMediaType(ServingError):
+    """A Content-Encoding the server cannot decode: 415 / INVALID_ARGUMENT."""
+
+    http_status = 415
+    grpc_code = "INVALID_ARGUMENT"

@@ -25,8 +25,9 @@ import orjson
 log = logging.getLogger("trimaran.serving")
 
 _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large", 500: "Internal Server Error",
-            501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+            408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
+            500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable",
+            504: "Gateway Timeout"}
 _STATUS_LINES = {code: f"HTTP/1.1 {code} {reason}\r\n".encode() for code, reason in _REASONS.items()}
 LINGER_SECONDS = 2.0  # how long a refused request's body is read and discarded before closing
 MAX_PIPELINED = 64  # parsed requests a connection may have waiting before reading pauses

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import zlib
 from typing import Any
 from urllib.parse import unquote
 
@@ -24,7 +25,14 @@ import numpy as np
 
 from trimaran.serving import codec
 from trimaran.serving.dataplane import DataPlane, as_serving_error, select_outputs
-from trimaran.serving.errors import InvalidInput, NotFound, ServingError, Unsupported
+from trimaran.serving.errors import (
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    ServingError,
+    Unsupported,
+    UnsupportedMediaType,
+)
 from trimaran.serving.http import Request, Response
 from trimaran.serving.metrics import CONTENT_TYPE, ServerMetrics
 from trimaran.serving.repository import ModelVersion
@@ -34,7 +42,7 @@ log = logging.getLogger("trimaran.serving")
 
 _V2_MODEL = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?(?:/(ready|infer))?$")
 _V1_MODEL = re.compile(r"^/v1/models/([^/:]+)(?:/versions/([^/:]+))?(?:(/metadata)|:([a-z]+))?$")
-_JSON_HEADERS = (("content-type", "application/json"),)
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}  # zlib's header flags for each encoding
 
 # TF Serving's DataType names for V2 datatypes, for V1 metadata.
 _TF_DTYPES = {"BOOL": "DT_BOOL", "UINT8": "DT_UINT8", "UINT16": "DT_UINT16", "UINT32": "DT_UINT32",
@@ -53,9 +61,10 @@ def error_response(exc: ServingError) -> Response:
 class RestApp:
     """Routes a parsed request to the data plane; a callable for :class:`trimaran.serving.http.HttpServer`."""
 
-    def __init__(self, plane: DataPlane, metrics: ServerMetrics) -> None:
+    def __init__(self, plane: DataPlane, metrics: ServerMetrics, max_body: int) -> None:
         self.plane = plane
         self.metrics = metrics
+        self.max_body = max_body
 
     def __call__(self, req: Request) -> Response | Any:
         try:
@@ -155,7 +164,7 @@ class RestApp:
         return self._infer(req, name, version, "v1", self._v1_run)
 
     def _v1_run(self, req: Request, handle: ModelVersion) -> Response | Any:
-        payload = codec.loads(req.body)
+        payload = codec.loads(self._body(req))
         model = handle.model
         if model.payload_level:
             return self._payload(req, handle, payload)
@@ -183,7 +192,7 @@ class RestApp:
         return self._infer(req, name, version, "v2", self._v2_run)
 
     def _v2_run(self, req: Request, handle: ModelVersion) -> Response | Any:
-        payload, binary = codec.parse_v2_body(req.body, req.headers.get("inference-header-content-length"))
+        payload, binary = codec.parse_v2_body(self._body(req), req.headers.get("inference-header-content-length"))
         if handle.model.payload_level:
             return self._payload(req, handle, payload, v2=True)
         request = codec.decode_v2(payload, binary)
@@ -202,6 +211,23 @@ class RestApp:
                         (("inference-header-content-length", str(header_length)),))
 
     # -- shared ------------------------------------------------------------------------------------------------
+    def _body(self, req: Request) -> bytes:
+        """The request body, decompressed when it has a Content-Encoding (tritonclient's request compression),
+        and no larger than ``max_body`` once decompressed."""
+        encoding = req.headers.get("content-encoding")
+        if not encoding or encoding == "identity":
+            return req.body
+        if encoding not in _WBITS:
+            raise UnsupportedMediaType(f"Content-Encoding {encoding!r} is not supported; use gzip or deflate")
+        inflater = zlib.decompressobj(wbits=_WBITS[encoding])
+        try:
+            body = inflater.decompress(req.body, self.max_body + 1)
+        except zlib.error as exc:
+            raise InvalidInput(f"the {encoding} body cannot be decompressed: {exc}") from None
+        if len(body) > self.max_body:
+            raise PayloadTooLarge(f"the decompressed body exceeds the limit of {self.max_body} bytes")
+        return body
+
     def _payload(self, req: Request, handle: ModelVersion, payload: Any, v2: bool = False) -> Any:
         async def run() -> Response:
             result = await self.plane.infer_payload(handle, payload, req.headers)

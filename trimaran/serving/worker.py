@@ -58,7 +58,7 @@ async def serve_worker(config: ServerConfig, index: int) -> None:
         plane.stop()
         return
     first_load.result()
-    app = RestApp(plane, metrics)
+    app = RestApp(plane, metrics, config.max_body_bytes)
     http = HttpServer(app, max_body=config.max_body_bytes, keepalive_timeout=config.keepalive_timeout,
                       on_crash=app.crashed)
     await http.start(config.host, config.http_port)
