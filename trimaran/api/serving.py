@@ -26,7 +26,6 @@ reports a failure in the InferenceService's status.
 
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -154,6 +153,8 @@ def _normal_absolute(path: str) -> str:
 
 def model_roots(home: Path) -> list[Path]:
     """Directories an absolute storageUri may point into (see the module docstring)."""
+    import tempfile  # here, not at the top: `import trimaran.api` stays cheap for the CLI
+
     configured = os.environ.get("TRIMARAN_MODEL_ROOTS")
     if configured:
         return [Path(p).resolve() for p in configured.split(os.pathsep) if p]
