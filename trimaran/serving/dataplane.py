@@ -82,10 +82,8 @@ class DataPlane:
         await asyncio.gather(*(repo.run(self.config.poll_interval) for repo in self.models.values()))
 
     def stop(self) -> None:
+        """Stop polling; every version closes after its last request."""
         for repo in self.models.values():
-            for version in repo.loaded.values():
-                if version.dispatcher is not None:
-                    version.dispatcher.close()
             repo.stop()
 
     # -- health and metadata ---------------------------------------------------------------------------------

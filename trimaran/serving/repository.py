@@ -60,6 +60,8 @@ class ModelVersion:
             self._close()
 
     def _close(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()
         try:
             self.model.close()
         except Exception:
