@@ -243,3 +243,46 @@ def test_serving_example_job_to_canary_to_promotion(plane):
         timeout=90, interval=0.2, what="the promotion")
     assert obj["status"]["components"]["predictor"]["traffic"][0]["percent"] == 100
     assert json.loads(plane.cli("predict", "digits", "-f", str(d / "input.json")).stdout) == {"predictions": [0, 1]}
+
+
+# A transformer as a custom container: multiplies the predictor's answers by 10. It listens on
+# $PORT and reaches the predictor at $PREDICTOR_HOST, as KServe wires a transformer.
+TRANSFORMER = textwrap.dedent("""
+    import http.client, json, os
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["content-length"]))
+            host, port = os.environ["PREDICTOR_HOST"].split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("POST", self.path, body=body, headers={"content-type": "application/json"})
+            answer = json.loads(conn.getresponse().read())
+            data = json.dumps({"predictions": [p * 10 for p in answer["predictions"]]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+""")
+
+
+def test_transformer_calls_the_predictor_through_its_own_route(plane, tmp_path):
+    model = constant_model(tmp_path / "models/seven", 7)
+    doc = json.loads(isvc_manifest("pipeline", str(model)))
+    doc["spec"]["transformer"] = {"containers": [{"name": "kserve-container", "image": "python:3.11",
+                                                  "command": ["python", "-c", TRANSFORMER]}]}
+    apply(plane, tmp_path, json.dumps(doc))
+    obj = wait_ready(plane, "pipeline", timeout=90)
+    status = obj["status"]
+    assert condition(obj, "TransformerReady")["status"] == "True"
+    assert status["components"]["transformer"]["latestReadyRevision"] == "pipeline-transformer-00001"
+    assert status["url"] == status["components"]["transformer"]["url"] != status["components"]["predictor"]["url"]
+    assert Predictor(status["url"], "pipeline").v1() == 70
+    assert Predictor(status["components"]["predictor"]["url"], "pipeline").v1() == 7
+    plane.cli("delete", "isvc", "pipeline")
+    poll(lambda: not plane.client().list("Pod", "trimaran-system"), timeout=30, what="the router stopped")

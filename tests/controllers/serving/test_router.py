@@ -85,9 +85,9 @@ class RouterHarness:
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
     def configure(self, traffic: list[tuple[str, int]], revisions: dict[str, list[str]],
-                  container_concurrency: int = 0, activation_timeout: float = 10) -> None:
+                  container_concurrency: int = 0, activation_timeout: float = 10, timeout: float = 30) -> None:
         config = {"ingressPort": self.ingress, "adminPort": self.admin, "services": {"default/iris": {
-            "port": self.port, "hosts": ["iris.default.example.com"], "timeout": 30,
+            "port": self.port, "hosts": ["iris.default.example.com"], "timeout": timeout,
             "activationTimeout": activation_timeout,
             "traffic": [{"revisionName": r, "percent": p} for r, p in traffic],
             "revisions": {r: {"endpoints": eps, "containerConcurrency": container_concurrency,
@@ -252,3 +252,13 @@ def test_concurrency_and_request_buckets(harness: RouterHarness) -> None:
     assert 3.0 <= concurrency <= 4.5
     # Little's law: 4 in flight at >= 0.1 s each is at most 40 per second (the stub shares our GIL).
     assert 4 <= requests <= 45
+
+
+def test_a_slow_replica_times_out_with_504_and_is_not_retried(harness: RouterHarness) -> None:
+    slow = Replica("slow", delay=1.5)
+    harness.configure([("rev-1", 100)], {"rev-1": [slow.address]}, timeout=0.5)
+    poll(lambda: harness.ready_endpoints("rev-1"), what="replica ready")
+    code, message = Client(harness.port).predict()
+    assert code == 504 and "timed out" in message
+    time.sleep(1.5)
+    assert slow.max_inflight == 1

@@ -20,6 +20,8 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te"
 _REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 413: b"Payload Too Large",
             500: b"Internal Server Error", 502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 MAX_BODY = 256 * 1024 * 1024
+# asyncio.timeout (3.11+) cancels in place; wait_for would wrap every upstream read in a new task.
+_timeout = getattr(asyncio, "timeout", None)
 
 
 @dataclass
@@ -166,7 +168,16 @@ class UpstreamPool:
                 if on_sent is not None:
                     on_sent()
                 parsed = _ResponseParser()
-                await asyncio.wait_for(_read_response(reader, parsed), timeout)
+                if _timeout is not None:
+                    async with _timeout(timeout):
+                        await _read_response(reader, parsed)
+                else:
+                    await asyncio.wait_for(_read_response(reader, parsed), timeout)
+            except asyncio.TimeoutError:
+                # Before OSError, of which it is a subclass: a slow replica is not a dead one, and the
+                # request must not be sent again elsewhere.
+                writer.close()
+                raise
             except (OSError, httptools.HttpParserError) as exc:
                 writer.close()
                 if attempt == 0 and not fresh:

@@ -140,15 +140,15 @@ class Router:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def run(self) -> None:
-        await self._reload()
+        """Serve until cancelled, re-reading the routes file every RELOAD_SECONDS."""
         roller = asyncio.create_task(self._roll_loop())
         try:
             while True:
-                await asyncio.sleep(RELOAD_SECONDS)
                 try:
                     await self._reload()
-                except Exception:  # a half-written or invalid file: keep serving the last good routes
+                except Exception:  # an invalid file: keep serving the last good routes
                     log.exception("reloading %s", self.config_path)
+                await asyncio.sleep(RELOAD_SECONDS)
         finally:
             roller.cancel()
 
