@@ -137,3 +137,16 @@ def _same(got: np.ndarray, want: np.ndarray, datatype: str) -> None:
     else:
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_v1_b64_values(server: ModelServer) -> None:
+    import base64
+
+    rows = [["a", "héllo", "c"], ["d", "e", "f"]]
+    instances = [[{"b64": base64.b64encode(v.encode()).decode()} for v in row] for row in rows]
+    r = server.client.post(f"/v1/models/identity/versions/{VERSION['BYTES']}:predict", json={"instances": instances})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"predictions": rows}
+    r = server.client.post(f"/v1/models/identity/versions/{VERSION['FP32']}:predict",
+                           json={"inputs": [[1.5, 2, 3]]})
+    assert r.json() == {"outputs": [[1.5, 2.0, 3.0]]}

@@ -267,8 +267,9 @@ def _b64(value: Any) -> Any:
     return value
 
 
-def _column(values: Any, dtype: np.dtype | None, name: str) -> np.ndarray:
-    values = _b64(values)
+def _column(values: Any, dtype: np.dtype | None, name: str, b64: bool) -> np.ndarray:
+    if b64:
+        values = _b64(values)
     try:
         if dtype is not None and dtype.kind == "f":
             return np.asarray(values, dtype=dtype)
@@ -280,12 +281,13 @@ def _column(values: Any, dtype: np.dtype | None, name: str) -> np.ndarray:
         raise InvalidInput(f"input {name!r}: values do not form a tensor: {exc}") from None
 
 
-def decode_v1(payload: Any, input_names: list[str], input_dtypes: dict[str, np.dtype]) -> tuple[dict[str, np.ndarray],
-                                                                                             bool]:
+def decode_v1(payload: Any, input_names: list[str], input_dtypes: dict[str, np.dtype], *,
+              b64: bool = True) -> tuple[dict[str, np.ndarray], bool]:
     """Decode a V1 predict body into named arrays; the flag is True for the row (``instances``) format.
 
     ``input_names`` are the model's declared inputs (maybe none). Rows of objects are stacked per key;
-    plain rows go to the single input.
+    plain rows go to the single input. ``b64`` False skips looking for ``{"b64": ...}`` values (the caller
+    knows the body has none: the walk costs a Python call per nested list).
     """
     if not isinstance(payload, dict):
         raise InvalidInput("the request body must be a JSON object with \"instances\" or \"inputs\"")
@@ -299,20 +301,20 @@ def decode_v1(payload: Any, input_names: list[str], input_dtypes: dict[str, np.d
         if instances and isinstance(instances[0], dict) and not (len(instances[0]) == 1 and "b64" in instances[0]):
             if not all(isinstance(row, dict) and row.keys() == instances[0].keys() for row in instances):
                 raise InvalidInput("every instance must be an object with the same keys")
-            return {key: _column([row[key] for row in instances], input_dtypes.get(key), key)
+            return {key: _column([row[key] for row in instances], input_dtypes.get(key), key, b64)
                     for key in instances[0]}, True
         if default is None:
             raise InvalidInput(f"the model has inputs {', '.join(map(repr, input_names))}: send each instance "
                                f"as an object keyed by input name")
-        return {default: _column(instances, input_dtypes.get(default), default)}, True
+        return {default: _column(instances, input_dtypes.get(default), default, b64)}, True
     if "inputs" in payload:
         columns = payload["inputs"]
         if isinstance(columns, dict):
-            return {key: _column(value, input_dtypes.get(key), key) for key, value in columns.items()}, False
+            return {key: _column(value, input_dtypes.get(key), key, b64) for key, value in columns.items()}, False
         if default is None:
             raise InvalidInput(f"the model has inputs {', '.join(map(repr, input_names))}: send \"inputs\" as an "
                                f"object keyed by input name")
-        return {default: _column(columns, input_dtypes.get(default), default)}, False
+        return {default: _column(columns, input_dtypes.get(default), default, b64)}, False
     raise InvalidInput('the request needs "instances" (row format) or "inputs" (columnar format)')
 
 

@@ -164,7 +164,8 @@ class RestApp:
         return self._infer(req, name, version, "v1", self._v1_run)
 
     def _v1_run(self, req: Request, handle: ModelVersion) -> Response | Any:
-        payload = codec.loads(self._body(req))
+        body = self._body(req)
+        payload = codec.loads(body)
         model = handle.model
         if model.payload_level:
             return self._payload(req, handle, payload)
@@ -178,7 +179,7 @@ class RestApp:
                 dtypes[spec.name] = datatype_to_numpy(spec.datatype)
             except ValueError:
                 pass
-        inputs, rows = codec.decode_v1(payload, [s.name for s in specs], dtypes)
+        inputs, rows = codec.decode_v1(payload, [s.name for s in specs], dtypes, b64=b'"b64"' in body)
         wanted = None
         if output_specs and not model.platform.startswith("tensorflow"):
             wanted = [output_specs[0].name]
