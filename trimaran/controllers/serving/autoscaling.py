@@ -98,6 +98,9 @@ class CpuSampler:
         """None until two samples exist for some replica."""
         request = _cpu_request(spec)
         values = []
+        stale = time.monotonic() - 600  # replicas not seen for ten minutes are gone
+        for uid in [u for u, (t, _) in self._last.items() if t < stale]:
+            del self._last[uid]
         for pod in pods:
             uid = pod["metadata"]["uid"]
             used = self._cpu_seconds(uid)

@@ -38,6 +38,7 @@ from trimaran.controllers.serving.pods import (
     COMPONENT_LABEL,
     HEALTH_PATH,
     INDEX_LABEL,
+    ISVC_LABEL,
     PORTS_ANNOTATION,
     PROBE_ANNOTATION,
     REVISION_LABEL,
@@ -73,7 +74,7 @@ class InferenceServiceReconciler(Reconciler):
         self.ports = ports or PortAllocator()
         self.runtime = runtime
         self.routes = RoutesFile(home / "serving", self.ports)
-        self.scalers: dict[str, RevisionScaler] = {}
+        self.scalers: dict[tuple[str, str, str], RevisionScaler] = {}  # (namespace, isvc, revision)
         self.cpu = CpuSampler(runtime)
         for pod in store.list("Pod"):
             self.ports.reserve(_pod_ports(pod))
@@ -210,7 +211,7 @@ class InferenceServiceReconciler(Reconciler):
             rpods = [p for p in pods if p["metadata"]["labels"].get(REVISION_LABEL) == rev["name"]]
             ready = set((rev_stats.get(rev["name"]) or {}).get("ready") or [])
             draining_in_router = set((rev_stats.get(rev["name"]) or {}).get("draining") or [])
-            scaler_key = f"{ns}/{rev['name']}"
+            scaler_key = (ns, name, rev["name"])
             if rev["name"] not in wanted or rev.get("failure"):  # only storage failures are known yet
                 desired = 0
                 self.scalers.pop(scaler_key, None)
@@ -406,8 +407,13 @@ class InferenceServiceReconciler(Reconciler):
     def _forget(self, key: Key) -> None:
         owner = f"{key.namespace}/{key.name}"
         self.routes.set_services(owner, {})
-        for scaler_key in [k for k in self.scalers if k.startswith(f"{key.namespace}/{key.name}-")]:
+        for scaler_key in [k for k in self.scalers if k[:2] == (key.namespace, key.name)]:
             del self.scalers[scaler_key]
+        # The garbage collector stops the replicas; their ports are free once they are gone.
+        for pod in self.store.list("Pod", key.namespace, {ISVC_LABEL: key.name}):
+            if not any(ref.get("kind") == "InferenceService" for ref in pod["metadata"].get("ownerReferences") or []):
+                continue
+            self.ports.release(_pod_ports(pod))
         if not self.store.list("InferenceService"):
             try:
                 request_deletion(self.store, self.store.get("Pod", ROUTER_NAMESPACE, ROUTER_NAME))
