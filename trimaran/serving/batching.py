@@ -107,7 +107,7 @@ class Dispatcher:
         if len(self._queue) >= self.max_batch_size:
             self._flush()
         elif self._timer is None:
-            if self.max_batch_size == 1 or self.max_batch_latency == 0:
+            if self.max_batch_latency == 0:
                 self._timer = loop.call_soon(self._flush)
             else:
                 self._timer = loop.call_later(self.max_batch_latency, self._flush)
@@ -124,9 +124,8 @@ class Dispatcher:
 
     def _measured(self, seconds: float, requests: int) -> None:
         self._on_batch(seconds, requests)
-        per_call = seconds
         self._samples += 1
-        self._average = per_call if self._samples == 1 else 0.8 * self._average + 0.2 * per_call
+        self._average = seconds if self._samples == 1 else 0.8 * self._average + 0.2 * seconds
         if self._inline and self._average > THREAD_ABOVE:
             self._inline = False
         elif not self._inline and self._samples >= SAMPLES_BEFORE_INLINE and self._average < INLINE_BELOW:
