@@ -274,3 +274,30 @@ def test_default_store_path(monkeypatch, tmp_path):
     monkeypatch.delenv("TRIMARAN_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert default_store_path() == tmp_path / ".trimaran" / "trimaran.db"
+
+
+def test_list_by_owner_uid_returns_only_that_owners_objects(store, obj):
+    owner = store.create(obj("owner"))
+    other = store.create(obj("other"))
+    ref = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "owner",
+           "uid": owner["metadata"]["uid"], "controller": True}
+    for name, refs in (("a", [ref]), ("b", [{**ref, "name": "other", "uid": other["metadata"]["uid"]}]),
+                       ("c", [])):
+        pod = obj(name, kind="Pod")
+        pod["metadata"]["ownerReferences"] = refs
+        store.create(pod)
+    # The uid also appears outside ownerReferences: the exact test after decoding excludes it.
+    decoy = obj("decoy", kind="Pod")
+    decoy["metadata"]["annotations"] = {"note": owner["metadata"]["uid"]}
+    decoy["metadata"]["labels"] = {"uid": owner["metadata"]["uid"]}
+    store.create(decoy)
+    assert [p["metadata"]["name"] for p in store.list("Pod", "default", owner_uid=owner["metadata"]["uid"])] == ["a"]
+
+
+def test_label_selector_matches_values_with_sql_wildcards_literally(store, obj):
+    store.create(obj("pct", labels={"team": "a%b"}))
+    store.create(obj("under", labels={"team": "a_b"}))
+    store.create(obj("plain", labels={"team": "axb"}))
+    store.create(obj("elsewhere", spec={"note": '"team":"a_b"'}))
+    assert [o["metadata"]["name"] for o in store.list("PyTorchJob", label_selector={"team": "a_b"})] == ["under"]
+    assert [o["metadata"]["name"] for o in store.list("PyTorchJob", label_selector={"team": "a%b"})] == ["pct"]

@@ -212,3 +212,29 @@ def test_watcher_that_falls_behind_compaction_is_expired(db_path, obj):
                 pass
     finally:
         store.close()
+
+
+def test_own_writes_around_another_process_write_arrive_in_order(db_path, obj, run_python):
+    # This process's writes are served to its watchers from memory; another process's write in
+    # between leaves a gap there, which the watcher must fill from the change log.
+    store = SQLiteStore(db_path, poll_interval=60)
+    stop = threading.Event()
+    try:
+        received = _watch_in_thread(store, store.current_revision(), stop)
+        store.create(obj("mine-1"))
+        run_python(
+            """
+            import sys
+            from trimaran.store import SQLiteStore
+            with SQLiteStore(sys.argv[1]) as other:
+                other.create({"apiVersion": "v1", "kind": "PyTorchJob",
+                              "metadata": {"name": "theirs", "namespace": "default"}, "spec": {}})
+            """,
+            str(db_path),
+        )
+        store.create(obj("mine-2"))
+        names = [received.get(timeout=10)[0].object["metadata"]["name"] for _ in range(3)]
+        assert names == ["mine-1", "theirs", "mine-2"]
+    finally:
+        stop.set()
+        store.close()

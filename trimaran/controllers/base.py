@@ -19,6 +19,9 @@ from trimaran.store import Store
 
 log = logging.getLogger(__name__)
 
+# Own status writes remembered until their watch event arrives; a bound against a lost event.
+_OWN_WRITES_KEPT = 10_000
+
 
 @dataclass(frozen=True, order=True)
 class Key:
@@ -56,6 +59,29 @@ class Reconciler(ABC):
     def __init__(self, store: Store) -> None:
         self.store = store
         self.wake: Callable[[Key], None] = lambda key: None  # set by the manager: queue a key now
+        self._own_writes: set[tuple[Key, str]] = set()
+
+    def write_status(self, obj: dict) -> dict:
+        """Store ``obj``'s status and return the stored object.
+
+        The watch event of this write does not queue the object again: the pass that wrote it has
+        already acted on everything it read, and a pass per own write would double the work.
+        """
+        stored = self.store.update_status(obj)
+        revision = stored["metadata"]["resourceVersion"]
+        if revision != obj["metadata"].get("resourceVersion"):
+            if len(self._own_writes) > _OWN_WRITES_KEPT:
+                self._own_writes.clear()  # events that never came (a relist); forgetting them is safe
+            self._own_writes.add((key_of(stored), revision))
+        return stored
+
+    def wrote(self, obj: dict) -> bool:
+        """Whether this change of a primary object is this reconciler's own status write."""
+        marker = (key_of(obj), obj["metadata"].get("resourceVersion"))
+        if marker in self._own_writes:
+            self._own_writes.discard(marker)
+            return True
+        return False
 
     def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
         """Map a change of ``obj`` to the primary keys that must be reconciled."""
@@ -173,8 +199,11 @@ class ControllerManager:
                 for event in self.store.watch(kinds=kinds, since=since, stop=self._stop, timeout=1.0):
                     since = event.revision
                     for r in self.reconcilers:
-                        if event.object["kind"] in r.kinds or event.object["kind"] in r.watches:
-                            for key in r.keys_for(event.object["kind"], event.object):
+                        kind = event.object["kind"]
+                        if kind in r.kinds and event.type == "MODIFIED" and r.wrote(event.object):
+                            continue
+                        if kind in r.kinds or kind in r.watches:
+                            for key in r.keys_for(kind, event.object):
                                 self.enqueue(r, key)
             except Exception:  # an expired revision or a transient store error: relist everything
                 log.exception("watch failed; relisting")

@@ -66,7 +66,7 @@ class BatchJobReconciler(Reconciler):
         if status != before:
             job["status"] = status
             try:
-                self.store.update_status(job)
+                self.write_status(job)
             except Conflict:
                 return 0.05
             except NotFound:

@@ -29,11 +29,7 @@ def owner_reference(owner: dict) -> dict:
 
 
 def owned_pods(store: Store, owner: dict) -> list[dict]:
-    uid = owner["metadata"]["uid"]
-    return [
-        p for p in store.list("Pod", owner["metadata"]["namespace"])
-        if any(ref.get("uid") == uid for ref in p["metadata"].get("ownerReferences") or [])
-    ]
+    return store.list("Pod", owner["metadata"]["namespace"], owner_uid=owner["metadata"]["uid"])
 
 
 def set_gang(pod: dict, group: str, size: int, hosts: dict[str, str], queued_at: float | None = None) -> None:

@@ -74,7 +74,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def list(
-        self, kind: str, namespace: str | None = None, label_selector: dict[str, str] | None = None
+        self,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: dict[str, str] | None = None,
+        owner_uid: str | None = None,
     ) -> list[dict[str, Any]]:
         """Objects of ``kind``, sorted by namespace then name.
 
@@ -82,6 +86,7 @@ class Store(abc.ABC):
             kind: The kind, e.g. ``"PyTorchJob"``.
             namespace: Only this namespace; ``None`` lists all namespaces.
             label_selector: Only objects carrying every one of these labels with these values.
+            owner_uid: Only objects with an ownerReference to the object of this uid.
         """
 
     @abc.abstractmethod

@@ -14,11 +14,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, insert, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from trimaran.store import _codec
@@ -54,8 +55,40 @@ WRITE_OPTION = "trimaran_write"
 # Changes one watch query fetches at most, so a far-behind watcher does not load the whole log.
 _WATCH_BATCH = 500
 
+# Recent changes this process committed, kept in memory so that its own watchers, woken by a
+# write, read the change from here instead of each querying the change log.
+_FEED_SIZE = 4096
+
 # Tries to find a free name for a generateName; a clash in 27**5 suffixes is already rare.
 _GENERATE_NAME_TRIES = 8
+
+
+_BY_KEY = and_(
+    objects.c.kind == bindparam("key_kind"),
+    objects.c.namespace == bindparam("key_namespace"),
+    objects.c.name == bindparam("key_name"),
+)
+# Built once: the hot statements then skip SQLAlchemy's per-call construction and cache-key work.
+_SELECT_BODY = select(objects.c.body).where(_BY_KEY)
+_SELECT_BODY_FOR_UPDATE = _SELECT_BODY.with_for_update()
+_UPDATE_BODY = update(objects).where(_BY_KEY).values(
+    resource_version=bindparam("new_revision"), body=bindparam("new_body"))
+_INSERT_CHANGE = insert(changes)
+_NEXT_REVISION = (
+    update(meta).where(meta.c.key == META_REVISION).values(value=meta.c.value + 1).returning(meta.c.value)
+)
+
+
+def _key_params(key: tuple[str, str, str]) -> dict[str, str]:
+    return {"key_kind": key[0], "key_namespace": key[1], "key_name": key[2]}
+
+
+def _needles(label_selector: dict[str, str] | None, owner_uid: str | None) -> list[str]:
+    """Substrings of the stored JSON text that every object matching these filters contains."""
+    needles = [f"{_codec.dumps(k)}:{_codec.dumps(v)}" for k, v in (label_selector or {}).items()]
+    if owner_uid is not None:
+        needles.append(f'"uid":{_codec.dumps(owner_uid)}')
+    return needles
 
 
 class SQLStore(Store):
@@ -81,6 +114,11 @@ class SQLStore(Store):
         self._write_lock = threading.Lock()
         self._changed = threading.Condition()
         self._notified_revision = 0  # the latest revision this process committed
+        # (revision, kind, type, body) of this process's latest commits, with no revision missing
+        # in between; guarded by _changed. A gap (another process wrote) starts it afresh.
+        self._feed: deque[tuple[int, str, str, str]] = deque(maxlen=_FEED_SIZE)
+        self._pending: list[tuple[int, str, str, str]] = []  # logged by the open write transaction
+        self._compacted_here = 0  # the highest revision an explicit compact() in this process dropped
         self._closed = False
         self._initialize()
 
@@ -90,8 +128,12 @@ class SQLStore(Store):
     def _writing(self) -> Iterator[Connection]:
         if self._closed:
             raise StoreError("the store is closed")
-        with self._write_lock, self._write_engine.begin() as conn:
-            yield conn
+        with self._write_lock:
+            self._pending = []
+            with self._write_engine.begin() as conn:
+                yield conn
+            if self._pending:
+                self._publish(self._pending)
 
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
@@ -119,22 +161,17 @@ class SQLStore(Store):
                 )
 
     def _next_revision(self, conn: Connection) -> int:
-        return conn.execute(
-            update(meta)
-            .where(meta.c.key == META_REVISION)
-            .values(value=meta.c.value + 1)
-            .returning(meta.c.value)
-        ).scalar_one()
+        return conn.execute(_NEXT_REVISION).scalar_one()
 
     def _log_change(
         self, conn: Connection, revision: int, type: WatchEventType, key: tuple[str, str, str], body: str
     ) -> None:
         kind, namespace, name = key
         conn.execute(
-            insert(changes).values(
-                revision=revision, kind=kind, namespace=namespace, name=name, type=type, body=body
-            )
+            _INSERT_CHANGE, {"revision": revision, "kind": kind, "namespace": namespace, "name": name,
+                             "type": type, "body": body}
         )
+        self._pending.append((revision, kind, type, body))
         # Decided by the revision alone, so every process compacts on the same schedule.
         if revision % self._compact_every == 0:
             self._compact(conn, revision - self._keep_revisions)
@@ -147,10 +184,35 @@ class SQLStore(Store):
             update(meta).where(meta.c.key == META_COMPACTED, meta.c.value < upto).values(value=upto)
         )
 
-    def _notify(self, revision: int) -> None:
+    def _publish(self, committed: list[tuple[int, str, str, str]]) -> None:
+        """Add committed changes to the feed and wake this process's watchers."""
         with self._changed:
-            self._notified_revision = max(self._notified_revision, revision)
+            for change in committed:
+                if self._feed and change[0] != self._feed[-1][0] + 1:
+                    self._feed.clear()
+                self._feed.append(change)
+            self._notified_revision = max(self._notified_revision, committed[-1][0])
             self._changed.notify_all()
+
+    def _from_feed(self, position: int, kinds: list[str] | None) -> tuple[list[Any], int] | None:
+        """The changes after ``position`` from the feed, or None when it does not reach back that far."""
+        with self._changed:
+            feed = self._feed
+            if not feed or feed[0][0] > position + 1 or feed[-1][0] < position:
+                return None
+            newer = []
+            for change in reversed(feed):
+                if change[0] <= position:
+                    break
+                newer.append(change)
+            head = feed[-1][0]
+        # Writes compact on a schedule set by the revision alone, so the feed knows what is gone.
+        compacted = max(self._compacted_here, head - head % self._compact_every - self._keep_revisions)
+        if position < compacted:
+            raise Expired(position, compacted)
+        newer.reverse()
+        rows = [(rev, type, body) for rev, kind, type, body in newer if kinds is None or kind in kinds]
+        return rows[:_WATCH_BATCH], (head if len(rows) <= _WATCH_BATCH else rows[_WATCH_BATCH - 1][0])
 
     @staticmethod
     def _where_key(key: tuple[str, str, str]) -> Any:
@@ -158,11 +220,9 @@ class SQLStore(Store):
         return and_(objects.c.kind == kind, objects.c.namespace == namespace, objects.c.name == name)
 
     def _stored(self, conn: Connection, key: tuple[str, str, str], *, lock: bool = False) -> dict[str, Any]:
-        query = select(objects.c.body).where(self._where_key(key))
-        if lock:
-            # Row lock where the database has them; SQLite's BEGIN IMMEDIATE already excludes writers.
-            query = query.with_for_update()
-        body = conn.execute(query).scalar_one_or_none()
+        # Row lock where the database has them; SQLite's BEGIN IMMEDIATE already excludes writers.
+        query = _SELECT_BODY_FOR_UPDATE if lock else _SELECT_BODY
+        body = conn.execute(query, _key_params(key)).scalar_one_or_none()
         if body is None:
             raise NotFound(*key)
         return _codec.loads(body)
@@ -196,7 +256,6 @@ class SQLStore(Store):
             except IntegrityError:
                 raise AlreadyExists(*key) from None
             self._log_change(conn, revision, "ADDED", key, text)
-        self._notify(revision)
         return body
 
     def _free_generated_key(self, conn: Connection, kind: str, namespace: str, prefix: str) -> tuple[str, str, str]:
@@ -211,17 +270,30 @@ class SQLStore(Store):
             return self._stored(conn, (kind, namespace, name))
 
     def list(
-        self, kind: str, namespace: str | None = None, label_selector: dict[str, str] | None = None
+        self,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: dict[str, str] | None = None,
+        owner_uid: str | None = None,
     ) -> list[dict[str, Any]]:
         query = select(objects.c.body).where(objects.c.kind == kind)
         if namespace is not None:
             query = query.where(objects.c.namespace == namespace)
+        # Narrow the rows in SQL by text the JSON body must contain, so that only candidates are
+        # decoded; the exact tests run on the decoded objects.
+        for needle in _needles(label_selector, owner_uid):
+            query = query.where(objects.c.body.contains(needle, autoescape=True))
         query = query.order_by(objects.c.namespace, objects.c.name)
         with self._reading() as conn:
             bodies = conn.execute(query).scalars().all()
         loads = _codec.loads
         found = [loads(body) for body in bodies]
-        return [obj for obj in found if matches_labels(obj, label_selector)] if label_selector else found
+        if label_selector:
+            found = [obj for obj in found if matches_labels(obj, label_selector)]
+        if owner_uid is not None:
+            found = [obj for obj in found
+                     if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])]
+        return found
 
     def update(self, obj: dict[str, Any]) -> dict[str, Any]:
         return self._replace(obj, merge_update)
@@ -246,11 +318,8 @@ class SQLStore(Store):
             revision = self._next_revision(conn)
             body["metadata"]["resourceVersion"] = str(revision)
             text = _codec.dumps(body)
-            conn.execute(
-                update(objects).where(self._where_key(key)).values(resource_version=revision, body=text)
-            )
+            conn.execute(_UPDATE_BODY, {**_key_params(key), "new_revision": revision, "new_body": text})
             self._log_change(conn, revision, "MODIFIED", key, text)
-        self._notify(revision)
         return body
 
     def delete(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
@@ -262,7 +331,6 @@ class SQLStore(Store):
             conn.execute(delete(objects).where(self._where_key(key)))
             self._log_change(conn, revision, "DELETED", key, _codec.dumps(body))
             conn.execute(delete(events).where(events.c.involved_uid == body["metadata"]["uid"]))
-        self._notify(revision)
         return body
 
     # -- watch --------------------------------------------------------------------------
@@ -279,7 +347,10 @@ class SQLStore(Store):
         keep = self._keep_revisions if keep_revisions is None else keep_revisions
         with self._writing() as conn:
             self._compact(conn, self._counter(conn, META_REVISION) - keep)
-            return self._counter(conn, META_COMPACTED)
+            compacted = self._counter(conn, META_COMPACTED)
+        with self._changed:
+            self._compacted_here = max(self._compacted_here, compacted)
+        return compacted
 
     @staticmethod
     def _counter(conn: Connection, key: str) -> int:
@@ -303,8 +374,12 @@ class SQLStore(Store):
         self, kinds: list[str] | None, position: int, timeout: float | None, stop: threading.Event | None
     ) -> Iterator[WatchEvent]:
         deadline = None if timeout is None else time.monotonic() + timeout
+        # Only a wake-up by this process's own write is answered from the feed; the first look and
+        # every timed-out wait query the change log, which also holds other processes' writes.
+        woken = False
         while not self._closed and not (stop is not None and stop.is_set()):
-            rows, head = self._changes_after(position, kinds)
+            fed = self._from_feed(position, kinds) if woken else None
+            rows, head = fed if fed is not None else self._changes_after(position, kinds)
             for revision, type, body in rows:
                 if stop is not None and stop.is_set():
                     return
@@ -326,6 +401,7 @@ class SQLStore(Store):
             with self._changed:
                 if self._notified_revision <= position and not self._closed:
                     self._changed.wait(wait)
+                woken = self._notified_revision > position
 
     def _changes_after(self, position: int, kinds: list[str] | None) -> tuple[list[Any], int]:
         query = (

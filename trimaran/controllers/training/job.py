@@ -111,7 +111,7 @@ class TrainingJobReconciler(Reconciler):
             status["lastReconcileTime"] = now_rfc3339()
             job["status"] = status
             try:
-                self.store.update_status(job)
+                self.write_status(job)
             except Conflict:
                 return 0.05  # nothing recorded: the next pass decides again from fresh state
             except NotFound:

@@ -292,7 +292,7 @@ class ExperimentReconciler(Reconciler):
         if status != before:
             exp["status"] = status
             try:
-                self.store.update_status(exp)
+                self.write_status(exp)
             except Conflict:
                 return 0.05
             except NotFound:

@@ -277,7 +277,7 @@ class TrialReconciler(Reconciler):
         if status != before:
             trial["status"] = status
             try:
-                self.store.update_status(trial)
+                self.write_status(trial)
             except Conflict:
                 return 0.05
             except NotFound:
