@@ -2,8 +2,9 @@
 
 A model whose predictions take well under a millisecond runs inline on the worker's event loop: handing it to
 a thread would cost more than the prediction. A slower model runs on one thread per version, so the loop
-keeps parsing requests, answering health checks and firing timeouts meanwhile. The choice follows a moving
-average of the measured predict time (with hysteresis), starting on the thread.
+keeps parsing requests, answering health checks and firing timeouts meanwhile (an inline call cannot be timed
+out: it ends before the loop runs again). The choice follows moving averages of the measured predict time
+(with hysteresis), starting on the thread.
 
 Adaptive batching (``max_batch_size`` > 1) has MLServer's semantics: requests queue; a batch closes when it
 holds ``max_batch_size`` requests or ``max_batch_latency`` has passed since its first request (0: at the end
@@ -28,8 +29,12 @@ import numpy as np
 
 from trimaran.serving.errors import Overloaded, RequestTimeout
 
-INLINE_BELOW = 0.001  # seconds: a model this fast runs on the event loop
-THREAD_ABOVE = 0.004  # seconds: back to the thread when the average grows past this
+# A model runs on the event loop when its calls average under INLINE_CPU seconds of CPU (thread time: on a busy
+# machine, preemption inflates wall time, not CPU time) and under INLINE_WALL of wall time (a model that waits,
+# on I/O or a lock, must not hold the loop); it goes back to its thread when wall time averages over THREAD_WALL.
+INLINE_CPU = 0.001
+INLINE_WALL = 0.005
+THREAD_WALL = 0.010
 SAMPLES_BEFORE_INLINE = 3
 
 
@@ -83,7 +88,8 @@ class Dispatcher:
         self._timer: asyncio.Handle | None = None
         self._busy = False
         self._inline = False
-        self._average = 0.0
+        self._wall = 0.0  # moving averages of a predict call's wall and CPU seconds
+        self._cpu = 0.0
         self._samples = 0
         self._executor: ThreadPoolExecutor | None = None
 
@@ -116,19 +122,24 @@ class Dispatcher:
     # -- execution -------------------------------------------------------------------------------------------
     def _run_one(self, inputs: dict[str, np.ndarray], outputs: list[str] | None,
                  signature: str | None) -> dict[str, np.ndarray]:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         try:
             return self._predict(inputs, signature_name=signature, outputs=outputs)
         finally:
-            self._measured(time.perf_counter() - started, 1)
+            self._measured(time.perf_counter() - started, time.thread_time() - cpu, 1)
 
-    def _measured(self, seconds: float, requests: int) -> None:
+    def _measured(self, seconds: float, cpu_seconds: float, requests: int) -> None:
         self._on_batch(seconds, requests)
         self._samples += 1
-        self._average = seconds if self._samples == 1 else 0.8 * self._average + 0.2 * seconds
-        if self._inline and self._average > THREAD_ABOVE:
+        if self._samples == 1:
+            self._wall, self._cpu = seconds, cpu_seconds
+        else:
+            self._wall = 0.8 * self._wall + 0.2 * seconds
+            self._cpu = 0.8 * self._cpu + 0.2 * cpu_seconds
+        if self._inline and self._wall > THREAD_WALL:
             self._inline = False
-        elif not self._inline and self._samples >= SAMPLES_BEFORE_INLINE and self._average < INLINE_BELOW:
+        elif (not self._inline and self._samples >= SAMPLES_BEFORE_INLINE and self._cpu < INLINE_CPU
+              and self._wall < INLINE_WALL):
             self._inline = True
 
     def _take(self) -> list[Pending]:
@@ -217,13 +228,13 @@ class Dispatcher:
         first = batch[0]
         merged = {name: np.concatenate([item.inputs[name] for item in batch]) for name in first.inputs}
         total = sum(item.rows for item in batch)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         try:
             outputs = self._predict(merged, signature_name=first.signature, outputs=first.outputs)
         except Exception:
             return None  # one request's bad rows must not fail the others: run them one by one
         finally:
-            self._measured(time.perf_counter() - started, len(batch))
+            self._measured(time.perf_counter() - started, time.thread_time() - cpu, len(batch))
         if not all(np.ndim(a) and len(a) == total for a in outputs.values()):
             return None
         results = []

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ class Supervisor:
         self.config = config
         self.workers: dict[int, _Worker] = {}
         self._stop = False
+        self._wake = threading.Event()
         self._sockets: list[socket.socket] = []
         self._metrics_dir = ""
         self._quick_crashes = 0
@@ -105,16 +107,23 @@ class Supervisor:
 
     def request_stop(self, *_: object) -> None:
         self._stop = True
+        self._wake.set()
+
+    def _child_exited(self, *_: object) -> None:
+        self._wake.set()
 
     def run(self) -> int:
         """Supervise until SIGTERM/SIGINT (then drain) or a crash loop; the exit status."""
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGCHLD, self._child_exited)
         status = 0
         try:
             while not self._stop:
-                time.sleep(0.1)
-                if not self._check_workers():
+                # Signals wake the wait at once (a worker's exit, SIGTERM); the timeout is a safety net.
+                self._wake.wait(1.0)
+                self._wake.clear()
+                if not self._stop and not self._check_workers():
                     status = 1
                     break
         finally:
