@@ -262,3 +262,19 @@ def test_a_slow_replica_times_out_with_504_and_is_not_retried(harness: RouterHar
     assert code == 504 and "timed out" in message
     time.sleep(1.5)
     assert slow.max_inflight == 1
+
+
+def test_revision_out_of_the_routes_reports_its_in_flight_requests_as_draining(harness: RouterHarness) -> None:
+    old, new = Replica("old", delay=1.0), Replica("new")
+    harness.configure([("rev-1", 100)], {"rev-1": [old.address]})
+    poll(lambda: harness.ready_endpoints("rev-1"), what="old replica ready")
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(Client(harness.port).predict)
+        poll(lambda: old.inflight == 1, what="the request on the old replica")
+        harness.configure([("rev-2", 100)], {"rev-2": [new.address]})
+        poll(lambda: harness.stats()["revisions"].get("rev-1", {}).get("draining") == [old.address],
+             what="the old replica draining")
+        poll(lambda: harness.ready_endpoints("rev-2"), what="new replica ready")
+        assert Client(harness.port).predict() == (200, "new")
+        assert pending.result(timeout=10) == (200, "old")
+    assert harness.stats()["revisions"].get("rev-1", {}).get("draining", []) == []

@@ -108,8 +108,7 @@ class InferenceServiceReconciler(Reconciler):
         transformer = obj["spec"].get("transformer")
         entry_key = owner
         predictor_key = f"{owner}-predictor" if transformer else owner
-        ports = {entry_key: self.routes.service_port(entry_key),
-                 predictor_key: self.routes.service_port(predictor_key)}
+        ports = {k: self.routes.service_port(k) for k in dict.fromkeys((entry_key, predictor_key))}
         revisions: list[dict] = status.setdefault("revisions", [])
         services: dict[str, dict] = {}
         busy = False
@@ -140,17 +139,20 @@ class InferenceServiceReconciler(Reconciler):
         status["address"] = {"url": f"http://{key.name}.{key.namespace}.{DOMAIN}:{ingress}"}
         status["deploymentMode"] = "Knative"
         status["observedGeneration"] = obj["metadata"].get("generation", 1)
+        requeue = BUSY_REQUEUE if busy or stats is None else 1.0
         if status != before:
             obj["status"] = status
             try:
                 self.store.update_status(obj)
             except Conflict:
-                return 0.05
+                # The next pass decides again from fresh state; what this one did to pods stays told.
+                self._events = [e for e in self._events if e[1] == "Scaled"]
+                requeue = 0.05
             except NotFound:
                 return None
         for etype, reason, message in self._events:
             self.store.record_event(obj, etype, reason, message)
-        return BUSY_REQUEUE if busy or stats is None else 1.0
+        return requeue
 
     def _event(self, etype: str, reason: str, message: str) -> None:
         """Queue an event; it is recorded once the status it reports is stored."""

@@ -209,9 +209,12 @@ class Router:
                 live_revisions.add(name)
                 self._update_revision(name, rspec)
         for name in [n for n in self.revisions if n not in live_revisions]:
-            rev = self.revisions.pop(name)
-            for ep in rev.endpoints.values():
-                _stop(ep)
+            # A revision out of the routes keeps reporting the requests still in flight on its replicas
+            # (as draining), so the controller stops them only once those are answered.
+            rev = self.revisions[name]
+            self._update_revision(name, {"endpoints": [], "probePath": rev.probe_path})
+            if not rev.draining:
+                del self.revisions[name]
         self.by_host = {h: s for s in self.services.values() for h in s.hosts}
         for rev in self.revisions.values():
             rev.notify()
@@ -312,6 +315,14 @@ class Router:
         rev.stats.change(+1)
         try:
             for _ in range(MAX_ATTEMPTS):
+                if last_error and rev.name not in {name for name, _ in service.traffic}:
+                    # The revision left the routes while this request was on it (a rollout): send the
+                    # retry where the service's traffic goes now.
+                    current = self._choose(service)
+                    if current is not None and current is not rev:
+                        rev.stats.change(-1)
+                        rev, failed = current, set()
+                        rev.stats.change(+1)
                 ep = await self._pick(rev, activation_deadline, failed)
                 if ep is None:
                     return Response(503, _JSON, _error(
