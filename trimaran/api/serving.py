@@ -46,6 +46,7 @@ __all__ = [
     "ModelSpec",
     "PredictorSpec",
     "StorageLocation",
+    "StorageUriError",
     "TransformerSpec",
     "model_roots",
     "parse_duration",
