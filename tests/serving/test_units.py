@@ -161,3 +161,22 @@ def test_queue_bound_and_timeout() -> None:
             await first
 
     run(main())
+
+
+def test_a_retired_version_closes_after_its_last_request() -> None:
+    from trimaran.serving.repository import ModelVersion
+
+    class Closable:
+        closed = 0
+
+        def close(self) -> None:
+            self.closed += 1
+
+    model = Closable()
+    version = ModelVersion(model, "1")  # type: ignore[arg-type]
+    first, second = version.acquire(), version.acquire()
+    version.retire()
+    first.release()
+    assert model.closed == 0  # a request still uses it
+    second.release()
+    assert model.closed == 1
