@@ -112,7 +112,9 @@ class HttpServer:
             await asyncio.sleep(min(5.0, self.keepalive_timeout / 2))
             cutoff = time.monotonic() - self.keepalive_timeout
             for conn in list(self.connections):
-                if conn.idle and conn.last_active < cutoff:
+                # Quiet for the whole timeout and not being answered: idle keep-alive, or a request that stopped
+                # arriving halfway (which would otherwise hold the connection forever).
+                if not conn.handling and conn.last_active < cutoff:
                     conn.close()
 
     async def shutdown(self, timeout: float) -> None:
@@ -151,9 +153,14 @@ class HttpProtocol(asyncio.Protocol):
         self._parsing = False
 
     @property
+    def handling(self) -> bool:
+        """A request is being answered or waits its turn."""
+        return self._busy or bool(self._waiting)
+
+    @property
     def idle(self) -> bool:
         """No request being handled, waiting or half-received."""
-        return not self._busy and not self._waiting and not self._parsing
+        return not self.handling and not self._parsing
 
     # -- asyncio.Protocol -------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
