@@ -1,6 +1,7 @@
 """Early stopping on a learning-curve task: medianstop and ASHA against no early stopping.
 
     .venv/bin/python bench/bench_early_stopping.py [--trials 30] [--epochs 20] [--seeds 3]
+        [--min-trials-required 3] [--start-step 2]
 
 Task: an MLP trained epoch by epoch (scikit-learn, partial_fit) on the digits dataset that ships
 with scikit-learn; the objective is validation accuracy, reported after every epoch. The same
@@ -37,11 +38,12 @@ def configs(n: int, seed: int) -> list[dict]:
             for _ in range(n)]
 
 
-def run_policy(policy: str, cfgs: list[dict], epochs: int, data: tuple) -> tuple[float, float, int]:
+def run_policy(policy: str, cfgs: list[dict], epochs: int, data: tuple,
+               median_settings: dict[str, str]) -> tuple[float, float, int]:
     x_tr, x_va, y_tr, y_va = data
     stopper = None
     if policy == "medianstop":
-        stopper = get_early_stopper("medianstop", {"min_trials_required": "3", "start_step": "3"})
+        stopper = get_early_stopper("medianstop", median_settings)
     elif policy == "asha":
         stopper = get_early_stopper("asha", {"min_resource": "2", "reduction_factor": "3"})
     done: list[TrialRecord] = []
@@ -75,19 +77,22 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--min-trials-required", default="3", help="medianstop's min_trials_required")
+    parser.add_argument("--start-step", default="2", help="medianstop's start_step")
     args = parser.parse_args()
+    median_settings = {"min_trials_required": args.min_trials_required, "start_step": args.start_step}
     warnings.simplefilter("ignore", ConvergenceWarning)
     x, y = load_digits(return_X_y=True)
     x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=0.3, random_state=0, stratify=y)
     scaler = StandardScaler().fit(x_tr)
     data = (scaler.transform(x_tr), scaler.transform(x_va), y_tr, y_va)
     print(f"{time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores, python {sys.version.split()[0]}; "
-          f"{args.trials} trials x {args.epochs} epochs, {args.seeds} seeds")
+          f"{args.trials} trials x {args.epochs} epochs, {args.seeds} seeds; medianstop {median_settings}")
     results: dict[str, list[tuple[float, float, int]]] = {"none": [], "medianstop": [], "asha": []}
     for seed in range(args.seeds):
         cfgs = configs(args.trials, seed)
         for policy in results:
-            results[policy].append(run_policy(policy, cfgs, args.epochs, data))
+            results[policy].append(run_policy(policy, cfgs, args.epochs, data, median_settings))
     base_acc = statistics.median(r[0] for r in results["none"])
     base_cost = statistics.median(r[1] for r in results["none"])
     for policy, runs in results.items():

@@ -177,6 +177,16 @@ def test_long_running_experiment_continues_when_max_trials_is_raised(plane, tmp_
     first = {t["metadata"]["name"] for t in _trials(plane, "resume")}
     assert len(first) == 2
     doc = json.loads(open(path).read())
+    # Katib's webhook: only the three trial counts are editable; a file that also changes the
+    # algorithm is refused whole, naming the field, and changes nothing.
+    edited = json.loads(json.dumps(doc))
+    edited["spec"]["maxTrialCount"] = 4
+    edited["spec"]["algorithm"]["algorithmName"] = "tpe"
+    open(path, "w").write(json.dumps(edited))
+    refused = plane.cli("apply", "-f", path, check=False)
+    assert refused.returncode != 0
+    assert 'Experiment "resume": spec.algorithm: Forbidden: only spec.parallelTrialCount' in refused.stderr
+    assert plane.get("experiment", "resume")["spec"]["maxTrialCount"] == 2
     doc["spec"]["maxTrialCount"] = 4
     open(path, "w").write(json.dumps(doc))
     assert "configured" in plane.cli("apply", "-f", path).stdout

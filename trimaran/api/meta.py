@@ -339,6 +339,11 @@ class Resource(ApiModel):
         """Warnings the API would return with an accepted object (deprecated fields, say)."""
         return []
 
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        """What an update from stored ``old`` to validated ``new`` may not change (a webhook's rule)."""
+        return []
+
     def unknown_field_hint(self, path: str) -> str | None:
         """A hint for an unknown field at `path` that users commonly misplace, or None."""
         return None

@@ -365,6 +365,9 @@ _HINTS = (
 )
 
 
+_EDITABLE_SPEC_FIELDS = ("parallelTrialCount", "maxTrialCount", "maxFailedTrialCount")
+
+
 class Experiment(Resource):
     """kubeflow.org/v1beta1 Experiment: Katib's hyperparameter search."""
 
@@ -373,6 +376,17 @@ class Experiment(Resource):
 
     _push_alias: bool = PrivateAttr(default=False)
     _parallel_defaulted: bool = PrivateAttr(default=False)
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        """Katib's webhook: once created, only the three trial counts of the spec may change."""
+        before, after = old.get("spec") or {}, new.get("spec") or {}
+        return [
+            FieldError.forbidden(f"spec.{field}", "only spec.parallelTrialCount, spec.maxTrialCount and "
+                                 "spec.maxFailedTrialCount may be changed after an Experiment is created")
+            for field in sorted(set(before) | set(after))
+            if field not in _EDITABLE_SPEC_FIELDS and before.get(field) != after.get(field)
+        ]
 
     @classmethod
     def name_errors(cls, name: str) -> list[str]:

@@ -87,6 +87,10 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
             except ManifestError as exc:
                 errors += [f"{m.location}: {problem}" for problem in exc.problems]
                 continue
+            forbidden = _update_problems(result.object)
+            if forbidden:
+                errors += [f"{m.location}: {problem}" for problem in forbidden]
+                continue
             validated.append(result.object)
             warnings += [f"{m.location}: Warning: {w}" for w in result.warnings]
         if errors:
@@ -100,6 +104,17 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
                         "namespace": o["metadata"].get("namespace", ""),
                         "name": o["metadata"]["name"], "action": "configured (dry run)"} for o in validated]
         return _json({"results": results, "warnings": warnings})
+
+    def _update_problems(obj: dict) -> list[str]:
+        """The kind's update rule (e.g. Katib's immutable Experiment spec) against the stored object."""
+        info = kinds.for_object(obj["apiVersion"], obj["kind"])
+        ns = obj["metadata"].get("namespace", "default") if info.namespaced else ""
+        try:
+            current = store.get(obj["kind"], ns, obj["metadata"]["name"])
+        except NotFound:
+            return []
+        errs = info.model.update_errors(current, obj)
+        return ManifestError.from_field_errors(f'{obj["kind"]} "{obj["metadata"]["name"]}"', errs).problems
 
     def _apply_one(obj: dict) -> dict:
         info = kinds.for_object(obj["apiVersion"], obj["kind"])
