@@ -1,4 +1,4 @@
-"""Feeding the autoscalers: the router's per-second buckets into a KPA, pod CPU into an HPA.
+"""Feeding the autoscalers: the router's per-second buckets into a KPA, pod CPU or memory into an HPA.
 
 Which autoscaler a component gets follows KServe in Knative mode: the HPA class
 (``autoscaling.knative.dev/class: hpa.autoscaling.knative.dev``, or ``scaleMetric`` cpu/memory),
@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import psutil
 
-from trimaran.api.quantity import parse_cpu
+from trimaran.api.quantity import parse_cpu, parse_memory
 from trimaran.serving.autoscaler import HPA, KPA, Decision, HPAConfig, KPAConfig
 
-__all__ = ["CpuSampler", "RevisionScaler"]
+__all__ = ["ResourceSampler", "RevisionScaler"]
 
 _CLASS = "autoscaling.knative.dev/class"
 _METRIC = "autoscaling.knative.dev/metric"
@@ -60,16 +60,17 @@ class RevisionScaler:
             self.hpa.reconfigure(self._hpa_config(spec, annotations))
 
     def decide(self, now: float, stats: dict | None, ready: int, current: int,
-               utilization: Callable[[], float | None]) -> Decision | None:
+               utilization: Callable[[str], float | None]) -> Decision | None:
         """A decision when one is due (each KPA tick, each HPA sync), else None (keep the count).
 
         ``stats`` is the router's entry for the revision; without it (router down) nothing is decided,
-        so a missing metric never reads as an idle revision.
+        so a missing metric never reads as an idle revision. ``utilization(metric)`` measures the
+        replicas for the HPA ("cpu" or "memory", % of their request).
         """
         if stats is None:
             return None
         if self.hpa is not None:
-            value = utilization()
+            value = utilization(self.hpa.config.metric)
             return None if value is None else self.hpa.recommend(now, current, value)
         assert self.kpa is not None
         cfg = self.kpa.config
@@ -87,24 +88,28 @@ class RevisionScaler:
         return self.kpa.scale(now, ready)
 
 
-class CpuSampler:
-    """Mean CPU use of a revision's replicas as a percentage of their CPU request (what the HPA reads)."""
+class ResourceSampler:
+    """Mean CPU or memory use of a revision's replicas as a percentage of their request (what the HPA
+    reads): CPU as the rate of CPU seconds between two samples, memory as resident set size."""
 
     def __init__(self, runtime: object) -> None:
         self.runtime = runtime
         self._last: dict[str, tuple[float, float]] = {}
 
-    def utilization(self, pods: list[dict], spec: dict) -> float | None:
-        """None until two samples exist for some replica."""
-        request = _cpu_request(spec)
+    def utilization(self, pods: list[dict], spec: dict, metric: str = "cpu") -> float | None:
+        """None while no replica can be measured (for CPU: until two samples exist)."""
+        request = _request(spec, metric)
         values = []
         stale = time.monotonic() - 600  # replicas not seen for ten minutes are gone
         for uid in [u for u, (t, _) in self._last.items() if t < stale]:
             del self._last[uid]
         for pod in pods:
             uid = pod["metadata"]["uid"]
-            used = self._cpu_seconds(uid)
+            used = self._usage(uid, metric)
             if used is None:
+                continue
+            if metric == "memory":
+                values.append(used / request * 100.0)
                 continue
             now = time.monotonic()
             prev = self._last.get(uid)
@@ -113,12 +118,13 @@ class CpuSampler:
                 values.append((used - prev[1]) / (now - prev[0]) / request * 100.0)
         return sum(values) / len(values) if values else None
 
-    def _cpu_seconds(self, uid: str) -> float | None:
+    def _usage(self, uid: str, metric: str) -> float | None:
+        """CPU seconds, or resident bytes, of the pod's processes and their children."""
         if self.runtime is None:
             return None
         try:
             state = self.runtime.pod_status(uid)  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - a pod that just went away has no CPU to report
+        except Exception:  # noqa: BLE001 - a pod that just went away has nothing to report
             return None
         total = 0.0
         found = False
@@ -128,18 +134,24 @@ class CpuSampler:
             try:
                 proc = psutil.Process(container.pid)
                 for p in [proc, *proc.children(recursive=True)]:
-                    times = p.cpu_times()
-                    total += times.user + times.system
+                    if metric == "memory":
+                        total += p.memory_info().rss
+                    else:
+                        times = p.cpu_times()
+                        total += times.user + times.system
                 found = True
             except psutil.Error:
                 continue
         return total if found else None
 
 
-def _cpu_request(spec: dict) -> float:
-    """Cores the replica requests (limits fill in for requests); 1 when unset, as KServe's default."""
+def _request(spec: dict, metric: str) -> float:
+    """Cores (cpu) or bytes (memory) the replica requests, limits filling in for requests; when unset,
+    KServe's defaults: 1 core, 2Gi."""
     model = next((spec[k] for k in ("model", "sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch", "onnx")
                   if spec.get(k)), None)
     resources = (model or {}).get("resources") or ((spec.get("containers") or [{}])[0].get("resources") or {})
-    amount = (resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get("cpu")
+    amount = (resources.get("requests") or {}).get(metric) or (resources.get("limits") or {}).get(metric)
+    if metric == "memory":
+        return float(parse_memory(amount)) if amount else 2.0 * 2**30
     return float(parse_cpu(amount)) if amount else 1.0

@@ -33,7 +33,7 @@ from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import is_terminating, owned_pods, phase, request_deletion, restart_count
 from trimaran.controllers.ports import PortAllocator
-from trimaran.controllers.serving.autoscaling import CpuSampler, RevisionScaler
+from trimaran.controllers.serving.autoscaling import ResourceSampler, RevisionScaler
 from trimaran.controllers.serving.pods import (
     COMPONENT_LABEL,
     HEALTH_PATH,
@@ -75,7 +75,7 @@ class InferenceServiceReconciler(Reconciler):
         self.runtime = runtime
         self.routes = RoutesFile(home / "serving", self.ports)
         self.scalers: dict[tuple[str, str, str], RevisionScaler] = {}  # (namespace, isvc, revision)
-        self.cpu = CpuSampler(runtime)
+        self.usage = ResourceSampler(runtime)
         for pod in store.list("Pod"):
             self.ports.reserve(_pod_ports(pod))
         existing = {f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in store.list("InferenceService")}
@@ -228,7 +228,7 @@ class InferenceServiceReconciler(Reconciler):
                 scaler.reconfigure(spec, annotations)
                 current = sum(1 for p in rpods if not is_terminating(p) and not _draining(p))
                 decision = scaler.decide(now, rev_stats.get(rev["name"]), live_ready, current,
-                                         lambda pods=rpods: self.cpu.utilization(pods, spec))
+                                         lambda metric, pods=rpods: self.usage.utilization(pods, spec, metric))
                 desired = current if decision is None else decision.desired
                 if decision is not None and desired != current:
                     self._event("Normal", "Scaled",
