@@ -131,3 +131,18 @@ def test_a_crashed_worker_is_replaced(start_server, tmp_path: Path) -> None:
     poll(lambda: all(_ready(server.url) for _ in range(10)), what="both workers serving")
     assert "restarting worker" in server.log()
     assert metric(server, "trimaran_inflight_requests") == 0
+
+
+def test_a_port_in_use_is_refused(start_server, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    model = echo_dir(tmp_path)
+    first = start_server(model, name="echo", grpc=False).wait_ready()
+    second = subprocess.run([sys.executable, "-m", "trimaran.serving", "--model-name", "echo", "--model-dir",
+                             str(model), "--http-port", str(first.http_port), "--grpc-port", "0"],
+                            capture_output=True, text=True, cwd=REPO, timeout=30)
+    assert second.returncode == 2
+    assert "already served by another process" in second.stderr

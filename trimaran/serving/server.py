@@ -10,6 +10,7 @@ at once, lets ``--http-port 0`` pick a free port for every worker, and receives 
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import logging
 import os
@@ -49,10 +50,21 @@ def reserve_port(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
+        # SO_REUSEPORT lets another server of the same user bind this port too: traffic would be split between
+        # two servers. Something that accepts connections there means the port is taken.
+        if port and _accepts(host, port):
+            raise OSError(errno.EADDRINUSE, f"port {port} is already served by another process")
     except OSError:
         sock.close()
         raise
     return sock
+
+
+def _accepts(host: str, port: int) -> bool:
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    with socket.socket(socket.AF_INET6 if ":" in target else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex((target, port)) == 0
 
 
 @dataclass
