@@ -201,7 +201,7 @@ class InferenceServiceReconciler(Reconciler):
         rollout = plan_traffic([r["name"] for r in mine], {r["name"] for r in mine if r.get("ready")},
                                None if canary is None else int(canary),
                                cstatus.get("latestRolledoutRevision"), cstatus.get("previousRolledoutRevision"))
-        if rollout.traffic != cstatus.get("traffic"):
+        if rollout.traffic and rollout.traffic != cstatus.get("traffic"):
             shares = ", ".join(f"{t['revisionName']} {t['percent']}%" for t in rollout.traffic) or "none"
             self._event("Normal", "TrafficSplit", f"{component} traffic: {shares}")
         outcome.rollout = rollout
