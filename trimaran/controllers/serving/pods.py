@@ -63,13 +63,16 @@ def router_pod(routes_dir: Path) -> dict:
     return pod
 
 
-def model_storage(storage_uri: str, host_path: Path) -> tuple[dict, dict, str]:
-    """The pod volume, the container's mount and the model directory inside the sandbox."""
+def model_storage(storage_uri: str, host_path: Path | None) -> tuple[dict, dict, str]:
+    """The pod volume, the container's mount and the model directory inside the sandbox.
+    ``host_path`` is the resolved directory of a path URI (a claim is mounted by name instead)."""
     loc = parse_storage_uri(storage_uri)
     if loc.kind == "pvc":
         volume = {"name": "kserve-pvc-source", "persistentVolumeClaim": {"claimName": loc.claim, "readOnly": True}}
         mount = {"name": "kserve-pvc-source", "mountPath": PVC_MOUNT, "readOnly": True}
         return volume, mount, f"{PVC_MOUNT}/{loc.path}".rstrip("/")
+    if host_path is None:
+        raise ValueError(f"{storage_uri}: a path URI needs its resolved directory")
     volume = {"name": "kserve-provision-location", "hostPath": {"path": str(host_path)}}
     mount = {"name": "kserve-provision-location", "mountPath": MODEL_MOUNT, "readOnly": True}
     return volume, mount, MODEL_MOUNT
@@ -110,7 +113,7 @@ def replica_pod(isvc: dict, component_name: str, revision: dict, index: int, por
                       {"name": "PREDICTOR_PROTOCOL", "value": protocol}]
     probe: str | None = HEALTH_PATH
     if model is not None:
-        volume, mount, model_dir = model_storage(model["storageUri"], host_path or Path("/nonexistent"))
+        volume, mount, model_dir = model_storage(model["storageUri"], host_path)
         volumes.append(volume)
         args = model_server_args(name, model, component, model_dir, http_port, grpc_port)
         if predictor_host:
