@@ -190,3 +190,10 @@ def test_resolve_storage_uri_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert resolve_storage_uri(str(tmp_path / "allowed/m"), home, "default") == (tmp_path / "allowed/m").resolve()
     with pytest.raises(StorageUriError, match="TRIMARAN_MODEL_ROOTS"):
         resolve_storage_uri("/etc/passwd", home, "default")
+
+
+def test_standard_deployment_mode_is_a_warning() -> None:
+    obj = isvc()
+    obj["metadata"]["annotations"] = {"serving.kserve.io/deploymentMode": "RawDeployment"}
+    warnings = validate(obj).warnings
+    assert any("deploymentMode RawDeployment" in w and "Knative mode" in w for w in warnings)

@@ -407,6 +407,15 @@ class InferenceService(Resource):
             if spec is not None and spec.protocol_version is None:
                 spec.protocol_version = "v1"
 
+    def admission_warnings(self) -> list[str]:
+        """Standard (raw) deployment mode is not a separate mode here: say so instead of ignoring it."""
+        mode = (self.metadata.annotations or {}).get(SERVING_PREFIX + "deploymentMode")
+        if mode in ("Standard", "RawDeployment", "ModelMesh"):
+            return [f"{SERVING_PREFIX}deploymentMode {mode}: Trimaran serves every InferenceService in Knative "
+                    "mode (revisions, Knative's autoscaler unless the HPA class is chosen, canaryTrafficPercent "
+                    "honoured)"]
+        return []
+
     def check(self) -> list[FieldError]:
         """Metadata, annotations (autoscaling values), predictor and transformer."""
         errs = super().check()

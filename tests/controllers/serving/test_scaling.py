@@ -94,3 +94,8 @@ def test_cpu_sampler_reports_percent_of_the_request() -> None:
         sum(i * i for i in range(10_000))
     value = sampler.utilization(pods, spec)
     assert value is not None and value > 0
+
+
+def test_kserve_autoscaler_class_annotation_chooses_the_hpa() -> None:
+    scaler = RevisionScaler({"minReplicas": 1}, {"serving.kserve.io/autoscalerClass": "hpa"}, now=0.0, ready_pods=1)
+    assert scaler.hpa is not None and scaler.hpa.config.metric == "cpu" and scaler.hpa.config.target_utilization == 80

@@ -22,8 +22,9 @@ _METRIC = "autoscaling.knative.dev/metric"
 
 
 def _uses_hpa(spec: dict, annotations: dict[str, str]) -> bool:
-    metric = annotations.get(_METRIC) or spec.get("scaleMetric")
-    return annotations.get(_CLASS) == "hpa.autoscaling.knative.dev" or metric in ("cpu", "memory")
+    metric = annotations.get(_METRIC) or annotations.get("serving.kserve.io/metrics") or spec.get("scaleMetric")
+    return (annotations.get(_CLASS) == "hpa.autoscaling.knative.dev"
+            or annotations.get("serving.kserve.io/autoscalerClass") == "hpa" or metric in ("cpu", "memory"))
 
 
 class RevisionScaler:
@@ -50,7 +51,8 @@ class RevisionScaler:
     def _hpa_config(spec: dict, annotations: dict[str, str]) -> HPAConfig:
         return HPAConfig.from_fields(annotations, min_replicas=spec.get("minReplicas"),
                                      max_replicas=spec.get("maxReplicas"), scale_target=spec.get("scaleTarget"),
-                                     scale_metric=annotations.get(_METRIC) or spec.get("scaleMetric"))
+                                     scale_metric=annotations.get(_METRIC) or annotations.get(
+                                         "serving.kserve.io/metrics") or spec.get("scaleMetric"))
 
     def reconfigure(self, spec: dict, annotations: dict[str, str]) -> None:
         """Apply the component's current bounds and targets (live fields need no new revision)."""
