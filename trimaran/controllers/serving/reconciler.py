@@ -57,6 +57,7 @@ DRAINING_ANNOTATION = "serving.trimaran.io/draining-since"
 DRAIN_SECONDS = 1.0  # the router re-reads routes every 0.2 s; then in-flight requests finish
 BUSY_REQUEUE = 0.3  # while something is starting, draining or not yet ready
 LOG_TAIL_LINES = 5
+KEPT_REVISIONS = 10
 # A replica younger than this may still be scanning its model directory: its "no version" is not a failure.
 LOAD_GRACE_SECONDS = 3.0
 
@@ -253,6 +254,13 @@ class InferenceServiceReconciler(Reconciler):
                 if failure:
                     rev["failure"] = failure
         outcome.latest_failure = latest.get("failure")
+        # Knative keeps old revisions around but not forever: beyond the newest KEPT_REVISIONS, one that
+        # no traffic, rollout record or replica refers to any more is forgotten.
+        keep = wanted | {rollout.latest_rolledout, rollout.previous_rolledout} | {
+            p["metadata"]["labels"].get(REVISION_LABEL) for p in pods}
+        for rev in mine[:-KEPT_REVISIONS]:
+            if rev["name"] not in keep:
+                revisions.remove(rev)
         return outcome
 
     def _scale(self, obj: dict, component: str, rev: dict, pods: list[dict], desired: int, ready: set[str],
