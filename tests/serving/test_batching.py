@@ -81,7 +81,7 @@ def test_full_queue_answers_503_with_retry_after_and_timeouts_504(start_server, 
     running.join()
     queued.join()
     assert answers["running"].status_code == 200 and answers["queued"].status_code == 200
-    slow = httpx.post(url, json=rows_body([1.0], 3.0), timeout=10)
+    slow = httpx.post(url, json=rows_body([1.0], 2.0), timeout=10)
     assert slow.status_code == 504
     assert "timeout" in slow.json()["error"]
     assert metric(server, "trimaran_requests_total", code="504") == 1
