@@ -52,7 +52,8 @@ def predict(
     request = urllib.request.Request(url + request_path(name, body), data=json.dumps(body).encode(),
                                      headers={"content-type": "application/json"}, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        # The service is on this machine: an http_proxy in the environment must not be used for it.
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=timeout) as response:
             payload = response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
