@@ -15,6 +15,7 @@ or 504.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import zlib
@@ -175,10 +176,8 @@ class RestApp:
         specs, output_specs = model.signature_specs(signature)
         dtypes = {}
         for spec in specs:
-            try:
+            with contextlib.suppress(ValueError):  # BF16 has no numpy dtype: let numpy infer one
                 dtypes[spec.name] = datatype_to_numpy(spec.datatype)
-            except ValueError:
-                pass
         inputs, rows = codec.decode_v1(payload, [s.name for s in specs], dtypes, b64=b'"b64"' in body)
         wanted = None
         if output_specs and not model.platform.startswith("tensorflow"):
