@@ -382,6 +382,12 @@ def fmt(v, spec=",.0f") -> str:
     return "—" if v is None or v != v else format(v, spec)
 
 
+def per_cpu(r: dict) -> float | None:
+    """Requests per CPU-second of the server: what it would do per core if it had the cores to itself."""
+    cores = r.get("server_cores")
+    return r["rps"] / cores if r.get("rps") and cores and cores > 0.05 else None
+
+
 def report(res: dict) -> list[str]:
     """Prints the tables and returns the summary lines (ratios vs targets)."""
     from rich.console import Console
@@ -390,7 +396,8 @@ def report(res: dict) -> list[str]:
     console = Console(width=160)
     servers = {s["name"]: s for s in res["servers"]}
     table = Table(title=f"V2 REST (wrk -t1, {res['duration']:.0f} s per run, median of {res['rounds']} round(s))")
-    for col in ("server", "rows", "c", "req/s", "rows/s", "p50 ms", "p99 ms", "errors", "server CPU", "wrk CPU"):
+    for col in ("server", "rows", "c", "req/s", "rows/s", "p50 ms", "p99 ms", "errors", "server CPU", "req/CPU-s",
+                "wrk CPU"):
         table.add_column(col, justify="left" if col == "server" else "right")
     for cell in res["rest"]:
         for name, r in cell["results"].items():
@@ -399,19 +406,21 @@ def report(res: dict) -> list[str]:
                           fmt((r.get("rps") or 0) * cell["rows"]), fmt(r.get("p50_ms"), ".2f"),
                           fmt(r.get("p99_ms"), ".2f"),
                           "[red]failed[/red]" if err < 0 else (f"[red]{err}[/red]" if err else "0"),
-                          fmt(r.get("server_cores"), ".2f"), fmt(r.get("client_cores"), ".2f"))
+                          fmt(r.get("server_cores"), ".2f"), fmt(per_cpu(r)), fmt(r.get("client_cores"), ".2f"))
         table.add_section()
     console.print(table)
 
     if res.get("batching_rest"):
         bt = Table(title="Adaptive batching (Trimaran --max-batch-size 32 --max-batch-latency-ms 2), 1-row bodies")
-        for col in ("c", "req/s = rows/s", "p50 ms", "p99 ms", "errors", "without batching: req/s", "p99 ms"):
+        for col in ("c", "req/s = rows/s", "p50 ms", "p99 ms", "errors", "server CPU", "req/CPU-s",
+                    "without batching: req/s", "p99 ms", "req/CPU-s"):
             bt.add_column(col, justify="right")
         for c, b in res["batching_rest"].items():
             plain = next((cell["results"].get("trimaran") for cell in res["rest"]
                           if cell["rows"] == 1 and str(cell["c"]) == c), None) or {}
             bt.add_row(c, fmt(b.get("rps")), fmt(b.get("p50_ms"), ".2f"), fmt(b.get("p99_ms"), ".2f"),
-                       str(b.get("errors")), fmt(plain.get("rps")), fmt(plain.get("p99_ms"), ".2f"))
+                       str(b.get("errors")), fmt(b.get("server_cores"), ".2f"), fmt(per_cpu(b)),
+                       fmt(plain.get("rps")), fmt(plain.get("p99_ms"), ".2f"), fmt(per_cpu(plain)))
         console.print(bt)
 
     if res.get("grpc"):
@@ -428,6 +437,10 @@ def report(res: dict) -> list[str]:
         console.print(gt)
 
     lines = []
+    if res["load_before"][0] > CORES or res["load_after"][0] > CORES:
+        lines.append(f"NOTE: load average {res['load_before'][0]:.1f} before, {res['load_after'][0]:.1f} after, on "
+                     f"{CORES} cores: other work competed for the CPU; throughputs are then bounded by the "
+                     f"scheduler's share (see server CPU), compare within a cell only")
     ceil = res["ceiling"]
     lines.append(f"in-process predict (one core, before the servers started): 1 row "
                  f"{ceil['1']['calls_per_s']:,.0f} calls/s; "
@@ -450,6 +463,12 @@ def report(res: dict) -> list[str]:
                 lines.append(f"c=64 {cell['rows']}-row: Trimaran {o['rps']:,.0f} req/s vs best peer "
                              f"{rs[best_rps]['rps']:,.0f} ({servers[best_rps]['label']}) = {ratio:.2f}x "
                              f"(target >= 3x: {'met' if ratio >= 3 else 'NOT met'}){note}")
+                eff = [p for p in valid_peers if per_cpu(rs[p])]
+                if per_cpu(o) and eff:
+                    best_eff = max(eff, key=lambda p: per_cpu(rs[p]))
+                    lines.append(f"  per server CPU-second: Trimaran {per_cpu(o):,.0f} req vs best peer "
+                                 f"{per_cpu(rs[best_eff]):,.0f} ({servers[best_eff]['label']}) = "
+                                 f"{per_cpu(o) / per_cpu(rs[best_eff]):.2f}x (less sensitive to the machine's load)")
             ok = o["p99_ms"] <= rs[best_p99]["p99_ms"]
             lines.append(f"p99 c={cell['c']} {cell['rows']}-row: Trimaran {o['p99_ms']:.2f} ms vs best peer "
                          f"{rs[best_p99]['p99_ms']:.2f} ms ({servers[best_p99]['label']}) "
@@ -460,7 +479,7 @@ def report(res: dict) -> list[str]:
                          f"({servers[best_p99]['label']}); Trimaran not measured")
     b = res.get("batching")
     if b and b.get("rps"):
-        again = [r[1]["rows_per_s"] for r in res.get("ceiling_at_batching") or []]
+        again = [r["rows_per_s"] for r in res.get("ceiling_at_batching") or []]
         one_core = statistics.median(again) if again else ceil["1"]["rows_per_s"]
         when = (f"measured right after each batching run, median of {len(again)}" if again
                 else "measured before the servers started")
@@ -506,7 +525,11 @@ def main() -> None:
     ap.add_argument("--skip-install", action="store_true", help="do not create or update the peers' venvs")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
     ap.add_argument("--json", type=Path, help="write all figures here")
+    ap.add_argument("--report", type=Path, help="print the tables of an earlier --json file, run nothing")
     args = ap.parse_args()
+    if args.report:
+        report(json.loads(args.report.read_text()))
+        return
     if args.quick:
         args.duration, args.rounds, args.no_defaults = min(args.duration, 2.0), 1, True
     wanted_peers = [p for p in args.peers.split(",") if p]
@@ -523,6 +546,12 @@ def main() -> None:
           f"scikit-learn {metadata.version('scikit-learn')}, numpy {metadata.version('numpy')}")
     res: dict = {"started": started, "cores": CORES, "cpu": cpu, "duration": args.duration, "rounds": args.rounds,
                  "load_before": os.getloadavg(), "argv": sys.argv[1:], "versions": {}}
+    git = subprocess.run(["git", "log", "-1", "--format=%h %s", "--", "trimaran/serving"], cwd=REPO,
+                         capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "trimaran/serving"], cwd=REPO,
+                           capture_output=True, text=True).stdout.strip()
+    res["trimaran_serving_commit"] = git + (" (+ uncommitted changes)" if dirty else "")
+    print(f"trimaran/serving at {res['trimaran_serving_commit'][:100]}")
     res["versions"]["wrk"] = ensure_wrk()
     print(res["versions"]["wrk"])
     for p in wanted_peers:
@@ -607,7 +636,7 @@ def main() -> None:
                         runs.setdefault(s.name, []).append(measured(s, wrk, s.url, bodies[rows], c, args.duration))
                     if batching and rows == 1 and c == 64:
                         # the ceiling again, under the machine's load of this moment
-                        res["ceiling_at_batching"].append(ceiling(model, X, 1.0, sizes=(1,)))
+                        res["ceiling_at_batching"].append(ceiling(model, X, 1.0, sizes=(1,))[1])
                 cell = {"rows": rows, "c": c, "load": os.getloadavg()[0],
                         "results": {k: median_run(v) for k, v in runs.items()}}
                 res["rest"].append(cell)
