@@ -506,6 +506,38 @@ def report(res: dict) -> list[str]:
     return lines
 
 
+def markdown(res: dict) -> str:
+    """The tables again as Markdown, for bench/RESULTS.md."""
+    servers = {s["name"]: s for s in res["servers"]}
+    out = ["| server | rows | c | req/s | rows/s | p50 ms | p99 ms | errors | server CPU | req/CPU-s |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for cell in res["rest"]:
+        for name, r in sorted(cell["results"].items(), key=lambda kv: list(servers).index(kv[0])):
+            out.append(f"| {servers[name]['label']} | {cell['rows']} | {cell['c']} | {fmt(r.get('rps'))} | "
+                       f"{fmt((r.get('rps') or 0) * cell['rows'])} | {fmt(r.get('p50_ms'), '.2f')} | "
+                       f"{fmt(r.get('p99_ms'), '.2f')} | {r.get('errors')} | {fmt(r.get('server_cores'), '.2f')} | "
+                       f"{fmt(per_cpu(r))} |")
+    if res.get("batching_rest"):
+        out += ["", "| Trimaran +batching, 1-row, c | req/s = rows/s | p50 ms | p99 ms | errors | server CPU | "
+                "req/CPU-s | without batching: req/s | p99 ms |", "|---|---|---|---|---|---|---|---|---|"]
+        for c, b in res["batching_rest"].items():
+            plain = next((cell["results"].get("trimaran") for cell in res["rest"]
+                          if cell["rows"] == 1 and str(cell["c"]) == c), None) or {}
+            out.append(f"| {c} | {fmt(b.get('rps'))} | {fmt(b.get('p50_ms'), '.2f')} | {fmt(b.get('p99_ms'), '.2f')} | "
+                       f"{b.get('errors')} | {fmt(b.get('server_cores'), '.2f')} | {fmt(per_cpu(b))} | "
+                       f"{fmt(plain.get('rps'))} | {fmt(plain.get('p99_ms'), '.2f')} |")
+    if res.get("grpc"):
+        out += ["", "| server | rows | gRPC req/s (c=64) | gRPC p99 ms | errors | REST req/s (c=64) | REST p99 ms |",
+                "|---|---|---|---|---|---|---|"]
+        for g in sorted(res["grpc"], key=lambda g: (g["rows"], list(servers).index(g["server"]))):
+            rest = next((c["results"].get(g["server"]) for c in res["rest"] if c["rows"] == g["rows"] and c["c"] == 64),
+                        None) or {}
+            out.append(f"| {servers[g['server']]['label']} | {g['rows']} | {fmt(g.get('rps'))} | "
+                       f"{fmt(g.get('p99_ms'), '.2f')} | {g.get('errors')} | {fmt(rest.get('rps'))} | "
+                       f"{fmt(rest.get('p99_ms'), '.2f')} |")
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------------------------------------
 # main
 
@@ -526,9 +558,13 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
     ap.add_argument("--json", type=Path, help="write all figures here")
     ap.add_argument("--report", type=Path, help="print the tables of an earlier --json file, run nothing")
+    ap.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(args.report.read_text()))
+        res = json.loads(args.report.read_text())
+        report(res)
+        if args.markdown:
+            print(markdown(res))
         return
     if args.quick:
         args.duration, args.rounds, args.no_defaults = min(args.duration, 2.0), 1, True
@@ -680,6 +716,8 @@ def main() -> None:
             print(f"logs kept in {tmp}")
 
     res["summary"] = report(res) if res.get("rest") else []
+    if args.markdown and res.get("rest"):
+        print(markdown(res))
     print(f"load average before {res['load_before'][0]:.2f}, after {res['load_after'][0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1, default=str))
