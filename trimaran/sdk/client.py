@@ -192,6 +192,10 @@ class TuningClient:
                       early_stopping=early_stopping)
         if mode == "in-process":
             return self._tune_in_process(objective, params, ex.build_experiment(**common, trial_spec=None))
+        # The control plane's experiment of this name is the one to read from now on, not an
+        # earlier in-process run of the same name kept in this interpreter.
+        with _LOCAL_LOCK:
+            _LOCAL.pop((ns, name), None)
         return self._tune_process(objective, params, common, resources_per_trial, env_per_trial, base_image,
                                   retain_trials, wait, timeout)
 
