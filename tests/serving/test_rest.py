@@ -68,7 +68,8 @@ def test_v1_predict_rows_and_columns(server: ModelServer, digits) -> None:
 
 def test_v2_infer(server: ModelServer, digits) -> None:
     x, model = digits
-    r = server.client.post("/v2/models/digits/infer", json=v2_body(x[:3], id="abc", parameters={"k": 1}))
+    r = server.client.post("/v2/models/digits/infer", json=v2_body(
+        x[:3], id="abc", parameters={"k": 1}, outputs=[{"name": "output-0"}, {"name": "probabilities"}]))
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["model_name"] == "digits" and body["model_version"] == "1" and body["id"] == "abc"
@@ -77,10 +78,10 @@ def test_v2_infer(server: ModelServer, digits) -> None:
     assert outputs["output-0"]["shape"] == [3] and outputs["output-0"]["datatype"] == "INT64"
     probs = np.array(outputs["probabilities"]["data"]).reshape(outputs["probabilities"]["shape"])
     np.testing.assert_allclose(probs, model.predict_proba(x[:3].astype(np.float32)), rtol=1e-6)
-    # Requested outputs only; nested data is accepted as well as flat.
+    # Without requested outputs, the prediction only (probabilities cost as much again, and MLServer and
+    # KServe answer so too); nested data is accepted as well as flat.
     only = server.client.post("/v2/models/digits/versions/1/infer", json={
-        "inputs": [{"name": "input-0", "shape": [2, 64], "datatype": "FP32", "data": x[:2].tolist()}],
-        "outputs": [{"name": "output-0"}]}).json()
+        "inputs": [{"name": "input-0", "shape": [2, 64], "datatype": "FP32", "data": x[:2].tolist()}]}).json()
     assert [o["name"] for o in only["outputs"]] == ["output-0"] and "id" not in only
 
 
@@ -259,7 +260,8 @@ def test_tritonclient_grpc(server: ModelServer, digits) -> None:
     assert meta.platform == "sklearn" and list(meta.inputs[0].shape) == [-1, 64]
     inp = triton.InferInput("input-0", [6, 64], "FP32")
     inp.set_data_from_numpy(x[:6].astype(np.float32))
-    result = client.infer("digits", [inp], request_id="g1")
+    result = client.infer("digits", [inp], request_id="g1", outputs=[
+        triton.InferRequestedOutput("output-0"), triton.InferRequestedOutput("probabilities")])
     assert result.as_numpy("output-0").tolist() == model.predict(x[:6]).tolist()
     assert result.as_numpy("probabilities").shape == (6, 10)
     assert result.get_response().id == "g1"

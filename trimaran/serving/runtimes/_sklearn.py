@@ -17,7 +17,9 @@ SUFFIXES = (".joblib", ".pkl", ".pickle")
 
 
 class SKLearnModel(Model):
-    """``output-0`` is ``estimator.predict``; ``probabilities`` is ``predict_proba`` where the estimator has it.
+    """``output-0`` is ``estimator.predict``; ``probabilities`` is ``predict_proba`` where the estimator has it,
+    computed only when a request names it (as MLServer's ``predict_proba`` output): it would double the
+    cost of every request for an answer most callers do not read.
 
     Inputs are passed to the estimator in the dtype they arrive in (scikit-learn converts them itself);
     the declared FP32 is what V1 JSON is decoded to. An estimator fitted on a DataFrame gets one with its
@@ -48,7 +50,8 @@ class SKLearnModel(Model):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                found = self.predict({"input-0": np.zeros((1, int(n_features)))})
+                found = self.predict({"input-0": np.zeros((1, int(n_features)))},
+                                     outputs=[spec.name for spec in fallback])
         except Exception:
             return fallback
         return [TensorSpec(name, numpy_to_datatype(value.dtype), (-1, *value.shape[1:]))
@@ -63,7 +66,7 @@ class SKLearnModel(Model):
 
             x = pd.DataFrame(x, columns=self._columns)
         result = {"output-0": np.asarray(self._estimator.predict(x))}
-        if self._has_proba and (outputs is None or "probabilities" in outputs):
+        if self._has_proba and outputs is not None and "probabilities" in outputs:
             result["probabilities"] = np.asarray(self._estimator.predict_proba(x))
         return result
 
