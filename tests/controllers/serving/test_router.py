@@ -278,3 +278,18 @@ def test_revision_out_of_the_routes_reports_its_in_flight_requests_as_draining(h
         assert Client(harness.port).predict() == (200, "new")
         assert pending.result(timeout=10) == (200, "old")
     assert harness.stats()["revisions"].get("rev-1", {}).get("draining", []) == []
+
+
+def test_a_taken_service_port_is_reported_and_the_rest_is_served(harness: RouterHarness) -> None:
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", harness.port))
+    squatter.listen()
+    try:
+        replica = Replica("r")
+        harness.configure([("rev-1", 100)], {"rev-1": [replica.address]})
+        errors = poll(lambda: harness.stats().get("bindErrors"), what="the bind error")
+        assert list(errors) == ["default/iris"] and str(harness.port) in errors["default/iris"]
+        poll(lambda: harness.ready_endpoints("rev-1"), what="replica ready")
+        assert Client(harness.ingress, "iris.default.example.com").predict() == (200, "r")
+    finally:
+        squatter.close()

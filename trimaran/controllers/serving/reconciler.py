@@ -109,6 +109,11 @@ class InferenceServiceReconciler(Reconciler):
         transformer = obj["spec"].get("transformer")
         entry_key = owner
         predictor_key = f"{owner}-predictor" if transformer else owner
+        for service_key, error in ((stats or {}).get("bindErrors") or {}).items():
+            if service_key in (entry_key, predictor_key):
+                self.routes.move(service_key)
+                self._event("Warning", "PortInUse", f"the router could not listen for {service_key} ({error}); "
+                                                    "moving it to another port")
         ports = {k: self.routes.service_port(k) for k in dict.fromkeys((entry_key, predictor_key))}
         revisions: list[dict] = status.setdefault("revisions", [])
         services: dict[str, dict] = {}

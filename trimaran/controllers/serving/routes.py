@@ -59,6 +59,13 @@ class RoutesFile:
             return int(entry["port"])
         return self.ports.allocate(1)[0]
 
+    def move(self, key: str) -> None:
+        """Forget service ``key``'s port (another process holds it); the next `service_port` picks a new
+        one. The old port stays reserved: it is in use."""
+        entry = self.data["services"].get(key)
+        if entry is not None:
+            entry.pop("port", None)
+
     def set_services(self, owner: str, services: dict[str, dict]) -> None:
         """Replace the services an InferenceService (``namespace/name``) owns; write when changed."""
         current = self.data["services"]

@@ -136,6 +136,7 @@ class Router:
         self._servers: dict[str, asyncio.base_events.Server] = {}
         self._ports: dict[str, int] = {}
         self.routes_version = 0
+        self.bind_errors: dict[str, str] = {}
         self.loaded_version = -1  # the routes file's "version" once every route of it is in place
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -189,6 +190,7 @@ class Router:
         wanted = config.get("services") or {}
         for key in [k for k in self.services if k not in wanted]:
             self.services.pop(key)
+            self.bind_errors.pop(key, None)
             server = self._servers.pop(f"svc:{key}", None)
             self._ports.pop(f"svc:{key}", None)
             if server is not None:
@@ -204,7 +206,12 @@ class Router:
             svc.port, svc.hosts, svc.traffic = int(spec["port"]), list(spec.get("hosts") or []), traffic
             svc.timeout = float(spec.get("timeout", 300))
             svc.activation_timeout = float(spec.get("activationTimeout", 60))
-            await self._listen(f"svc:{key}", svc.port, svc)
+            try:
+                await self._listen(f"svc:{key}", svc.port, svc)
+                self.bind_errors.pop(key, None)
+            except OSError as exc:
+                # Another process took the port: serve the rest, and tell the controller (it moves the service).
+                self.bind_errors[key] = f"port {svc.port}: {exc.strerror or exc}"
             for name, rspec in (spec.get("revisions") or {}).items():
                 live_revisions.add(name)
                 self._update_revision(name, rspec)
@@ -386,6 +393,7 @@ class Router:
         return {
             "pid": os.getpid(),
             "routesVersion": self.loaded_version,
+            "bindErrors": dict(self.bind_errors),
             "revisions": {
                 name: {
                     "inflight": rev.stats.inflight,
