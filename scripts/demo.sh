@@ -4,7 +4,9 @@
 #      writes checkpoints to a persistentVolumeClaim; a batch Job then reads them back;
 #   2. a TFJob with 2 Workers trains with MultiWorkerMirroredStrategy;
 #   3. an Indexed batch Job sweeps a hyperparameter grid, 2 pods at a time;
-#   4. a Katib Experiment tunes five hyperparameters with Bayesian optimisation.
+#   4. a Katib Experiment tunes five hyperparameters with Bayesian optimisation;
+#   5. a batch Job trains two models into a volume; a KServe InferenceService serves one, a canary
+#      sends 20 % of the traffic to the other, and the canary is promoted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -46,6 +48,32 @@ trimaran apply -n kubeflow -f examples/katib-digits/code-configmap.yaml -f examp
 trimaran wait experiment/cnn-hyperparameter-tuning -n kubeflow --for=condition=Succeeded --timeout=10m
 trimaran get experiments -n kubeflow
 trimaran trials cnn-hyperparameter-tuning -n kubeflow
+
+step "InferenceService: serve the model a Job wrote, canary 20 %, promote"
+trimaran delete isvc digits >/dev/null 2>&1 || true
+trimaran delete -f examples/serving/train-job.yaml >/dev/null 2>&1 || true
+trimaran apply -f examples/serving/pvc.yaml -f examples/serving/code-configmap.yaml -f examples/serving/train-job.yaml
+trimaran wait job/digits-train --for=condition=Complete --timeout=5m
+trimaran apply -f examples/serving/digits.yaml
+trimaran wait isvc/digits --for=condition=Ready --timeout=3m
+trimaran get isvc
+trimaran predict digits -f examples/serving/input.json
+trimaran predict digits -f examples/serving/input-v2.json
+url=$(trimaran get isvc digits -o json | python -c 'import json,sys; print(json.load(sys.stdin)["status"]["url"])')
+curl -sS -X POST -H 'Content-Type: application/json' -d @examples/serving/input.json "$url/v1/models/digits:predict"; echo
+trimaran apply -f examples/serving/digits-canary.yaml
+# The canary takes its 20 % once its replica is ready.
+revisions_ready() {
+  trimaran get isvc digits -o json | python -c '
+import json, sys
+p = json.load(sys.stdin)["status"].get("components", {}).get("predictor", {})
+sys.exit(0 if p.get("latestReadyRevision") and p.get("latestReadyRevision") == p.get("latestCreatedRevision") else 1)'
+}
+for _ in $(seq 120); do revisions_ready && break; sleep 1; done
+trimaran describe isvc digits
+trimaran apply -f examples/serving/digits-promote.yaml
+trimaran wait isvc/digits --for=condition=Ready --timeout=3m
+trimaran get isvc
 
 step "done: the control plane keeps running (trimaran server stop to end it)"
 trimaran server status
