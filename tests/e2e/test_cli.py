@@ -124,3 +124,18 @@ def test_events_of_a_recreated_job_start_fresh(plane, tmp_path):
         assert len(created) == 1 and created[0]["count"] == 1, events
         assert "hi" in plane.cli("logs", "again", "-f").stdout
         plane.cli("delete", "pytorchjob", "again")
+
+
+def test_server_stop_with_pods_leaves_no_process(plane, tmp_path):
+    from tests.helpers import poll
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "long"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "main", "image": "x", "command": ["python", "-c", "import time; time.sleep(600)"]}]}}}}
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(job))
+    plane.cli("apply", "-f", str(path))
+    poll(lambda: plane.pod_processes(), timeout=60, what="the job's processes")
+    out = plane.cli("server", "stop", "--pods").stdout
+    assert "control plane stopped" in out and "stopped 1 pod" in out
+    assert plane.pod_processes() == []

@@ -431,11 +431,17 @@ def server_start(
 
 
 @server_app.command("stop")
-def server_stop() -> None:
+def server_stop(
+    pods: bool = typer.Option(False, "--pods", help="Also stop every pod's processes (jobs, model servers, "
+                              "the router); the next start brings back what the stored objects still want."),
+) -> None:
     """Stop the control plane. Running pods keep running and are re-adopted on the next start."""
-    from trimaran.server.daemon import stop_server
+    from trimaran.server.daemon import stop_pods, stop_server
 
     console.print("control plane stopped" if stop_server() else "no control plane was running")
+    if pods:
+        stopped = stop_pods()
+        console.print(f"stopped {stopped} pod{'s' if stopped != 1 else ''}")
 
 
 @server_app.command("status")

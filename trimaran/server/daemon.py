@@ -90,6 +90,20 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
     raise RuntimeError(f"the control plane did not answer within {timeout:.0f}s; see {home / 'server.log'}")
 
 
+def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
+    """Stop the processes of every pod of ``home`` (call with the control plane stopped); return how many."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from trimaran.runtime import LocalRuntime
+
+    runtime = LocalRuntime(home or home_dir())
+    uids = [uid for uid in runtime.known_pods() if runtime.is_alive(uid)]
+    # At once rather than one by one: each may take its grace period.
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(uids)))) as pool:
+        list(pool.map(lambda uid: runtime.stop_pod(uid, grace_seconds=grace_seconds), uids))
+    return len(uids)
+
+
 def stop_server(home: Path | None = None, timeout: float = 15.0) -> bool:
     info = read_server_info(home)
     if not info or not pid_alive(int(info["pid"])):
