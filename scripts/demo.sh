@@ -75,5 +75,5 @@ trimaran apply -f examples/serving/digits-promote.yaml
 trimaran wait isvc/digits --for=condition=Ready --timeout=3m
 trimaran get isvc
 
-step "done: the control plane keeps running (trimaran server stop to end it)"
+step "done: the control plane and the served model keep running (trimaran server stop --pods ends both)"
 trimaran server status
