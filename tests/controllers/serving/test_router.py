@@ -35,6 +35,7 @@ class Replica:
         self.delay = delay
         self.inflight = 0
         self.max_inflight = 0
+        self.post_connections: set[tuple[str, int]] = set()
         self.lock = threading.Lock()
         replica = self
 
@@ -57,6 +58,7 @@ class Replica:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length", 0)))
+                replica.post_connections.add(self.client_address)
                 with replica.lock:
                     replica.inflight += 1
                     replica.max_inflight = max(replica.max_inflight, replica.inflight)
@@ -293,3 +295,13 @@ def test_a_taken_service_port_is_reported_and_the_rest_is_served(harness: Router
         assert Client(harness.ingress, "iris.default.example.com").predict() == (200, "r")
     finally:
         squatter.close()
+
+
+def test_upstream_connections_are_kept_alive(harness: RouterHarness) -> None:
+    replica = Replica("r")
+    harness.configure([("rev-1", 100)], {"rev-1": [replica.address]})
+    poll(lambda: harness.ready_endpoints("rev-1"), what="replica ready")
+    client = Client(harness.port)
+    for _ in range(50):
+        assert client.predict() == (200, "r")
+    assert len(replica.post_connections) == 1

@@ -114,6 +114,7 @@ class _ResponseParser:
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
         self.complete = False
+        self.keep_alive = False
         self.parser = httptools.HttpResponseParser(self)
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -123,6 +124,8 @@ class _ResponseParser:
         self.body.append(body)
 
     def on_message_complete(self) -> None:
+        # Asked here: once the callback returns, llhttp has reset its state and says False.
+        self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
 
 
@@ -186,8 +189,7 @@ class UpstreamPool:
             except BaseException:
                 writer.close()
                 raise
-            keep = parsed.parser.should_keep_alive()
-            if keep and len(self.idle) < self.max_idle:
+            if parsed.keep_alive and len(self.idle) < self.max_idle:
                 self.idle.append((reader, writer))
             else:
                 writer.close()
