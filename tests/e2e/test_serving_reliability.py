@@ -154,8 +154,9 @@ def test_load_step_scales_up_in_panic_and_back_down_after_the_stable_window(plan
     assert small.failures == [] and big.failures == [], (small.failures + big.failures)[:5]
     events = plane.cli("describe", "isvc", "elastic").stdout
     assert "panic mode" in events and "Scaled predictor revision elastic-predictor-00001 from 1 to 3" in events
-    # Knative decides within a panic window (6 s by default): one 2 s tick after the burst shows.
-    assert decided < 6, decided
+    # Knative decides on the first 2 s tick whose 6 s panic window shows the burst; on top come a
+    # reconcile pass (<= 1 s) and 31 client threads ramping up on a small, busy machine.
+    assert decided < 8, decided
     print(f"\nscale-up 1 -> 3: decided after {decided:.1f}s, replicas ready after {scale_up:.1f}s; "
           f"scale-down to 1: {scale_down:.1f}s")
 
