@@ -80,7 +80,7 @@ _FLOAT_AUTOSCALING = ("target", "target-utilization-percentage", "panic-window-p
                       "target-burst-capacity")
 _INT_AUTOSCALING = ("min-scale", "max-scale", "initial-scale")
 _DURATION_AUTOSCALING = ("window", "scale-to-zero-grace-period", "scale-to-zero-pod-retention-period",
-                         "scale-down-delay", "stable-window", "tick-interval")
+                         "scale-down-delay")
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)?")
 
 

@@ -19,4 +19,3 @@ class Decision:
     reason: str
     stable_average: float = 0.0
     panic_average: float = 0.0
-    excess_burst_capacity: float = 0.0

@@ -21,7 +21,8 @@ class KPAConfig:
     ``target`` is the per-pod value of ``metric`` before utilisation (``None``: the revision's
     containerConcurrency if set, else 100 for concurrency / 200 for rps). ``scale_to_zero_grace``
     is cluster-wide in Knative; here the annotation ``autoscaling.knative.dev/scale-to-zero-grace-period``
-    sets it per service too, so tests need not wait 30 s.
+    sets it per service too, so tests need not wait 30 s. There is no target-burst-capacity: the router
+    (the activator) is always in the data path, as Knative with a capacity of -1.
     """
 
     metric: str = "concurrency"
@@ -37,7 +38,6 @@ class KPAConfig:
     scale_to_zero_grace: float = 30.0
     pod_retention: float = 0.0
     scale_down_delay: float = 0.0
-    target_burst_capacity: float = 200.0
     min_scale: int = 0
     max_scale: int = 0  # 0: unlimited
     initial_scale: int = 1
@@ -81,12 +81,9 @@ class KPAConfig:
             cfg = replace(cfg, max_scale=int(max_replicas))
         floats = {"target": "target", "panic-window-percentage": "panic_window_percentage",
                   "panic-threshold-percentage": "panic_threshold_percentage",
-                  "max-scale-up-rate": "max_scale_up_rate", "max-scale-down-rate": "max_scale_down_rate",
-                  "target-burst-capacity": "target_burst_capacity"}
-        durations = {"window": "stable_window", "stable-window": "stable_window",
-                     "scale-to-zero-grace-period": "scale_to_zero_grace",
-                     "scale-to-zero-pod-retention-period": "pod_retention", "scale-down-delay": "scale_down_delay",
-                     "tick-interval": "tick"}
+                  "max-scale-up-rate": "max_scale_up_rate", "max-scale-down-rate": "max_scale_down_rate"}
+        durations = {"window": "stable_window", "scale-to-zero-grace-period": "scale_to_zero_grace",
+                     "scale-to-zero-pod-retention-period": "pod_retention", "scale-down-delay": "scale_down_delay"}
         ints = {"min-scale": "min_scale", "max-scale": "max_scale", "initial-scale": "initial_scale"}
         changes: dict[str, object] = {}
         if ann.get("metric") in ("concurrency", "rps"):
@@ -226,8 +223,5 @@ class KPA:
             bounded = min(bounded, cfg.max_scale)
         if bounded != desired:
             reason += f"; bounded to [{cfg.min_scale}, {cfg.max_scale or 'unlimited'}]"
-        excess = -1.0 if cfg.target_burst_capacity < 0 else (
-            0.0 if cfg.target_burst_capacity == 0 else
-            math.floor(ready_pods * target / cfg.target_utilization - cfg.target_burst_capacity - panic_avg))
         return Decision(desired=bounded, mode=mode, observed=observed, target=target, reason=reason,
-                        stable_average=stable_avg, panic_average=panic_avg, excess_burst_capacity=excess)
+                        stable_average=stable_avg, panic_average=panic_avg)

@@ -113,7 +113,6 @@ class Service:
     traffic: list[tuple[str, float]]
     timeout: float
     activation_timeout: float
-    server: asyncio.base_events.Server | None = None
 
 
 class Router:
