@@ -12,6 +12,13 @@ Each pass, for each component (predictor, and transformer when present):
 5. the router's routes for the service (its own port, and ``Host: NAME.NAMESPACE.<domain>`` on the
    shared ingress port), then status and events.
 
+Why a revision is not ready is found each pass: its storage (a path that does not exist yet, or
+outside the allowed roots: no replica is started), else the model server's own account of its
+versions (``GET /v1/models/NAME``) once a replica has had a few seconds to load, else the end of a
+restarting replica's log. It goes to the component's condition and ``modelStatus.lastFailureInfo``.
+Besides KServe's fields, status carries ``revisions`` (see `revisions`) and, per component,
+``replicas``: ready and total replicas of each revision (what ``describe`` shows).
+
 Scaling down drains: a replica leaves the routes first and is stopped once the router has no
 request in flight on it, so scale-downs and rollouts fail no request. The router runs as the pod
 ``trimaran-system/trimaran-router`` and outlives a control-plane restart; the autoscalers are
@@ -24,7 +31,6 @@ from __future__ import annotations
 import copy
 import http.client
 import json
-import logging
 import time
 from pathlib import Path
 
@@ -50,8 +56,6 @@ from trimaran.controllers.serving.pods import (
 from trimaran.controllers.serving.revisions import Rollout, plan_traffic, revision_name, spec_hash
 from trimaran.controllers.serving.routes import DOMAIN, RouterClient, RoutesFile
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
-
-log = logging.getLogger(__name__)
 
 DRAINING_ANNOTATION = "serving.trimaran.io/draining-since"
 DRAIN_SECONDS = 1.0  # the router re-reads routes every 0.2 s; then in-flight requests finish
