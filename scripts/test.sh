@@ -6,6 +6,15 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh || exit 1
 .venv/bin/ruff check trimaran tests bench examples || exit 1
 .venv/bin/python examples/make_configmap.py --check || exit 1
+# KServe's own Python client, for tests/serving/test_kserve_client.py. kserve pins protobuf 6 and
+# brings FastAPI, pandas and the Kubernetes client, so it gets an environment of its own.
+if [ ! -f .venv-kserve/.installed ]; then
+  rm -rf .venv-kserve
+  "${PYTHON:-python3}" -m venv .venv-kserve || exit 1
+  .venv-kserve/bin/python -m pip install -q "kserve==0.21.0" || exit 1
+  touch .venv-kserve/.installed
+fi
+export TRIMARAN_KSERVE_PYTHON="$PWD/.venv-kserve/bin/python"
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?
