@@ -80,20 +80,27 @@ class Replica:
 class RouterHarness:
     def __init__(self, tmp_path: Path) -> None:
         self.path = tmp_path / "routes.json"
-        self.ingress, self.admin, self.port = _free_port(), _free_port(), _free_port()
+        self.ingress, self.admin, self.port, self.grpc_port = _free_port(), _free_port(), _free_port(), _free_port()
         self.loop = asyncio.new_event_loop()
         self.router = Router(self.path)
         self.task: asyncio.Future | None = None
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
     def configure(self, traffic: list[tuple[str, int]], revisions: dict[str, list[str]],
-                  container_concurrency: int = 0, activation_timeout: float = 10, timeout: float = 30) -> None:
-        config = {"ingressPort": self.ingress, "adminPort": self.admin, "services": {"default/iris": {
+                  container_concurrency: int = 0, activation_timeout: float = 10, timeout: float = 30,
+                  grpc_endpoints: dict[str, str] | None = None) -> None:
+        """Route default/iris; with ``grpc_endpoints`` (HTTP address -> gRPC address) on ``grpc_port`` too."""
+        service = {
             "port": self.port, "hosts": ["iris.default.example.com"], "timeout": timeout,
             "activationTimeout": activation_timeout,
             "traffic": [{"revisionName": r, "percent": p} for r, p in traffic],
             "revisions": {r: {"endpoints": eps, "containerConcurrency": container_concurrency,
-                              "probePath": "/v2/health/ready"} for r, eps in revisions.items()}}}}
+                              "probePath": "/v2/health/ready",
+                              "grpcEndpoints": {a: g for a, g in (grpc_endpoints or {}).items() if a in eps}}
+                          for r, eps in revisions.items()}}
+        if grpc_endpoints is not None:
+            service["grpcPort"] = self.grpc_port
+        config = {"ingressPort": self.ingress, "adminPort": self.admin, "services": {"default/iris": service}}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(config))
         tmp.replace(self.path)

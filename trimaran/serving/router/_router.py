@@ -1,8 +1,9 @@
 """The router: Knative's ingress, activator and queue-proxy for InferenceServices on one machine.
 
-It reads a routes file the serving controller writes (`RoutesConfig`, re-read when it changes) and
-serves each service on its own port and on a shared ingress port by ``Host`` header
-(``NAME.NAMESPACE.<domain>``). For each request it:
+It reads a routes file the serving controller writes (re-read when it changes) and serves each
+service on its own port and on a shared ingress port by ``Host`` header (``NAME.NAMESPACE.<domain>``),
+and V2 gRPC on a port of the service's own (`_grpc`: unary calls forwarded as raw bytes). For each
+request, HTTP or gRPC alike, it:
 
 - picks a revision by the service's traffic split (percentages);
 - holds the request while the revision has no ready replica (scale from zero, a replica
@@ -27,11 +28,16 @@ import os
 import random
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
+import grpc
+import grpc.aio
 import httptools
 
+from trimaran.serving.router import _grpc
 from trimaran.serving.router._http import Request, RequestReader, Response, UpstreamError, UpstreamPool, render_response
 
 __all__ = ["Router"]
@@ -44,6 +50,9 @@ PROBE_UNREADY_SECONDS = 0.1
 MAX_ATTEMPTS = 4
 BUCKETS_KEPT = 120
 REVISION_HEADER = b"x-trimaran-revision"
+# A retired replica's gRPC channel is closed once its calls are answered; none outlives a request's timeout.
+CHANNEL_CLOSE_GRACE = 600.0
+T = TypeVar("T")
 
 
 class Stats:
@@ -80,9 +89,18 @@ class Endpoint:
 
     address: str
     pool: UpstreamPool
+    grpc_address: str | None = None
     ready: bool = False
     inflight: int = 0
     probe: asyncio.Task | None = None
+    channel: grpc.aio.Channel | None = None
+
+    def grpc_channel(self) -> grpc.aio.Channel:
+        """The replica's one gRPC channel, opened on first use."""
+        if self.channel is None:
+            assert self.grpc_address is not None
+            self.channel = _grpc.open_channel(self.grpc_address)
+        return self.channel
 
 
 @dataclass
@@ -113,6 +131,21 @@ class Service:
     traffic: list[tuple[str, float]]
     timeout: float
     activation_timeout: float
+    grpc_port: int | None = None
+
+
+class Unroutable(Exception):
+    """No replica answered: ``status`` is the HTTP status that says why (503 none ready, 502 every attempt
+    failed, 504 timed out, 501 the revision serves no gRPC)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# How a request the router could not place is answered over gRPC.
+_GRPC_CODES = {501: grpc.StatusCode.UNIMPLEMENTED, 502: grpc.StatusCode.UNAVAILABLE,
+               503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
 class Router:
@@ -120,10 +153,13 @@ class Router:
 
         {"ingressPort": 8080, "adminPort": 8081,
          "services": {"default/iris": {
-             "port": 20100, "hosts": ["iris.default.example.com"], "timeout": 300, "activationTimeout": 60,
-             "traffic": [{"revisionName": "iris-predictor-00001", "percent": 100}],
-             "revisions": {"iris-predictor-00001": {"endpoints": ["127.0.0.1:20101"], "containerConcurrency": 0,
+             "port": 20100, "grpcPort": 20101, "hosts": ["iris.default.example.com"], "timeout": 300,
+             "activationTimeout": 60, "traffic": [{"revisionName": "iris-predictor-00001", "percent": 100}],
+             "revisions": {"iris-predictor-00001": {"endpoints": ["127.0.0.1:20102"], "containerConcurrency": 0,
+                                                    "grpcEndpoints": {"127.0.0.1:20102": "127.0.0.1:20103"},
                                                     "probePath": "/v2/health/ready"}}}}}
+
+    A replica is known by its HTTP address (probed there); ``grpcEndpoints`` maps it to its gRPC address.
     """
 
     def __init__(self, config_path: Path) -> None:
@@ -136,6 +172,9 @@ class Router:
         self._ports: dict[str, int] = {}
         self.routes_version = 0
         self.bind_errors: dict[str, str] = {}
+        self._grpc_servers: dict[str, tuple[int, grpc.aio.Server]] = {}
+        self.grpc_bind_errors: dict[str, str] = {}
+        self._closing: set[asyncio.Task] = set()
         self.loaded_version = -1  # the routes file's "version" once every route of it is in place
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -151,6 +190,12 @@ class Router:
                 await asyncio.sleep(RELOAD_SECONDS)
         finally:
             roller.cancel()
+            for _, server in self._grpc_servers.values():
+                await server.stop(0)
+            for rev in self.revisions.values():
+                for ep in [*rev.endpoints.values(), *rev.draining.values()]:
+                    if ep.channel is not None:
+                        await ep.channel.close()
 
     async def _roll_loop(self) -> None:
         while True:
@@ -174,6 +219,21 @@ class Router:
         self._servers[name] = await asyncio.start_server(handle, "127.0.0.1", port, reuse_address=True)
         self._ports[name] = port
 
+    async def _listen_grpc(self, service: Service) -> None:
+        current = self._grpc_servers.get(service.key)
+        if current is not None and current[0] == service.grpc_port:
+            return
+        if current is not None:
+            del self._grpc_servers[service.key]
+            await current[1].stop(None)
+        if service.grpc_port:
+            key = service.key
+
+            async def forward(method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                return await self._route_grpc(key, method, request, context)
+
+            self._grpc_servers[key] = (service.grpc_port, await _grpc.start_server(service.grpc_port, forward))
+
     async def _reload(self) -> None:
         try:
             st = self.config_path.stat()
@@ -190,10 +250,14 @@ class Router:
         for key in [k for k in self.services if k not in wanted]:
             self.services.pop(key)
             self.bind_errors.pop(key, None)
+            self.grpc_bind_errors.pop(key, None)
             server = self._servers.pop(f"svc:{key}", None)
             self._ports.pop(f"svc:{key}", None)
             if server is not None:
                 server.close()
+            grpc_server = self._grpc_servers.pop(key, None)
+            if grpc_server is not None:
+                await grpc_server[1].stop(None)
         live_revisions: set[str] = set()
         for key, spec in wanted.items():
             svc = self.services.get(key)
@@ -205,12 +269,18 @@ class Router:
             svc.port, svc.hosts, svc.traffic = int(spec["port"]), list(spec.get("hosts") or []), traffic
             svc.timeout = float(spec.get("timeout", 300))
             svc.activation_timeout = float(spec.get("activationTimeout", 60))
+            svc.grpc_port = int(spec["grpcPort"]) if spec.get("grpcPort") else None
             try:
                 await self._listen(f"svc:{key}", svc.port, svc)
                 self.bind_errors.pop(key, None)
             except OSError as exc:
                 # Another process took the port: serve the rest, and tell the controller (it moves the service).
                 self.bind_errors[key] = f"port {svc.port}: {exc.strerror or exc}"
+            try:
+                await self._listen_grpc(svc)
+                self.grpc_bind_errors.pop(key, None)
+            except OSError as exc:
+                self.grpc_bind_errors[key] = f"gRPC port {svc.grpc_port}: {exc}"
             for name, rspec in (spec.get("revisions") or {}).items():
                 live_revisions.add(name)
                 self._update_revision(name, rspec)
@@ -234,16 +304,21 @@ class Router:
         rev.container_concurrency = int(spec.get("containerConcurrency") or 0)
         rev.probe_path = spec.get("probePath")
         wanted = list(spec.get("endpoints") or [])
+        grpc_addresses = spec.get("grpcEndpoints") or {}
         for address in [a for a in rev.endpoints if a not in wanted]:
             ep = rev.endpoints.pop(address)
-            _stop(ep)
+            self._stop(ep)
             if ep.inflight:
                 rev.draining[address] = ep
         for address in wanted:
-            if address not in rev.endpoints:
+            ep = rev.endpoints.get(address)
+            if ep is not None and ep.grpc_address != grpc_addresses.get(address):
+                self._retire_channel(ep)
+            if ep is None:
                 ep = Endpoint(address, UpstreamPool(address))
                 ep.probe = asyncio.create_task(self._probe_loop(rev, ep))
                 rev.endpoints[address] = ep
+            ep.grpc_address = grpc_addresses.get(address)
         for address in [a for a, ep in rev.draining.items() if not ep.inflight]:
             del rev.draining[address]
 
@@ -255,6 +330,10 @@ class Router:
                 ep.ready = ok
                 if not ok:
                     ep.pool.close()
+                else:
+                    # A channel that saw the replica die backs off before reconnecting (up to minutes):
+                    # the replica is back, so start afresh.
+                    self._retire_channel(ep)
                 rev.notify()
             await asyncio.sleep(PROBE_READY_SECONDS if ok else PROBE_UNREADY_SECONDS)
 
@@ -311,11 +390,49 @@ class Router:
         return targets[-1][0]
 
     async def _proxy(self, service: Service, rev: Revision, request: Request) -> Response:
+        host = (request.header(b"host") or b"localhost").split(b":")[0]
+
+        async def send(rev: Revision, ep: Endpoint, timeout: float) -> Response:
+            response = await ep.pool.send(request, host, timeout)
+            response.headers.append((REVISION_HEADER, rev.name.encode()))
+            return response
+
+        try:
+            return await self._dispatch(service, rev, service.timeout, send)
+        except Unroutable as exc:
+            return Response(exc.status, _JSON, _error(str(exc)))
+
+    async def _route_grpc(self, key: str, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        service = self.services.get(key)
+        rev = self._choose(service) if service is not None else None
+        if service is None or rev is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{key} has no ready revision yet")
+        remaining = context.time_remaining()
+        timeout = service.timeout if remaining is None else min(service.timeout, remaining)
+        metadata = _grpc.forwarded_metadata(context)
+
+        async def send(rev: Revision, ep: Endpoint, timeout: float) -> _grpc.GrpcReply:
+            reply = await _grpc.call_upstream(ep.grpc_channel(), method, request, timeout, metadata)
+            reply.trailing += ((REVISION_HEADER.decode(), rev.name),)
+            return reply
+
+        try:
+            reply = await self._dispatch(service, rev, timeout, send, grpc_only=True)
+        except Unroutable as exc:
+            await context.abort(_GRPC_CODES[exc.status], str(exc))
+        if reply.response is None:
+            await context.abort(reply.code, reply.details, reply.trailing)
+        context.set_trailing_metadata(reply.trailing)
+        return reply.response
+
+    async def _dispatch(self, service: Service, rev: Revision, timeout: float,
+                        send: Callable[[Revision, Endpoint, float], Awaitable[T]], grpc_only: bool = False) -> T:
+        """Send a request to a ready replica of ``rev`` with ``send(revision, endpoint, seconds left)``, holding
+        it while none is ready and retrying where ``send`` raises UpstreamError. Raises Unroutable."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        deadline = start + service.timeout
+        deadline = start + timeout
         activation_deadline = min(deadline, start + service.activation_timeout)
-        host = (request.header(b"host") or b"localhost").split(b":")[0]
         failed: set[str] = set()
         last_error = ""
         rev.stats.change(+1)
@@ -329,14 +446,14 @@ class Router:
                         rev.stats.change(-1)
                         rev, failed = current, set()
                         rev.stats.change(+1)
-                ep = await self._pick(rev, activation_deadline, failed)
+                ep = await self._pick(rev, activation_deadline, failed, grpc_only)
                 if ep is None:
-                    return Response(503, _JSON, _error(
-                        f"revision {rev.name} has no ready replica after {service.activation_timeout:.0f}s"
-                        + (f" (last error: {last_error})" if last_error else "")))
+                    raise Unroutable(503, f"revision {rev.name} has no ready replica after "
+                                          f"{service.activation_timeout:.0f}s"
+                                          + (f" (last error: {last_error})" if last_error else ""))
                 ep.inflight += 1
                 try:
-                    response = await ep.pool.send(request, host, max(0.001, deadline - loop.time()))
+                    return await send(rev, ep, max(0.001, deadline - loop.time()))
                 except UpstreamError as exc:
                     # The replica is gone or going: stop sending to it until its probe passes again.
                     last_error = str(exc)
@@ -346,17 +463,15 @@ class Router:
                         ep.pool.close()
                     continue
                 except asyncio.TimeoutError:
-                    return Response(504, _JSON, _error(f"request timed out after {service.timeout:.0f}s"))
+                    raise Unroutable(504, f"request timed out after {timeout:g}s") from None
                 finally:
                     ep.inflight -= 1
                     rev.notify()
-                response.headers.append((REVISION_HEADER, rev.name.encode()))
-                return response
-            return Response(502, _JSON, _error(f"every attempt failed: {last_error}"))
+            raise Unroutable(502, f"every attempt failed: {last_error}")
         finally:
             rev.stats.change(-1)
 
-    async def _pick(self, rev: Revision, deadline: float, failed: set[str]) -> Endpoint | None:
+    async def _pick(self, rev: Revision, deadline: float, failed: set[str], grpc_only: bool) -> Endpoint | None:
         loop = asyncio.get_running_loop()
         limit = rev.container_concurrency
         while True:
@@ -365,6 +480,11 @@ class Router:
             if not ready and failed:
                 failed.clear()  # every other replica failed too: any that is ready again may be tried
                 ready = [ep for ep in rev.endpoints.values() if ep.ready]
+            if grpc_only and ready:
+                ready = [ep for ep in ready if ep.grpc_address]
+                if not ready:
+                    # Ready replicas without a gRPC port: a custom container (a transformer) serving HTTP only.
+                    raise Unroutable(501, f"revision {rev.name} does not serve gRPC")
             free = [ep for ep in ready if not limit or ep.inflight < limit]
             if free:
                 low = min(ep.inflight for ep in free)
@@ -376,6 +496,21 @@ class Router:
                 await asyncio.wait_for(event.wait(), remaining)
             except asyncio.TimeoutError:
                 return None
+
+    def _stop(self, ep: Endpoint) -> None:
+        if ep.probe is not None:
+            ep.probe.cancel()
+        ep.pool.close()
+        self._retire_channel(ep)
+
+    def _retire_channel(self, ep: Endpoint) -> None:
+        """Close ``ep``'s gRPC channel once the calls on it are answered; the next call opens a new one."""
+        if ep.channel is None:
+            return
+        task = asyncio.create_task(ep.channel.close(CHANNEL_CLOSE_GRACE))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        ep.channel = None
 
     # -- admin -------------------------------------------------------------------------------------
     def _admin(self, request: Request) -> Response:
@@ -393,6 +528,7 @@ class Router:
             "pid": os.getpid(),
             "routesVersion": self.loaded_version,
             "bindErrors": dict(self.bind_errors),
+            "grpcBindErrors": dict(self.grpc_bind_errors),
             "revisions": {
                 name: {
                     "inflight": rev.stats.inflight,
@@ -411,12 +547,6 @@ _JSON = [(b"content-type", b"application/json")]
 
 def _error(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
-
-
-def _stop(ep: Endpoint) -> None:
-    if ep.probe is not None:
-        ep.probe.cancel()
-    ep.pool.close()
 
 
 async def _probe(address: str, path: str | None) -> bool:
