@@ -169,6 +169,10 @@ def _describe_isvc(console: Console, isvc: dict) -> None:
             _kv(console, "Last Failure", f"{failure.get('reason')}: {failure.get('message')}")
     for component, cstatus in (status.get("components") or {}).items():
         console.print(f"{component.capitalize()}:", highlight=False)
+        if cstatus.get("url"):
+            _kv(console, "URL", cstatus["url"], 2)
+        if cstatus.get("grpcUrl"):
+            _kv(console, "gRPC URL", f"{cstatus['grpcUrl']} (inference.GRPCInferenceService)", 2)
         _kv(console, "Latest Created", cstatus.get("latestCreatedRevision", "-"), 2)
         _kv(console, "Latest Ready", cstatus.get("latestReadyRevision", "-"), 2)
         _kv(console, "Rolled Out", f"{cstatus.get('latestRolledoutRevision', '-')} "

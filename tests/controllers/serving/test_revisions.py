@@ -106,3 +106,24 @@ def test_transformer_gets_port_and_predictor_host() -> None:
     assert env["PORT"] == "20200" and env["PREDICTOR_HOST"] == "127.0.0.1:20300" and env["MODEL_NAME"] == "iris"
     assert env["PREDICTOR_PROTOCOL"] == "v1"
     assert pod["metadata"]["annotations"]["serving.trimaran.io/probe-path"] == "/healthz"
+
+
+def test_routes_file_keeps_a_grpc_port_per_predictor_service_and_frees_it(tmp_path: Path) -> None:
+    from trimaran.controllers.ports import PortAllocator
+    from trimaran.controllers.serving.routes import RoutesFile
+
+    ports = PortAllocator()
+    routes = RoutesFile(tmp_path, ports)
+    http, grpc = routes.service_port("models/iris"), routes.service_port("models/iris", grpc=True)
+    routes.set_services("models/iris", {"models/iris": {"port": http, "grpcPort": grpc}})
+    assert routes.service_port("models/iris", grpc=True) == grpc  # recorded: stable across passes
+    assert RoutesFile(tmp_path, PortAllocator()).data["services"]["models/iris"]["grpcPort"] == grpc
+
+    routes.move("models/iris", grpc=True)  # the router could not bind it: a new one, the URL's port stays
+    moved = routes.service_port("models/iris", grpc=True)
+    assert moved not in (http, grpc) and routes.service_port("models/iris") == http
+    routes.set_services("models/iris", {"models/iris": {"port": http, "grpcPort": moved}})
+
+    assert {http, grpc, moved} <= ports._reserved  # the moved-from port stays taken: another process holds it
+    routes.set_services("models/iris", {})
+    assert not {http, moved} & ports._reserved and grpc in ports._reserved

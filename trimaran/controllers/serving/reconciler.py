@@ -10,7 +10,8 @@ Each pass, for each component (predictor, and transformer when present):
    concurrency/rps, HPA for cpu/memory) fed with the router's per-second metrics; a new revision
    starts with its initial scale; revisions that no longer get traffic are drained and stopped;
 5. the router's routes for the service (its own port, and ``Host: NAME.NAMESPACE.<domain>`` on the
-   shared ingress port), then status and events.
+   shared ingress port; V2 gRPC on a port of its own for the predictor, ``grpcUrl`` in status), then
+   status and events.
 
 Why a revision is not ready is found each pass: its storage (a path that does not exist yet, or
 outside the allowed roots: no replica is started), else the model server's own account of its
@@ -113,12 +114,15 @@ class InferenceServiceReconciler(Reconciler):
         transformer = obj["spec"].get("transformer")
         entry_key = owner
         predictor_key = f"{owner}-predictor" if transformer else owner
-        for service_key, error in ((stats or {}).get("bindErrors") or {}).items():
-            if service_key in (entry_key, predictor_key):
-                self.routes.move(service_key)
-                self._event("Warning", "PortInUse", f"the router could not listen for {service_key} ({error}); "
-                                                    "moving it to another port")
+        for field, grpc in (("bindErrors", False), ("grpcBindErrors", True)):
+            for service_key, error in ((stats or {}).get(field) or {}).items():
+                if service_key in (entry_key, predictor_key):
+                    self.routes.move(service_key, grpc=grpc)
+                    self._event("Warning", "PortInUse", f"the router could not listen for {service_key} "
+                                                        f"({error}); moving it to another port")
         ports = {k: self.routes.service_port(k) for k in dict.fromkeys((entry_key, predictor_key))}
+        # Only the predictor's replicas run the model server, so only its service speaks gRPC.
+        grpc_port = self.routes.service_port(predictor_key, grpc=True)
         revisions: list[dict] = status.setdefault("revisions", [])
         services: dict[str, dict] = {}
         busy = False
@@ -134,6 +138,7 @@ class InferenceServiceReconciler(Reconciler):
             busy |= outcome.busy
             services[service_key] = {
                 "port": ports[service_key],
+                **({"grpcPort": grpc_port} if component == "predictor" else {}),
                 "hosts": [f"{key.name}{'-predictor' if service_key != entry_key else ''}.{key.namespace}.{DOMAIN}"],
                 "timeout": float(spec.get("timeout") or 300),
                 "activationTimeout": float(spec.get("timeout") or 120),
@@ -141,7 +146,8 @@ class InferenceServiceReconciler(Reconciler):
                             for t in outcome.rollout.traffic],
                 "revisions": outcome.routes,
             }
-            self._component_status(status, component, outcome, ports[service_key], key)
+            self._component_status(status, component, outcome, ports[service_key],
+                                   grpc_port if component == "predictor" else None)
         self.routes.set_services(owner, services)
         busy |= not self.routes.loaded(owner, stats)
         self._conditions(status, outcomes, stats, key)
@@ -253,8 +259,10 @@ class InferenceServiceReconciler(Reconciler):
                 # what finds it ready; traffic only goes to the targets.
                 probe = HEALTH_PATH if rev.get("model") else next(
                     ((p["metadata"].get("annotations") or {}).get(PROBE_ANNOTATION) for p in live), None)
+                running = [p for p in live if phase(p) == "Running"]
                 outcome.routes[rev["name"]] = {
-                    "endpoints": sorted(_address(p) for p in live if phase(p) == "Running"),
+                    "endpoints": sorted(_address(p) for p in running),
+                    "grpcEndpoints": {_address(p): _grpc_address(p) for p in running if _grpc_address(p)},
                     "containerConcurrency": int(spec.get("containerConcurrency") or 0),
                     "probePath": probe,
                 }
@@ -285,7 +293,8 @@ class InferenceServiceReconciler(Reconciler):
                 while index in used:
                     index += 1
                 used.add(index)
-                ports = self.ports.allocate(2 if _grpc(rev) else 1)
+                # http, and gRPC for the model server (a custom container gets $PORT only).
+                ports = self.ports.allocate(2 if rev.get("model") else 1)
                 pod = replica_pod(obj, component, rev, index, ports, host_path, predictor_host)
                 try:
                     self.store.create(pod)
@@ -349,11 +358,16 @@ class InferenceServiceReconciler(Reconciler):
         return None
 
     # -- status -----------------------------------------------------------------------------------
-    def _component_status(self, status: dict, component: str, outcome: _Outcome, port: int, key: Key) -> None:
+    def _component_status(self, status: dict, component: str, outcome: _Outcome, port: int,
+                          grpc_port: int | None) -> None:
         cstatus = status["components"][component]
         r = outcome.rollout
         url = f"http://127.0.0.1:{port}"
         cstatus.update(url=url, restUrl=url, address={"url": url}, traffic=r.traffic)
+        if grpc_port:
+            cstatus["grpcUrl"] = f"grpc://127.0.0.1:{grpc_port}"
+        else:
+            cstatus.pop("grpcUrl", None)
         for field, value in (("latestCreatedRevision", r.latest_created), ("latestReadyRevision", r.latest_ready),
                              ("latestRolledoutRevision", r.latest_rolledout),
                              ("previousRolledoutRevision", r.previous_rolledout)):
@@ -503,6 +517,11 @@ def _address(pod: dict) -> str:
     return f"127.0.0.1:{ports[0]}" if ports else ""
 
 
+def _grpc_address(pod: dict) -> str | None:
+    ports = _pod_ports(pod)
+    return f"127.0.0.1:{ports[1]}" if len(ports) > 1 else None
+
+
 def _draining(pod: dict) -> float | None:
     raw = (pod["metadata"].get("annotations") or {}).get(DRAINING_ANNOTATION)
     return float(raw) if raw else None
@@ -514,7 +533,3 @@ def _mark_draining(store: Store, pod: dict, now: float) -> None:
         pod["metadata"] = store.update(pod)["metadata"]
     except (Conflict, NotFound):
         pass  # the next pass decides again
-
-
-def _grpc(rev: dict) -> bool:
-    return str((rev.get("model") or {}).get("protocolVersion", "")).startswith("grpc")

@@ -2,7 +2,8 @@
 
 The file (``$TRIMARAN_HOME/serving/routes.json``) is the router's whole configuration and the
 durable record of the data plane's ports: the shared ingress and admin ports, and each service's
-own port. It is replaced atomically (write, then rename), so the router never reads half a file.
+own port (and gRPC port, for a service that fronts a predictor). It is replaced atomically (write,
+then rename), so the router never reads half a file.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class RoutesFile:
         self.data = self._read()
         self._written: dict[str, int] = {}  # owner -> the routes version that last changed its services
         reserved = [p for p in (self.data.get("ingressPort"), self.data.get("adminPort")) if p]
-        reserved += [s["port"] for s in self.data["services"].values() if s.get("port")]
+        reserved += [s[k] for s in self.data["services"].values() for k in _PORT_FIELDS if s.get(k)]
         ports.reserve(reserved)
 
     def _read(self) -> dict:
@@ -52,19 +53,20 @@ class RoutesFile:
             self.data["adminPort"] = self.ports.allocate(1)[0]
         return int(self.data["ingressPort"]), int(self.data["adminPort"])
 
-    def service_port(self, key: str) -> int:
-        """The port of service ``key`` (``namespace/name``), allocated on first use."""
+    def service_port(self, key: str, grpc: bool = False) -> int:
+        """The HTTP (or gRPC) port of service ``key`` (``namespace/name``), allocated on first use."""
         entry = self.data["services"].get(key)
-        if entry and entry.get("port"):
-            return int(entry["port"])
+        field = "grpcPort" if grpc else "port"
+        if entry and entry.get(field):
+            return int(entry[field])
         return self.ports.allocate(1)[0]
 
-    def move(self, key: str) -> None:
-        """Forget service ``key``'s port (another process holds it); the next `service_port` picks a new
-        one. The old port stays reserved: it is in use."""
+    def move(self, key: str, grpc: bool = False) -> None:
+        """Forget service ``key``'s HTTP (or gRPC) port (another process holds it); the next `service_port`
+        picks a new one. The old port stays reserved: it is in use."""
         entry = self.data["services"].get(key)
         if entry is not None:
-            entry.pop("port", None)
+            entry.pop("grpcPort" if grpc else "port", None)
 
     def set_services(self, owner: str, services: dict[str, dict]) -> None:
         """Replace the services an InferenceService (``namespace/name``) owns; write when changed."""
@@ -72,8 +74,8 @@ class RoutesFile:
         kept = {k: v for k, v in current.items() if v.get("owner") != owner}
         for entry in services.values():
             entry["owner"] = owner
-        released = [v["port"] for k, v in current.items()
-                    if v.get("owner") == owner and k not in services and v.get("port")]
+        released = [v[f] for k, v in current.items() if v.get("owner") == owner
+                    for f in _PORT_FIELDS if v.get(f) and v[f] != (services.get(k) or {}).get(f)]
         merged = {**kept, **services}
         if merged != current:
             self.data["services"] = dict(sorted(merged.items()))
@@ -96,6 +98,9 @@ class RoutesFile:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
         os.replace(tmp, self.path)
+
+
+_PORT_FIELDS = ("port", "grpcPort")
 
 
 class RouterClient:
