@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.controllers.serving.test_router import RouterHarness, _free_port
+from tests.controllers.serving.test_router import Replica, RouterHarness, _free_port
 from tests.helpers import poll
 from trimaran.serving.proto import grpc_predict_v2_pb2 as pb
 from trimaran.serving.proto import grpc_predict_v2_pb2_grpc as pb_grpc
@@ -187,3 +187,30 @@ def test_grpc_port_taken_is_reported(harness: RouterHarness, servers: dict) -> N
         assert harness.stats()["bindErrors"] == {}
     finally:
         squatter.stop(0)
+
+
+def test_a_replicas_own_unavailable_is_answered_not_retried(harness: RouterHarness) -> None:
+    """An overloaded replica's UNAVAILABLE (its connection is fine) goes back to the caller as it is."""
+    calls: list[bytes] = []
+
+    def overloaded(request: bytes, context: grpc.ServicerContext) -> bytes:
+        calls.append(request)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "queue full, retry later")
+
+    backend = grpc.server(ThreadPoolExecutor(2))
+    backend.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "inference.GRPCInferenceService", {"ModelInfer": grpc.unary_unary_rpc_method_handler(overloaded)}),))
+    grpc_port = backend.add_insecure_port("127.0.0.1:0")
+    backend.start()
+    probed = Replica("probe-only")  # answers the router's HTTP readiness probe for the fake
+    try:
+        harness.configure([("rev-1", 100)], {"rev-1": [probed.address]},
+                          grpc_endpoints={probed.address: f"127.0.0.1:{grpc_port}"})
+        _wait_ready(harness, "rev-1")
+        with pytest.raises(grpc.RpcError) as answer:
+            Client(harness.grpc_port).infer()
+        assert (answer.value.code(), answer.value.details()) == (grpc.StatusCode.UNAVAILABLE, "queue full, retry later")
+        assert len(calls) == 1 and harness.ready_endpoints("rev-1") == [probed.address]
+    finally:
+        backend.stop(0)
+        probed.stop()

@@ -24,6 +24,8 @@ GRPC_SERVICE = "inference.GRPCInferenceService"
 # The model server's limit (trimaran.serving.grpc_service.MAX_MESSAGE); gRPC's default of 4 MiB would
 # refuse tensors the replicas accept.
 MAX_MESSAGE = 64 * 1024 * 1024
+# How long a READY channel that answered UNAVAILABLE gets to show a broken connection (see `_broken`).
+BROKEN_WAIT_SECONDS = 0.1
 _MESSAGE_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.max_send_message_length", MAX_MESSAGE)]
 # Set by each side of a call itself: forwarding them would duplicate or contradict the upstream call's own.
 _NOT_FORWARDED = frozenset({"user-agent", "te", "content-type", "grpc-timeout", "grpc-encoding",
@@ -103,11 +105,24 @@ async def call_upstream(channel: grpc.aio.Channel, method: str, request: bytes, 
         response = await call
     except grpc.aio.AioRpcError as exc:
         code = exc.code()
-        # UNAVAILABLE is both "no connection" and a replica's own "not ready / overloaded" answer. Only the
-        # former leaves the channel out of READY: retry that one, return the replica's answer as it is.
-        if code == grpc.StatusCode.UNAVAILABLE and channel.get_state() != grpc.ChannelConnectivity.READY:
-            raise UpstreamError(f"{exc.details()}") from None
+        # CANCELLED here is the transport's (a connection that broke mid-call) or a stopping replica's: the
+        # router's own cancellation raises CancelledError instead, and the model server never answers it.
+        if code == grpc.StatusCode.CANCELLED or (code == grpc.StatusCode.UNAVAILABLE and await _broken(channel)):
+            raise UpstreamError(f"{code.name}: {exc.details()}") from None
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             raise asyncio.TimeoutError(exc.details()) from None
         return GrpcReply(None, code, exc.details() or "", tuple(exc.trailing_metadata() or ()))
     return GrpcReply(response, grpc.StatusCode.OK, "", tuple(await call.trailing_metadata() or ()))
+
+
+async def _broken(channel: grpc.aio.Channel) -> bool:
+    """Whether the channel's connection failed. UNAVAILABLE is both "no connection" and a replica's own "not
+    ready / overloaded" answer; only the former takes the channel out of READY, and the connectivity update
+    may land just after the failed call, so a READY channel gets a moment to leave it."""
+    if channel.get_state() != grpc.ChannelConnectivity.READY:
+        return True
+    try:
+        await asyncio.wait_for(channel.wait_for_state_change(grpc.ChannelConnectivity.READY), BROKEN_WAIT_SECONDS)
+    except asyncio.TimeoutError:
+        return False
+    return True
