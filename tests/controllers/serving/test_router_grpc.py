@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -189,6 +189,24 @@ def test_grpc_port_taken_is_reported(harness: RouterHarness, servers: dict) -> N
         squatter.stop(0)
 
 
+class FakeBackend:
+    """A gRPC replica that answers ModelInfer with ``behaviour`` (a sync grpc server, so not on the router's
+    loop), behind a stub HTTP replica that answers the router's readiness probe for it."""
+
+    def __init__(self, behaviour: Callable[[bytes, grpc.ServicerContext], bytes]) -> None:
+        self.server = grpc.server(ThreadPoolExecutor(2))
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "inference.GRPCInferenceService", {"ModelInfer": grpc.unary_unary_rpc_method_handler(behaviour)}),))
+        self.grpc_address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+        self.probed = Replica("probe-only")
+        self.address = self.probed.address
+
+    def stop(self) -> None:
+        self.server.stop(0)
+        self.probed.stop()
+
+
 def test_a_replicas_own_unavailable_is_answered_not_retried(harness: RouterHarness) -> None:
     """An overloaded replica's UNAVAILABLE (its connection is fine) goes back to the caller as it is."""
     calls: list[bytes] = []
@@ -197,20 +215,38 @@ def test_a_replicas_own_unavailable_is_answered_not_retried(harness: RouterHarne
         calls.append(request)
         context.abort(grpc.StatusCode.UNAVAILABLE, "queue full, retry later")
 
-    backend = grpc.server(ThreadPoolExecutor(2))
-    backend.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        "inference.GRPCInferenceService", {"ModelInfer": grpc.unary_unary_rpc_method_handler(overloaded)}),))
-    grpc_port = backend.add_insecure_port("127.0.0.1:0")
-    backend.start()
-    probed = Replica("probe-only")  # answers the router's HTTP readiness probe for the fake
+    backend = FakeBackend(overloaded)
     try:
-        harness.configure([("rev-1", 100)], {"rev-1": [probed.address]},
-                          grpc_endpoints={probed.address: f"127.0.0.1:{grpc_port}"})
+        harness.configure([("rev-1", 100)], {"rev-1": [backend.address]},
+                          grpc_endpoints={backend.address: backend.grpc_address})
         _wait_ready(harness, "rev-1")
         with pytest.raises(grpc.RpcError) as answer:
             Client(harness.grpc_port).infer()
         assert (answer.value.code(), answer.value.details()) == (grpc.StatusCode.UNAVAILABLE, "queue full, retry later")
-        assert len(calls) == 1 and harness.ready_endpoints("rev-1") == [probed.address]
+        assert len(calls) == 1 and harness.ready_endpoints("rev-1") == [backend.address]
     finally:
-        backend.stop(0)
-        probed.stop()
+        backend.stop()
+
+
+def test_bytes_metadata_and_deadline_reach_the_replica_unchanged(harness: RouterHarness) -> None:
+    seen: list[tuple[bytes, dict, float | None]] = []
+
+    def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
+        seen.append((request, dict(context.invocation_metadata()), context.time_remaining()))
+        return request[::-1]
+
+    backend = FakeBackend(echo)
+    try:
+        harness.configure([("rev-1", 100)], {"rev-1": [backend.address]},
+                          grpc_endpoints={backend.address: backend.grpc_address})
+        _wait_ready(harness, "rev-1")
+        with grpc.insecure_channel(f"127.0.0.1:{harness.grpc_port}") as channel:
+            raw = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            payload = bytes(range(256)) * 4  # not a valid message: nothing on the way parses it
+            assert raw(payload, timeout=2, metadata=(("x-user", "ada"), ("x-trace-bin", b"\x00\x01"))) == payload[::-1]
+        request, metadata, remaining = seen[0]
+        assert request == payload
+        assert metadata["x-user"] == "ada" and metadata["x-trace-bin"] == b"\x00\x01"
+        assert remaining is not None and remaining < 2.5  # the caller's, not the service's 30 s (gRPC rounds up)
+    finally:
+        backend.stop()
