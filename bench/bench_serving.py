@@ -1,13 +1,17 @@
 """Model serving: the same scikit-learn digits model behind Trimaran, MLServer and KServe, one load generator.
 
-    .venv/bin/python bench/bench_serving.py [--duration 5] [--rounds 1] [--quick]
-        [--peers mlserver,kserve] [--no-defaults] [--skip-install] [--json out.json]
+    .venv/bin/python bench/bench_serving.py [--duration 4] [--rounds 3] [--quick]
+        [--peers mlserver,kserve] [--no-defaults] [--skip-install] [--json out.json] [--markdown]
+    .venv/bin/python bench/bench_serving.py --report out.json [--markdown]   # reprint a run
+
+(about 12 minutes with the defaults; --quick: one round of 2 s runs without the peers' defaults)
 
 Issue 4's targets, measured on loopback with wrk (V2 REST, FP32 [1,64] and [32,64] bodies, c=1/16/64):
 - throughput at c=64 at least 3x the better peer, for 1-row and for 32-row bodies;
 - p99 latency no worse than the better peer's at every concurrency;
 - with adaptive batching (c=64, 1-row bodies), rows/s at least 60% of the in-process `predict`
-  ceiling measured in the same run;
+  ceiling measured in the same run (1-row `predict` calls/s x cores, measured right after each
+  batching run; the 32-row rate is printed beside it);
 - gRPC ModelInfer throughput (bench/serving/grpc_load.py) beside REST at c=64.
 
 One LogisticRegression is trained on digits and saved once as model.joblib; each server loads
@@ -18,7 +22,10 @@ parallel_workers, KServe --workers, per-request logging off for the peers); each
 as it starts by default ("default" configurations). All servers run at once and idle while
 another is measured; the runs are interleaved per cell (rows x concurrency), rotating the order,
 so load from other work on this shared machine hits all of them alike. Every server's answer
-is checked against in-process `predict` (REST, and gRPC where measured) before any timing.
+is checked against in-process `predict` (REST, and gRPC where measured) before any timing, and
+again under load (distinct rows sent while wrk runs, so that batching mixes them with its requests).
+Beside req/s the tables give the CPU the server used (psutil, its process tree) and req per
+CPU-second, which depends less on what else runs on the machine.
 A benchmark reports, it does not gate: the exit status is 0 whatever the ratios.
 """
 
