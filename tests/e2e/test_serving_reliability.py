@@ -3,6 +3,7 @@ down, scale to zero and back, and a control plane killed with SIGKILL — none m
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -211,3 +212,23 @@ def _cmd(proc: psutil.Process) -> str:
         return " ".join(proc.cmdline())
     except psutil.Error:
         return ""
+
+
+def test_cpu_target_scales_up_as_an_hpa_would(plane, tmp_path):
+    # scaleMetric cpu selects the HPA: each 15 s sync compares the replicas' CPU with their request.
+    model = constant_model(tmp_path / "models/m", 2)
+    doc = json.loads(isvc_manifest("busy", str(model), scaleMetric="cpu", scaleTarget=50, maxReplicas=2))
+    doc["spec"]["predictor"]["model"]["resources"] = {"requests": {"cpu": "100m"}}
+    apply(plane, tmp_path, json.dumps(doc))
+    url = wait_ready(plane, "busy")["status"]["url"]
+    revision = "busy-predictor-00001"
+    load = Load(url, "busy", clients=4)
+    try:
+        # Four clients keep one replica far above 50 % of a tenth of a core; the first sync scales it.
+        poll(lambda: _replicas(plane, "busy", revision) == (2, 2), timeout=60, interval=0.2,
+             what="the HPA to scale to 2 replicas")
+    finally:
+        load.finish()
+    assert load.failures == [], load.failures[:5]
+    events = plane.cli("describe", "isvc", "busy").stdout
+    assert "Scaled predictor revision busy-predictor-00001 from 1 to 2" in events, events
