@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -154,7 +155,11 @@ def test_load_step_scales_up_in_panic_and_back_down_after_the_stable_window(plan
         small.finish()
     assert small.failures == [] and big.failures == [], (small.failures + big.failures)[:5]
     events = plane.cli("describe", "isvc", "elastic").stdout
-    assert "panic mode" in events and "Scaled predictor revision elastic-predictor-00001 from 1 to 3" in events
+    # Clients ramp up over a tick or two on a busy machine, so the scale-up may come in one step or two.
+    ups = [(int(a), int(b), why) for a, b, why in re.findall(
+        r"Scaled predictor revision elastic-predictor-00001 from (\d+) to (\d+): (\w+) mode", events)]
+    assert any(b > a and why == "panic" for a, b, why in ups), events
+    assert any(b == 3 for _, b, _ in ups), events
     # Knative decides on the first 2 s tick whose 6 s panic window shows the burst; on top come a
     # reconcile pass (<= 1 s) and 31 client threads ramping up on a small, busy machine.
     assert decided < 8, decided
