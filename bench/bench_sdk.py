@@ -108,8 +108,7 @@ def bench_in_process(algorithms: list[str], n: int, rounds: int) -> list[dict]:
 
 def bench_process(trials: int, parallel: int) -> dict:
     """Mode process end to end on a fresh control plane in a temporary TRIMARAN_HOME."""
-    from trimaran.runtime import LocalRuntime
-    from trimaran.server.daemon import start_server, stop_server
+    from trimaran.server.daemon import start_server, stop_pods, stop_server
 
     home = Path(tempfile.mkdtemp(prefix="trimaran-bench-sdk-"))
     old = os.environ.get("TRIMARAN_HOME")
@@ -124,9 +123,7 @@ def bench_process(trials: int, parallel: int) -> dict:
         elapsed = time.perf_counter() - start
     finally:
         stop_server(home)
-        runtime = LocalRuntime(home)
-        for uid in runtime.known_pods():
-            runtime.stop_pod(uid, grace_seconds=1.0)
+        stop_pods(home, grace_seconds=1.0)
         if old is None:
             os.environ.pop("TRIMARAN_HOME", None)
         else:

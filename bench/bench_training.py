@@ -44,11 +44,9 @@ def start_plane(home: Path) -> dict:
 
 def stop_plane(env: dict) -> None:
     subprocess.run([PY, "-m", "trimaran.cli", "server", "stop"], env=env, capture_output=True)
-    from trimaran.runtime import LocalRuntime
+    from trimaran.server.daemon import stop_pods
 
-    runtime = LocalRuntime(Path(env["TRIMARAN_HOME"]))
-    for uid in runtime.known_pods():
-        runtime.stop_pod(uid, grace_seconds=1.0)
+    stop_pods(Path(env["TRIMARAN_HOME"]), grace_seconds=1.0)
 
 
 def bench_apply_to_running(rounds: int) -> None:

@@ -36,8 +36,7 @@ def bare_loop(trials: int, parallel: int) -> float:
 
 def trimaran_experiment(trials: int, parallel: int) -> float:
     from trimaran.cli.client import Client
-    from trimaran.runtime import LocalRuntime
-    from trimaran.server.daemon import start_server, stop_server
+    from trimaran.server.daemon import start_server, stop_pods, stop_server
 
     home = Path(tempfile.mkdtemp(prefix="trimaran-bench-"))
     os.environ["TRIMARAN_HOME"] = str(home)
@@ -79,9 +78,7 @@ def trimaran_experiment(trials: int, parallel: int) -> float:
         return elapsed
     finally:
         stop_server(home)
-        runtime = LocalRuntime(home)
-        for uid in runtime.known_pods():
-            runtime.stop_pod(uid, grace_seconds=1.0)
+        stop_pods(home, grace_seconds=1.0)
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -57,13 +57,10 @@ class ControlPlaneHandle:
 
 
 def _stop_everything(home: Path) -> None:
-    from trimaran.runtime import LocalRuntime
-    from trimaran.server.daemon import stop_server
+    from trimaran.server.daemon import stop_pods, stop_server
 
     stop_server(home)
-    runtime = LocalRuntime(home)
-    for uid in runtime.known_pods():
-        runtime.stop_pod(uid, grace_seconds=1.0)
+    stop_pods(home, grace_seconds=1.0)
 
 
 @pytest.fixture

@@ -97,7 +97,7 @@ def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
     from trimaran.runtime import LocalRuntime
 
     runtime = LocalRuntime(home or home_dir())
-    uids = [uid for uid in runtime.known_pods() if runtime.is_alive(uid)]
+    uids = runtime.running_pods()
     # At once rather than one by one: each may take its grace period.
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(uids)))) as pool:
         list(pool.map(lambda uid: runtime.stop_pod(uid, grace_seconds=grace_seconds), uids))

@@ -159,7 +159,7 @@ class InferenceServiceReconciler(Reconciler):
         if status != before:
             obj["status"] = status
             try:
-                self.store.update_status(obj)
+                self.write_status(obj)
             except Conflict:
                 # The next pass decides again from fresh state; what this one did to pods stays told.
                 self._events = [e for e in self._events if e[1] == "Scaled"]
