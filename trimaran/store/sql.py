@@ -71,6 +71,8 @@ _BY_KEY = and_(
 # Built once: the hot statements then skip SQLAlchemy's per-call construction and cache-key work.
 _SELECT_BODY = select(objects.c.body).where(_BY_KEY)
 _SELECT_BODY_FOR_UPDATE = _SELECT_BODY.with_for_update()
+_SELECT_UID = select(objects.c.uid).where(_BY_KEY)
+_DELETE_OBJECT = delete(objects).where(_BY_KEY)
 _UPDATE_BODY = update(objects).where(_BY_KEY).values(
     resource_version=bindparam("new_revision"), body=bindparam("new_body"))
 _INSERT_CHANGE = insert(changes)
@@ -214,11 +216,6 @@ class SQLStore(Store):
         rows = [(rev, type, body) for rev, kind, type, body in newer if kinds is None or kind in kinds]
         return rows[:_WATCH_BATCH], (head if len(rows) <= _WATCH_BATCH else rows[_WATCH_BATCH - 1][0])
 
-    @staticmethod
-    def _where_key(key: tuple[str, str, str]) -> Any:
-        kind, namespace, name = key
-        return and_(objects.c.kind == kind, objects.c.namespace == namespace, objects.c.name == name)
-
     def _stored(self, conn: Connection, key: tuple[str, str, str], *, lock: bool = False) -> dict[str, Any]:
         # Row lock where the database has them; SQLite's BEGIN IMMEDIATE already excludes writers.
         query = _SELECT_BODY_FOR_UPDATE if lock else _SELECT_BODY
@@ -261,7 +258,7 @@ class SQLStore(Store):
     def _free_generated_key(self, conn: Connection, kind: str, namespace: str, prefix: str) -> tuple[str, str, str]:
         for _ in range(_GENERATE_NAME_TRIES):
             key = (kind, namespace, generated_name(prefix))
-            if conn.execute(select(objects.c.uid).where(self._where_key(key))).first() is None:
+            if conn.execute(_SELECT_UID, _key_params(key)).first() is None:
                 return key
         raise AlreadyExists(kind, namespace, prefix + "*")
 
@@ -328,7 +325,7 @@ class SQLStore(Store):
             body = self._stored(conn, key, lock=True)
             revision = self._next_revision(conn)
             body["metadata"]["resourceVersion"] = str(revision)
-            conn.execute(delete(objects).where(self._where_key(key)))
+            conn.execute(_DELETE_OBJECT, _key_params(key))
             self._log_change(conn, revision, "DELETED", key, _codec.dumps(body))
             conn.execute(delete(events).where(events.c.involved_uid == body["metadata"]["uid"]))
         return body
