@@ -66,6 +66,11 @@ def test_process_mode_tunes_a_quadratic_with_real_trial_processes(plane):
     assert best["name"] == min(losses, key=losses.get)
     assert float(best["metrics"][0]["min"]) == pytest.approx(min(losses.values()))
     assert (best["parameters"]["x"] - 2) ** 2 == pytest.approx(min(losses.values()))
+    # KatibClient's V1beta1OptimalTrial attribute names read the same trial.
+    assert best.best_trial_name == best["name"]
+    assert best.parameter_assignments == [a for t in trials if t["metadata"]["name"] == best["name"]
+                                          for a in t["spec"]["parameterAssignments"]]
+    assert best.observation["metrics"] == best["metrics"]
     # The same experiment as the CLI shows it.
     assert "quad" in plane.cli("get", "experiments").stdout
 

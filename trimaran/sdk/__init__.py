@@ -22,7 +22,7 @@ Names:
     ``wait_for_experiment_condition``, ``get_optimal_hyperparameters``, ``delete_experiment``.
     `search`: ``double``, ``int``, ``categorical``.
     `report_metrics`: report from inside a trial (either mode).
-    `TuningResult`, `TrialResult`: what an in-process run returns.
+    `TuningResult`, `TrialResult`: what an in-process run returns; `OptimalTrial`: the best trial.
     `ExperimentFailedError`, `TrialStopped`.
 """
 
@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from trimaran.sdk import search
 from trimaran.sdk._metrics import TrialStopped, report_metrics
-from trimaran.sdk._results import ExperimentFailedError, TrialResult, TuningResult
+from trimaran.sdk._results import ExperimentFailedError, OptimalTrial, TrialResult, TuningResult
 from trimaran.sdk.client import TuningClient
 
 __all__ = [
     "ExperimentFailedError",
+    "OptimalTrial",
     "TrialResult",
     "TrialStopped",
     "TuningClient",

@@ -13,10 +13,45 @@ from typing import Any
 
 from trimaran.tuning.metrics.observation import Observation, summarize
 
-__all__ = ["ExperimentFailedError", "TrialResult", "TuningResult"]
+__all__ = ["ExperimentFailedError", "OptimalTrial", "TrialResult", "TuningResult"]
 
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
 TRIAL_LABEL = "katib.kubeflow.org/trial"
+
+
+class OptimalTrial(dict):
+    """The best trial: a dict ``{"name", "parameters", "metrics"}`` with typed parameters, that
+    also answers KatibClient's ``V1beta1OptimalTrial`` attributes, so code written for
+    ``kubeflow.katib`` reads it unchanged.
+
+    Example:
+        >>> best = OptimalTrial("exp-1", {"lr": 0.01}, {"lr": "0.01"},
+        ...                     [{"name": "loss", "min": "0.1", "max": "0.9", "latest": "0.1"}])
+        >>> best["parameters"], best.best_trial_name, best.parameter_assignments
+        ({'lr': 0.01}, 'exp-1', [{'name': 'lr', 'value': '0.01'}])
+        >>> best.observation["metrics"][0]["latest"]
+        '0.1'
+    """
+
+    def __init__(self, name: str, parameters: dict[str, Any], assignments: dict[str, str],
+                 metrics: list[dict[str, str]]) -> None:
+        super().__init__(name=name, parameters=parameters, metrics=metrics)
+        self._assignments = dict(assignments)
+
+    @property
+    def best_trial_name(self) -> str:
+        """Katib's ``bestTrialName``."""
+        return self["name"]
+
+    @property
+    def parameter_assignments(self) -> list[dict[str, str]]:
+        """Katib's ``parameterAssignments``: ``[{"name", "value"}]``, values as Katib strings."""
+        return [{"name": k, "value": v} for k, v in self._assignments.items()]
+
+    @property
+    def observation(self) -> dict[str, Any]:
+        """Katib's ``observation``: ``{"metrics": [{"name", "min", "max", "latest"}]}``."""
+        return {"metrics": self["metrics"]}
 
 
 @dataclass(eq=False)
@@ -117,14 +152,14 @@ class TuningResult:
         """The best trial's objective value."""
         return None if self.best_trial is None else self.best_trial.value
 
-    def optimal_hyperparameters(self) -> dict[str, Any] | None:
-        """What `TuningClient.get_optimal_hyperparameters` answers: ``{"name", "parameters", "metrics"}``,
-        with the searched parameters only (as the Trial's ``parameterAssignments``), typed."""
+    def optimal_hyperparameters(self) -> OptimalTrial | None:
+        """What `TuningClient.get_optimal_hyperparameters` answers (an `OptimalTrial`), with the
+        searched parameters only (as the Trial's ``parameterAssignments``), typed."""
         best = self.best_trial
         if best is None:
             return None
-        return {"name": best.name, "parameters": {k: best.parameters[k] for k in best.assignments},
-                "metrics": best.metrics}
+        return OptimalTrial(best.name, {k: best.parameters[k] for k in best.assignments}, best.assignments,
+                            best.metrics)
 
     def experiment(self) -> dict[str, Any]:
         """The Experiment object (with Katib's status) a control plane would store."""

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from trimaran.sdk import _experiment as ex
-from trimaran.sdk._results import ExperimentFailedError, TuningResult
+from trimaran.sdk._results import ExperimentFailedError, OptimalTrial, TuningResult
 from trimaran.sdk.search import to_python
 
 __all__ = ["TuningClient"]
@@ -415,13 +415,14 @@ class TuningClient:
         trials = self.api.list("Trial", ns, f"{_EXPERIMENT_LABEL}={name}")
         return sorted(trials, key=lambda t: int((t["metadata"].get("annotations") or {}).get(_SEQUENCE, 0)))
 
-    def get_optimal_hyperparameters(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    def get_optimal_hyperparameters(self, name: str, namespace: str | None = None) -> OptimalTrial | None:
         """The best trial so far (Katib's ``status.currentOptimalTrial``), or None before any.
 
-        Returns ``{"name": trial name, "parameters": {name: value}, "metrics": [{"name", "min",
-        "max", "latest"}]}``: the searched parameters (fixed ones are not part of a trial), typed
-        as the objective received them (float, int, the categorical's own values); metric values
-        are strings, as Katib stores them.
+        Returns an `OptimalTrial`: ``{"name": trial name, "parameters": {name: value}, "metrics":
+        [{"name", "min", "max", "latest"}]}``: the searched parameters (fixed ones are not part of
+        a trial), typed as the objective received them (float, int, the categorical's own values);
+        metric values are strings, as Katib stores them. KatibClient's attribute names work too:
+        ``best_trial_name``, ``parameter_assignments`` (Katib strings) and ``observation``.
 
         Example:
             >>> from trimaran.sdk import TuningClient, search
@@ -452,8 +453,9 @@ class TuningClient:
                 lookups = {}
         parameters = {a["name"]: to_python(types.get(a["name"], "categorical"), str(a["value"]), lookups.get(a["name"]))
                       for a in best.get("parameterAssignments") or []}
-        return {"name": best["bestTrialName"], "parameters": parameters,
-                "metrics": copy.deepcopy((best.get("observation") or {}).get("metrics") or [])}
+        return OptimalTrial(best["bestTrialName"], parameters,
+                            {a["name"]: str(a["value"]) for a in best.get("parameterAssignments") or []},
+                            copy.deepcopy((best.get("observation") or {}).get("metrics") or []))
 
     def get_result(self, name: str, namespace: str | None = None) -> TuningResult | None:
         """The `TuningResult` of an in-process run of this process, or None."""
