@@ -412,6 +412,25 @@ def trials(
         _fail(f"unknown output {output!r}: use table, csv or json")
 
 
+# -- dashboard ------------------------------------------------------------------------------------
+@app.command()
+def dashboard(
+    open_: bool = typer.Option(False, "--open", help="Open the dashboard in a web browser."),
+) -> None:
+    """Print the web dashboard's URL (starting the control plane if none runs)."""
+    from urllib.parse import urlencode
+
+    client = _client()
+    # A token-protected server takes the token once in the query string and answers with a cookie.
+    url = f"{client.url}/dashboard/" + (f"?{urlencode({'token': client.token})}" if client.token else "")
+    console.print(url, highlight=False, soft_wrap=True)
+    if open_:
+        import webbrowser
+
+        if not webbrowser.open(url):
+            _fail("no web browser could be opened here; open the URL above yourself")
+
+
 # -- server ---------------------------------------------------------------------------------------
 @server_app.command("start")
 def server_start(

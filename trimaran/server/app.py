@@ -15,12 +15,14 @@ from pathlib import Path
 
 import orjson
 from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from trimaran.api import ManifestError, kinds, validate
 from trimaran.controllers.gc import delete_with_dependents
+from trimaran.server.auth import check as check_token
 from trimaran.server.controlplane import ControlPlane
+from trimaran.server.dashboard import dashboard_router
 from trimaran.store import Conflict, NotFound
 
 INTERNAL_ANNOTATION_PREFIX = "trimaran.io/"
@@ -58,10 +60,8 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
 
     @app.middleware("http")
     async def auth(request: Request, call_next):  # noqa: ANN001, ANN202 - Starlette middleware
-        if token is not None and request.url.path != "/healthz":
-            if request.headers.get("authorization") != f"Bearer {token}":
-                return JSONResponse({"message": "missing or wrong bearer token"}, status_code=401)
-        return await call_next(request)
+        refused = check_token(request, token) if token is not None else None
+        return refused if refused is not None else await call_next(request)
 
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> Response:
@@ -74,6 +74,14 @@ def create_app(plane: ControlPlane, token: str | None = None) -> FastAPI:
     @app.get("/healthz")
     def healthz() -> Response:
         return _json({"status": "ok"})
+
+    app.include_router(dashboard_router(plane))
+
+    @app.get("/", include_in_schema=False)
+    def root(request: Request) -> Response:
+        # The query string goes along: a ``?token=`` link to the root still signs the browser in.
+        query = request.url.query
+        return RedirectResponse("/dashboard/" + (f"?{query}" if query else ""), status_code=307)
 
     @app.post("/trimaran/v1/apply")
     def apply(body: ApplyIn) -> Response:
