@@ -139,3 +139,34 @@ def test_server_stop_with_pods_leaves_no_process(plane, tmp_path):
     out = plane.cli("server", "stop", "--pods").stdout
     assert "control plane stopped" in out and "stopped 1 pod" in out
     assert plane.pod_processes() == []
+
+
+def test_trials_say_why_a_trial_did_not_succeed(plane, tmp_path):
+    import csv
+    import io
+
+    script = "import sys\nif float(sys.argv[1]) < 0.5: sys.exit('boom')\nprint('score=0.7')"
+    command = ["python", "-c", script, "${trialParameters.level}"]
+    exp = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": "why"}, "spec": {
+        "objective": {"type": "maximize", "objectiveMetricName": "score"}, "algorithm": {"algorithmName": "grid"},
+        "parallelTrialCount": 2, "maxTrialCount": 2,
+        "parameters": [{"name": "level", "parameterType": "categorical", "feasibleSpace": {"list": ["0.7", "0.2"]}}],
+        "trialTemplate": {
+            "primaryContainerName": "main", "trialParameters": [{"name": "level", "reference": "level"}],
+            "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [
+                    {"name": "main", "image": "x", "command": command}]}}}},
+        }}}
+    path = tmp_path / "why.json"
+    path.write_text(json.dumps(exp))
+    plane.cli("apply", "-f", str(path))
+    plane.cli("wait", "experiment/why", "--for=condition=Succeeded", "--timeout=60s")
+    rows = json.loads(plane.cli("trials", "why", "-o", "json").stdout)
+    by_status = {r["status"]: r for r in rows}
+    assert set(by_status) == {"Succeeded", "Failed"}
+    assert by_status["Succeeded"]["message"] is None
+    failed = by_status["Failed"]["message"]
+    assert failed and "\n" not in failed, "the first line of the condition's message, not its log tail"
+    csv_rows = {r["status"]: r for r in csv.DictReader(io.StringIO(plane.cli("trials", "why", "-o", "csv").stdout))}
+    assert csv_rows["Failed"]["message"] == failed and csv_rows["Succeeded"]["message"] == ""
+    assert "message" in plane.cli("trials", "why").stdout

@@ -363,7 +363,8 @@ def trials(
     namespace: str | None = NamespaceOpt,
     output: str = typer.Option("table", "--output", "-o", help="table, csv or json"),
 ) -> None:
-    """An experiment's trials, best objective first, with parameters and final metrics."""
+    """An experiment's trials, best objective first, with parameters, final metrics and, for a trial
+    that did not succeed, why it ended."""
     from trimaran.cli.render import latest_true, objective_value
 
     client = _client()
@@ -382,9 +383,11 @@ def trials(
         observed = {m["name"]: m.get("latest") for m in ((t.get("status") or {}).get("observation") or {})
                     .get("metrics") or []}
         assigned = {a["name"]: a["value"] for a in t["spec"].get("parameterAssignments") or []}
-        rows.append({"trial": t["metadata"]["name"], "status": latest_true(t),
+        state = latest_true(t)
+        rows.append({"trial": t["metadata"]["name"], "status": state,
                      "objective": objective_value(objective, (t.get("status") or {}).get("observation")),
-                     **{p: assigned.get(p) for p in params}, **{f"{m} (latest)": observed.get(m) for m in metrics}})
+                     **{p: assigned.get(p) for p in params}, **{f"{m} (latest)": observed.get(m) for m in metrics},
+                     "message": _stop_message(t, state)})
     front = (exp.get("status") or {}).get("paretoOptimalTrials")
     if front is not None:
         for r in rows:
@@ -410,6 +413,17 @@ def trials(
         console.print(t)
     else:
         _fail(f"unknown output {output!r}: use table, csv or json")
+
+
+def _stop_message(trial: dict, state: str) -> str | None:
+    """Why a trial that did not succeed ended: the first line of its terminal condition's message
+    (the rest of a failure's message is its log tail)."""
+    if state not in ("EarlyStopped", "Failed", "MetricsUnavailable", "Killed"):
+        return None
+    for cond in (trial.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == state and cond.get("status") == "True":
+            return (cond.get("message") or cond.get("reason") or "").split("\n", 1)[0] or None
+    return None
 
 
 # -- dashboard ------------------------------------------------------------------------------------
