@@ -56,3 +56,31 @@ def rejection(source: str, text: str) -> str:
     with pytest.raises(ManifestError) as info:
         load_and_validate(source, text)
     return str(info.value)
+
+
+def schema_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """A structural-schema check (what the API server does with a CRD's openAPIV3Schema): types,
+    enums, required keys, and no key the schema does not know unless it preserves unknown fields."""
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
+    if schema.get("x-kubernetes-int-or-string"):
+        return [] if isinstance(value, (int, str)) else [f"{path}: not int-or-string"]
+    if kind in types and not isinstance(value, types[kind]) or kind == "integer" and isinstance(value, bool):
+        return [f"{path}: {value!r} is not {kind}"]
+    if "enum" in schema and value not in schema["enum"]:
+        return [f"{path}: {value!r} not in {schema['enum']}"]
+    out: list[str] = []
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        out += [f"{path}.{k}: required" for k in schema.get("required") or [] if k not in value]
+        for key, item in value.items():
+            if key in props:
+                out += schema_errors(item, props[key], f"{path}.{key}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                out += schema_errors(item, schema["additionalProperties"], f"{path}.{key}")
+            elif props and not schema.get("x-kubernetes-preserve-unknown-fields"):  # no properties: metadata
+                out.append(f"{path}.{key}: unknown field")
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            out += schema_errors(item, schema["items"], f"{path}[{i}]")
+    return out

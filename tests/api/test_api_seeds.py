@@ -14,6 +14,7 @@ SEEDS = sorted(p.name for p in FIXTURES.glob("seed_*.yaml"))
 
 def test_all_seed_files_present() -> None:
     assert SEEDS == [
+        "seed_mpijob_tensorflow_benchmarks.yaml",
         "seed_pod_gpu.yaml",
         "seed_pod_mig.yaml",
         "seed_pytorchjob_a100.yaml",
@@ -124,3 +125,19 @@ def test_katib_trial_job_from_the_seed_accepted() -> None:
     assert (spec["completions"], spec["parallelism"], spec["backoffLimit"]) == (1, 1, 6)
     assert spec["completionMode"] == "NonIndexed"
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_mpijob_tensorflow_benchmarks_defaults() -> None:
+    [m] = load_and_validate(FIXTURES / "seed_mpijob_tensorflow_benchmarks.yaml")
+    assert m.warnings == []
+    spec = m.object["spec"]
+    # The top-level cleanPodPolicy is v1's deprecated copy; it still decides when runPolicy has none.
+    assert spec["runPolicy"] == {"cleanPodPolicy": "Running", "suspend": False}
+    assert spec["slotsPerWorker"] == 1
+    launcher, worker = spec["mpiReplicaSpecs"]["Launcher"], spec["mpiReplicaSpecs"]["Worker"]
+    assert (launcher["replicas"], worker["replicas"]) == (1, 2)
+    assert launcher["restartPolicy"] == worker["restartPolicy"] == "Never"
+    [c] = launcher["template"]["spec"]["containers"]
+    assert c["command"][:4] == ["mpirun", "--allow-run-as-root", "-np", "2"]
+    assert "ports" not in c  # MPIJob adds no port: the launcher reaches workers by exec
+    assert "command" not in worker["template"]["spec"]["containers"][0]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.api.builders import schema_errors
 from trimaran.api import ManifestError, lookup, validate
 from trimaran.api.serving import StorageUriError, parse_storage_uri, resolve_storage_uri
 
@@ -115,34 +116,6 @@ def test_custom_container_predictor() -> None:
     out = validate(isvc({"containers": [{"name": "kserve-container", "image": "custom",
                                          "command": ["python", "serve.py"], "args": ["--port", "$(PORT)"]}]})).object
     assert out["spec"]["predictor"]["containers"][0]["args"] == ["--port", "$(PORT)"]
-
-
-def schema_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """A structural-schema check (what the API server does with a CRD's openAPIV3Schema): types,
-    enums, required keys, and no key the schema does not know unless it preserves unknown fields."""
-    kind = schema.get("type")
-    types = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
-    if schema.get("x-kubernetes-int-or-string"):
-        return [] if isinstance(value, (int, str)) else [f"{path}: not int-or-string"]
-    if kind in types and not isinstance(value, types[kind]) or kind == "integer" and isinstance(value, bool):
-        return [f"{path}: {value!r} is not {kind}"]
-    if "enum" in schema and value not in schema["enum"]:
-        return [f"{path}: {value!r} not in {schema['enum']}"]
-    out: list[str] = []
-    if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        out += [f"{path}.{k}: required" for k in schema.get("required") or [] if k not in value]
-        for key, item in value.items():
-            if key in props:
-                out += schema_errors(item, props[key], f"{path}.{key}")
-            elif isinstance(schema.get("additionalProperties"), dict):
-                out += schema_errors(item, schema["additionalProperties"], f"{path}.{key}")
-            elif props and not schema.get("x-kubernetes-preserve-unknown-fields"):  # no properties: metadata
-                out.append(f"{path}.{key}: unknown field")
-    if isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            out += schema_errors(item, schema["items"], f"{path}[{i}]")
-    return out
 
 
 def test_accepted_manifests_validate_against_the_crd_schema() -> None:

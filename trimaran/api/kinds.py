@@ -14,7 +14,8 @@ from trimaran.api.meta import Resource
 from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
 from trimaran.api.serving import InferenceService
 from trimaran.api.training import API_VERSION as KUBEFLOW_V1
-from trimaran.api.training import PYTORCHJOB, TFJOB, PyTorchJob, TFJob
+from trimaran.api.training import MPI_API_VERSION as MPI_V2BETA1
+from trimaran.api.training import MPIJOB, PYTORCHJOB, TFJOB, MPIJob, MPIJobV2Beta1, PyTorchJob, TFJob
 from trimaran.api.tuning import API_VERSION as KATIB_V1BETA1
 from trimaran.api.tuning import Experiment, Suggestion, Trial
 
@@ -110,6 +111,9 @@ for _info in (
     KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job),
     KindInfo(TFJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", TFJOB.plural, (), True, TFJob),
     KindInfo(PYTORCHJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PYTORCHJOB.plural, (), True, PyTorchJob),
+    # Both MPIJob versions are one kind here (one CRD name on a cluster): `mpijobs` finds v1 first.
+    KindInfo(MPIJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", MPIJOB.plural, (), True, MPIJob),
+    KindInfo(MPIJOB.kind, MPI_V2BETA1, "kubeflow.org", "v2beta1", MPIJOB.plural, (), True, MPIJobV2Beta1),
     KindInfo("Experiment", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "experiments", ("exp",), True, Experiment),
     KindInfo("Trial", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "trials", (), True, Trial),
     KindInfo("Suggestion", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "suggestions", (), True, Suggestion),

@@ -1,11 +1,12 @@
-"""Kubeflow Training Operator v1 kinds (``kubeflow.org/v1``): TFJob and PyTorchJob.
+"""Kubeflow training kinds: TFJob, PyTorchJob and MPIJob (``kubeflow.org/v1``), and the MPI
+operator's MPIJob (``kubeflow.org/v2beta1``).
 
 Defaulting and validation follow the operator (release-1.9): its ``SetDefaults_*`` functions
 and its validating webhooks. One deliberate difference: the operator's webhook sees the object
 before the controller defaults it, so it rejects a lower-case ``worker`` key or a Master without
 ``replicas``; Trimaran defaults first (normalising keys, replicas → 1) and validates the result.
 
-Per-kind facts live in one `Framework` record each (`TFJOB`, `PYTORCHJOB`), which the
+Per-kind facts live in one `Framework` record each (`TFJOB`, `PYTORCHJOB`, `MPIJOB`), which the
 controllers read too: default container and port, replica types, operator label value.
 """
 
@@ -36,6 +37,8 @@ __all__ = [
     "GROUP",
     "JOB_NAME_LABEL",
     "JOB_ROLE_LABEL",
+    "MPIJOB",
+    "MPI_API_VERSION",
     "OPERATOR_NAME_LABEL",
     "PYTORCHJOB",
     "REPLICA_INDEX_LABEL",
@@ -45,6 +48,10 @@ __all__ = [
     "Framework",
     "JobStatus",
     "KubeflowJob",
+    "MPIJob",
+    "MPIJobSpec",
+    "MPIJobV2Beta1",
+    "MPIJobV2Beta1Spec",
     "PyTorchJob",
     "PyTorchJobSpec",
     "RDZVConf",
@@ -59,6 +66,7 @@ __all__ = [
 GROUP = "kubeflow.org"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
+MPI_API_VERSION = f"{GROUP}/v2beta1"  # the MPI operator's MPIJob (kubeflow/mpi-operator)
 
 # Labels the operator puts on every pod of a job.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -67,9 +75,9 @@ REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 
-# runPolicy.managedBy values the operator accepts: itself, or MultiKueue (then it stays away).
 MANAGED_BY_OPERATOR = "kubeflow.org/training-operator"
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+MANAGED_BY_MPI_OPERATOR = "kubeflow.org/mpi-operator"
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,8 @@ class Framework:
     port_name: str
     default_port: int
     default_restart_policy: str
+    # The webhook requires a container named default_container (MPIJob only reads its exit code).
+    requires_default_container: bool = True
 
     @property
     def operator_name(self) -> str:
@@ -100,6 +110,13 @@ PYTORCHJOB = Framework(
     kind="PyTorchJob", plural="pytorchjobs", replica_specs_key="pytorchReplicaSpecs",
     replica_types=("Master", "Worker"),
     default_container="pytorch", port_name="pytorchjob-port", default_port=23456, default_restart_policy="OnFailure",
+)
+
+MPIJOB = Framework(
+    kind="MPIJob", plural="mpijobs", replica_specs_key="mpiReplicaSpecs",
+    replica_types=("Launcher", "Worker"),
+    default_container="mpi", port_name="mpi-port", default_port=9999, default_restart_policy="Never",
+    requires_default_container=False,
 )
 
 
@@ -169,6 +186,8 @@ class KubeflowJob(Resource):
     """Behaviour shared by TFJob and PyTorchJob: defaulting, validation, replica access."""
 
     framework: ClassVar[Framework]
+    #: runPolicy.managedBy values the operator accepts: itself, or MultiKueue (then it stays away).
+    managed_by_values: ClassVar[tuple[str, ...]] = (MANAGED_BY_OPERATOR, MANAGED_BY_MULTIKUEUE)
 
     spec: KubeflowJobSpec
     status: JobStatus | None = None
@@ -224,14 +243,14 @@ class KubeflowJob(Resource):
                     errs.append(FieldError.not_supported(role_path, rtype, sorted(fw.replica_types)))
             containers_path = join_path(role_path, "template", "spec", "containers")
             containers = spec.template.spec.containers
-            if containers and not any(c.name == fw.default_container for c in containers):
+            if (fw.requires_default_container and containers
+                    and not any(c.name == fw.default_container for c in containers)):
                 errs.append(FieldError.required(
                     containers_path, f"must have at least one container with name {fw.default_container}"))
             errs.extend(spec.template.check(join_path(role_path, "template"), require_image=True))
         managed_by = self.spec.run_policy.managed_by
-        if managed_by is not None and managed_by not in (MANAGED_BY_OPERATOR, MANAGED_BY_MULTIKUEUE):
-            errs.append(FieldError.not_supported(
-                "spec.runPolicy.managedBy", managed_by, (MANAGED_BY_OPERATOR, MANAGED_BY_MULTIKUEUE)))
+        if managed_by is not None and managed_by not in self.managed_by_values:
+            errs.append(FieldError.not_supported("spec.runPolicy.managedBy", managed_by, self.managed_by_values))
         return errs
 
     def unknown_field_hint(self, path: str) -> str | None:
@@ -393,3 +412,124 @@ class PyTorchJob(KubeflowJob):
         if elastic is not None and elastic.n_proc_per_node is not None:
             return ["spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"]
         return []
+
+
+# --- MPIJob -----------------------------------------------------------------------------------
+
+
+class MPIJobSpec(KubeflowJobSpec):
+    """MPIJob spec (training operator v1). ``slotsPerWorker`` is each worker's slot count in the
+    hostfile; ``mainContainer`` the worker container the launcher execs into; ``cleanPodPolicy``
+    here is the deprecated copy of ``runPolicy.cleanPodPolicy`` (used when that one is unset)."""
+
+    replica_specs_attr = "mpi_replica_specs"
+
+    slots_per_worker: Int32 | None = None
+    main_container: str | None = None
+    clean_pod_policy: Literal["None", "Running", "All"] | None = None
+    mpi_replica_specs: dict[str, ReplicaSpec]
+
+
+class _MPIJobBase(KubeflowJob):
+    """What both MPIJob versions share: exactly one Launcher, Workers defaulting to 0 replicas."""
+
+    framework = MPIJOB
+
+    def default_restart_policy(self, rtype: str) -> str:
+        return MPIJOB.default_restart_policy
+
+    def set_defaults(self) -> None:
+        """The operator's ``SetDefaults_MPIJob``: Launcher replicas 1, Worker 0, restart policy per
+        type, cleanPodPolicy None, slotsPerWorker 1. No port is added (workers are exec'd into)."""
+        run_policy = self.spec.run_policy
+        if run_policy.clean_pod_policy is None:
+            run_policy.clean_pod_policy = "None"
+        if run_policy.suspend is None:
+            run_policy.suspend = False
+        setattr(self.spec, self.spec.replica_specs_attr, _canonical_keys(self.replica_specs, MPIJOB.replica_types))
+        for rtype, spec in self.replica_specs.items():
+            if spec.replicas is None:
+                spec.replicas = 0 if rtype == "Worker" else 1
+            if not spec.restart_policy:
+                spec.restart_policy = self.default_restart_policy(rtype)  # type: ignore[assignment]
+        if self.spec.slots_per_worker is None:  # type: ignore[attr-defined]
+            self.spec.slots_per_worker = 1  # type: ignore[attr-defined]
+
+    def check(self) -> list[FieldError]:
+        """Shared rules; a Launcher is required and has exactly 1 replica; slotsPerWorker ≥ 1."""
+        errs = super().check()
+        base = "spec.mpiReplicaSpecs"
+        launcher = self.replica_specs.get("Launcher")
+        if self.replica_specs and launcher is None:
+            errs.append(FieldError.required(join_path(base, "Launcher"), "must have Launcher replica spec"))
+        elif launcher is not None and launcher.replicas != 1:
+            errs.append(FieldError.invalid(join_path(base, "Launcher", "replicas"), launcher.replicas, "must be 1"))
+        slots = self.spec.slots_per_worker  # type: ignore[attr-defined]
+        if slots is not None and slots < 1:
+            errs.append(FieldError.invalid("spec.slotsPerWorker", slots, "must be greater than or equal to 1"))
+        return errs
+
+
+class MPIJob(_MPIJobBase):
+    """kubeflow.org/v1 MPIJob (training operator): a Launcher running ``mpirun`` that reaches its
+    Workers through ``kubectl exec`` (locally: Trimaran's exec agent, see controllers/training/mpi.py)."""
+
+    spec: MPIJobSpec
+
+    def set_defaults(self) -> None:
+        """Shared defaults; the deprecated top-level cleanPodPolicy fills runPolicy's when that is unset."""
+        if self.spec.run_policy.clean_pod_policy is None and self.spec.clean_pod_policy is not None:
+            self.spec.run_policy.clean_pod_policy = self.spec.clean_pod_policy
+        super().set_defaults()
+
+
+class MPIJobV2Beta1Spec(KubeflowJobSpec):
+    """MPIJob spec of the MPI operator (``kubeflow.org/v2beta1``).
+
+    ``runLauncherAsWorker`` lists the launcher in the hostfile too; ``launcherCreationPolicy``
+    ``WaitForWorkersReady`` creates the launcher once every worker runs; ``mpiImplementation``
+    chooses the hostfile format and environment (OpenMPI, Intel MPI, MPICH).
+    """
+
+    replica_specs_attr = "mpi_replica_specs"
+
+    slots_per_worker: Int32 | None = None
+    run_launcher_as_worker: bool | None = None
+    ssh_auth_mount_path: str | None = None
+    launcher_creation_policy: Literal["AtStartup", "WaitForWorkersReady"] | None = None
+    mpi_implementation: Literal["OpenMPI", "Intel", "MPICH"] | None = None
+    mpi_replica_specs: dict[str, ReplicaSpec]
+
+
+class MPIJobV2Beta1(_MPIJobBase):
+    """kubeflow.org/v2beta1 MPIJob (kubeflow/mpi-operator): Launcher and Workers, reached over ssh
+    on a cluster (locally: Trimaran's exec agent). Only Never and OnFailure restart a replica."""
+
+    managed_by_values = (MANAGED_BY_MPI_OPERATOR, MANAGED_BY_MULTIKUEUE)
+
+    spec: MPIJobV2Beta1Spec
+
+    def default_restart_policy(self, rtype: str) -> str:
+        return "OnFailure" if rtype == "Launcher" else "Never"
+
+    def set_defaults(self) -> None:
+        """Shared defaults, Launcher restartPolicy OnFailure, and the CRD's defaults."""
+        super().set_defaults()
+        spec = self.spec
+        if spec.run_launcher_as_worker is None:
+            spec.run_launcher_as_worker = False
+        if spec.ssh_auth_mount_path is None:
+            spec.ssh_auth_mount_path = "/root/.ssh"
+        if spec.launcher_creation_policy is None:
+            spec.launcher_creation_policy = "AtStartup"
+        if spec.mpi_implementation is None:
+            spec.mpi_implementation = "OpenMPI"
+
+    def check(self) -> list[FieldError]:
+        """Shared rules; the launcher is a batch/v1 Job, so only Never and OnFailure restart policies."""
+        errs = super().check()
+        for rtype, spec in self.replica_specs.items():
+            if spec.restart_policy not in ("Never", "OnFailure"):
+                errs.append(FieldError.not_supported(join_path("spec.mpiReplicaSpecs", rtype, "restartPolicy"),
+                                                     spec.restart_policy, ("Never", "OnFailure")))
+        return errs
