@@ -232,8 +232,8 @@ def test_unknown_algorithms_are_named_with_the_known_ones() -> None:
     with pytest.raises(UnknownAlgorithmError) as err:
         get_algorithm("annealing", {})
     assert 'unknown algorithm "annealing"' in str(err.value) and "multivariate-tpe" in str(err.value)
-    with pytest.raises(UnknownAlgorithmError, match="population-based training"):
-        get_algorithm("pbt", {})
+    with pytest.raises(UnknownAlgorithmError, match="neural architecture search"):
+        get_algorithm("enas", {})
 
 
 def test_space_checks() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
@@ -47,6 +47,8 @@ class TrialRecord:
         values: For multi-objective tuning, one value per objective, in the order of the objective
             types passed to the algorithm.
         intermediate: ``(step, value)`` reports of the objective metric, in report order.
+        labels: The Trial's labels; algorithms that place a trial within a scheme of their own
+            (pbt's generation, member and parent) read it back from here.
     """
 
     name: str
@@ -55,6 +57,7 @@ class TrialRecord:
     value: float | None = None
     values: Sequence[float] | None = None
     intermediate: Sequence[tuple[int, float]] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.state not in _STATES:

@@ -11,10 +11,13 @@ name                              implementation
 ``cmaes``                         `CmaEsSearch`: CMA-ES (cmaes library), replayed from trials
 ``sobol``                         `SobolSearch`: the Sobol sequence
 ``hyperband``                     `Hyperband`: Katib's brackets
+``pbt``                           `PopulationBasedTraining`: Katib's population-based training, in
+                                  synchronous generations; trials start from a copy of their
+                                  parent's checkpoint directory (needs ``resumePolicy: FromVolume``)
 ``nsga2``                         `NSGA2Search`: Optuna NSGA-II, the multi-objective default
 ================================  ==============================================================
 
-Katib's ``pbt``, ``enas`` and ``darts`` are not implemented; asking for them says so.
+Katib's ``enas`` and ``darts`` are not implemented; asking for them says so.
 Adding an algorithm means writing a module with an `Algorithm` subclass and listing it in
 ``_BUILTIN`` below (or calling `register_algorithm`).
 """
@@ -32,13 +35,17 @@ from trimaran.tuning.algorithms._grid import GridSearch, grid_points
 from trimaran.tuning.algorithms._hyperband import Hyperband, Rung, hyperband_schedule
 from trimaran.tuning.algorithms._nsga2 import NSGA2Search
 from trimaran.tuning.algorithms._optuna import OptunaAlgorithm
+from trimaran.tuning.algorithms._pbt import GENERATION_LABEL, MEMBER_LABEL, PARENT_LABEL, PopulationBasedTraining
 from trimaran.tuning.algorithms._random import RandomSearch
 from trimaran.tuning.algorithms._sobol import SobolSearch
 from trimaran.tuning.algorithms._tpe import MultivariateTpeSearch, TpeSearch
 from trimaran.tuning.errors import UnknownAlgorithmError
 
 __all__ = [
+    "GENERATION_LABEL",
+    "MEMBER_LABEL",
     "MULTI_OBJECTIVE_DEFAULT",
+    "PARENT_LABEL",
     "Algorithm",
     "BayesianOptimization",
     "CmaEsSearch",
@@ -47,6 +54,7 @@ __all__ = [
     "MultivariateTpeSearch",
     "NSGA2Search",
     "OptunaAlgorithm",
+    "PopulationBasedTraining",
     "RandomSearch",
     "Rung",
     "SobolSearch",
@@ -65,12 +73,11 @@ MULTI_OBJECTIVE_DEFAULT = "nsga2"
 
 _BUILTIN: tuple[type[Algorithm], ...] = (
     RandomSearch, GridSearch, BayesianOptimization, TpeSearch, MultivariateTpeSearch, CmaEsSearch,
-    SobolSearch, Hyperband, NSGA2Search,
+    SobolSearch, Hyperband, PopulationBasedTraining, NSGA2Search,
 )
 _REGISTRY: dict[str, type[Algorithm]] = {}
 # Katib algorithms deliberately left out, with the reason a user gets.
 _NOT_IMPLEMENTED = {
-    "pbt": "population-based training needs checkpoints shared between trials; not implemented in Trimaran",
     "enas": "neural architecture search (nasConfig) is not implemented in Trimaran",
     "darts": "neural architecture search (nasConfig) is not implemented in Trimaran",
 }

@@ -35,11 +35,19 @@ class Suggestions:
             grid has handed out every point, hyperband has filled every bracket. The experiment
             ends (Katib's ``ExperimentSuggestionEndReached``) once those trials finish.
         message: Why fewer than asked for were returned, for events and status messages.
+        labels: Labels for each new trial, in the order of ``assignments`` (empty when the
+            algorithm sets none). The controller puts them on the Trial, so the algorithm reads
+            them back from `TrialRecord.labels` on its next call (pbt's generation and parent).
     """
 
     assignments: list[dict[str, str]]
     exhausted: bool = False
     message: str = field(default="", compare=False, repr=False)
+    labels: list[dict[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.labels and len(self.labels) != len(self.assignments):
+            raise ValueError(f"{len(self.labels)} label sets for {len(self.assignments)} assignments")
 
 
 class Algorithm(abc.ABC):
@@ -60,7 +68,7 @@ class Algorithm(abc.ABC):
         ...     {"name": "x", "parameterType": "int", "feasibleSpace": {"min": "1", "max": "3"}}])
         >>> grid = get_algorithm("grid", {})
         >>> grid.suggest(space, [], "maximize", 5)
-        Suggestions(assignments=[{'x': '1'}, {'x': '2'}, {'x': '3'}], exhausted=True)
+        Suggestions(assignments=[{'x': '1'}, {'x': '2'}, {'x': '3'}], exhausted=True, labels=[])
 
     Args:
         settings: Katib's ``algorithmSettings`` as ``{name: value}`` strings.
