@@ -236,6 +236,34 @@ def test_multi_objective_experiment_shows_its_pareto_front(finished, tmp_path):
     assert "<h2>cost by step, every trial</h2>" in _page(f"{url}/dashboard/experiments/default/pareto?metric=cost")
 
 
+def test_training_job_and_inference_service_pages(finished, tmp_path):
+    from tests.e2e.test_serving import constant_model, isvc_manifest, wait_ready
+
+    plane, url = finished
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp"},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"template": {"spec": {"containers": [
+               {"name": "pytorch", "image": "x", "command": ["python", "-c", f"print({EVIL!r})"]}]}}}}}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    (tmp_path / "isvc.json").write_text(isvc_manifest("digits", str(constant_model(tmp_path / "models/7", 7))))
+    plane.cli("apply", "-f", str(tmp_path / "job.json"), "-f", str(tmp_path / "isvc.json"))
+    plane.cli("wait", "pytorchjob/ddp", "--for=condition=Succeeded", "--timeout=60s")
+    page = _page(f"{url}/dashboard/jobs/PyTorchJob/default/ddp")
+    assert "<h2>Replicas</h2>" in page and "<td>Master</td>" in page and "PyTorchJobSucceeded" in page
+    pod = re.search(r'href="(/dashboard/pods/default/ddp-master-0)#log"', page).group(1)
+    assert _escaped(EVIL) in _page(url + pod)
+
+    obj = wait_ready(plane, "digits")
+    page = _page(f"{url}/dashboard/inferenceservices/default/digits")
+    assert _escaped(obj["status"]["url"]) in page and "Predictor traffic" in page
+    assert "<td>digits-predictor-00001</td><td>100%</td>" in page
+    assert 'http-equiv="refresh"' not in page, "a ready service's page stays still"
+    overview = _page(f"{url}/dashboard/")
+    assert 'href="/dashboard/inferenceservices/default/digits">digits</a>' in overview
+    assert 'href="/dashboard/jobs/PyTorchJob/default/ddp">ddp</a>' in overview
+    assert _get(f"{url}/dashboard/jobs/Pod/default/ddp-master-0")[0] == 404
+    plane.cli("delete", "isvc", "digits")
+
+
 def test_token_guards_the_dashboard_as_it_guards_the_api(tmp_path):
     from trimaran.server.daemon import stop_server
 

@@ -29,8 +29,8 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
     router = APIRouter(prefix=h.PREFIX)
 
     def job_of(kind: str, namespace: str, name: str) -> dict:
-        if kind not in JOB_KINDS:
-            raise NotFound(f"{kind} is not a job kind: use one of {', '.join(JOB_KINDS)}")
+        if kind not in JOB_KINDS:  # the job page shows only jobs; other kinds have their own pages
+            raise NotFound(kind, namespace, name)
         return store.get(kind, namespace, name)
 
     @router.get("/", response_class=HTMLResponse)
