@@ -41,6 +41,8 @@ class JobView:
     spec: dict
     counts: dict[str, ReplicaCounts] = field(default_factory=dict)
     worker0_succeeded: bool = False
+    api_version: str = ""
+    uid: str = ""
 
     def replica_specs(self, spec_key: str) -> dict[str, dict]:
         return self.spec.get(spec_key) or {}
@@ -67,6 +69,39 @@ class Framework(ABC):
         if "Chief" in types or "Master" in types:
             return rtype in ("Chief", "Master")
         return rtype == "Worker" and index == 0
+
+    def job_role(self, job: JobView, rtype: str, index: int) -> str | None:
+        """Value of the ``training.kubeflow.org/job-role`` pod label, if the pod gets one."""
+        return "master" if self.is_master_role(job.spec, rtype, index) else None
+
+    def operator_label(self, job: JobView) -> str:
+        """Value of the ``training.kubeflow.org/operator-name`` pod label."""
+        return self.operator_name
+
+    def host_aliases(self, job: JobView, host: str) -> list[str]:
+        """Names besides ``{pod}`` and ``{pod}.{namespace}.svc`` that resolve to a replica."""
+        return []
+
+    def children(self, job: JobView, addresses: dict[str, list[ReplicaAddress]]) -> list[dict]:
+        """Objects the job owns besides its pods (e.g. a ConfigMap), created before the pods."""
+        return []
+
+    def prepare_pod(self, job: JobView, rtype: str, index: int, pod_spec: dict) -> None:
+        """Last changes to a replica's pod spec, after the environment is added."""
+        return None
+
+    def holds_back(self, job: JobView, rtype: str, pods: list[dict]) -> bool:
+        """Whether replicas of ``rtype`` wait before being created (``pods``: the job's live ones)."""
+        return False
+
+    def backoff_limit(self, job: JobView) -> int | None:
+        """The retry budget the run policy's backoffLimit check uses."""
+        limit = (job.spec.get("runPolicy") or {}).get("backoffLimit")
+        return None if limit is None else int(limit)
+
+    def finished(self, job: JobView, pods: list[dict]) -> bool:
+        """Called on every pass once the job has finished; False asks for another pass soon."""
+        return True
 
     @abstractmethod
     def env(self, job: JobView, rtype: str, index: int, addresses: dict[str, list[ReplicaAddress]],

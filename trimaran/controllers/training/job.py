@@ -1,4 +1,4 @@
-"""The reconcile loop shared by every Kubeflow training kind (TFJob, PyTorchJob).
+"""The reconcile loop shared by every Kubeflow training kind (TFJob, PyTorchJob, MPIJob).
 
 Follows the operator's ``ReconcileJobs`` (training-operator.md §2): one pod per replica,
 run policy (restart policies, backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished,
@@ -49,7 +49,7 @@ from trimaran.controllers.training.framework import (
     framework_for,
     frameworks,
 )
-from trimaran.store import Conflict, NotFound, Store
+from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class TrainingJobReconciler(Reconciler):
         specs = job["spec"].get(fw.spec_key) or {}
         live = {p["metadata"]["name"]: p for p in pods}
         recreations = int(job["metadata"].get("annotations", {}).get(RECREATIONS_ANNOTATION, "0"))
-        backoff = run_policy.get("backoffLimit")
+        backoff = fw.backoff_limit(_job_view(job))
 
         # Retryable ExitCode failures: delete the pod; it is recreated once it is gone.
         for pod in pods:
@@ -172,12 +172,20 @@ class TrainingJobReconciler(Reconciler):
 
         missing = []
         for rtype, rspec in specs.items():
+            if fw.holds_back(_job_view(job), rtype, [p for p in pods if not is_terminating(p)]):
+                continue
             for index in range(int(rspec.get("replicas", 1))):
                 pod_name = fw.pod_name(name, rtype, index)
                 if pod_name not in live:
                     missing.append((rtype, index))
         if missing:
             addresses = self._addresses(job, fw)
+            for child in fw.children(_job_view(job), addresses):
+                child["metadata"]["ownerReferences"] = [owner_reference(job)]
+                try:
+                    self.store.create(child)
+                except AlreadyExists:
+                    pass  # made on an earlier pass; its content derives from the spec alone
             # Gang: on first creation the whole job is one group; a recreated pod joins alone.
             first = not pods
             group = job["metadata"]["uid"] if first else f"{job['metadata']['uid']}/{len(pods)}-{recreations}"
@@ -233,7 +241,10 @@ class TrainingJobReconciler(Reconciler):
                 rs["succeeded"] = rs.get("succeeded", 0) + rs.get("active", 0)
                 rs["active"] = 0
         self.ports.release(_recorded_ports(job))
-        return expire_finished(self.store, job, status, pods)
+        expiry = expire_finished(self.store, job, status, pods)
+        if not fw.finished(_job_view(job), [p for p in pods if not is_terminating(p)]):
+            return min(expiry or 0.5, 0.5)
+        return expiry
 
     def _suspend(self, job: dict, fw: Framework, status: dict, pods: list[dict]) -> None:
         name = job["metadata"]["name"]
@@ -293,19 +304,20 @@ class TrainingJobReconciler(Reconciler):
         tmeta = template.get("metadata") or {}
         pod_name = fw.pod_name(name, rtype, index)
         labels = dict(tmeta.get("labels") or {})
+        view = _job_view(job)
         labels.update({
             "training.kubeflow.org/job-name": name,
-            "training.kubeflow.org/operator-name": fw.operator_name,
+            "training.kubeflow.org/operator-name": fw.operator_label(view),
             "training.kubeflow.org/replica-type": rtype.lower(),
             "training.kubeflow.org/replica-index": str(index),
         })
-        if fw.is_master_role(job["spec"], rtype, index):
-            labels["training.kubeflow.org/job-role"] = "master"
+        role = fw.job_role(view, rtype, index)
+        if role:
+            labels["training.kubeflow.org/job-role"] = role
         spec = template.get("spec") or {}
         policy = rspec.get("restartPolicy") or fw.default_restart_policy
         spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
         spec["hostname"] = pod_name
-        view = JobView(name=name, namespace=ns, spec=job["spec"])
         own = addresses[rtype][index]
         for container in spec.get("containers") or []:
             container["env"] = list(container.get("env") or []) + fw.env(view, rtype, index, addresses, container)
@@ -316,6 +328,7 @@ class TrainingJobReconciler(Reconciler):
                     named[0]["containerPort"] = own.port
                 else:
                     ports.append({"name": fw.port_name, "containerPort": own.port, "protocol": "TCP"})
+        fw.prepare_pod(view, rtype, index, spec)
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -332,14 +345,14 @@ class TrainingJobReconciler(Reconciler):
         hosts = {}
         for addrs in addresses.values():
             for a in addrs:
-                hosts[a.host] = LOOPBACK
-                hosts[a.fqdn] = LOOPBACK
+                for host in (a.host, a.fqdn, *fw.host_aliases(view, a.host)):
+                    hosts[host] = LOOPBACK
         set_gang(pod, group, size, hosts, queued_at)
         return pod
 
     def _view(self, job: dict, fw: Framework, pods: list[dict]) -> JobView:
         specs = job["spec"].get(fw.spec_key) or {}
-        view = JobView(name=job["metadata"]["name"], namespace=job["metadata"]["namespace"], spec=job["spec"])
+        view = _job_view(job)
         for rtype, rspec in specs.items():
             view.counts[rtype] = ReplicaCounts(replicas=int(rspec.get("replicas", 1)))
         for pod in pods:
@@ -360,6 +373,12 @@ class TrainingJobReconciler(Reconciler):
             elif p == "Failed":
                 c.failed += 1
         return view
+
+
+def _job_view(job: dict) -> JobView:
+    meta = job["metadata"]
+    return JobView(name=meta["name"], namespace=meta["namespace"], spec=job["spec"],
+                   api_version=job.get("apiVersion", ""), uid=meta.get("uid", ""))
 
 
 def _canonical(specs: dict, lowered: str) -> str | None:

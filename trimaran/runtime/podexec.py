@@ -1,0 +1,290 @@
+"""Run a command inside another pod's sandbox: the local stand-in for ``kubectl exec`` and sshd.
+
+Standard library only and importing nothing else of trimaran (like the shim): it runs inside
+sandboxes as ``python -I -S podexec.py ...``.
+
+``serve KEY [-- COMMAND...]`` runs in the target pod, as its container's process. It listens
+on an abstract Unix socket named after ``KEY`` and, for each connection, runs the requested
+shell command as its own child: with the pod's environment, working directory, namespaces
+and mounts, which is what ``kubectl exec`` gives. The caller's stdin, stdout and stderr are
+passed over the socket (``SCM_RIGHTS``), so the command writes straight into them; the server
+sends back the exit status, and kills the command when the caller goes away (as sshd does when
+a connection drops). With a COMMAND it also runs that and exits with its status; without, it
+idles (the MPI operator's ``sshd -De`` / ``sleep 365d``) until asked to exit.
+
+``connect PREFIX [ssh options] HOST COMMAND...`` is what an rsh agent runs (OpenMPI's
+``plm_rsh_agent``): ssh's options are skipped, the pod is the first DNS label of HOST, and the
+words of COMMAND are joined with spaces and run by ``/bin/sh -c``, as ssh does.
+
+Abstract sockets belong to the network namespace, which every sandbox shares with the host, so
+no file needs to be visible on both sides; the server accepts only callers of its own uid
+(``SO_PEERCRED``), the same bar as a socket file in a private directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+__all__ = ["socket_name", "request_exit", "serve", "connect", "main"]
+
+_HEADER_MAX = 1 << 20
+# ssh's options that take a value (from ssh(1)); the others are flags.
+_SSH_VALUE_OPTIONS = set("BbcDEeFIiJLlmOoPpQRSWw")
+_CONNECT_ATTEMPTS = 10  # ssh's ConnectionAttempts, one a second; a worker may still be starting
+_KILL_GRACE_S = 2.0
+
+
+def socket_name(key: str, pod: str) -> str:
+    """The abstract socket a pod's server listens on. ``key`` scopes it (the owning job's uid):
+    two control planes on one machine may run pods of the same name."""
+    digest = hashlib.sha256(f"{key}/{pod}".encode()).hexdigest()[:40]
+    return f"\0trimaran-exec-{digest}"
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > _HEADER_MAX:
+            raise ValueError("header too long")
+    return data
+
+
+def _dial(name: str, attempts: int) -> socket.socket:
+    deadline = time.monotonic() + max(1, attempts)
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(name)
+            return sock
+        except OSError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def request_exit(key: str, pod: str, timeout: float = 2.0) -> bool:
+    """Ask an idle server to exit (the job it served has finished). False when nothing listens."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(socket_name(key, pod))
+        _send(sock, {"op": "exit"})
+        _read_line(sock)
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+# -- the server, inside the target pod ---------------------------------------------------------
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(_KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class _Server:
+    def __init__(self, name: str, command: list[str]) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(name)
+        self.listener.listen(64)
+        self.command = command
+        self.main: subprocess.Popen | None = None
+        self.sessions: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.status = 0
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        if self.command:
+            self.main = subprocess.Popen(self.command)
+            threading.Thread(target=self._wait_main, daemon=True).start()
+        threading.Thread(target=self._accept, daemon=True).start()
+        while not self.done.wait(0.5):
+            pass
+        with self.lock:
+            sessions = list(self.sessions)
+        for proc in sessions:
+            _kill_group(proc)
+        return self.status
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.main is not None:
+            self.main.send_signal(signum)  # its exit ends the server, with its status
+        else:
+            self.status = 128 + signum
+            self.done.set()
+
+    def _wait_main(self) -> None:
+        assert self.main is not None
+        code = self.main.wait()
+        self.status = 128 - code if code < 0 else code
+        self.done.set()
+
+    def _accept(self) -> None:
+        while True:
+            conn, _ = self.listener.accept()
+            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
+
+    def _session(self, conn: socket.socket) -> None:
+        with conn:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _, uid, _ = struct.unpack("3i", creds)
+            if uid != os.getuid():
+                return
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, _HEADER_MAX, 3)
+                while not data.endswith(b"\n") and data:
+                    more = conn.recv(4096)
+                    if not more:
+                        break
+                    data += more
+                request = json.loads(data or b"{}")
+            except (OSError, ValueError):
+                return
+            try:
+                if request.get("op") == "exit":
+                    _send(conn, {"ok": self.main is None})
+                    if self.main is None:  # a pod running its own command ends on its own
+                        self.done.set()
+                    return
+                self._exec(conn, request, fds)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+    def _exec(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        stdin, stdout, stderr = (fds + [subprocess.DEVNULL] * 3)[:3]
+        try:
+            proc = subprocess.Popen(["/bin/sh", "-c", str(request.get("command") or "")],
+                                    stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True)
+        except OSError as exc:
+            _send(conn, {"exitCode": 127, "error": str(exc)})
+            return
+        with self.lock:
+            self.sessions.add(proc)
+        # The caller's end closing (mpirun killed the agent) ends the command, as a dropped ssh does.
+        watcher = threading.Thread(target=self._hang_up_on_eof, args=(conn, proc), daemon=True)
+        watcher.start()
+        code = proc.wait()
+        with self.lock:
+            self.sessions.discard(proc)
+        try:
+            _send(conn, {"exitCode": 128 - code if code < 0 else code})
+        except OSError:
+            pass
+
+    @staticmethod
+    def _hang_up_on_eof(conn: socket.socket, proc: subprocess.Popen) -> None:
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        if proc.poll() is None:
+            _kill_group(proc)
+
+
+def serve(key: str, pod: str, command: list[str]) -> int:
+    """Serve exec requests for ``pod`` (and run ``command``, if any); returns the exit status."""
+    return _Server(socket_name(key, pod), command).run()
+
+
+# -- the client: an rsh agent ------------------------------------------------------------------
+
+
+def _parse_ssh(argv: list[str]) -> tuple[str, list[str], int]:
+    """(host, command words, connection attempts) from an ssh-style command line."""
+    attempts = _CONNECT_ATTEMPTS
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        flags = argv[i][1:]
+        for j, letter in enumerate(flags):
+            if letter in _SSH_VALUE_OPTIONS:
+                value = flags[j + 1:]
+                if not value:
+                    i += 1
+                    value = argv[i] if i < len(argv) else ""
+                key, _, setting = value.partition("=")
+                if letter == "o" and key.lower() == "connectionattempts" and setting.isdigit():
+                    attempts = int(setting)
+                break
+        i += 1
+    if i < len(argv) and argv[i] == "--":
+        i += 1
+    if i >= len(argv):
+        raise ValueError("no host given")
+    host = argv[i]
+    return host.rpartition("@")[2], argv[i + 1:], attempts
+
+
+def connect(key: str, argv: list[str]) -> int:
+    """Run an ssh-style command line against the named pod's server; returns the command's status."""
+    host, words, attempts = _parse_ssh(argv)
+    pod = host.split(".", 1)[0]
+    try:
+        sock = _dial(socket_name(key, pod), attempts)
+    except OSError as exc:
+        print(f"podexec: connect to pod {pod}: {exc.strerror or exc}", file=sys.stderr)
+        return 255  # ssh's status for a connection that failed
+    with sock:
+        header = json.dumps({"op": "exec", "command": " ".join(words)}).encode() + b"\n"
+        socket.send_fds(sock, [header], [0, 1, 2])
+        reply = _read_line(sock)
+    if not reply:
+        print(f"podexec: pod {pod} closed the connection", file=sys.stderr)
+        return 255
+    return int(json.loads(reply).get("exitCode", 255))
+
+
+def main(argv: list[str]) -> int:
+    usage = ("usage: podexec.py serve KEY POD [-- COMMAND...]\n"
+             "       podexec.py connect KEY [ssh options] HOST COMMAND...")
+    if len(argv) >= 3 and argv[0] == "serve":
+        rest = argv[3:]
+        if rest and rest[0] == "--":
+            rest = rest[1:]
+        return serve(argv[1], argv[2], rest)
+    if len(argv) >= 3 and argv[0] == "connect":
+        try:
+            return connect(argv[1], argv[2:])
+        except ValueError as exc:
+            print(f"podexec: {exc}\n{usage}", file=sys.stderr)
+            return 255
+    print(usage, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
