@@ -121,10 +121,9 @@ def _ticks(lo: float, hi: float, integer: bool = False, count: int = 5) -> list[
     if integer:
         step = max(1.0, math.ceil(step))
     start = math.floor(lo / step) * step
-    ticks = [start]
-    while ticks[-1] < hi - step * 1e-9:
-        ticks.append(start + len(ticks) * step)
-    return ticks
+    ticks = [start + i * step for i in range(math.ceil((hi - start) / step - 1e-9) + 1)]
+    # Values so large that the step is below their float resolution: the two ends will do.
+    return ticks if ticks[-1] > ticks[0] else [lo, hi]
 
 
 def _label(value: float) -> str:

@@ -21,6 +21,6 @@ def log_tail(runtime: LocalRuntime, namespace: str, pod: str, container: str | N
     except OSError:
         return None
     text = data.decode(errors="replace").splitlines()
-    if len(data) == _TAIL_BYTES and size > _TAIL_BYTES:
+    if size > _TAIL_BYTES:
         text = text[1:]  # the first line is cut
     return "\n".join(text[-lines:]) or None

@@ -68,7 +68,7 @@ def experiment_page(store: Store, exp: dict, metric: str | None) -> h.Page:
     metric = metric if metric in metrics else metrics[0]
     trials = experiment_trials(store, exp)
     best = (status.get("currentOptimalTrial") or {}).get("bestTrialName")
-    body = [h.fields(_summary(exp)), h.conditions(exp)]
+    body = [h.fields(_summary(exp)), "<h2>Conditions</h2>", h.conditions(exp)]
 
     body.append("<h2>Best trial</h2>")
     if best:
