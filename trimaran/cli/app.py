@@ -301,7 +301,7 @@ def wait(
     namespace: str | None = NamespaceOpt,
 ) -> None:
     """Wait until a resource has a condition (or is deleted), with a live view of its state."""
-    from trimaran.cli.render import job_status, pod_status, training_state
+    from trimaran.cli.render import experiment_progress, job_status, pod_status, training_state
 
     kind, name = _split_ref(kind, name)
     if not name:
@@ -317,7 +317,7 @@ def wait(
     else:
         _fail(f"unrecognised --for {for_!r}: use condition=NAME or delete")
     ns = namespace or "default"
-    state_of = {"Job": job_status, "Pod": pod_status}.get(info.kind, training_state)
+    state_of = {"Job": job_status, "Pod": pod_status, "Experiment": experiment_progress}.get(info.kind, training_state)
     deadline = time.monotonic() + seconds
     with console.status(f"waiting for {info.kind.lower()}/{name}...") as spinner:
         while True:

@@ -106,6 +106,25 @@ def _best(exp: dict) -> str:
     return "" if value is None else f"{value:.6g}"
 
 
+def experiment_progress(exp: dict) -> str:
+    """One line for a person waiting on an experiment: state, trials done of the maximum, running
+    and early-stopped counts, and the best objective so far."""
+    status = exp.get("status") or {}
+    spec = exp.get("spec") or {}
+    done = sum(status.get(k, 0) for k in ("trialsSucceeded", "trialsFailed", "trialsKilled",
+                                          "trialsEarlyStopped", "trialMetricsUnavailable"))
+    parts = [latest_true(exp), f"{done}/{spec.get('maxTrialCount', '?')} trials done",
+             f"{status.get('trialsRunning', 0)} running"]
+    if status.get("trialsEarlyStopped"):
+        parts.append(f"{status['trialsEarlyStopped']} early-stopped")
+    if status.get("trialsFailed"):
+        parts.append(f"{status['trialsFailed']} failed")
+    best = _best(exp)
+    if best:
+        parts.append(f"best {(spec.get('objective') or {}).get('objectiveMetricName', 'objective')} {best}")
+    return ", ".join(parts)
+
+
 def _trial_objective(trial: dict) -> str:
     value = objective_value(trial["spec"].get("objective") or {}, (trial.get("status") or {}).get("observation"))
     return "" if value is None else f"{value:.6g}"
