@@ -8,10 +8,9 @@ import re
 import textwrap
 
 import pytest
+import yaml
 
-from tests.helpers import poll
-
-pytest.importorskip("mpi4py")
+from tests.helpers import EXAMPLES, poll
 
 TRAIN = textwrap.dedent("""
     # Data-parallel least squares: each rank takes its shard, gradients are averaged by allreduce.
@@ -140,3 +139,16 @@ def test_a_failing_launcher_fails_the_job(plane, tmp_path):
     assert failed["reason"] == "MPIJobFailed" and "launcher failed" in failed["message"]
     assert job["status"]["replicaStatuses"]["Launcher"]["failed"] == 1
     poll(lambda: not _mpi_processes(plane), timeout=20, what="no process of the job left")
+
+
+def test_the_example_trains_and_its_configmap_carries_the_script(plane):
+    d = EXAMPLES / "training" / "mpi"
+    embedded = yaml.safe_load((d / "code-configmap.yaml").read_text())["data"]["train.py"]
+    assert embedded == (d / "train.py").read_text(), "code-configmap.yaml is stale"
+    plane.cli("apply", "-f", str(d))
+    plane.cli("wait", "mpijob/digits-mpi", "--for=condition=Succeeded", "--timeout=120s")
+    log = plane.cli("logs", "mpijob/digits-mpi").stdout
+    accuracies = [float(a) for a in re.findall(r"test_accuracy=([0-9.]+)", log)]
+    assert len(accuracies) == 2 and min(accuracies) > 0.9, log[-2000:]
+    assert "ranks=2" in log
+    poll(lambda: not _mpi_processes(plane), timeout=30, what="no process of the job left")
