@@ -205,7 +205,7 @@ def _resolve_pod(client: Client, ns: str, ref: str, replica_type: str | None, in
         except APIError as exc:
             if exc.status != 404:
                 raise
-    candidates = [_kind_info(client, kind).kind] if kind else ["TFJob", "PyTorchJob", "Job"]
+    candidates = [_kind_info(client, kind).kind] if kind else ["TFJob", "PyTorchJob", "MPIJob", "Job"]
     for k in candidates:
         if k == "Pod":
             return name
@@ -226,7 +226,9 @@ def _resolve_pod(client: Client, ns: str, ref: str, replica_type: str | None, in
                     return p["metadata"]["name"]
             raise APIError(404, f"{k} {name} has no pod for replica {replica_type}[{index}]")
         for p in pods:
-            if (p["metadata"].get("labels") or {}).get("training.kubeflow.org/job-role") == "master":
+            # The pod a person means: the master (TF, PyTorch, MPIJob v1's launcher) or the
+            # MPI operator's launcher.
+            if (p["metadata"].get("labels") or {}).get("training.kubeflow.org/job-role") in ("master", "launcher"):
                 return p["metadata"]["name"]
         if pods:
             return sorted(pods, key=lambda p: p["metadata"]["name"])[0]["metadata"]["name"]

@@ -13,10 +13,10 @@ def dependents(store: Store, owner: dict) -> list[dict]:
     uid = owner["metadata"]["uid"]
     ns = owner["metadata"].get("namespace") or None
     found = []
-    for info in kinds.all_kinds():
-        if not info.namespaced or info.kind == "Namespace":
-            continue
-        for obj in store.list(info.kind, ns):
+    # The store keys objects by kind, not version: MPIJob v1 and v2beta1 are one list.
+    names = dict.fromkeys(info.kind for info in kinds.all_kinds() if info.namespaced and info.kind != "Namespace")
+    for kind in names:
+        for obj in store.list(kind, ns):
             if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or []):
                 found.append(obj)
     return found
