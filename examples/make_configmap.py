@@ -19,6 +19,7 @@ CONFIGMAPS = {
     "pytorch-ddp": ("digits-ddp-code", ["train.py", "evaluate.py"]),
     "tf-multiworker": ("digits-mwms-code", ["train.py"]),
     "tf-parameter-server": ("digits-ps-code", ["train.py"]),
+    "mpi-allreduce": ("digits-mpi-code", ["train.py"]),
     "indexed-sweep": ("digits-sweep-code", ["train.py", "hyperparams.yml"]),
     "failing": ("flaky-code", ["flaky.py"]),
     "katib-digits": ("katib-digits-code", ["train.py"]),
