@@ -384,7 +384,14 @@ def test_algorithm_must_be_known(algorithm: dict[str, Any], message: str) -> Non
                                   "sobol", "hyperband", "pbt", "nsga2"])
 def test_known_algorithms(name: str) -> None:
     params = [{"name": "lr", "parameterType": "double", "feasibleSpace": {"min": "0.1", "max": "0.5", "step": "0.1"}}]
-    assert defaulted(with_params(*params, algorithm={"algorithmName": name}, maxTrialCount=5))
+    algorithm: dict[str, Any] = {"algorithmName": name}
+    extra: dict[str, Any] = {}
+    if name == "pbt":  # required settings, and its checkpoints need the experiment's volume
+        algorithm["algorithmSettings"] = [{"name": "suggestion_trial_dir", "value": "/ckpt"},
+                                          {"name": "n_population", "value": "5"},
+                                          {"name": "truncation_threshold", "value": "0.2"}]
+        extra["resumePolicy"] = "FromVolume"
+    assert defaulted(with_params(*params, algorithm=algorithm, maxTrialCount=5, **extra))
 
 
 def test_early_stopping_algorithm_must_be_known() -> None:

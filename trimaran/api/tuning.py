@@ -379,14 +379,30 @@ class Experiment(Resource):
 
     @classmethod
     def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
-        """Katib's webhook: once created, only the three trial counts of the spec may change."""
+        """Katib's webhook: once created, only the three trial counts of the spec may change, and a
+        completed experiment only when it can be restarted (resumePolicy LongRunning or FromVolume,
+        goal not reached)."""
         before, after = old.get("spec") or {}, new.get("spec") or {}
-        return [
+        errs = [
             FieldError.forbidden(f"spec.{field}", "only spec.parallelTrialCount, spec.maxTrialCount and "
                                  "spec.maxFailedTrialCount may be changed after an Experiment is created")
             for field in sorted(set(before) | set(after))
             if field not in _EDITABLE_SPEC_FIELDS and before.get(field) != after.get(field)
         ]
+        changed = [field for field in _EDITABLE_SPEC_FIELDS if before.get(field) != after.get(field)]
+        ended = {c.get("type"): c.get("reason") for c in (old.get("status") or {}).get("conditions") or []
+                 if c.get("status") == "True" and c.get("type") in ("Succeeded", "Failed")}
+        if changed and ended:
+            policy = before.get("resumePolicy") or "Never"
+            if ended.get("Succeeded") == "ExperimentGoalReached":
+                detail = "the experiment has reached its goal and cannot be restarted"
+            elif policy not in ("LongRunning", "FromVolume"):
+                detail = (f"the experiment has completed and its resumePolicy is {policy}: only an experiment "
+                          "with resumePolicy LongRunning or FromVolume can be restarted")
+            else:
+                return errs
+            errs += [FieldError.forbidden(f"spec.{field}", detail) for field in changed]
+        return errs
 
     @classmethod
     def name_errors(cls, name: str) -> list[str]:
@@ -426,6 +442,7 @@ class Experiment(Resource):
         errs.extend(self._check_counts())
         errs.extend(_check_objective(spec.objective))
         errs.extend(_check_algorithm("spec.algorithm", spec.algorithm, ALGORITHMS, required=True))
+        errs.extend(_check_pbt(spec))
         errs.extend(_check_algorithm("spec.earlyStopping", spec.early_stopping, EARLY_STOPPING_ALGORITHMS))
         # Katib requires a trialTemplate; Trimaran accepts an experiment without one (the seed's
         # "same as above" example) and leaves it to the controller to report that no trial can run.
@@ -572,6 +589,32 @@ def _check_algorithm(
     if spec.algorithm_name not in known:
         return [FieldError.not_supported(name_path, spec.algorithm_name, known)]
     return []
+
+
+def _check_pbt(spec: ExperimentSpec) -> list[FieldError]:
+    """Katib's pbt service validates its settings, and pbt needs ``resumePolicy: FromVolume``: its
+    trials' checkpoints live in the experiment's volume, which only FromVolume gives it."""
+    if spec.algorithm is None or spec.algorithm.algorithm_name != "pbt":
+        return []
+    errs: list[FieldError] = []
+    if spec.resume_policy != "FromVolume":
+        errs.append(FieldError.invalid("spec.resumePolicy", spec.resume_policy,
+                                       'must be "FromVolume" when spec.algorithm.algorithmName is pbt (the '
+                                       "trials' checkpoints live in the experiment's volume)"))
+    # Imported here: `import trimaran.api` must stay light (the CLI imports it on every call).
+    from trimaran.tuning import SettingsError, get_algorithm
+
+    settings = spec.algorithm.algorithm_settings or []
+    base = "spec.algorithm.algorithmSettings"
+    try:
+        get_algorithm("pbt", {s.name: s.value for s in settings})
+    except SettingsError as exc:
+        where = next((i for i, s in enumerate(settings) if f'setting "{s.name}"' in str(exc)), None)
+        if where is None:
+            errs.append(FieldError.required(base, str(exc)))
+        else:
+            errs.append(FieldError.invalid(join_path(base, where, "value"), settings[where].value, str(exc)))
+    return errs
 
 
 def _number(text: str, integer: bool) -> float | None:

@@ -3,6 +3,13 @@ and end the experiment as Katib does (katib.md §1.6, §1.7).
 
 Level-triggered: each pass recounts trials from the store, so a restart after kill -9 neither loses
 nor duplicates a trial, and the algorithm's state is rebuilt from the stored trials.
+
+``resumePolicy`` as Katib: ``Never`` ends the Suggestion with the experiment for good;
+``LongRunning`` keeps it Running after the experiment completes; ``FromVolume`` gives the experiment
+a PersistentVolumeClaim (``<experiment>-<algorithm>``, see `checkpoints`) before its first trial,
+marks the Suggestion Succeeded at completion while the claim stays, and runs the Suggestion again
+from it when ``maxTrialCount`` is raised. The algorithms' state is the stored trials, so what the
+volume holds is pbt's checkpoint directories; for other algorithms it stays empty.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from trimaran.api.tuning import substitute_trial_template, trial_parameter_value
 from trimaran.controllers.base import Key, Reconciler
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owner_reference
+from trimaran.controllers.tuning.checkpoints import volume_claim, volume_claim_name
 from trimaran.controllers.tuning.records import (
     EXPERIMENT_LABEL,
     SEQUENCE_ANNOTATION,
@@ -27,7 +35,7 @@ from trimaran.controllers.tuning.records import (
     trial_records,
 )
 from trimaran.controllers.tuning.trial import FINISHED, trial_state
-from trimaran.store import Conflict, NotFound
+from trimaran.store import AlreadyExists, Conflict, NotFound
 from trimaran.tuning import SearchSpace, get_algorithm, pareto_front
 
 log = logging.getLogger(__name__)
@@ -47,7 +55,7 @@ _COUNTS = {
 class ExperimentReconciler(Reconciler):
     name = "experiments"
     kinds = ("Experiment",)
-    watches = ("Trial",)
+    watches = ("Trial", "PersistentVolumeClaim")
 
     def reconcile(self, key: Key) -> float | None:
         try:
@@ -91,6 +99,8 @@ class ExperimentReconciler(Reconciler):
             if max_trials is not None:
                 want = min(want, int(max_trials) - completed)
             need = want - active
+            if need > 0 and not self._volume_bound(exp):
+                need = 0  # the claim's binding wakes this experiment again
             if need > 0:
                 exhausted, created = self._create_trials(exp, trials, need, events)
                 if exhausted and active == 0 and need == want:
@@ -176,9 +186,29 @@ class ExperimentReconciler(Reconciler):
             set_condition(status, "Running", "True", "ExperimentRestarting",
                           "Experiment is running again: maxTrialCount was raised")
             status.pop("completionTime", None)
-            events.append(("Normal", "ExperimentRestarting", "maxTrialCount was raised; the experiment continues"))
+            message = "maxTrialCount was raised; the experiment continues"
+            if spec.get("resumePolicy") == "FromVolume":
+                message += f", its suggestion restored from volume {volume_claim_name(exp)}"
+            events.append(("Normal", "ExperimentRestarting", message))
             return True
         return False
+
+    def _volume_bound(self, exp: dict) -> bool:
+        """For FromVolume, the experiment's claim exists and is bound (created here if missing),
+        so trials never write into a directory nothing owns. Always true for other policies."""
+        if exp["spec"].get("resumePolicy") != "FromVolume":
+            return True
+        claim = volume_claim(exp)
+        try:
+            current = self.store.get("PersistentVolumeClaim", exp["metadata"]["namespace"],
+                                     claim["metadata"]["name"])
+        except NotFound:
+            try:
+                self.store.create(claim)
+            except AlreadyExists:
+                pass  # created by an earlier pass; its binding wakes us
+            return False
+        return (current.get("status") or {}).get("phase") == "Bound"
 
     def _create_trials(self, exp: dict, trials: list[dict], need: int, events: list) -> tuple[bool, int]:
         """Create up to ``need`` trials; return (search space exhausted, how many were created)."""
@@ -194,7 +224,8 @@ class ExperimentReconciler(Reconciler):
         for offset, assignment in enumerate(suggestions.assignments):
             name = _trial_name(exp["metadata"]["name"])
             sequence = len(trials) + offset
-            trial = self._trial(exp, template, name, sequence, assignment)
+            extra = suggestions.labels[offset] if suggestions.labels else {}
+            trial = self._trial(exp, template, name, sequence, assignment, extra)
             self.store.create(trial)
             events.append(("Normal", "TrialCreated", f"Created trial {name} with " +
                            ", ".join(f"{k}={v}" for k, v in assignment.items())))
@@ -210,10 +241,13 @@ class ExperimentReconciler(Reconciler):
         cm = self.store.get("ConfigMap", ref["configMapNamespace"], ref["configMapName"])
         return yaml.safe_load(cm["data"][ref["templatePath"]])
 
-    def _trial(self, exp: dict, template: dict, name: str, sequence: int, assignment: dict[str, str]) -> dict:
+    def _trial(self, exp: dict, template: dict, name: str, sequence: int, assignment: dict[str, str],
+               extra_labels: dict[str, str]) -> dict:
         spec = exp["spec"]
         ns = exp["metadata"]["namespace"]
-        labels = {EXPERIMENT_LABEL: exp["metadata"]["name"], TRIAL_LABEL: name}
+        # As Katib: the algorithm's labels (pbt's generation and parent) go on the Trial and into
+        # spec.labels, so a template can pass them on with ${trialSpec.Labels[<key>]}.
+        labels = {**extra_labels, EXPERIMENT_LABEL: exp["metadata"]["name"], TRIAL_LABEL: name}
         values = trial_parameter_values(spec, assignment)
         run_spec = substitute_trial_template(template, values, {
             "name": name, "namespace": ns, "kind": template.get("kind"), "apiVersion": template.get("apiVersion"),
@@ -250,9 +284,20 @@ class ExperimentReconciler(Reconciler):
         spec = exp["spec"]
         suggestion_status = {"suggestionCount": count, "startTime": status.get("startTime")}
         set_condition(suggestion_status, "Created", "True", "SuggestionCreated", "Suggestion is created")
-        set_condition(suggestion_status, "Succeeded" if done else "Running", "True",
-                      "SuggestionSucceeded" if done else "SuggestionRunning",
-                      "Suggestion has finished" if done else "Suggestion is running")
+        policy = spec.get("resumePolicy") or "Never"
+        if not done:
+            set_condition(suggestion_status, "Running", "True", "SuggestionRunning", "Suggestion is running")
+        elif policy == "LongRunning":
+            set_condition(suggestion_status, "Running", "True", "SuggestionRunning",
+                          "Suggestion is running: resumePolicy LongRunning keeps it after the experiment has "
+                          "completed, until the experiment is deleted")
+        elif policy == "FromVolume":
+            set_condition(suggestion_status, "Succeeded", "True", "SuggestionSucceeded",
+                          f"Suggestion has finished; its volume {volume_claim_name(exp)} is kept, so the experiment "
+                          "can be restarted by raising maxTrialCount")
+        else:
+            set_condition(suggestion_status, "Succeeded", "True", "SuggestionSucceeded",
+                          "Suggestion has finished and cannot be restarted (resumePolicy Never)")
         body = {"algorithm": spec["algorithm"], "requests": count,
                 "resumePolicy": spec.get("resumePolicy", "Never")}
         if spec.get("earlyStopping"):

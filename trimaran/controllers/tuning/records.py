@@ -102,5 +102,6 @@ def trial_records(store: Store, experiment: dict, trials: list[dict] | None = No
             if any(v is None for v in values):
                 values = None
         records.append(TrialRecord(name=trial["metadata"]["name"], assignments=assignments, state=state,
-                                   value=value, values=values, intermediate=curves.get(trial["metadata"]["name"], [])))
+                                   value=value, values=values, intermediate=curves.get(trial["metadata"]["name"], []),
+                                   labels=dict(trial["metadata"].get("labels") or {})))
     return records

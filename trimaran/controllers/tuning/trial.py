@@ -16,6 +16,7 @@ from pathlib import Path
 from trimaran.controllers.base import Key, Reconciler
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion
+from trimaran.controllers.tuning.checkpoints import CheckpointMount, checkpoint_mount, prepare_checkpoint
 from trimaran.controllers.tuning.records import experiment_of, trial_records
 from trimaran.runtime import LocalRuntime
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
@@ -131,17 +132,30 @@ class TrialReconciler(Reconciler):
         meta["namespace"] = trial["metadata"]["namespace"]
         meta["labels"] = {**(meta.get("labels") or {}), **(trial["metadata"].get("labels") or {})}
         meta["ownerReferences"] = [owner_reference(trial)]
+        checkpoint = self._checkpoint(trial)
         for template in _pod_templates(job):
-            self._inject(trial, template)
+            self._inject(trial, template, checkpoint)
         try:
             self.store.create(job)
         except AlreadyExists:
             pass  # created by an earlier pass that crashed before recording it
         self.store.record_event(trial, "Normal", "JobCreated", f"Created {job['kind']} {meta['name']}")
 
-    def _inject(self, trial: dict, template: dict) -> None:
+    def _checkpoint(self, trial: dict) -> CheckpointMount | None:
+        """A pbt trial's checkpoint directory, made ready (a copy of its parent's) before its job
+        exists, so the job never starts without it."""
+        experiment = experiment_of(self.store, trial)
+        mount = checkpoint_mount(experiment, trial) if experiment else None
+        if mount is not None and not prepare_checkpoint(self.runtime.home, trial["metadata"]["namespace"], mount):
+            self.store.record_event(trial, "Warning", "CheckpointMissing",
+                                    f"parent trial {mount.parent} left no checkpoint directory; starting empty")
+        return mount
+
+    def _inject(self, trial: dict, template: dict, checkpoint: CheckpointMount | None = None) -> None:
         """Tell the primary container which trial it is (Katib's KATIB_TRIAL_NAME, and where to push
-        metrics), and give a File collector's directory a volume the controller can read."""
+        metrics), give a File collector's directory a volume the controller can read, and mount a
+        pbt trial's checkpoint directory at ``suggestion_trial_dir`` (Katib's subPath
+        ``<experiment>/<trial>`` of the experiment's volume)."""
         spec = template.setdefault("spec", {})
         primary = trial["spec"].get("primaryContainerName")
         collector = (trial["spec"].get("metricsCollector") or {})
@@ -158,12 +172,17 @@ class TrialReconciler(Reconciler):
             if self.api_token:
                 env.append({"name": "TRIMARAN_TOKEN", "value": self.api_token})
             container["env"] = env
+            mounts = list(container.get("volumeMounts") or [])
             if file_dir:
-                mounts = list(container.get("volumeMounts") or [])
                 mounts.append({"name": "trimaran-metrics", "mountPath": file_dir})
+            if checkpoint is not None:
+                mounts.append(checkpoint.volume_mount())
+            if mounts:
                 container["volumeMounts"] = mounts
         if file_dir:
             spec["volumes"] = list(spec.get("volumes") or []) + [{"name": "trimaran-metrics", "emptyDir": {}}]
+        if checkpoint is not None:
+            spec["volumes"] = list(spec.get("volumes") or []) + [checkpoint.volume()]
 
     def _delete_job(self, job: dict) -> None:
         for pod in owned_pods(self.store, job):
