@@ -176,6 +176,9 @@ def test_long_running_experiment_continues_when_max_trials_is_raised(plane, tmp_
     plane.cli("wait", "experiment/resume", "--for=condition=Succeeded", "--timeout=180s")
     first = {t["metadata"]["name"] for t in _trials(plane, "resume")}
     assert len(first) == 2
+    # LongRunning keeps the suggestion running after the experiment completes (and has no volume).
+    assert _state(plane.get("suggestion", "resume")) == "Running"
+    assert plane.client().list("PersistentVolumeClaim", "default") == []
     doc = json.loads(open(path).read())
     # Katib's webhook: only the three trial counts are editable; a file that also changes the
     # algorithm is refused whole, naming the field, and changes nothing.
@@ -197,6 +200,49 @@ def test_long_running_experiment_continues_when_max_trials_is_raised(plane, tmp_
     events = plane.cli("describe", "experiment", "resume").stdout
     assert "ExperimentRestarting" in events
     assert first < {t["metadata"]["name"] for t in _trials(plane, "resume")}, "earlier trials are kept"
+
+
+def test_from_volume_experiment_keeps_its_volume_and_restarts_its_finished_suggestion(plane, tmp_path):
+    path = _experiment(tmp_path, "fromvol", max_trials=2, settings={"random_state": "5"},
+                       extra={"resumePolicy": "FromVolume"})
+    plane.cli("apply", "-f", path)
+    plane.cli("wait", "experiment/fromvol", "--for=condition=Succeeded", "--timeout=180s")
+    volume = plane.home / "volumes" / "default" / "fromvol-random"
+    # Katib's FromVolume: the suggestion ends with the experiment; its volume stays for a restart.
+    suggestion = plane.get("suggestion", "fromvol")
+    assert _state(suggestion) == "Succeeded"
+    assert "volume fromvol-random is kept" in suggestion["status"]["conditions"][-1]["message"]
+    assert plane.get("persistentvolumeclaim", "fromvol-random")["status"]["phase"] == "Bound" and volume.is_dir()
+
+    doc = json.loads(open(path).read())
+    doc["spec"]["maxTrialCount"] = 4
+    open(path, "w").write(json.dumps(doc))
+    plane.cli("apply", "-f", path)
+    poll(lambda: plane.get("experiment", "fromvol")["status"].get("trialsSucceeded") == 4
+         and _state(plane.get("experiment", "fromvol")) == "Succeeded", timeout=180, what="the restarted experiment")
+    assert "restored from volume fromvol-random" in plane.cli("describe", "experiment", "fromvol").stdout
+    assert plane.get("suggestion", "fromvol")["status"]["suggestionCount"] == 4
+
+    plane.cli("delete", "experiment", "fromvol")
+    poll(lambda: not volume.exists(), timeout=30, what="the volume directory to go with the experiment")
+
+
+def test_never_experiment_cannot_be_restarted(plane, tmp_path):
+    path = _experiment(tmp_path, "once", max_trials=2, settings={"random_state": "5"})
+    plane.cli("apply", "-f", path)
+    plane.cli("wait", "experiment/once", "--for=condition=Succeeded", "--timeout=180s")
+    suggestion = plane.get("suggestion", "once")
+    assert _state(suggestion) == "Succeeded" and "cannot be restarted" in suggestion["status"]["conditions"][-1][
+        "message"]
+    assert plane.client().list("PersistentVolumeClaim", "default") == []
+    doc = json.loads(open(path).read())
+    doc["spec"]["maxTrialCount"] = 4
+    open(path, "w").write(json.dumps(doc))
+    refused = plane.cli("apply", "-f", path, check=False)
+    assert refused.returncode != 0
+    assert ('Experiment "once": spec.maxTrialCount: Forbidden: the experiment has completed and its resumePolicy '
+            "is Never") in refused.stderr
+    assert plane.get("experiment", "once")["spec"]["maxTrialCount"] == 2 and len(_trials(plane, "once")) == 2
 
 
 def test_trials_can_be_distributed_pytorch_jobs(plane, tmp_path):
