@@ -24,6 +24,7 @@ CONFIGMAPS = {
     "failing": ("flaky-code", ["flaky.py"]),
     "katib-digits": ("katib-digits-code", ["train.py"]),
     "katib-grid": ("katib-grid-code", ["train.py"]),
+    "katib-pbt": ("simple-pbt-code", ["train.py"]),
     "serving": ("digits-serving-code", ["train.py"]),
 }
 

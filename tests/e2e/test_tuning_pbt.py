@@ -9,7 +9,7 @@ import yaml
 
 from tests.helpers import EXAMPLES, poll
 
-PBT = EXAMPLES / "tuning" / "pbt"
+PBT = EXAMPLES / "katib-pbt"
 GENERATION = "pbt.suggestion.katib.kubeflow.org/generation"
 PARENT = "pbt.suggestion.katib.kubeflow.org/parent"
 
