@@ -391,7 +391,30 @@ def test_known_algorithms(name: str) -> None:
                                           {"name": "n_population", "value": "5"},
                                           {"name": "truncation_threshold", "value": "0.2"}]
         extra["resumePolicy"] = "FromVolume"
+    if name == "hyperband":  # Katib's required settings
+        algorithm["algorithmSettings"] = [{"name": "resource_name", "value": "lr"}, {"name": "r_l", "value": "9"}]
     assert defaulted(with_params(*params, algorithm=algorithm, maxTrialCount=5, **extra))
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "message"),
+    [
+        ({"algorithmName": "tpe", "algorithmSettings": [{"name": "n_startup_trials", "value": "many"}]},
+         'spec.algorithm.algorithmSettings[0].value: Invalid value: "many": '),
+        ({"algorithmName": "random", "algorithmSettings": [{"name": "seed", "value": "1"}]},
+         'spec.algorithm.algorithmSettings[0].value: Invalid value: "1": '),
+        ({"algorithmName": "hyperband", "algorithmSettings": [{"name": "r_l", "value": "9"}]},
+         'spec.algorithm.algorithmSettings: Required value: algorithm "hyperband": setting "resource_name"'),
+    ],
+)
+def test_algorithm_settings_are_checked_at_apply(algorithm: dict[str, Any], message: str) -> None:
+    assert error(experiment(algorithm=algorithm)).startswith(message)
+
+
+def test_early_stopping_settings_are_checked_at_apply() -> None:
+    exp = experiment(earlyStopping={"algorithmName": "medianstop",
+                                    "algorithmSettings": [{"name": "start_step", "value": "0"}]})
+    assert error(exp).startswith('spec.earlyStopping.algorithmSettings[0].value: Invalid value: "0": ')
 
 
 def test_early_stopping_algorithm_must_be_known() -> None:

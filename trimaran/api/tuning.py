@@ -442,7 +442,7 @@ class Experiment(Resource):
         errs.extend(self._check_counts())
         errs.extend(_check_objective(spec.objective))
         errs.extend(_check_algorithm("spec.algorithm", spec.algorithm, ALGORITHMS, required=True))
-        errs.extend(_check_pbt(spec))
+        errs.extend(_check_algorithm_settings(spec))
         errs.extend(_check_algorithm("spec.earlyStopping", spec.early_stopping, EARLY_STOPPING_ALGORITHMS))
         # Katib requires a trialTemplate; Trimaran accepts an experiment without one (the seed's
         # "same as above" example) and leaves it to the controller to report that no trial can run.
@@ -591,29 +591,38 @@ def _check_algorithm(
     return []
 
 
-def _check_pbt(spec: ExperimentSpec) -> list[FieldError]:
-    """Katib's pbt service validates its settings, and pbt needs ``resumePolicy: FromVolume``: its
-    trials' checkpoints live in the experiment's volume, which only FromVolume gives it."""
-    if spec.algorithm is None or spec.algorithm.algorithm_name != "pbt":
-        return []
+def _check_algorithm_settings(spec: ExperimentSpec) -> list[FieldError]:
+    """Each algorithm's settings by Katib's names and rules (Katib's ValidateAlgorithmSettings,
+    which it only calls once the Suggestion runs; here a bad setting is refused at apply), and pbt's
+    need for ``resumePolicy: FromVolume``: its trials' checkpoints live in the experiment's volume,
+    which only FromVolume gives it."""
+    # Imported here: `import trimaran.api` must stay light (the CLI imports it on every call).
+    from trimaran.tuning import get_algorithm
+    from trimaran.tuning.early_stopping import get_early_stopper
+    from trimaran.tuning.errors import TuningError
+
     errs: list[FieldError] = []
-    if spec.resume_policy != "FromVolume":
+    if spec.algorithm is not None and spec.algorithm.algorithm_name == "pbt" and spec.resume_policy != "FromVolume":
         errs.append(FieldError.invalid("spec.resumePolicy", spec.resume_policy,
                                        'must be "FromVolume" when spec.algorithm.algorithmName is pbt (the '
                                        "trials' checkpoints live in the experiment's volume)"))
-    # Imported here: `import trimaran.api` must stay light (the CLI imports it on every call).
-    from trimaran.tuning import SettingsError, get_algorithm
-
-    settings = spec.algorithm.algorithm_settings or []
-    base = "spec.algorithm.algorithmSettings"
-    try:
-        get_algorithm("pbt", {s.name: s.value for s in settings})
-    except SettingsError as exc:
-        where = next((i for i, s in enumerate(settings) if f'setting "{s.name}"' in str(exc)), None)
-        if where is None:
-            errs.append(FieldError.required(base, str(exc)))
-        else:
-            errs.append(FieldError.invalid(join_path(base, where, "value"), settings[where].value, str(exc)))
+    for path, algorithm, known, build in (
+            ("spec.algorithm", spec.algorithm, ALGORITHMS, get_algorithm),
+            ("spec.earlyStopping", spec.early_stopping, EARLY_STOPPING_ALGORITHMS, get_early_stopper)):
+        if algorithm is None or algorithm.algorithm_name not in known:
+            continue  # _check_algorithm reports it
+        settings = algorithm.algorithm_settings or []
+        base = join_path(path, "algorithmSettings")
+        # objective_types is read by the experiment controller (several objectives), not the sampler.
+        values = {s.name: s.value for s in settings if s.name != "objective_types"}
+        try:
+            build(algorithm.algorithm_name, values)
+        except TuningError as exc:
+            where = next((i for i, s in enumerate(settings) if f'setting "{s.name}"' in str(exc)), None)
+            if where is None:
+                errs.append(FieldError.required(base, str(exc)))
+            else:
+                errs.append(FieldError.invalid(join_path(base, where, "value"), settings[where].value, str(exc)))
     return errs
 
 
