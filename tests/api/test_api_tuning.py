@@ -215,20 +215,21 @@ def test_empty_resume_policy_is_defaulted() -> None:
     assert defaulted(experiment(resumePolicy=""))["spec"]["resumePolicy"] == "Never"
 
 
-@pytest.mark.parametrize("kind", ["TFJob", "PyTorchJob", "MPIJob", "XGBoostJob"])
-def test_kubeflow_trial_kinds_get_conditions_and_primary_pod_labels(kind: str) -> None:
-    key = {"TFJob": "tfReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs",
-           "XGBoostJob": "xgbReplicaSpecs"}[kind]
+@pytest.mark.parametrize(("kind", "api_version", "role"), [
+    ("TFJob", "kubeflow.org/v1", "master"), ("PyTorchJob", "kubeflow.org/v1", "master"),
+    ("MPIJob", "kubeflow.org/v1", "master"), ("MPIJob", "kubeflow.org/v2beta1", "launcher")])
+def test_kubeflow_trial_kinds_get_conditions_and_primary_pod_labels(kind: str, api_version: str, role: str) -> None:
+    key = {"TFJob": "tfReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}[kind]
     pod = {"spec": {"containers": [{"name": "training", "image": "x", "args": [
         "--lr=${trialParameters.lr}", "--layers=${trialParameters.layers}"]}]}}
-    trial_spec = {"apiVersion": "kubeflow.org/v1", "kind": kind,
+    trial_spec = {"apiVersion": api_version, "kind": kind,
                   "spec": {key: {"Master": {"replicas": 1, "template": pod}}}}
     obj = experiment()
     obj["spec"]["trialTemplate"]["trialSpec"] = trial_spec
     template = defaulted(obj)["spec"]["trialTemplate"]
     assert template["successCondition"] == DEFAULT_KUBEFLOW_JOB_SUCCESS_CONDITION
     assert template["failureCondition"] == DEFAULT_JOB_FAILURE_CONDITION
-    assert template["primaryPodLabels"] == {"training.kubeflow.org/job-role": "master"}
+    assert template["primaryPodLabels"] == {"training.kubeflow.org/job-role": role}
 
 
 def test_given_conditions_and_primary_pod_labels_are_kept() -> None:
@@ -628,7 +629,7 @@ def test_primary_container_in_any_replica_of_a_kubeflow_job() -> None:
                          "spec.trialTemplate must be specified"),
         ({"kind": "Deployment", "apiVersion": "apps/v1"},
          'spec.trialTemplate.trialSpec.kind: Unsupported value: "Deployment": supported values: "Job", "TFJob", '
-         '"PyTorchJob", "MPIJob", "XGBoostJob"'),
+         '"PyTorchJob", "MPIJob"'),
         ({"apiVersion": "batch/v2"},
          'spec.trialTemplate.trialSpec.apiVersion: Unsupported value: "batch/v2": supported values: "batch/v1"'),
         ({"metadata": {"name": "fixed"}}, "spec.trialTemplate.trialSpec.metadata.name: Forbidden: metadata.name and "

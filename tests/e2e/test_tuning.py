@@ -272,6 +272,43 @@ def test_trials_can_be_distributed_pytorch_jobs(plane, tmp_path):
         assert abs(float(latest) - round(level * 3, 3)) < 1e-6, "metrics come from the master replica"
 
 
+@pytest.mark.parametrize("api_version", ["kubeflow.org/v1", "kubeflow.org/v2beta1"])
+def test_trials_can_be_mpi_jobs(plane, tmp_path, api_version):
+    # Two ranks under OpenMPI allreduce their shares of the score; rank 0 prints it from the
+    # launcher, the trial's primary pod (job-role master in v1, launcher in v2beta1).
+    script = textwrap.dedent("""
+        import sys
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        level = float(sys.argv[1])
+        for step in range(3):
+            score = comm.allreduce(level * (step + 1) / comm.size)
+            if comm.rank == 0:
+                print(f"score={score:.3f} ranks={comm.size}", flush=True)
+    """)
+    command = ["mpirun", "--allow-run-as-root", "-np", "2", "-bind-to", "none",
+               "python", "-c", script, "${trialParameters.level}"]
+    pod = {"spec": {"containers": [{"name": "mpi", "image": "x"}]}}
+    trial_spec = {"apiVersion": api_version, "kind": "MPIJob", "spec": {"slotsPerWorker": 1, "mpiReplicaSpecs": {
+        "Launcher": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "mpi", "image": "x", "command": command}]}}},
+        "Worker": {"replicas": 2, "template": pod}}}}
+    name = "mpi-" + api_version.rsplit("/", 1)[1]
+    path = _experiment(tmp_path, name, max_trials=2, parallel=1,
+                       extra={"trialTemplate": {"primaryContainerName": "mpi",
+                                                "trialParameters": [{"name": "level", "reference": "level"}],
+                                                "trialSpec": trial_spec}})
+    plane.cli("apply", "-f", path)
+    plane.cli("wait", f"experiment/{name}", "--for=condition=Succeeded", "--timeout=180s")
+    trials = _trials(plane, name)
+    assert len(trials) == 2 and all(_state(t) == "Succeeded" for t in trials)
+    for t in trials:
+        level = float(t["spec"]["parameterAssignments"][0]["value"])
+        latest = next(m for m in t["status"]["observation"]["metrics"] if m["name"] == "score")["latest"]
+        assert abs(float(latest) - round(level * 3, 3)) < 1e-6, "the launcher's log carries rank 0's output"
+    poll(lambda: not plane.pod_processes(), timeout=30, what="every trial's launcher and workers ended")
+
+
 def test_trials_push_metrics_with_report_metrics(plane, tmp_path):
     script = textwrap.dedent("""
         import sys

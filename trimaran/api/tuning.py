@@ -118,15 +118,16 @@ DEFAULT_KUBEFLOW_JOB_SUCCESS_CONDITION = 'status.conditions.#(type=="Succeeded")
 DEFAULT_KUBEFLOW_JOB_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 DEFAULT_KUBEFLOW_JOB_PRIMARY_POD_LABELS = {"training.kubeflow.org/job-role": "master"}
 
-#: Kinds a trial may run (katib-config ``init.controller.trialResources``): kind → apiVersion.
-TRIAL_KINDS = {
-    "Job": "batch/v1",
-    "TFJob": "kubeflow.org/v1",
-    "PyTorchJob": "kubeflow.org/v1",
-    "MPIJob": "kubeflow.org/v1",
-    "XGBoostJob": "kubeflow.org/v1",
+#: Kinds a trial may run, with their apiVersions: katib-config's default
+#: ``init.controller.trialResources`` plus the MPI operator's MPIJob, less XGBoostJob, which has
+#: no local controller (a trial of it would never start).
+TRIAL_KINDS: dict[str, tuple[str, ...]] = {
+    "Job": ("batch/v1",),
+    "TFJob": ("kubeflow.org/v1",),
+    "PyTorchJob": ("kubeflow.org/v1",),
+    "MPIJob": ("kubeflow.org/v1", "kubeflow.org/v2beta1"),
 }
-_KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "MPIJob", "XGBoostJob")
+_KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "MPIJob")
 
 _NAME_MAX = 40
 # Patterns are kept as text and compiled on first use (`re` caches them): compiling them all at
@@ -516,6 +517,9 @@ def _default_trial_template(template: TrialTemplate) -> None:
         success, failure = DEFAULT_KUBEFLOW_JOB_SUCCESS_CONDITION, DEFAULT_KUBEFLOW_JOB_FAILURE_CONDITION
         if not template.primary_pod_labels:
             template.primary_pod_labels = dict(DEFAULT_KUBEFLOW_JOB_PRIMARY_POD_LABELS)
+            if kind == "MPIJob" and template.trial_spec.get("apiVersion") == "kubeflow.org/v2beta1":
+                # The MPI operator labels its launcher "launcher" (v1's launcher is the "master").
+                template.primary_pod_labels = {"training.kubeflow.org/job-role": "launcher"}
     else:
         return
     if not template.success_condition:
@@ -880,8 +884,8 @@ def check_trial_spec(
         expected = TRIAL_KINDS.get(kind)
         if expected is None:
             errs.append(FieldError.not_supported(join_path(path, "kind"), kind, list(TRIAL_KINDS)))
-        elif isinstance(api_version, str) and api_version and api_version != expected:
-            errs.append(FieldError.not_supported(join_path(path, "apiVersion"), api_version, [expected]))
+        elif isinstance(api_version, str) and api_version and api_version not in expected:
+            errs.append(FieldError.not_supported(join_path(path, "apiVersion"), api_version, list(expected)))
     metadata = trial_spec.get("metadata")
     if isinstance(metadata, dict):
         for key in ("name", "namespace"):

@@ -26,7 +26,7 @@ from trimaran.tuning.tracking import Tracker, tracker_from_env
 
 log = logging.getLogger(__name__)
 
-JOB_KINDS = ("Job", "TFJob", "PyTorchJob")
+JOB_KINDS = ("Job", "TFJob", "PyTorchJob", "MPIJob")
 FINISHED = ("Succeeded", "Failed", "EarlyStopped", "MetricsUnavailable", "Killed")
 POLL_SECONDS = 0.25
 LOG_TAIL_LINES = 20
