@@ -93,6 +93,18 @@ def test_configmap_script_writes_into_pvc(runtime: LocalRuntime) -> None:
     assert "epoch 1" in log and "warn" in log
 
 
+def test_a_mount_path_with_a_trailing_slash_mounts_as_written(runtime: LocalRuntime) -> None:
+    # Katib's pbt example mounts its checkpoints at "/var/log/katib/checkpoints/".
+    pod = make_pod("slash", [{
+        "name": "main", "command": ["python", "-c", "open('/var/log/katib/ckpt/x', 'w').write('saved')"],
+        "volumeMounts": [{"name": "out", "mountPath": "/var/log/katib//ckpt/", "subPath": "a/b"}],
+    }], volumes=[{"name": "out", "persistentVolumeClaim": {"claimName": "ckpt"}}])
+    runtime.start_pod(pod, attempt=0, lookup=lambda k, ns, n: None)
+    status = finished(runtime, pod)
+    assert (status.exit_code, status.reason) == (0, "Completed"), log_of(runtime, pod)
+    assert (runtime.home / "volumes" / "default" / "ckpt" / "a" / "b" / "x").read_text() == "saved"
+
+
 def test_configmap_is_read_only_and_items_pick_paths(runtime: LocalRuntime) -> None:
     configs = {("Secret", "default", "s"): {"stringData": {"token": "abc"}}}
     pod = make_pod("ro", [python("""

@@ -15,6 +15,7 @@ Layout (``home`` is the runtime's home directory):
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -204,6 +205,11 @@ def container_mounts(
         target = str(mount.get("mountPath") or "")
         if not target.startswith("/"):
             raise VolumeError(f"volumeMount {name!r}: mountPath {target!r} must be absolute")
+        # Kubernetes accepts "/data/" and "/a//b" as written (Katib's own pbt example ends its
+        # path with a slash); bubblewrap needs the plain path to create the mount point.
+        target = posixpath.normpath(target)
+        if target.startswith("//"):
+            target = target[1:]
         volume = volumes.get(name)
         if volume is None:
             raise VolumeError(f"volumeMount {name!r}: the pod has no volume of that name")
