@@ -172,3 +172,10 @@ def test_report_metrics_outside_a_trial_raises(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(NotInTrialError):
         report_metrics({"loss": 1.0})
+
+
+@pytest.mark.parametrize("mode", ["in-process", "process"])
+def test_pbt_is_refused_with_the_way_to_run_it(mode):
+    with pytest.raises(ValueError, match="checkpoint directory.*examples/katib-pbt"):
+        TuningClient(autostart=False).tune("pbt", objective=lambda p: p["x"], parameters={"x": search.double(0, 1)},
+                                           algorithm_name="pbt", max_trial_count=5, mode=mode)

@@ -100,6 +100,10 @@ def build_experiment(*, name: str, namespace: str, params: SdkParameters, object
                      max_failed_trial_count: int | None, algorithm_name: str, algorithm_settings: Any,
                      early_stopping: Any, trial_spec: dict[str, Any] | None) -> dict[str, Any]:
     """The Experiment manifest; ``trial_spec`` None leaves out the trial template (in-process)."""
+    if algorithm_name == "pbt":
+        raise ValueError('algorithm "pbt" starts each trial from its parent\'s checkpoint directory, which a '
+                         "tuned function has no place for: run it as an Experiment manifest with "
+                         "resumePolicy FromVolume (see examples/katib-pbt)")
     objective: dict[str, Any] = {"type": objective_type, "objectiveMetricName": objective_metric_name}
     if additional_metric_names:
         objective["additionalMetricNames"] = list(additional_metric_names)
