@@ -71,12 +71,13 @@ class PopulationBasedTraining(Algorithm):
     again with the same assignments, generation, member and parent, as Katib re-queues failed
     and killed trials. The algorithm is never exhausted: ``maxTrialCount`` or the goal ends it.
 
-    Differences from Katib: Katib's exploiting trial keeps the *weak* trial as its parent label
-    while copying the strong trial's hyperparameters and checkpoint; here the parent label names
-    the trial whose checkpoint is copied. Katib breeds asynchronously (a new generation as soon as
-    more than ``n_population`` trials have finished, topping up from the previous one meanwhile),
-    which depends on arrival order; here a generation waits for the previous one. Katib samples
-    numbers uniformly on a step grid; here from the declared distribution.
+    Differences from Katib: Katib's exploiting trial takes the strong trial's hyperparameters but
+    keeps the *weak* trial as its parent, so it resumes from the weak trial's checkpoint; here it
+    resumes from the strong trial's checkpoint (its parent label names that trial), as in the PBT
+    paper. Katib breeds asynchronously (a new generation as soon as more than ``n_population``
+    trials have finished, topping up from the previous one meanwhile), which depends on arrival
+    order; here a generation waits for the previous one. Katib samples numbers uniformly on a step
+    grid; here from the declared distribution.
 
     The checkpoints live in the experiment's volume (``resumePolicy: FromVolume``): the trial
     controller mounts ``<experiment>/<trial>`` of it at ``suggestion_trial_dir`` and fills it with a
