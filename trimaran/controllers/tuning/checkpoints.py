@@ -11,7 +11,6 @@ PersistentVolumeClaim object owned by the Experiment (a directory under
 from __future__ import annotations
 
 import os
-import posixpath
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,10 +72,9 @@ def checkpoint_mount(experiment: dict, trial: dict) -> CheckpointMount | None:
         return None
     settings = {s["name"]: str(s["value"]) for s in algorithm.get("algorithmSettings") or []}
     labels = trial["metadata"].get("labels") or {}
-    # normpath: the sandbox cannot create a mount point written with a trailing slash.
     return CheckpointMount(claim=volume_claim_name(experiment),
                            sub_path=f"{experiment['metadata']['name']}/{trial['metadata']['name']}",
-                           mount_path=posixpath.normpath(settings["suggestion_trial_dir"].strip()),
+                           mount_path=settings["suggestion_trial_dir"].strip(),
                            parent=labels.get(PARENT_LABEL))
 
 
