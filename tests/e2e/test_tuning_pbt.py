@@ -57,6 +57,11 @@ def test_simple_pbt_breeds_generations_from_their_parents_checkpoints(plane):
         if trial["metadata"]["labels"][GENERATION] == "0":
             assert PARENT not in trial["metadata"]["labels"]
             assert checkpoint(trial["metadata"]["name"])["resumed_from_step"] == 0, "generation 0 starts empty"
+    # `trimaran trials` shows each trial's generation and parent.
+    rows = {r["trial"]: r for r in json.loads(plane.cli("trials", "simple-pbt", "-o", "json").stdout)}
+    for name, trial in trials.items():
+        labels = trial["metadata"]["labels"]
+        assert (rows[name]["generation"], rows[name]["parent"]) == (labels[GENERATION], labels.get(PARENT))
 
     plane.cli("delete", "experiment", "simple-pbt")
     poll(lambda: not volume.exists(), timeout=30, what="the experiment's volume directory to be removed")
