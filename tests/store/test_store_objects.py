@@ -126,6 +126,30 @@ def test_list_label_selector(store, obj):
     assert names({}) == ["a", "b", "c"]
 
 
+def test_shared_list_reuses_unchanged_objects_and_sees_every_change(store, obj, db_path):
+    store.create(obj("a", labels={"team": "x"}))
+    store.create(obj("b", labels={"team": "x"}))
+    store.create(obj("c", labels={"team": "y"}))
+    first = store.list("PyTorchJob", label_selector={"team": "x"}, shared=True)
+    assert [o["metadata"]["name"] for o in first] == ["a", "b"]
+    again = store.list("PyTorchJob", label_selector={"team": "x"}, shared=True)
+    assert again[0] is first[0] and again[1] is first[1]  # not decoded again
+
+    changed = store.update_status({**first[1], "status": {"phase": "Done"}})
+    other = SQLiteStore(db_path)  # a write by another process is seen as well
+    try:
+        other.update({**store.get("PyTorchJob", "default", "a"), "spec": {"replicas": 7}})
+    finally:
+        other.close()
+    store.delete("PyTorchJob", "default", "c")
+    store.create(obj("c", labels={"team": "x"}))
+
+    now = store.list("PyTorchJob", label_selector={"team": "x"}, shared=True)
+    assert [o["metadata"]["name"] for o in now] == ["a", "b", "c"]
+    assert now[0]["spec"] == {"replicas": 7} and now[1] == changed
+    assert now == store.list("PyTorchJob", label_selector={"team": "x"})  # same answer as a plain list
+
+
 def test_update_bumps_generation_only_on_spec_change(store, obj):
     created = store.create(obj("a"))
     created["metadata"]["labels"] = {"new": "label"}

@@ -79,6 +79,7 @@ class Store(abc.ABC):
         namespace: str | None = None,
         label_selector: dict[str, str] | None = None,
         owner_uid: str | None = None,
+        shared: bool = False,
     ) -> list[dict[str, Any]]:
         """Objects of ``kind``, sorted by namespace then name.
 
@@ -87,6 +88,10 @@ class Store(abc.ABC):
             namespace: Only this namespace; ``None`` lists all namespaces.
             label_selector: Only objects carrying every one of these labels with these values.
             owner_uid: Only objects with an ownerReference to the object of this uid.
+            shared: The caller only reads the objects, so the store may hand out objects it has
+                handed out before at the same resourceVersion instead of decoding them again (a
+                reconciler that lists hundreds of children on every pass). They must not be
+                modified: copy one before changing it.
         """
 
     @abc.abstractmethod

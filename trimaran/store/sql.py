@@ -58,6 +58,8 @@ _WATCH_BATCH = 500
 # Recent changes this process committed, kept in memory so that its own watchers, woken by a
 # write, read the change from here instead of each querying the change log.
 _FEED_SIZE = 4096
+# Objects list(shared=True) keeps decoded; past this it starts afresh (deleted rows leave entries).
+_SHARED_CACHE_SIZE = 50_000
 
 # Tries to find a free name for a generateName; a clash in 27**5 suffixes is already rare.
 _GENERATE_NAME_TRIES = 8
@@ -121,6 +123,8 @@ class SQLStore(Store):
         self._feed: deque[tuple[int, str, str, str]] = deque(maxlen=_FEED_SIZE)
         self._pending: list[tuple[int, str, str, str]] = []  # logged by the open write transaction
         self._compacted_here = 0  # the highest revision an explicit compact() in this process dropped
+        # (kind, namespace, name) → (resource version, object) handed out by list(shared=True).
+        self._shared: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
         self._closed = False
         self._initialize()
 
@@ -272,8 +276,11 @@ class SQLStore(Store):
         namespace: str | None = None,
         label_selector: dict[str, str] | None = None,
         owner_uid: str | None = None,
+        shared: bool = False,
     ) -> list[dict[str, Any]]:
-        query = select(objects.c.body).where(objects.c.kind == kind)
+        columns = (objects.c.namespace, objects.c.name, objects.c.resource_version, objects.c.body)
+        query = select(*columns) if shared else select(objects.c.body)
+        query = query.where(objects.c.kind == kind)
         if namespace is not None:
             query = query.where(objects.c.namespace == namespace)
         # Narrow the rows in SQL by text the JSON body must contain, so that only candidates are
@@ -282,14 +289,30 @@ class SQLStore(Store):
             query = query.where(objects.c.body.contains(needle, autoescape=True))
         query = query.order_by(objects.c.namespace, objects.c.name)
         with self._reading() as conn:
-            bodies = conn.execute(query).scalars().all()
-        loads = _codec.loads
-        found = [loads(body) for body in bodies]
+            result = conn.execute(query)
+            rows = result.all() if shared else result.scalars().all()
+        found = self._decode_shared(kind, rows) if shared else [_codec.loads(body) for body in rows]
         if label_selector:
             found = [obj for obj in found if matches_labels(obj, label_selector)]
         if owner_uid is not None:
             found = [obj for obj in found
                      if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])]
+        return found
+
+    def _decode_shared(self, kind: str, rows: Sequence[Any]) -> list[dict[str, Any]]:
+        # The resource version names one immutable body, so a decoded object stays valid until
+        # the row changes; rows from other processes are caught the same way.
+        cache = self._shared
+        if len(cache) > _SHARED_CACHE_SIZE:
+            cache.clear()
+        found = []
+        for namespace, name, version, body in rows:
+            key = (kind, namespace, name)
+            hit = cache.get(key)
+            if hit is None or hit[0] != version:
+                hit = (version, _codec.loads(body))
+                cache[key] = hit
+            found.append(hit[1])
         return found
 
     def update(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -326,6 +349,7 @@ class SQLStore(Store):
             revision = self._next_revision(conn)
             body["metadata"]["resourceVersion"] = str(revision)
             conn.execute(_DELETE_OBJECT, _key_params(key))
+            self._shared.pop(key, None)
             self._log_change(conn, revision, "DELETED", key, _codec.dumps(body))
             conn.execute(delete(events).where(events.c.involved_uid == body["metadata"]["uid"]))
         return body

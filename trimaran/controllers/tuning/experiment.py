@@ -327,9 +327,8 @@ class ExperimentReconciler(Reconciler):
             status = copy.deepcopy(trial.get("status") or {})
             set_condition(status, "Killed", "True", "TrialKilled", "The experiment has finished")
             status["completionTime"] = now_rfc3339()
-            trial["status"] = status
             try:
-                self.store.update_status(trial)
+                self.store.update_status({**trial, "status": status})  # the listed trial is shared
             except (Conflict, NotFound):
                 pass  # the next pass tries again
 

@@ -36,9 +36,13 @@ def experiment_of(store: Store, trial: dict) -> dict | None:
 
 
 def experiment_trials(store: Store, experiment: dict) -> list[dict]:
-    """The experiment's trials in the order they were created."""
+    """The experiment's trials in the order they were created; shared: read them, do not modify them.
+
+    Listed on every pass of the experiment and of an early-stopping check, so the store hands back
+    the objects it decoded before; decoding them all each time made a long experiment quadratic.
+    """
     ns, name = experiment["metadata"]["namespace"], experiment["metadata"]["name"]
-    trials = store.list("Trial", ns, label_selector={EXPERIMENT_LABEL: name})
+    trials = store.list("Trial", ns, label_selector={EXPERIMENT_LABEL: name}, shared=True)
     return sorted(trials, key=lambda t: int((t["metadata"].get("annotations") or {}).get(SEQUENCE_ANNOTATION, 0)))
 
 
