@@ -128,7 +128,13 @@ def test_killed_replica_fails_no_request(plane, tmp_path):
 
 def test_load_step_scales_up_in_panic_and_back_down_after_the_stable_window(plane, tmp_path):
     model = constant_model(tmp_path / "models/m", 1)
-    annotations = {"autoscaling.knative.dev/window": "6s", "autoscaling.knative.dev/target": "4",
+    # Panic window 40 % of 6 s (2.4 s, two 1-second buckets): at the default 10 % (0.6 s) it is the
+    # second under way alone, i.e. the requests in flight at the tick's instant, which on a busy
+    # machine can dip below twice the capacity while the second before averaged far above it; the
+    # tick then scales in stable mode (as Knative, whose 0.6 s panic window is one bucket too).
+    # Target 2: one replica panics once that average exceeds 2 requests in flight.
+    annotations = {"autoscaling.knative.dev/window": "6s", "autoscaling.knative.dev/target": "2",
+                   "autoscaling.knative.dev/panic-window-percentage": "40",
                    "autoscaling.knative.dev/target-utilization-percentage": "100"}
     apply(plane, tmp_path, isvc_manifest("elastic", str(model), annotations, maxReplicas=3))
     url = wait_ready(plane, "elastic")["status"]["url"]
