@@ -7,8 +7,16 @@ import random
 import pytest
 
 from tests.tuning.search_helpers import MIXED, check_point
-from trimaran.tuning import SearchSpace, SettingsError, TrialRecord, get_algorithm
-from trimaran.tuning.algorithms import GENERATION_LABEL, MEMBER_LABEL, PARENT_LABEL, clear_caches
+from trimaran.tuning import (
+    PBT_GENERATION_LABEL,
+    PBT_MEMBER_LABEL,
+    PBT_PARENT_LABEL,
+    SearchSpace,
+    SettingsError,
+    TrialRecord,
+    get_algorithm,
+)
+from trimaran.tuning.algorithms import clear_caches
 from trimaran.tuning.algorithms._pbt import perturb
 
 SPACE = SearchSpace.from_parameters([
@@ -43,8 +51,8 @@ def generation(trials: list[TrialRecord], g: int) -> dict[int, TrialRecord]:
     """Member index -> the latest trial of generation ``g``."""
     out = {}
     for t in trials:
-        if t.labels[GENERATION_LABEL] == str(g):
-            out[int(t.labels[MEMBER_LABEL])] = t
+        if t.labels[PBT_GENERATION_LABEL] == str(g):
+            out[int(t.labels[PBT_MEMBER_LABEL])] = t
     return out
 
 
@@ -102,7 +110,7 @@ def test_generation_zero_samples_the_space_and_labels_each_member() -> None:
     assert len(out.assignments) == 5 and not out.exhausted, "one generation at a time"
     for assignment in out.assignments:
         check_point(MIXED, assignment)
-    assert out.labels == [{GENERATION_LABEL: "0", MEMBER_LABEL: str(m)} for m in range(5)]
+    assert out.labels == [{PBT_GENERATION_LABEL: "0", PBT_MEMBER_LABEL: str(m)} for m in range(5)]
     assert len({tuple(a.items()) for a in out.assignments}) == 5
 
 
@@ -124,7 +132,7 @@ def test_the_next_generation_waits_for_every_member() -> None:
     out = algorithm.suggest(SPACE, trials, "maximize", 5)
     assert out.assignments == [] and "generation 0: waiting for 1 trial(s)" in out.message
     out = algorithm.suggest(SPACE, finish(trials), "maximize", 5)
-    assert {labels[GENERATION_LABEL] for labels in out.labels} == {"1"} and len(out.assignments) == 5
+    assert {labels[PBT_GENERATION_LABEL] for labels in out.labels} == {"1"} and len(out.assignments) == 5
 
 
 # --- exploit and explore -------------------------------------------------------------------------
@@ -141,20 +149,20 @@ def test_the_worst_fraction_exploits_the_best_and_the_rest_explore(n: str, thres
     best, worst = ranked[:exploiting], ranked[size - exploiting:]
 
     out = algorithm.suggest(SPACE, trials, "maximize", size)
-    children = dict(zip((int(labels[MEMBER_LABEL]) for labels in out.labels),
+    children = dict(zip((int(labels[PBT_MEMBER_LABEL]) for labels in out.labels),
                         zip(out.assignments, out.labels, strict=True), strict=True))
     assert sorted(children) == list(range(size))
-    exploited = [m for m, (_, labels) in children.items() if labels[PARENT_LABEL] != parents[m].name]
+    exploited = [m for m, (_, labels) in children.items() if labels[PBT_PARENT_LABEL] != parents[m].name]
     assert sorted(exploited) == sorted(worst)
     for m, (assignment, labels) in children.items():
         check_point(SPACE, assignment)
         if m in worst:
             # The paper's exploit: the parent is the better trial, hyperparameters and checkpoint.
-            source = next(t for t in parents.values() if t.name == labels[PARENT_LABEL])
-            assert int(source.labels[MEMBER_LABEL]) in best and source.name != parents[m].name
+            source = next(t for t in parents.values() if t.name == labels[PBT_PARENT_LABEL])
+            assert int(source.labels[PBT_MEMBER_LABEL]) in best and source.name != parents[m].name
             assert assignment == dict(source.assignments)
         else:
-            assert labels[PARENT_LABEL] == parents[m].name
+            assert labels[PBT_PARENT_LABEL] == parents[m].name
             assert assignment != dict(parents[m].assignments), "explore perturbs"
 
 
@@ -208,11 +216,11 @@ def test_a_trial_without_a_result_runs_again_as_it_was(state: str) -> None:
     trials = finish(trials[:7]) + finish([failed], state) + finish(trials[8:])
     out = algorithm.suggest(SPACE, trials, "maximize", 5)
     assert out.assignments == [dict(failed.assignments)]
-    assert out.labels == [dict(failed.labels)] and PARENT_LABEL in failed.labels
+    assert out.labels == [dict(failed.labels)] and PBT_PARENT_LABEL in failed.labels
     trials = finish(create(trials, out))
-    assert generation(trials, 1)[int(failed.labels[MEMBER_LABEL])].name == "t10", "the re-run replaces it"
+    assert generation(trials, 1)[int(failed.labels[PBT_MEMBER_LABEL])].name == "t10", "the re-run replaces it"
     out = algorithm.suggest(SPACE, trials, "maximize", 5)
-    assert {labels[GENERATION_LABEL] for labels in out.labels} == {"2"}
+    assert {labels[PBT_GENERATION_LABEL] for labels in out.labels} == {"2"}
 
 
 def test_generation_zero_failures_rerun_without_a_parent() -> None:
@@ -221,7 +229,7 @@ def test_generation_zero_failures_rerun_without_a_parent() -> None:
     trials = finish(trials[:1], "failed") + finish(trials[1:])
     out = algorithm.suggest(SPACE, trials, "maximize", 5)
     assert out.assignments == [dict(trials[0].assignments)]
-    assert out.labels == [{GENERATION_LABEL: "0", MEMBER_LABEL: "0"}]
+    assert out.labels == [{PBT_GENERATION_LABEL: "0", PBT_MEMBER_LABEL: "0"}]
 
 
 def test_deterministic_under_random_state_and_the_same_after_a_restart() -> None:
@@ -244,7 +252,7 @@ def test_lineage_continues_generation_after_generation() -> None:
     names = {t.name: t for t in trials}
     for g in (1, 2, 3):
         for child in generation(trials, g).values():
-            parent = names[child.labels[PARENT_LABEL]]
-            assert parent.labels[GENERATION_LABEL] == str(g - 1)
+            parent = names[child.labels[PBT_PARENT_LABEL]]
+            assert parent.labels[PBT_GENERATION_LABEL] == str(g - 1)
     best = [max(score(dict(t.assignments)) for t in generation(trials, g).values()) for g in range(4)]
     assert best[-1] >= best[0], "exploiting the best never loses it"

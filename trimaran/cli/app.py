@@ -395,11 +395,13 @@ def trials(
         for r in rows:
             r["pareto"] = "yes" if r["trial"] in front else ""
     if (exp["spec"].get("algorithm") or {}).get("algorithmName") == "pbt":
+        from trimaran.tuning import PBT_GENERATION_LABEL, PBT_PARENT_LABEL
+
         # A pbt trial's place in the population: which generation, and whose checkpoint it resumed.
         labels = {t["metadata"]["name"]: t["metadata"].get("labels") or {} for t in items}
         for r in rows:
-            r["generation"] = labels[r["trial"]].get("pbt.suggestion.katib.kubeflow.org/generation")
-            r["parent"] = labels[r["trial"]].get("pbt.suggestion.katib.kubeflow.org/parent")
+            r["generation"] = labels[r["trial"]].get(PBT_GENERATION_LABEL)
+            r["parent"] = labels[r["trial"]].get(PBT_PARENT_LABEL)
     rows.sort(key=lambda r: (r["objective"] is None, sign * (r["objective"] or 0.0)))
     if output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trimaran.tuning._labels import PBT_GENERATION_LABEL, PBT_MEMBER_LABEL, PBT_PARENT_LABEL
 from trimaran.tuning._space import Domain, Parameter, SearchSpace
 from trimaran.tuning._trial import (
     FINISHED_STATES,
@@ -52,6 +53,9 @@ _LAZY = {
 __all__ = [
     "FINISHED_STATES",
     "MULTI_OBJECTIVE_DEFAULT",
+    "PBT_GENERATION_LABEL",
+    "PBT_MEMBER_LABEL",
+    "PBT_PARENT_LABEL",
     "Algorithm",
     "Domain",
     "EarlyStopper",

@@ -18,7 +18,7 @@ from pathlib import Path
 from trimaran.controllers.pods import owner_reference
 from trimaran.controllers.tuning.records import EXPERIMENT_LABEL
 from trimaran.controllers.volumes import RECLAIM_ANNOTATION, claim_dir
-from trimaran.tuning.algorithms import PARENT_LABEL
+from trimaran.tuning import PBT_PARENT_LABEL
 
 __all__ = ["CHECKPOINT_VOLUME", "CheckpointMount", "checkpoint_mount", "prepare_checkpoint", "volume_claim",
            "volume_claim_name"]
@@ -75,7 +75,7 @@ def checkpoint_mount(experiment: dict, trial: dict) -> CheckpointMount | None:
     return CheckpointMount(claim=volume_claim_name(experiment),
                            sub_path=f"{experiment['metadata']['name']}/{trial['metadata']['name']}",
                            mount_path=settings["suggestion_trial_dir"].strip(),
-                           parent=labels.get(PARENT_LABEL))
+                           parent=labels.get(PBT_PARENT_LABEL))
 
 
 def prepare_checkpoint(home: Path, namespace: str, mount: CheckpointMount) -> bool:

@@ -35,17 +35,14 @@ from trimaran.tuning.algorithms._grid import GridSearch, grid_points
 from trimaran.tuning.algorithms._hyperband import Hyperband, Rung, hyperband_schedule
 from trimaran.tuning.algorithms._nsga2 import NSGA2Search
 from trimaran.tuning.algorithms._optuna import OptunaAlgorithm
-from trimaran.tuning.algorithms._pbt import GENERATION_LABEL, MEMBER_LABEL, PARENT_LABEL, PopulationBasedTraining
+from trimaran.tuning.algorithms._pbt import PopulationBasedTraining
 from trimaran.tuning.algorithms._random import RandomSearch
 from trimaran.tuning.algorithms._sobol import SobolSearch
 from trimaran.tuning.algorithms._tpe import MultivariateTpeSearch, TpeSearch
 from trimaran.tuning.errors import UnknownAlgorithmError
 
 __all__ = [
-    "GENERATION_LABEL",
-    "MEMBER_LABEL",
     "MULTI_OBJECTIVE_DEFAULT",
-    "PARENT_LABEL",
     "Algorithm",
     "BayesianOptimization",
     "CmaEsSearch",

@@ -7,19 +7,14 @@ import posixpath
 import random
 from typing import Any
 
+from trimaran.tuning._labels import PBT_GENERATION_LABEL, PBT_MEMBER_LABEL, PBT_PARENT_LABEL
 from trimaran.tuning._settings import Parser, Setting, SettingsSchema, integer, number
 from trimaran.tuning._space import Parameter, SearchSpace
 from trimaran.tuning._trial import TrialRecord, objective_values
 from trimaran.tuning.algorithms._base import RANDOM_STATE, Algorithm, Suggestions
 
-__all__ = ["GENERATION_LABEL", "MEMBER_LABEL", "PARENT_LABEL", "PopulationBasedTraining"]
+__all__ = ["PopulationBasedTraining"]
 
-#: Katib's labels on every pbt trial: its generation (0, 1, ...) and, from generation 1 on, the
-#: trial whose checkpoint directory it starts from.
-GENERATION_LABEL = "pbt.suggestion.katib.kubeflow.org/generation"
-PARENT_LABEL = "pbt.suggestion.katib.kubeflow.org/parent"
-#: Trimaran's own: the trial's place (0 .. n_population-1) in its generation.
-MEMBER_LABEL = "trimaran.io/pbt-member"
 
 # Katib's perturbation factors when resample_probability is unset.
 _FACTORS = (0.8, 1.2)
@@ -48,8 +43,8 @@ def _absolute_path(raw: str) -> str:
 class PopulationBasedTraining(Algorithm):
     """Katib's ``pbt``: a population of ``n_population`` trials, bred generation by generation.
 
-    Every trial is labelled with its generation (`GENERATION_LABEL`), its member index within
-    the generation (`MEMBER_LABEL`) and, from generation 1 on, its parent (`PARENT_LABEL`): the
+    Every trial is labelled with its generation (`PBT_GENERATION_LABEL`), its member index within
+    the generation (`PBT_MEMBER_LABEL`) and, from generation 1 on, its parent (`PBT_PARENT_LABEL`): the
     trial whose checkpoint directory it starts from. Those labels are the algorithm's whole state;
     each call reads them back from the stored trials, so a restart suggests the same.
 
@@ -135,19 +130,19 @@ class PopulationBasedTraining(Algorithm):
             if current is not None:  # ended without a result: run it again as it was
                 assignments.append({p: current.assignments[p] for p in space.names})
                 labels.append({k: v for k, v in current.labels.items()
-                               if k in (GENERATION_LABEL, MEMBER_LABEL, PARENT_LABEL)})
+                               if k in (PBT_GENERATION_LABEL, PBT_MEMBER_LABEL, PBT_PARENT_LABEL)})
                 continue
             rng = random.Random(self.seed(generation, m))
-            label = {GENERATION_LABEL: str(generation), MEMBER_LABEL: str(m)}
+            label = {PBT_GENERATION_LABEL: str(generation), PBT_MEMBER_LABEL: str(m)}
             if not generation:
                 assignments.append({p.name: p.decode(p.from_unit(rng.random())) for p in space})
             elif m in worst:
                 source = previous[rng.choice([b for b in best if b != m])]
                 assignments.append({p: source.assignments[p] for p in space.names})
-                label[PARENT_LABEL] = source.name
+                label[PBT_PARENT_LABEL] = source.name
             else:
                 assignments.append(self._explore(space, previous[m], rng))
-                label[PARENT_LABEL] = previous[m].name
+                label[PBT_PARENT_LABEL] = previous[m].name
             labels.append(label)
         message = ""
         if running and len(assignments) < count:
@@ -205,7 +200,7 @@ def perturb(p: Parameter, text: str, rng: random.Random) -> str:
 def _place(trial: TrialRecord, n: int) -> tuple[int, int] | None:
     """(generation, member) from the trial's labels, or None for a trial outside the scheme."""
     try:
-        generation, member = int(trial.labels[GENERATION_LABEL]), int(trial.labels[MEMBER_LABEL])
+        generation, member = int(trial.labels[PBT_GENERATION_LABEL]), int(trial.labels[PBT_MEMBER_LABEL])
     except (KeyError, ValueError):
         return None
     return (generation, member) if generation >= 0 and 0 <= member < n else None
