@@ -16,6 +16,7 @@ _EXPORTS = {
     "env": ["ConfigError", "Lookup", "resolve_env", "expand", "expand_command"],
     "volumes": ["VolumeError", "Mount", "PodVolume", "prepare_volumes", "container_mounts"],
     "sandbox": ["SandboxUnavailable", "sandbox_available", "build_argv", "hosts_file"],
+    "serviceaccount": ["ServiceAccountAccess"],
     "local": ["LocalRuntime", "PodProcessStatus", "ContainerStatus", "PodNotFound"],
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         pod_requests,
     )
     from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, hosts_file, sandbox_available
+    from trimaran.runtime.serviceaccount import ServiceAccountAccess
     from trimaran.runtime.volumes import Mount, PodVolume, VolumeError, container_mounts, prepare_volumes
 
 

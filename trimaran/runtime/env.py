@@ -14,6 +14,7 @@ import binascii
 import math
 import os
 import re
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 
@@ -231,15 +232,20 @@ def resolve_env(
     node_cpu: float | None = None,
     node_memory: int | None = None,
     node_name: str | None = None,
+    service_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The container's own environment, in the kubelet's order: ``envFrom`` sources first
     (with their ``prefix``), then ``env`` entries, each value expanded against the variables
     defined before it. ``resourceFieldRef`` limits that are unset report the node's
     ``node_cpu`` / ``node_memory`` (the host's when not given).
 
+    ``service_env`` (``KUBERNETES_SERVICE_HOST`` …) is in the result under the pod's own
+    variables, and ``$(VAR)`` expansion sees it, as it sees the kubelet's service variables.
+
     Raises :class:`ConfigError` for a missing ConfigMap, Secret or key that is not optional.
     """
     resolver = _Resolver(pod, lookup, node_cpu, node_memory, node_name)
+    services = service_env or {}
     env: dict[str, str] = {}
     for source in container.get("envFrom") or []:  # type: ignore[union-attr]
         prefix = str(source.get("prefix") or "")
@@ -261,7 +267,7 @@ def resolve_env(
         name = str(entry.get("name") or "")
         value_from = entry.get("valueFrom")
         if value_from is None:
-            env[name] = expand(str(entry.get("value") or ""), env)
+            env[name] = expand(str(entry.get("value") or ""), ChainMap(env, services))
             continue
         if "fieldRef" in value_from:
             env[name] = resolver.field_ref(value_from["fieldRef"])
@@ -277,7 +283,7 @@ def resolve_env(
                 env[name] = resolved
         else:
             raise ConfigError(f"env {name!r}: valueFrom names no supported source")
-    return env
+    return {**services, **env}
 
 
 def expand_command(container: Mapping[str, object], env: Mapping[str, str]) -> list[str]:

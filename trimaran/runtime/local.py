@@ -6,7 +6,8 @@ Layout under ``home``::
     pods/<uid>/pod.json                 namespace, name, uid (orphan sweeps after a restart)
     pods/<uid>/volumes/<volume>/        emptyDirs: live as long as the pod
     pods/<uid>/runs/<attempt>/          one start of the pod: spec.json, shim files, hosts,
-                                        configMap/secret contents (see shim.py)
+                                        configMap/secret contents (see shim.py), the
+                                        service-account files (serviceaccount/)
     logs/<namespace>/<pod>/<container>/<attempt>.log
     volumes/<namespace>/<claim>/        persistentVolumeClaims
 
@@ -16,9 +17,13 @@ The runtime keeps no state in memory that matters: a new ``LocalRuntime`` on the
 A container's environment is, lowest first: the "image" environment (the host plays the
 image: its ``PATH`` with this Python's bin directory in front, so ``python`` in a manifest is
 the control plane's interpreter; ``HOME``, ``HOSTNAME``, locale; ``PYTHONUNBUFFERED=1`` as ML
-images set it, so logs stream), the pod's ``envFrom``/``env``, then ``env_extra`` (device
+images set it, so logs stream), the ``kubernetes`` service's variables (with a
+``service_account``), the pod's ``envFrom``/``env``, then ``env_extra`` (device
 assignment such as ``CUDA_VISIBLE_DEVICES``, which the pod cannot override, as with a device
-plugin). ``$(VAR)`` expansion sees only the pod's own variables, as in Kubernetes.
+plugin). ``$(VAR)`` expansion sees only the pod's own and the service variables, as in Kubernetes.
+
+``pods/`` and the control plane's ``pki/`` are hidden inside every sandbox: a pod reads its own
+token at /var/run/secrets/kubernetes.io/serviceaccount and no other pod's.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime import shim as _shim
@@ -41,13 +46,17 @@ from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_en
 from trimaran.runtime.gpus import is_gpu_resource
 from trimaran.runtime.node import Node, container_requests
 from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, find_bwrap, gpu_device_paths, hosts_file
-from trimaran.runtime.volumes import container_mounts, prepare_volumes
+from trimaran.runtime.serviceaccount import MOUNT_PATH, ServiceAccountAccess, automounts_token, write_service_account
+from trimaran.runtime.volumes import Mount, container_mounts, prepare_volumes
 
 __all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "LocalRuntime"]
 
 _SHIM = str(Path(_shim.__file__).resolve())
 _STOP_SLACK_S = 5.0  # beyond the grace period, before the runtime kills what the shim did not
 _POLL_S = 0.01
+# Hidden inside every sandbox: other pods' state (their tokens, secrets, configMaps) and the
+# control plane's keys, which could mint any namespace's token.
+_PRIVATE_DIRS = ("pods", "pki")
 
 
 class PodNotFound(LookupError):
@@ -139,6 +148,11 @@ class LocalRuntime:
         self.home = Path(home)
         self.node = node
         self.use_cgroups = use_cgroups
+        # Set by the control plane once it serves: pods then get the in-cluster configuration
+        # (service env, token files). None runs pods without it.
+        self.service_account: ServiceAccountAccess | None = None
+        # Cluster services every pod resolves (name -> address), as cluster DNS would answer.
+        self.service_hosts: dict[str, str] = {}
         self._children: dict[str, subprocess.Popen] = {}  # run dir → shim spawned here
         self._lock = threading.Lock()
 
@@ -246,7 +260,10 @@ class LocalRuntime:
         status: Mapping = pod.get("status") or {}
         hostname = str(spec.get("hostname") or name)[:63]
         pod_ip = str(status.get("podIP") or "127.0.0.1")
-        all_hosts: dict[str, str] = {}
+        access = self.service_account
+        all_hosts: dict[str, str] = dict(self.service_hosts)
+        if access is not None:
+            all_hosts.update(access.hosts())
         for alias in spec.get("hostAliases") or []:
             for host in alias.get("hostnames") or []:
                 all_hosts[host] = alias.get("ip")
@@ -262,12 +279,20 @@ class LocalRuntime:
             node_kwargs = {"node_cpu": self.node.capacity.cpu, "node_memory": self.node.capacity.memory,
                            "node_name": self.node.name}
         log_dir = self._pod_log_dir(namespace, name)
+        token_dir = None
+        if access is not None and automounts_token(spec):
+            token_dir = write_service_account(access, namespace, run_dir / "serviceaccount")
+        service_env = access.env() if access is not None else None
+        hidden = [str(self.home / d) for d in _PRIVATE_DIRS]
 
         def container_spec(container: Mapping) -> dict:
             cname = str(container.get("name"))
-            own_env = resolve_env(pod, container, lookup, **node_kwargs)
+            own_env = resolve_env(pod, container, lookup, service_env=service_env, **node_kwargs)
             command = expand_command(container, own_env)
             mounts = container_mounts(container, volumes, own_env)
+            # A container that mounts a volume of its own there keeps it, as on a cluster.
+            if token_dir is not None and all(PurePosixPath(m.target) != PurePosixPath(MOUNT_PATH) for m in mounts):
+                mounts.append(Mount(MOUNT_PATH, token_dir, read_only=True))
             limits = (container.get("resources") or {}).get("limits") or {}
             try:
                 memory_limit = parse_memory(limits["memory"]) if limits.get("memory") else None
@@ -287,6 +312,7 @@ class LocalRuntime:
                 termination_log=(termination_log,
                                  str(container.get("terminationMessagePath") or "/dev/termination-log")),
                 bwrap=bwrap,
+                hidden=hidden,
             )
             return {
                 "name": cname,

@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from trimaran.runtime.volumes import Mount
@@ -98,6 +99,20 @@ def _needs_creating(path: str, under_mounts: Sequence[str]) -> bool:
     return not any(path.startswith(m.rstrip("/") + "/") for m in under_mounts)
 
 
+def _through_host_links(path: str, mount_targets: Sequence[str]) -> str:
+    """Where a mount point lands when a directory on its way is a host symlink (``/var/run`` →
+    ``/run``): the sandbox recreates the host's symlinks, and bubblewrap cannot create a mount
+    point through one, so the mount goes to the directory the link leads to."""
+    pure = PurePosixPath(path)
+    if (pure.parts[1:2] and pure.parts[1] in _FRESH_AT_ROOT) or any(
+            path.startswith(m.rstrip("/") + "/") for m in mount_targets):
+        return path
+    existing = pure
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    return str(PurePosixPath(os.path.realpath(existing)) / pure.relative_to(existing))
+
+
 def _rebuilt_dirs(paths: Sequence[str], mount_targets: Sequence[str]) -> set[str]:
     rebuilt: set[str] = set()
     for path in paths:
@@ -164,6 +179,7 @@ def build_argv(
     termination_log: tuple[Path, str] | None = None,
     bwrap: str | None = None,
     keep_visible: Sequence[str] | None = None,
+    hidden: Sequence[str] = (),
 ) -> list[str]:
     """The full argv (bwrap …  -- command) for one container.
 
@@ -171,7 +187,8 @@ def build_argv(
     /etc/hostname; ``devices`` are host device nodes bound in (GPUs); ``termination_log`` is
     (host file, path in the sandbox) for the container's termination message. Raises
     :class:`SandboxUnavailable` when bwrap is missing. ``keep_visible`` are directories under
-    the fresh /tmp to bind read-only (default: :func:`interpreter_paths`).
+    the fresh /tmp to bind read-only (default: :func:`interpreter_paths`). ``hidden`` are host
+    directories the container must not read (other pods' state), covered by an empty tmpfs.
     """
     bwrap = bwrap or find_bwrap()
     if bwrap is None:
@@ -179,6 +196,8 @@ def build_argv(
     if len(hostname) > 64:
         raise ValueError(f"hostname {hostname!r} is longer than 64 characters")
     cwd = working_dir or "/"
+    written = [m.target for m in mounts]
+    mounts = [replace(m, target=_through_host_links(m.target, written)) for m in mounts]
     targets = [m.target for m in mounts]
     to_create = [*targets, cwd]
     if termination_log:
@@ -187,6 +206,10 @@ def build_argv(
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in interpreter_paths() if keep_visible is None else keep_visible:
         args += ["--ro-bind", path, path]
+    for path in hidden:
+        if os.path.isdir(path):
+            # Bind sources below are read from the host's tree, so hiding does not hide them.
+            args += ["--tmpfs", path]
     for device in devices:
         args += ["--dev-bind-try", device, device]
     # Parents before children, so a mount inside another volume lands in that volume.
