@@ -15,6 +15,16 @@ if [ ! -f .venv-kserve/.installed ]; then
   touch .venv-kserve/.installed
 fi
 export TRIMARAN_KSERVE_PYTHON="$PWD/.venv-kserve/bin/python"
+# Katib's own SDK, for tests/server/test_katib_dbmanager.py (report_metrics and get_trial_metrics over
+# gRPC). It pins protobuf 4 and grpcio, so it gets an environment of its own, ignored by git from inside.
+if [ ! -f .venv-katib/.installed ]; then
+  rm -rf .venv-katib
+  "${PYTHON:-python3}" -m venv .venv-katib || exit 1
+  printf '*\n' > .venv-katib/.gitignore
+  .venv-katib/bin/python -m pip install -q "kubeflow-katib==0.19.0" || exit 1
+  touch .venv-katib/.installed
+fi
+export TRIMARAN_KATIB_PYTHON="$PWD/.venv-katib/bin/python"
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?

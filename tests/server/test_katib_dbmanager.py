@@ -1,0 +1,225 @@
+"""Katib's push path against our DBManager: the real SDK's report_metrics in a pod, get_trial_metrics back.
+
+kubeflow-katib pins protobuf and grpcio versions of its own, so it runs from a separate virtualenv, found at
+``$TRIMARAN_KATIB_PYTHON`` or ``.venv-katib``. ``scripts/test.sh`` (CI) builds ``.venv-katib`` and sets
+``TRIMARAN_KATIB_PYTHON``, and then the SDK tests must run; a bare ``pytest`` without it skips them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.helpers import REPO, poll
+from trimaran.runtime import LocalRuntime, ServiceAccountAccess, sandbox_available
+from trimaran.server.katib import DBManager, start_dbmanager, start_dbmanager_for_home
+from trimaran.server.katib.dbmanager import format_rfc3339, loopback_candidates, parse_rfc3339
+from trimaran.server.katib.proto import dbmanager_pb2 as pb
+from trimaran.server.katib.proto import dbmanager_pb2_grpc as pb_grpc
+from trimaran.server.katib.proto import regenerate
+from trimaran.server.tls import ensure_pki
+from trimaran.server.tokens import TokenStore
+from trimaran.store import Store, open_store
+
+
+def katib_python() -> str | None:
+    required = os.environ.get("TRIMARAN_KATIB_PYTHON")
+    if required:
+        # Named explicitly (CI): a broken environment is a failure, not a reason to skip.
+        subprocess.run([required, "-c", "import kubeflow.katib"], check=True, capture_output=True)
+        return required
+    candidate = REPO / ".venv-katib" / "bin" / "python"
+    if candidate.exists() and subprocess.run([candidate, "-c", "import kubeflow.katib"],
+                                             capture_output=True).returncode == 0:
+        return str(candidate)
+    return None
+
+
+def _trial(store: Store, namespace: str, name: str) -> dict:
+    store.ensure_namespace(namespace)
+    return store.create({"apiVersion": "kubeflow.org/v1beta1", "kind": "Trial",
+                         "metadata": {"name": name, "namespace": namespace}, "spec": {}})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = open_store(tmp_path / "trimaran.db")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def dbmanager(store: Store, tmp_path: Path) -> Iterator[DBManager]:
+    handle = start_dbmanager_for_home(store, tmp_path / "home")
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+def stub(dbmanager: DBManager) -> Iterator[pb_grpc.DBManagerStub]:
+    with grpc.insecure_channel(dbmanager.address) as channel:
+        yield pb_grpc.DBManagerStub(channel)
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
+def test_katib_sdk_reports_from_a_pod_and_reads_back(store: Store, dbmanager: DBManager, tmp_path: Path) -> None:
+    python = katib_python()
+    if python is None:
+        pytest.skip("no virtualenv with kubeflow-katib (set TRIMARAN_KATIB_PYTHON or create .venv-katib)")
+    trial = _trial(store, "kubeflow", "random-exp-abc123")
+    home = tmp_path / "home"
+    runtime = LocalRuntime(home)
+    # No API server is needed: KatibClient only loads the in-cluster configuration.
+    runtime.service_account = ServiceAccountAccess("127.0.0.1", 1, ensure_pki(home).ca_cert,
+                                                   TokenStore(home).service_account_token)
+    runtime.service_hosts.update(dbmanager.hosts)
+    code = """
+        import json
+        from kubeflow.katib import KatibClient, report_metrics
+        report_metrics({"accuracy": "0.9"})
+        report_metrics({"accuracy": 0.95, "loss": 0.2})
+        logs = KatibClient().get_trial_metrics("random-exp-abc123", namespace="kubeflow")
+        print("read", json.dumps([[m.metric.name, m.metric.value] for m in logs]))
+    """
+    pod = {"metadata": {"name": "random-exp-abc123-worker", "namespace": "kubeflow", "uid": str(uuid.uuid4())},
+           "spec": {"containers": [{"name": "main", "command": [python, "-c", textwrap.dedent(code)],
+                                    "env": [{"name": "KATIB_TRIAL_NAME", "value": "random-exp-abc123"}]}]}}
+    runtime.start_pod(pod, attempt=0)
+    status = poll(lambda: (s := runtime.pod_status(pod["metadata"]["uid"]).containers["main"]).state == "terminated"
+                  and s, timeout=120, what="the trial pod to finish")
+    log = runtime.log_path("kubeflow", pod["metadata"]["name"]).read_text()
+    assert status.exit_code == 0, log
+
+    stored = store.list_observations("kubeflow", trials=["random-exp-abc123"])
+    assert [(r["metric"], r["step"], r["value"]) for r in stored] == [
+        ("accuracy", 0, 0.9), ("accuracy", 1, 0.95), ("loss", 0, 0.2)]
+    assert {r["trialUid"] for r in stored} == {trial["metadata"]["uid"]}
+    read_in_pod = json.loads(log.split("read ", 1)[1])
+    assert sorted(read_in_pod) == [["accuracy", "0.9"], ["accuracy", "0.95"], ["loss", "0.2"]]
+
+    # From the host, at the address the handle gives (a client configuration spares a kubeconfig).
+    host_code = """
+        import json, sys
+        from kubernetes import client
+        from kubeflow.katib import KatibClient
+        katib = KatibClient(client_configuration=client.Configuration())
+        logs = katib.get_trial_metrics("random-exp-abc123", namespace="kubeflow", db_manager_address=sys.argv[1])
+        print(json.dumps([[m.time_stamp, m.metric.name, m.metric.value] for m in logs]))
+    """
+    done = subprocess.run([python, "-c", textwrap.dedent(host_code), dbmanager.address], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)
+    assert sorted((name, value) for _, name, value in read) == [("accuracy", "0.9"), ("accuracy", "0.95"),
+                                                                 ("loss", "0.2")]
+    assert all(abs(parse_rfc3339(stamp) - r["timestamp"]) < 1e-3 for (stamp, _, _), r in zip(read, stored, strict=True))
+
+
+def test_filters_and_order_of_get_observation_log(store: Store, stub: pb_grpc.DBManagerStub) -> None:
+    _trial(store, "team-a", "t1")
+    logs = [pb.MetricLog(time_stamp=stamp, metric=pb.Metric(name=name, value=value)) for stamp, name, value in [
+        ("2024-05-01T12:00:02Z", "loss", "0.5"),
+        ("2024-05-01T12:00:01.250000000Z", "loss", "0.7"),
+        ("2024-05-01T14:00:03+02:00", "accuracy", "0.8"),
+        ("", "loss", "9"),  # no time: skipped, as Katib does
+    ]]
+    stub.ReportObservationLog(pb.ReportObservationLogRequest(trial_name="t1",
+                                                             observation_log=pb.ObservationLog(metric_logs=logs)))
+    every = stub.GetObservationLog(pb.GetObservationLogRequest(trial_name="t1")).observation_log.metric_logs
+    assert [(m.time_stamp, m.metric.name, m.metric.value) for m in every] == [
+        ("2024-05-01T12:00:01.25Z", "loss", "0.7"),
+        ("2024-05-01T12:00:02Z", "loss", "0.5"),
+        ("2024-05-01T12:00:03Z", "accuracy", "0.8"),
+    ]
+    # Steps count per metric in the order reported.
+    assert [(r["metric"], r["step"]) for r in store.list_observations("team-a", trials=["t1"])] == [
+        ("loss", 0), ("loss", 1), ("accuracy", 0)]
+    window = stub.GetObservationLog(pb.GetObservationLogRequest(
+        trial_name="t1", metric_name="loss", start_time="2024-05-01T12:00:02Z", end_time="2024-05-01T12:00:03Z"))
+    assert [m.metric.value for m in window.observation_log.metric_logs] == ["0.5"]
+    unknown = stub.GetObservationLog(pb.GetObservationLogRequest(trial_name="nobody"))
+    assert list(unknown.observation_log.metric_logs) == []
+
+    stub.DeleteObservationLog(pb.DeleteObservationLogRequest(trial_name="t1"))
+    assert store.list_observations("team-a", trials=["t1"]) == []
+
+
+def test_reports_that_cannot_be_stored_are_refused(store: Store, stub: pb_grpc.DBManagerStub) -> None:
+    _trial(store, "team-a", "shared-name")
+    _trial(store, "team-b", "shared-name")
+    _trial(store, "team-a", "t1")
+
+    def report(trial: str, value: str, stamp: str = "2024-05-01T12:00:00Z") -> grpc.StatusCode:
+        log = pb.MetricLog(time_stamp=stamp, metric=pb.Metric(name="loss", value=value))
+        with pytest.raises(grpc.RpcError) as failed:
+            stub.ReportObservationLog(pb.ReportObservationLogRequest(
+                trial_name=trial, observation_log=pb.ObservationLog(metric_logs=[log])))
+        return failed.value.code()
+
+    assert report("nobody", "1") == grpc.StatusCode.NOT_FOUND
+    assert report("shared-name", "1") == grpc.StatusCode.FAILED_PRECONDITION
+    assert report("t1", "high") == grpc.StatusCode.INVALID_ARGUMENT
+    assert report("t1", "nan") == grpc.StatusCode.INVALID_ARGUMENT
+    assert report("t1", "1", stamp="yesterday") == grpc.StatusCode.INVALID_ARGUMENT
+    assert store.list_observations("team-a") == [] and store.list_observations("team-b") == []
+
+
+def test_each_home_has_its_own_stable_address(store: Store, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first, second = itertools.islice(loopback_candidates(home), 2)
+    assert first != second and first.startswith("127.") and not first.startswith("127.0.")
+    assert next(loopback_candidates(tmp_path / "other")) != first
+    # The address the home had is taken (another home, or anything else): the next one serves.
+    with socket.socket() as squatter:
+        squatter.bind((first, 6789))
+        squatter.listen()
+        handle = start_dbmanager_for_home(store, home)
+        try:
+            assert handle.address == f"{second}:6789"
+            assert handle.hosts["katib-db-manager.kubeflow"] == second
+            with pytest.raises(OSError):
+                start_dbmanager(store, second, 6789)
+        finally:
+            handle.stop()
+    again = start_dbmanager_for_home(store, home)
+    try:
+        assert again.address == f"{first}:6789"
+    finally:
+        again.stop()
+
+
+def test_rfc3339_round_trip() -> None:
+    assert parse_rfc3339("1970-01-01T00:00:01.5Z") == 1.5
+    assert parse_rfc3339("1970-01-01T01:00:00+01:00") == 0.0
+    assert format_rfc3339(1.5) == "1970-01-01T00:00:01.5Z"
+    assert format_rfc3339(parse_rfc3339("2024-05-01T12:00:00Z")) == "2024-05-01T12:00:00Z"
+
+
+# In its own interpreter: protoc's extension can crash a process that has loaded other protobuf users.
+_GENERATE = """
+import json, sys
+from pathlib import Path
+from trimaran.server.katib.proto import regenerate
+print(json.dumps(regenerate.generate(Path(sys.argv[1]))))
+"""
+
+
+def test_generated_modules_are_current(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", _GENERATE, str(tmp_path)], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    generated = json.loads(out.stdout)
+    assert set(generated) == set(regenerate.GENERATED)
+    for name, text in generated.items():
+        assert (regenerate.HERE / name).read_text() == text, \
+            f"{name} is stale: run python -m trimaran.server.katib.proto.regenerate"

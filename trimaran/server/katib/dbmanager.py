@@ -1,0 +1,214 @@
+"""Katib's DBManager gRPC service over the store's observations: Katib's push metrics path, unchanged.
+
+Inside a trial, ``kubeflow.katib.report_metrics({...})`` sends ``ReportObservationLog`` to
+``katib-db-manager.kubeflow:6789``, and ``KatibClient.get_trial_metrics`` reads them back with
+``GetObservationLog``. Both name the trial only (Katib's database has no namespace), so the
+service finds the Trial by name in every namespace; a name in two namespaces is refused rather
+than guessed.
+
+The port is fixed by the SDK and several Trimaran homes may run on one machine, so each home's
+service binds a loopback address of its own, derived from the home's path (the same one after a
+restart, so running pods keep reaching it), or the next free one. Pods resolve Katib's service
+names to it through their /etc/hosts (:attr:`DBManager.hosts`), and the address is reachable
+from the host as well (``KatibClient().get_trial_metrics(..., db_manager_address=address)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from trimaran.server.katib.proto import dbmanager_pb2 as pb
+from trimaran.server.katib.proto import dbmanager_pb2_grpc as pb_grpc
+from trimaran.store import NotFound, Store
+
+__all__ = ["PORT", "SERVICE_NAMES", "DBManager", "add_pushed_observations", "loopback_candidates",
+           "start_dbmanager", "start_dbmanager_for_home"]
+
+PORT = 6789
+SERVICE_NAMES = ("katib-db-manager.kubeflow", "katib-db-manager.kubeflow.svc",
+                 "katib-db-manager.kubeflow.svc.cluster.local")
+
+# 127.1.0.1 - 127.254.255.254: clear of 127.0.0.0/16, where hosts put 127.0.0.1, 127.0.1.1 and
+# resolvers (127.0.0.53), and of .0 / .255.
+_SECOND, _THIRD, _FOURTH = 254, 256, 254
+_SPACE = _SECOND * _THIRD * _FOURTH
+_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(\.\d+)?([Zz]|[+-]\d\d:\d\d)$")
+
+
+def parse_rfc3339(text: str) -> float:
+    """Epoch seconds of an RFC 3339 time (Go's RFC3339Nano too: up to nine fraction digits)."""
+    match = _RFC3339.match(text)
+    if not match:
+        raise ValueError(f"time {text!r} is not RFC 3339")
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    zone = match[8]
+    offset = timedelta(0) if zone in "Zz" else (1 if zone[0] == "+" else -1) * timedelta(
+        hours=int(zone[1:3]), minutes=int(zone[4:6]))
+    moment = datetime(year, month, day, hour, minute, second, tzinfo=timezone(offset))
+    return moment.timestamp() + (float(match[7]) if match[7] else 0.0)
+
+
+def format_rfc3339(timestamp: float) -> str:
+    """Go's RFC3339Nano in UTC, as Katib answers: trailing zeros of the fraction dropped."""
+    moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if moment.microsecond:
+        text += f".{moment.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def add_pushed_observations(store: Store, namespace: str, trial: str, trial_uid: str,
+                            rows: Sequence[dict[str, Any]]) -> None:
+    """Store a trial's pushed observations; a row without a ``step`` gets the next one of its
+    metric, as the text collector numbers its lines. Callers serialise calls for one trial."""
+    seen: dict[str, int] = {}
+    if any(r.get("step") is None for r in rows):
+        for r in store.list_observations(namespace, trials=[trial]):
+            seen[r["metric"]] = seen.get(r["metric"], 0) + 1
+    numbered = []
+    for r in rows:
+        step = seen.get(r["metric"], 0) if r.get("step") is None else r["step"]
+        seen[r["metric"]] = seen.get(r["metric"], 0) + 1
+        numbered.append({**r, "step": step})
+    store.add_observations(namespace, trial, trial_uid, numbered)
+
+
+class _Servicer(pb_grpc.DBManagerServicer):
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        # Steps are counted from what is stored: two reports of one trial must not both count.
+        self._writing = threading.Lock()
+
+    def _trial(self, name: str, context: grpc.ServicerContext) -> dict | None:
+        found = []
+        for namespace in self.store.list("Namespace"):
+            try:
+                found.append(self.store.get("Trial", namespace["metadata"]["name"], name))
+            except NotFound:
+                continue
+        if len(found) > 1:
+            spaces = ", ".join(t["metadata"]["namespace"] for t in found)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"trial {name!r} exists in several namespaces ({spaces}); Katib's DBManager "
+                          f"API names a trial without its namespace")
+        return found[0] if found else None
+
+    def ReportObservationLog(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        trial = self._trial(request.trial_name, context)
+        if trial is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"trial {request.trial_name!r} not found in any namespace")
+        rows = []
+        for log in request.observation_log.metric_logs:
+            if not log.time_stamp:
+                continue  # Katib skips a log without a time too
+            try:
+                timestamp = parse_rfc3339(log.time_stamp)
+                value = float(log.metric.value)
+            except ValueError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"metric {log.metric.name!r}: {exc}")
+            if not math.isfinite(value):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"metric {log.metric.name!r}: value {log.metric.value!r} is not a finite number")
+            rows.append({"metric": log.metric.name, "value": value, "step": None, "timestamp": timestamp})
+        meta = trial["metadata"]
+        with self._writing:
+            add_pushed_observations(self.store, meta["namespace"], meta["name"], meta["uid"], rows)
+        return pb.ReportObservationLogReply()
+
+    def GetObservationLog(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        try:
+            start = parse_rfc3339(request.start_time) if request.start_time else -math.inf
+            end = parse_rfc3339(request.end_time) if request.end_time else math.inf
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        trial = self._trial(request.trial_name, context)
+        rows = [] if trial is None else self.store.list_observations(
+            trial["metadata"]["namespace"], trials=[request.trial_name], metric=request.metric_name or None)
+        chosen = sorted((r for r in rows if start <= r["timestamp"] <= end), key=lambda r: r["timestamp"])
+        logs = [pb.MetricLog(time_stamp=format_rfc3339(r["timestamp"]),
+                             metric=pb.Metric(name=r["metric"], value=repr(float(r["value"]))))
+                for r in chosen]
+        return pb.GetObservationLogReply(observation_log=pb.ObservationLog(metric_logs=logs))
+
+    def DeleteObservationLog(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        trial = self._trial(request.trial_name, context)
+        if trial is not None:
+            with self._writing:
+                self.store.delete_observations(trial["metadata"]["namespace"], request.trial_name)
+        return pb.DeleteObservationLogReply()
+
+
+@dataclass
+class DBManager:
+    """A running DBManager service."""
+
+    host: str
+    port: int
+    server: grpc.Server
+
+    @property
+    def address(self) -> str:
+        """``host:port``, as ``db_manager_address`` takes it."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def hosts(self) -> dict[str, str]:
+        """Katib's service names → this address, for every pod's /etc/hosts."""
+        return dict.fromkeys(SERVICE_NAMES, self.host)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop serving; calls in flight get ``grace`` seconds."""
+        self.server.stop(grace).wait()
+
+
+def start_dbmanager(store: Store, host: str, port: int = PORT) -> DBManager:
+    """Serve Katib's DBManager on ``host:port`` (``port`` 0: any free one).
+
+    Raises ``OSError`` when the address cannot be bound (another process has it).
+    """
+    # Without SO_REUSEPORT (gRPC sets it by default), a second home binding the same address
+    # fails here instead of silently sharing its connections.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="katib-dbmanager"),
+                         options=[("grpc.so_reuseport", 0)])
+    pb_grpc.add_DBManagerServicer_to_server(_Servicer(store), server)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise OSError(f"cannot bind Katib's DBManager to {host}:{port}: {exc}") from None
+    server.start()
+    return DBManager(host, bound, server)
+
+
+def loopback_candidates(home: Path) -> Iterator[str]:
+    """Loopback addresses for ``home``'s DBManager, best first: one derived from the home's path,
+    then the ones after it, so that a restarted control plane gets the address it had."""
+    digest = hashlib.sha256(str(Path(home).resolve()).encode()).digest()
+    first = int.from_bytes(digest[:8], "big") % _SPACE
+    for k in range(_SPACE):
+        index = (first + k) % _SPACE
+        yield (f"127.{1 + index // (_THIRD * _FOURTH)}.{index // _FOURTH % _THIRD}"
+               f".{1 + index % _FOURTH}")
+
+
+def start_dbmanager_for_home(store: Store, home: Path, port: int = PORT, attempts: int = 32) -> DBManager:
+    """Serve Katib's DBManager on ``home``'s loopback address (:func:`loopback_candidates`), or
+    the next free one of ``attempts``."""
+    errors = []
+    for host in itertools.islice(loopback_candidates(home), attempts):
+        try:
+            return start_dbmanager(store, host, port)
+        except OSError as exc:
+            errors.append(str(exc))
+    raise OSError(f"no free loopback address for Katib's DBManager after {attempts} tries; last: {errors[-1]}")
