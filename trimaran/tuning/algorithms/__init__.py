@@ -18,28 +18,34 @@ name                              implementation
 ================================  ==============================================================
 
 Katib's ``enas`` and ``darts`` are not implemented; asking for them says so.
-Adding an algorithm means writing a module with an `Algorithm` subclass and listing it in
-``_BUILTIN`` below (or calling `register_algorithm`).
+
+An algorithm's module, and the libraries it uses (Optuna, NumPy, SciPy, cmaes), is imported the
+first time its name is asked for: the control plane starts without them and loads only what its
+experiments use. Adding an algorithm means writing a module with an `Algorithm` subclass and
+listing it in ``_BUILTIN`` below (or calling `register_algorithm`).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trimaran.tuning._settings import normalize_settings
 from trimaran.tuning.algorithms._base import Algorithm, Suggestions, clear_caches
-from trimaran.tuning.algorithms._cmaes import CmaEsSearch
-from trimaran.tuning.algorithms._gp import BayesianOptimization
-from trimaran.tuning.algorithms._grid import GridSearch, grid_points
-from trimaran.tuning.algorithms._hyperband import Hyperband, Rung, hyperband_schedule
-from trimaran.tuning.algorithms._nsga2 import NSGA2Search
-from trimaran.tuning.algorithms._optuna import OptunaAlgorithm
-from trimaran.tuning.algorithms._pbt import PopulationBasedTraining
-from trimaran.tuning.algorithms._random import RandomSearch
-from trimaran.tuning.algorithms._sobol import SobolSearch
-from trimaran.tuning.algorithms._tpe import MultivariateTpeSearch, TpeSearch
 from trimaran.tuning.errors import UnknownAlgorithmError
+
+if TYPE_CHECKING:
+    from trimaran.tuning.algorithms._cmaes import CmaEsSearch
+    from trimaran.tuning.algorithms._gp import BayesianOptimization
+    from trimaran.tuning.algorithms._grid import GridSearch, grid_points
+    from trimaran.tuning.algorithms._hyperband import Hyperband, Rung, hyperband_schedule
+    from trimaran.tuning.algorithms._nsga2 import NSGA2Search
+    from trimaran.tuning.algorithms._optuna import OptunaAlgorithm
+    from trimaran.tuning.algorithms._pbt import PopulationBasedTraining
+    from trimaran.tuning.algorithms._random import RandomSearch
+    from trimaran.tuning.algorithms._sobol import SobolSearch
+    from trimaran.tuning.algorithms._tpe import MultivariateTpeSearch, TpeSearch
 
 __all__ = [
     "MULTI_OBJECTIVE_DEFAULT",
@@ -57,6 +63,7 @@ __all__ = [
     "SobolSearch",
     "Suggestions",
     "TpeSearch",
+    "algorithm_class",
     "available_algorithms",
     "clear_caches",
     "get_algorithm",
@@ -68,10 +75,29 @@ __all__ = [
 #: The algorithm to use when an experiment has several objectives and names none that supports them.
 MULTI_OBJECTIVE_DEFAULT = "nsga2"
 
-_BUILTIN: tuple[type[Algorithm], ...] = (
-    RandomSearch, GridSearch, BayesianOptimization, TpeSearch, MultivariateTpeSearch, CmaEsSearch,
-    SobolSearch, Hyperband, PopulationBasedTraining, NSGA2Search,
-)
+# Every name (aliases included) -> "module:class": only where to find the class. What the
+# algorithm is (its name and aliases, settings, objectives) is declared once, on the class;
+# tests/tuning/test_lazy_imports.py checks that each class answers to the names listed here.
+_BUILTIN: dict[str, str] = {
+    "random": "trimaran.tuning.algorithms._random:RandomSearch",
+    "grid": "trimaran.tuning.algorithms._grid:GridSearch",
+    "bayesianoptimization": "trimaran.tuning.algorithms._gp:BayesianOptimization",
+    "tpe": "trimaran.tuning.algorithms._tpe:TpeSearch",
+    "multivariate-tpe": "trimaran.tuning.algorithms._tpe:MultivariateTpeSearch",
+    "cmaes": "trimaran.tuning.algorithms._cmaes:CmaEsSearch",
+    "sobol": "trimaran.tuning.algorithms._sobol:SobolSearch",
+    "hyperband": "trimaran.tuning.algorithms._hyperband:Hyperband",
+    "pbt": "trimaran.tuning.algorithms._pbt:PopulationBasedTraining",
+    "nsga2": "trimaran.tuning.algorithms._nsga2:NSGA2Search",
+    "nsgaii": "trimaran.tuning.algorithms._nsga2:NSGA2Search",
+}
+# Helpers this package exports from the algorithms' modules, imported on first access like them.
+_HELPERS: dict[str, str] = {
+    "grid_points": "trimaran.tuning.algorithms._grid",
+    "hyperband_schedule": "trimaran.tuning.algorithms._hyperband",
+    "Rung": "trimaran.tuning.algorithms._hyperband",
+    "OptunaAlgorithm": "trimaran.tuning.algorithms._optuna",
+}
 _REGISTRY: dict[str, type[Algorithm]] = {}
 # Katib algorithms deliberately left out, with the reason a user gets.
 _NOT_IMPLEMENTED = {
@@ -80,28 +106,54 @@ _NOT_IMPLEMENTED = {
 }
 
 
+def _builtin_class(path: str) -> type[Algorithm]:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
     """Make ``cls`` available to `get_algorithm` under ``cls.name`` and ``cls.aliases``.
 
-    Usable as a class decorator. Raises `ValueError` if a name is already taken by another class.
+    Usable as a class decorator. Raises `ValueError` if a name is already taken by another class
+    (a built-in name is taken by its built-in class, loaded or not).
     """
     for name in (cls.name, *cls.aliases):
         if not name:
             raise ValueError(f"{cls.__name__} has no name")
         other = _REGISTRY.get(name)
+        builtin = _BUILTIN.get(name)
+        if other is None and builtin is not None and builtin != f"{cls.__module__}:{cls.__qualname__}":
+            raise ValueError(f'algorithm name "{name}" is already registered by {builtin.rpartition(":")[2]}')
         if other is not None and other is not cls:
             raise ValueError(f'algorithm name "{name}" is already registered by {other.__name__}')
+    for name in (cls.name, *cls.aliases):
         _REGISTRY[name] = cls
     return cls
 
 
-for _cls in _BUILTIN:
-    register_algorithm(_cls)
-
-
 def available_algorithms() -> list[str]:
-    """Every name `get_algorithm` accepts (aliases included), sorted."""
-    return sorted(_REGISTRY)
+    """Every name `get_algorithm` accepts (aliases included), sorted; imports no algorithm."""
+    return sorted(_BUILTIN.keys() | _REGISTRY.keys())
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    """The class Katib's ``name`` stands for, importing its module the first time it is asked for.
+
+    Raises:
+        UnknownAlgorithmError: ``name`` is not known; the message lists the known names.
+    """
+    cls = _REGISTRY.get(name)
+    if cls is not None:
+        return cls
+    path = _BUILTIN.get(name)
+    if path is None:
+        known = ", ".join(available_algorithms())
+        if name in _NOT_IMPLEMENTED:
+            raise UnknownAlgorithmError(f'algorithm "{name}": {_NOT_IMPLEMENTED[name]}; available: {known}')
+        raise UnknownAlgorithmError(f'unknown algorithm "{name}"; known algorithms: {known}')
+    # Two threads asking for a name the first time both get the same class: imports are
+    # serialised per module, and registering a class twice is a no-op.
+    return register_algorithm(_builtin_class(path))
 
 
 def get_algorithm(name: str, settings: Mapping[str, Any] | list[Mapping[str, Any]] | None = None) -> Algorithm:
@@ -119,10 +171,14 @@ def get_algorithm(name: str, settings: Mapping[str, Any] | list[Mapping[str, Any
         UnknownAlgorithmError: ``name`` is not known; the message lists the known names.
         SettingsError: a setting is unknown, missing or invalid.
     """
-    cls = _REGISTRY.get(name)
-    if cls is None:
-        known = ", ".join(available_algorithms())
-        if name in _NOT_IMPLEMENTED:
-            raise UnknownAlgorithmError(f'algorithm "{name}": {_NOT_IMPLEMENTED[name]}; available: {known}')
-        raise UnknownAlgorithmError(f'unknown algorithm "{name}"; known algorithms: {known}')
-    return cls(normalize_settings(settings))
+    return algorithm_class(name)(normalize_settings(settings))
+
+
+def __getattr__(name: str) -> Any:
+    # The classes and helpers above stay importable from here without loading every algorithm.
+    paths = {path.rpartition(":")[2]: path for path in _BUILTIN.values()}
+    if name in paths:
+        return _builtin_class(paths[name])
+    if name in _HELPERS:
+        return getattr(importlib.import_module(_HELPERS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
