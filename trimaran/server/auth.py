@@ -1,29 +1,29 @@
-"""Who may use a control plane that has a token (one bound to an address other than loopback).
+"""Who is calling: every request but the health checks carries a bearer token, loopback included
+(pods share this machine). The token names a `Principal` (`trimaran.server.tokens`); what it may
+do is checked where the request is understood (the API knows the verb and namespace).
 
-The API takes ``Authorization: Bearer TOKEN``. A browser cannot send that header from a link, so
-the dashboard also takes the token once in its query string (``/dashboard/?token=TOKEN``, as
-``trimaran dashboard`` prints it): the answer sets an HttpOnly, SameSite=Strict cookie and
-redirects to the same URL without the token, so the token leaves the address bar and history.
-The cookie is accepted for the dashboard's pages only (GET), never for the API.
+A browser cannot send a header from a link, so the dashboard also takes the token once in its
+query string (``/dashboard/?token=TOKEN``, as ``trimaran dashboard`` prints it): the answer sets an
+HttpOnly, SameSite=Strict cookie and redirects to the same URL without the token, so the token
+leaves the address bar and history. The cookie is accepted for the dashboard's pages only (GET),
+never for the API.
 """
 
 from __future__ import annotations
 
-import hmac
 from urllib.parse import urlencode
 
+import orjson
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 
 from trimaran.server.dashboard.html import PREFIX
+from trimaran.server.tokens import TokenStore
 
 COOKIE = "trimaran_token"
-# Paths anyone may read: the health check, and the root, which only redirects to the dashboard.
-PUBLIC = ("/healthz", "/")
-
-
-def _same(offered: str | None, token: str) -> bool:
-    return offered is not None and hmac.compare_digest(offered.encode(), token.encode())
+# Paths anyone may read: health checks, the version (as kube-apiserver's public-info role allows),
+# and the root, which only redirects to the dashboard.
+PUBLIC = ("/healthz", "/livez", "/readyz", "/version", "/")
 
 
 def _bearer(request: Request) -> str | None:
@@ -35,22 +35,36 @@ def is_dashboard(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-def check(request: Request, token: str) -> Response | None:
-    """None when the request may go on, else the response that answers it instead."""
+def unauthorized(message: str = "Unauthorized") -> Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": "Unauthorized", "code": 401}
+    return Response(orjson.dumps(body), status_code=401, media_type="application/json")
+
+
+def check(request: Request, tokens: TokenStore) -> Response | None:
+    """None when the request may go on (``request.state.principal`` set when a token was given),
+    else the response that answers it instead."""
     path = request.url.path
-    if path in PUBLIC or _same(_bearer(request), token):
+    principal = tokens.authenticate(_bearer(request))
+    if principal is not None:
+        request.state.principal = principal
+        return None
+    if path in PUBLIC:
         return None
     if not is_dashboard(path) or request.method not in ("GET", "HEAD"):
-        return JSONResponse({"message": "missing or wrong bearer token"}, status_code=401)
+        return unauthorized("Unauthorized: a bearer token is required (see $TRIMARAN_HOME/kubeconfig)"
+                            if not _bearer(request) else "Unauthorized: the token is not valid")
     offered = request.query_params.get("token")
     if offered is not None:
-        if not _same(offered, token):
+        if tokens.authenticate(offered) is None:
             return _refused("the token in this link is wrong")
         rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
         response = RedirectResponse(path + (f"?{rest}" if rest else ""), status_code=303)
-        response.set_cookie(COOKIE, token, path=PREFIX, httponly=True, samesite="strict")
+        response.set_cookie(COOKIE, offered, path=PREFIX, httponly=True, samesite="strict")
         return response
-    if _same(request.cookies.get(COOKIE), token):
+    principal = tokens.authenticate(request.cookies.get(COOKIE))
+    if principal is not None:
+        request.state.principal = principal
         return None
     return _refused("this control plane requires its token")
 

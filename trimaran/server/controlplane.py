@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import secrets
 import signal
-import threading
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
+from trimaran.controllers.gc import GarbageCollector
 from trimaran.controllers.kubelet import Kubelet
 from trimaran.controllers.ports import PortAllocator
 from trimaran.controllers.serving import InferenceServiceReconciler
@@ -19,8 +20,11 @@ from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.runtime import LocalRuntime, Node
+from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import clear_server_info, home_dir, write_server_info
+from trimaran.server.tokens import TokenStore
 from trimaran.store import Store, open_store
+from trimaran.store._objects import now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,11 @@ class ControlPlane:
         self.manager.stop()
         self.kubelet.shutdown()
 
+    def runtime_service_account(self, pod_port: int, ca_cert: Path, tokens: TokenStore) -> None:
+        """Hand pods the in-cluster API: ``KUBERNETES_SERVICE_*`` and their namespace's token."""
+        self.kubelet.runtime.service_account = ServiceAccountAccess("127.0.0.1", pod_port, ca_cert,
+                                                                    tokens.service_account_token)
+
 
 def build_control_plane(home: Path | None = None) -> ControlPlane:
     home = home or home_dir()
@@ -50,58 +59,82 @@ def build_control_plane(home: Path | None = None) -> ControlPlane:
     ports = PortAllocator()  # one allocator: training replicas and serving replicas share loopback
     manager = ControllerManager(store, [
         TrainingJobReconciler(store, ports), BatchJobReconciler(store), ClaimReconciler(store, home),
-        ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet])
+        ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet,
+        GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _listener(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
 
 
 def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> None:
     """Run the control plane in the foreground until SIGTERM/SIGINT.
 
-    Binding anywhere but loopback requires a bearer token, written to ``server.json`` (mode 0600).
+    The API is served over HTTPS with the home's own CA (kubectl and client-go send a token only
+    over TLS, and the Kubernetes clients insist on it inside a pod) at ``host:port``; pods reach it
+    on loopback, through a second listener when ``host`` is not loopback. Every request needs a
+    bearer token; the user's is written to ``$TRIMARAN_HOME/kubeconfig``.
     """
     import uvicorn
 
     from trimaran.server.app import create_app
+    from trimaran.server.kube import WatchHub
+    from trimaran.server.kubeconfig import ensure_user_token, write_kubeconfig
+    from trimaran.server.tls import ensure_pki
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     plane = build_control_plane(home)
-    token = secrets.token_urlsafe(24)
-    require_token = host not in ("127.0.0.1", "localhost", "::1")
-    app = create_app(plane, token=token if require_token else None)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
-
-    def started() -> None:
-        sock = server.servers[0].sockets[0]
-        bound_port = sock.getsockname()[1]
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        url = f"http://{shown}:{bound_port}"
-        write_server_info(plane.home, url=url, pid=os.getpid(), token=token if require_token else None)
-        # Trials push metrics here (report_metrics); controllers start once the address is known.
-        plane.trials.api_url = url
-        plane.trials.api_token = token if require_token else None
-        plane.manager.start()
-        log.info("control plane listening on %s:%s (home %s)", host, bound_port, plane.home)
-
-    stop_event = threading.Event()
+    home = plane.home
+    tokens = TokenStore(home)
+    pki = ensure_pki(home, host)
+    sockets = [_listener(host, port)]
+    if host not in LOOPBACK:
+        sockets.append(_listener("127.0.0.1", 0))
+    bound_port = sockets[0].getsockname()[1]
+    pod_port = sockets[-1].getsockname()[1]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    url = f"https://{shown}:{bound_port}"
+    hub = WatchHub(plane.store)
+    app = create_app(plane, tokens, hub, server_address=lambda: f"{shown}:{bound_port}", started=now_rfc3339())
+    servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                             ssl_certfile=str(pki.cert), ssl_keyfile=str(pki.key)))
+               for _ in sockets]
+    for server in servers:
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
     def on_signal(signum, frame):  # noqa: ANN001 - signal handler signature
-        server.should_exit = True
-        stop_event.set()
+        for server in servers:
+            server.should_exit = True
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    original_startup = server.startup
+    write_kubeconfig(home, url, ensure_user_token(home, tokens), pki.ca_pem())
+    plane.trials.api_url = f"https://127.0.0.1:{pod_port}"
+    plane.runtime_service_account(pod_port, pki.ca_cert, tokens)
 
-    async def startup(sockets=None):  # noqa: ANN001 - uvicorn's signature
-        await original_startup(sockets=sockets)
-        started()
+    async def run() -> None:
+        hub.start(asyncio.get_running_loop())
+        plane.manager.start()
+        write_server_info(home, url=url, pid=os.getpid(), pod_port=pod_port)
+        log.info("control plane listening on %s (pods: 127.0.0.1:%s; home %s)", url, pod_port, home)
+        try:
+            await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, sockets, strict=True)))
+        finally:
+            hub.stop()
 
-    server.startup = startup  # type: ignore[method-assign]
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     try:
-        server.run()
+        asyncio.run(run())
     finally:
         plane.stop()
-        clear_server_info(plane.home, os.getpid())
+        clear_server_info(home, os.getpid())

@@ -17,13 +17,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import ssl
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from pathlib import Path
 
 TIMEOUT_SECONDS = 10.0
+# Where the kubelet mounts a pod's service-account token (trimaran.runtime.serviceaccount).
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 class NotInTrialError(RuntimeError):
@@ -39,9 +43,14 @@ def _opener(base: str) -> urllib.request.OpenerDirector:
     environment's HTTP(S)_PROXY (set for downloading data sets) would otherwise route
     127.0.0.1 through the proxy, which cannot reach it."""
     host = (urllib.parse.urlsplit(base).hostname or "").lower()
+    handlers: list[urllib.request.BaseHandler] = []
     if host == "localhost" or host == "::1" or host.startswith("127."):
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener()
+        handlers.append(urllib.request.ProxyHandler({}))
+    # The API's certificate is signed by the control plane's own CA, which every pod is given.
+    ca = Path(SERVICE_ACCOUNT_TOKEN).with_name("ca.crt")
+    if ca.exists():
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=str(ca))))
+    return urllib.request.build_opener(*handlers)
 
 
 def trial_identity(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -58,6 +67,14 @@ def trial_identity(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
         return env.get("TRIMARAN_NAMESPACE", "").strip() or "default", name
     raise NotInTrialError("report_metrics works only inside a trial: neither TRIMARAN_TRIAL nor "
                           "KATIB_TRIAL_NAME is set (the trial controller sets them in the primary container)")
+
+
+def _service_account_token() -> str:
+    """The pod's own token, which every pod of the trial's namespace is given (in-cluster config)."""
+    try:
+        return Path(SERVICE_ACCOUNT_TOKEN).read_text().strip()
+    except OSError:
+        return ""
 
 
 def report_metrics(metrics: Mapping[str, float], step: int | None = None, *,
@@ -93,7 +110,7 @@ def report_metrics(metrics: Mapping[str, float], step: int | None = None, *,
     url = (f"{base}/trimaran/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
            f"/trials/{urllib.parse.quote(name, safe='')}/observations")
     headers = {"Content-Type": "application/json"}
-    token = env.get("TRIMARAN_TOKEN", "").strip()
+    token = env.get("TRIMARAN_TOKEN", "").strip() or _service_account_token()
     if token:
         headers["Authorization"] = f"Bearer {token}"
     body = json.dumps({"observations": observations}).encode()

@@ -1,0 +1,101 @@
+"""API errors as Kubernetes ``Status`` objects, which every client decodes (``apierrors.IsNotFound``,
+``ApiException.reason``): one exception type carrying the reason, the code and the details."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from trimaran.api.errors import FieldError
+
+__all__ = ["StatusError", "status_response"]
+
+
+class StatusError(Exception):
+    """A failed request, answered as ``{"kind": "Status", "status": "Failure", ...}``."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+        self.details = details
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                               "message": self.message, "reason": self.reason, "code": self.code}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+    # Constructors named as apimachinery's errors package names them. ---------------------
+
+    @classmethod
+    def not_found(cls, group: str, plural: str, name: str) -> StatusError:
+        resource = f"{plural}.{group}" if group else plural
+        return cls(404, "NotFound", f'{resource} "{name}" not found',
+                   {"name": name, "group": group, "kind": plural})
+
+    @classmethod
+    def already_exists(cls, group: str, plural: str, name: str) -> StatusError:
+        resource = f"{plural}.{group}" if group else plural
+        return cls(409, "AlreadyExists", f'{resource} "{name}" already exists',
+                   {"name": name, "group": group, "kind": plural})
+
+    @classmethod
+    def conflict(cls, group: str, plural: str, name: str, why: str) -> StatusError:
+        resource = f"{plural}.{group}" if group else plural
+        return cls(409, "Conflict", f'Operation cannot be fulfilled on {resource} "{name}": {why}',
+                   {"name": name, "group": group, "kind": plural})
+
+    @classmethod
+    def invalid(cls, group: str, kind: str, name: str, errors: list[FieldError],
+                lines: list[str] | None = None) -> StatusError:
+        """422 with one cause per field; ``lines`` are the fuller messages when there are any."""
+        causes = [{"reason": f"Field{e.type}" if e.type != "Invalid" else "FieldValueInvalid",
+                   "message": str(e).split(": ", 1)[-1], "field": e.path} for e in errors]
+        text = "; ".join(lines) if lines else ", ".join(str(e) for e in errors)
+        label = f"{kind}.{group}" if group else kind
+        return cls(422, "Invalid", f'{label} "{name}" is invalid: {text}',
+                   {"name": name, "group": group, "kind": kind, "causes": causes})
+
+    @classmethod
+    def bad_request(cls, message: str) -> StatusError:
+        return cls(400, "BadRequest", message)
+
+    @classmethod
+    def forbidden(cls, user: str, verb: str, group: str, plural: str, namespace: str | None) -> StatusError:
+        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        resource = f'"{plural}" in API group "{group}"'
+        return cls(403, "Forbidden", f'{plural} is forbidden: User "{user}" cannot {verb} resource {resource} {where}',
+                   {"group": group, "kind": plural})
+
+    @classmethod
+    def unauthorized(cls) -> StatusError:
+        return cls(401, "Unauthorized", "Unauthorized")
+
+    @classmethod
+    def method_not_allowed(cls, message: str = "the server does not allow this method on the requested resource"
+                           ) -> StatusError:
+        return cls(405, "MethodNotAllowed", message)
+
+    @classmethod
+    def unsupported_media_type(cls, content_type: str) -> StatusError:
+        return cls(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - accepted media '
+                   f'types include: application/json-patch+json, application/merge-patch+json, '
+                   f'application/apply-patch+yaml (got "{content_type}")')
+
+    @classmethod
+    def too_large(cls, limit: int) -> StatusError:
+        return cls(413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}")
+
+    @classmethod
+    def gone(cls, message: str) -> StatusError:
+        return cls(410, "Expired", message)
+
+
+def status_response(error: StatusError) -> Response:
+    return Response(orjson.dumps(error.body()), status_code=error.code, media_type="application/json",
+                    headers=error.headers)

@@ -1,0 +1,215 @@
+"""``/openapi/v3``: an index, then one OpenAPI 3.0 document per group version.
+
+kubectl reads it before every ``apply``/``create``: when a kind's PATCH operation takes the
+``fieldValidation`` parameter, kubectl leaves validation to the server (``fieldValidation=Strict``)
+instead of failing with "failed to download openapi". The schemas are the ones the server
+validates with: each kind's pydantic model, turned into OpenAPI 3.0 (``nullable`` for optional
+fields, components instead of ``$defs``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+from trimaran.api.kinds import KindInfo
+
+__all__ = ["kind_schema", "openapi_document", "openapi_index"]
+
+_REF = "#/components/schemas/"
+
+
+def _convert(node: Any, rename: dict[str, str]) -> Any:
+    """JSON Schema (pydantic's) to OpenAPI 3.0's dialect."""
+    if isinstance(node, list):
+        return [_convert(n, rename) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _convert(v, rename) for k, v in node.items() if k not in ("$defs", "const", "title")}
+    if "$ref" in node:
+        out = {"$ref": _REF + rename[node["$ref"].rsplit("/", 1)[-1]]}
+    if "const" in node:
+        out["enum"] = [node["const"]]
+    options = node.get("anyOf")
+    if isinstance(options, list):
+        rest = [o for o in options if o != {"type": "null"}]
+        if len(rest) < len(options):
+            out.pop("anyOf")
+            if len(rest) == 1:
+                single = _convert(rest[0], rename)
+                out = {**out, **single} if "$ref" not in single else {**out, "allOf": [single]}
+            else:
+                out["anyOf"] = _convert(rest, rename)
+            out["nullable"] = True
+    return out
+
+
+@lru_cache(maxsize=64)
+def _model_schema(info: KindInfo) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The kind's schema and its components, names prefixed by the kind to keep kinds apart."""
+    raw = info.model.model_json_schema(by_alias=True)
+    prefix = f"{info.group or 'core'}.{info.version}.{info.kind}."
+    rename = {name: prefix + name for name in raw.get("$defs", {})}
+    components = {rename[name]: _convert(schema, rename) for name, schema in raw.get("$defs", {}).items()}
+    schema = _convert(raw, rename)
+    schema["x-kubernetes-group-version-kind"] = [{"group": info.group, "version": info.version, "kind": info.kind}]
+    return schema, components
+
+
+def kind_schema(info: KindInfo, inline: bool = False) -> dict[str, Any]:
+    """The kind's schema; ``inline`` resolves every reference (a CRD's openAPIV3Schema has none)."""
+    if info.model is None:
+        return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    schema, components = _model_schema(info)
+    if not inline:
+        return schema
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [resolve(n, seen) for n in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if ref:
+            name = ref[len(_REF):]
+            if name in seen:  # a recursive type: leave its inside open
+                return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            return resolve(components[name], (*seen, name))
+        return {k: resolve(v, seen) for k, v in node.items() if k != "x-kubernetes-group-version-kind"}
+
+    return resolve(copy.deepcopy(schema), ())
+
+
+def _group_version_path(group: str, version: str) -> str:
+    return f"api/{version}" if not group else f"apis/{group}/{version}"
+
+
+def _param(name: str, where: str = "query", description: str = "", required: bool = False,
+           kind: str = "string") -> dict[str, Any]:
+    return {"name": name, "in": where, "description": description, "required": required, "schema": {"type": kind}}
+
+
+_WRITE_PARAMS = [
+    _param("dryRun", description="All: validate and answer without storing"),
+    _param("fieldManager", description="the name of the actor making the change"),
+    _param("fieldValidation", description="Ignore, Warn or Strict: what to do with unknown fields"),
+]
+_LIST_PARAMS = [_param(n) for n in ("labelSelector", "fieldSelector", "resourceVersion", "continue")] + [
+    _param("limit", kind="integer"), _param("timeoutSeconds", kind="integer"), _param("watch", kind="boolean"),
+    _param("allowWatchBookmarks", kind="boolean")]
+
+
+def _ok(ref: str) -> dict[str, Any]:
+    return {"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": _REF + ref}}}},
+            "401": {"description": "Unauthorized"}}
+
+
+def openapi_document(group: str, version: str, served: list[KindInfo]) -> dict[str, Any] | None:
+    """The OpenAPI document of one group version, or None when nothing is served there."""
+    infos = [i for i in served if i.group == group and i.version == version]
+    if not infos:
+        return None
+    paths: dict[str, Any] = {}
+    schemas: dict[str, Any] = {
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Status": {"type": "object", "properties": {
+            "kind": {"type": "string"}, "apiVersion": {"type": "string"}, "status": {"type": "string"},
+            "message": {"type": "string"}, "reason": {"type": "string"}, "code": {"type": "integer"},
+            "details": {"type": "object"}}},
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Patch": {"type": "object"},
+    }
+    base = "/" + _group_version_path(group, version)
+    for info in infos:
+        name = f"{info.group or 'core'}.{info.version}.{info.kind}"
+        if info.model is not None:
+            schema, components = _model_schema(info)
+            schemas.update(components)
+            schemas[name] = schema
+        else:
+            schemas[name] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                             "x-kubernetes-group-version-kind": [
+                                 {"group": info.group, "version": info.version, "kind": info.kind}]}
+        schemas[name + "List"] = {"type": "object", "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+            "items": {"type": "array", "items": {"$ref": _REF + name}}},
+            "x-kubernetes-group-version-kind": [{"group": info.group, "version": info.version,
+                                                 "kind": info.list_kind}]}
+        gvk = {"group": info.group, "version": info.version, "kind": info.kind}
+        body = {"required": True, "content": {"application/json": {"schema": {"$ref": _REF + name}}}}
+        patch_body = {"required": True, "content": {
+            t: {"schema": {"$ref": _REF + "io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}}
+            for t in ("application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml")
+            + (("application/strategic-merge-patch+json",) if info.group in ("", "batch") else ())}}
+
+        def op(action: str, op_id: str, responses: dict[str, Any], params: list[dict[str, Any]],
+               request: dict[str, Any] | None = None, kind: dict[str, Any] = gvk) -> dict[str, Any]:
+            out: dict[str, Any] = {"operationId": op_id, "x-kubernetes-action": action,
+                                   "x-kubernetes-group-version-kind": kind, "parameters": params,
+                                   "responses": responses, "tags": [_group_version_path(group, version)]}
+            if request:
+                out["requestBody"] = request
+            return out
+
+        ns_param = [_param("namespace", "path", required=True)] if info.namespaced else []
+        name_param = [_param("name", "path", required=True)]
+        collection = f"{base}/namespaces/{{namespace}}/{info.plural}" if info.namespaced else f"{base}/{info.plural}"
+        item = f"{collection}/{{name}}"
+        suffix = ("Namespaced" if info.namespaced else "") + info.kind
+        if info.model is None:
+            paths[collection] = {"parameters": ns_param, "get": op("list", f"list{suffix}", _ok(name + "List"),
+                                                                   _LIST_PARAMS)}
+            paths[item] = {"parameters": ns_param + name_param, "get": op("get", f"read{suffix}", _ok(name), [])}
+            continue
+        paths[collection] = {
+            "parameters": ns_param,
+            "get": op("list", f"list{suffix}", _ok(name + "List"), _LIST_PARAMS),
+            "post": op("post", f"create{suffix}", {**_ok(name), "201": _ok(name)["200"]}, _WRITE_PARAMS, body),
+            "delete": op("deletecollection", f"deleteCollection{suffix}",
+                         _ok("io.k8s.apimachinery.pkg.apis.meta.v1.Status"), _LIST_PARAMS),
+        }
+        paths[item] = {
+            "parameters": ns_param + name_param,
+            "get": op("get", f"read{suffix}", _ok(name), []),
+            "put": op("put", f"replace{suffix}", _ok(name), _WRITE_PARAMS, body),
+            "patch": op("patch", f"patch{suffix}", _ok(name), _WRITE_PARAMS + [_param("force", kind="boolean")],
+                        patch_body),
+            "delete": op("delete", f"delete{suffix}", _ok("io.k8s.apimachinery.pkg.apis.meta.v1.Status"),
+                         [_param("propagationPolicy"), _param("dryRun")]),
+        }
+        if info.namespaced:
+            paths[f"{base}/{info.plural}"] = {"get": op("list", f"list{info.kind}ForAllNamespaces",
+                                                        _ok(name + "List"), _LIST_PARAMS)}
+        if info.status_subresource:
+            paths[f"{item}/status"] = {
+                "parameters": ns_param + name_param,
+                "get": op("get", f"read{suffix}Status", _ok(name), []),
+                "put": op("put", f"replace{suffix}Status", _ok(name), _WRITE_PARAMS, body),
+                "patch": op("patch", f"patch{suffix}Status", _ok(name),
+                            _WRITE_PARAMS + [_param("force", kind="boolean")], patch_body),
+            }
+    title = f"Trimaran {group or 'core'}/{version}"
+    return {"openapi": "3.0.0", "info": {"title": title, "version": version}, "paths": paths,
+            "components": {"schemas": schemas}}
+
+
+@lru_cache(maxsize=64)
+def _document_bytes(group: str, version: str, served: tuple[KindInfo, ...]) -> bytes:
+    doc = openapi_document(group, version, list(served))
+    return orjson.dumps(doc) if doc is not None else b""
+
+
+def document_bytes(group: str, version: str, served: list[KindInfo]) -> bytes:
+    """The encoded document (cached: it changes only with the registry)."""
+    return _document_bytes(group, version, tuple(served))
+
+
+def openapi_index(served: list[KindInfo]) -> dict[str, Any]:
+    paths = {}
+    for group, version in dict.fromkeys((i.group, i.version) for i in served):
+        gv = _group_version_path(group, version)
+        digest = hashlib.sha256(document_bytes(group, version, served)).hexdigest()[:16].upper()
+        paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={digest}"}
+    return {"paths": paths}

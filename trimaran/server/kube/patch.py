@@ -1,0 +1,348 @@
+"""PATCH bodies and server-side apply, with the field ownership (``managedFields``) they keep.
+
+* JSON merge patch (RFC 7386) and JSON patch (RFC 6902, through the ``jsonpatch`` library) for
+  every kind.
+* Strategic merge patch for built-in kinds only, as kube-apiserver (custom resources answer 415):
+  lists of objects merge by their key (containers by ``name``, volume mounts by ``mountPath``, ...)
+  and the ``$patch``, ``$setElementOrder`` and ``$deleteFromPrimitiveList`` directives are obeyed.
+* Server-side apply (``application/apply-patch+yaml``): the applied configuration's fields become
+  its manager's, a field another manager owns with another value is a conflict (409) unless
+  ``force``, and fields the manager applied before but no longer lists are removed when no one else
+  owns them. Ownership is kept in ``metadata.managedFields`` in the ``FieldsV1`` format, so
+  ``kubectl apply --server-side`` sees the owners it expects and sends no migration requests.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import jsonpatch
+
+from trimaran.server.kube.errors import StatusError
+
+__all__ = ["apply_patch", "json_patch", "merge_patch", "server_side_apply", "strategic_merge_patch",
+           "track_update"]
+
+# Lists of objects that merge item by item, keyed by this field (Kubernetes' patchMergeKey, and
+# the list-map keys its types declare). Other lists are atomic: a patch replaces them whole.
+MERGE_KEYS: dict[str, str] = {
+    "containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
+    "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath", "ports": "containerPort",
+    "imagePullSecrets": "name", "ownerReferences": "uid", "conditions": "type", "hostAliases": "ip",
+    "resourceClaims": "name",
+}
+# Primitive lists merged as sets by strategic merge patch.
+SET_LISTS = frozenset({"finalizers"})
+
+# Never owned by anyone: identity and server-kept fields.
+_UNOWNED_TOP = frozenset({"apiVersion", "kind", "status"})
+_UNOWNED_META = frozenset({"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+                           "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds",
+                           "generateName"})
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, ``null`` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def json_patch(target: dict, operations: Any) -> dict:
+    """RFC 6902; a failed ``test`` or a path that does not exist is a 422, as kube-apiserver answers."""
+    if not isinstance(operations, list):
+        raise StatusError.bad_request("a JSON patch must be a list of operations")
+    try:
+        return jsonpatch.apply_patch(target, operations)
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError,
+            IndexError, ValueError) as exc:
+        raise StatusError(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}"
+                          ) from None
+
+
+def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
+    """Kubernetes' strategic merge for built-in kinds."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if patch.get("$patch") == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    if patch.get("$patch") == "delete":
+        return None
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$setElementOrder/") or key in ("$patch", "$retainKeys"):
+            continue
+        if key.startswith("$deleteFromPrimitiveList/"):
+            name = key.split("/", 1)[1]
+            out[name] = [v for v in out.get(name) or [] if v not in (value or [])]
+            continue
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, list):
+            out[key] = _merge_list(key, out.get(key), value)
+        else:
+            merged = strategic_merge_patch(out.get(key), value, key)
+            if merged is None:
+                out.pop(key, None)
+            else:
+                out[key] = merged
+    return out
+
+
+def _merge_list(field: str, current: Any, patch: list) -> list:
+    current = current if isinstance(current, list) else []
+    if field in SET_LISTS:
+        return current + [v for v in patch if v not in current]
+    key = MERGE_KEYS.get(field)
+    if not key or not all(isinstance(item, dict) for item in patch):
+        return copy.deepcopy(patch)
+    out = [copy.deepcopy(item) for item in current]
+    for item in patch:
+        if item.get("$patch") == "replace":
+            return [copy.deepcopy({k: v for k, v in i.items() if k != "$patch"}) for i in patch]
+        index = next((i for i, c in enumerate(out) if isinstance(c, dict) and c.get(key) == item.get(key)), None)
+        if item.get("$patch") == "delete":
+            if index is not None:
+                out.pop(index)
+        elif index is None:
+            out.append({k: v for k, v in item.items() if not k.startswith("$")})
+        else:
+            out[index] = strategic_merge_patch(out[index], item, field)
+    return out
+
+
+def apply_patch(content_type: str, target: dict, body: bytes, builtin: bool) -> dict:
+    """``target`` patched by a merge, JSON or strategic patch of ``content_type``."""
+    try:
+        patch = json.loads(body or b"null")
+    except ValueError as exc:
+        raise StatusError.bad_request(f"the body of the patch is not valid JSON: {exc}") from None
+    if content_type == "application/json-patch+json":
+        return json_patch(target, patch)
+    if not isinstance(patch, dict):
+        raise StatusError.bad_request("a merge patch must be a JSON object")
+    if content_type == "application/merge-patch+json":
+        return merge_patch(target, patch)
+    if content_type == "application/strategic-merge-patch+json":
+        if not builtin:
+            raise StatusError.unsupported_media_type(content_type)
+        return strategic_merge_patch(target, patch)
+    raise StatusError.unsupported_media_type(content_type)
+
+
+# Field sets ------------------------------------------------------------------------------
+# A path is a tuple of FieldsV1 elements: "f:<field>" for a map key, 'k:{"name":"x"}' for an item
+# of a keyed list. A leaf path owns a value; a list item's "." owns the item itself.
+
+Path = tuple[str, ...]
+
+
+def _item_element(field: str, item: dict) -> str | None:
+    key = MERGE_KEYS.get(field)
+    if not key or key not in item:
+        return None
+    return "k:" + json.dumps({key: item[key]}, separators=(",", ":"))
+
+
+def field_paths(obj: Any, prefix: Path = (), field: str = "") -> set[Path]:
+    """The leaf paths of ``obj`` in FieldsV1 terms (top-level identity and status left out)."""
+    out: set[Path] = set()
+    if isinstance(obj, dict) and (obj or not prefix):
+        for key, value in obj.items():
+            if not prefix and key in _UNOWNED_TOP:
+                continue
+            if prefix == ("f:metadata",) and key in _UNOWNED_META:
+                continue
+            out |= field_paths(value, (*prefix, f"f:{key}"), key)
+        return out
+    if isinstance(obj, list) and obj and all(isinstance(i, dict) and _item_element(field, i) for i in obj):
+        for item in obj:
+            element = (*prefix, _item_element(field, item))
+            out.add((*element, "."))
+            out |= field_paths(item, element, field)
+        return out
+    if prefix:
+        out.add(prefix)
+    return out
+
+
+def _lookup(obj: Any, path: Path) -> Any:
+    cur = obj
+    for element in path:
+        if element == ".":
+            return cur
+        if element.startswith("f:"):
+            if not isinstance(cur, dict) or element[2:] not in cur:
+                return _ABSENT
+            cur = cur[element[2:]]
+        else:
+            wanted = json.loads(element[2:])
+            ((k, v),) = wanted.items()
+            if not isinstance(cur, list):
+                return _ABSENT
+            cur = next((i for i in cur if isinstance(i, dict) and i.get(k) == v), _ABSENT)
+            if cur is _ABSENT:
+                return cur
+    return cur
+
+
+def _remove(obj: Any, path: Path) -> None:
+    """Remove the value at ``path`` (a leaf, or a list item when the path ends in ".")."""
+    if path[-1] == ".":
+        path = path[:-1]
+    parent = _lookup(obj, path[:-1]) if len(path) > 1 else obj
+    last = path[-1]
+    if last.startswith("f:") and isinstance(parent, dict):
+        parent.pop(last[2:], None)
+    elif last.startswith("k:") and isinstance(parent, list):
+        ((k, v),) = json.loads(last[2:]).items()
+        parent[:] = [i for i in parent if not (isinstance(i, dict) and i.get(k) == v)]
+
+
+_ABSENT = object()
+
+
+def to_fields_v1(paths: set[Path]) -> dict:
+    root: dict = {}
+    for path in sorted(paths):
+        node = root
+        for element in path:
+            node = node.setdefault(element, {})
+    return root
+
+
+def from_fields_v1(tree: dict, prefix: Path = ()) -> set[Path]:
+    out: set[Path] = set()
+    for element, child in (tree or {}).items():
+        path = (*prefix, element)
+        if element == "." or not child:
+            out.add(path)
+        else:
+            out |= from_fields_v1(child, path)
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _entry(manager: str, operation: str, api_version: str, paths: set[Path]) -> dict:
+    return {"manager": manager, "operation": operation, "apiVersion": api_version, "time": _now(),
+            "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(paths)}
+
+
+def _owners(obj: dict) -> list[tuple[dict, set[Path]]]:
+    return [(e, from_fields_v1(e.get("fieldsV1") or {})) for e in (obj.get("metadata") or {}).get("managedFields") or []
+            if isinstance(e, dict)]
+
+
+def _deep_apply(live: Any, applied: Any, field: str = "") -> Any:
+    """``applied`` laid over ``live``: maps merge, keyed lists merge by key, the rest is replaced."""
+    if isinstance(applied, dict) and isinstance(live, dict):
+        out = dict(live)
+        for key, value in applied.items():
+            out[key] = _deep_apply(live.get(key), value, key)
+        return out
+    if isinstance(applied, list) and isinstance(live, list) and applied and \
+            all(isinstance(i, dict) and _item_element(field, i) for i in applied):
+        key = MERGE_KEYS[field]
+        out = [copy.deepcopy(i) for i in live]
+        for item in applied:
+            index = next((n for n, c in enumerate(out) if isinstance(c, dict) and c.get(key) == item[key]), None)
+            if index is None:
+                out.append(copy.deepcopy(item))
+            else:
+                out[index] = _deep_apply(out[index], item, field)
+        return out
+    return copy.deepcopy(applied)
+
+
+def server_side_apply(live: dict | None, applied: dict, manager: str, force: bool) -> dict:
+    """The object after ``manager`` applies ``applied`` to ``live`` (None when it does not exist yet).
+
+    Raises:
+        StatusError: 409 Conflict naming each field another manager owns with another value.
+    """
+    applied_paths = field_paths(applied)
+    if live is None:
+        out = copy.deepcopy(applied)
+        out.setdefault("metadata", {})["managedFields"] = [
+            _entry(manager, "Apply", applied.get("apiVersion", ""), applied_paths)]
+        return out
+    owners = _owners(live)
+    conflicts: list[tuple[str, Path]] = []
+    for entry, paths in owners:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply":
+            continue
+        for path in paths & applied_paths:
+            if path[-1] != "." and _lookup(live, path) != _lookup(applied, path):
+                conflicts.append((entry.get("manager", ""), path))
+    if conflicts and not force:
+        causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{who}"',
+                   "field": _dotted(path)} for who, path in conflicts]
+        lines = "\n".join(f'- {who}: {_dotted(path)}' for who, path in conflicts)
+        raise StatusError(409, "Conflict", f"Apply failed with {len(conflicts)} conflict"
+                          f"{'s' if len(conflicts) > 1 else ''}: conflicts with the managers of:\n{lines}",
+                          {"causes": causes})
+    previous = next((paths for entry, paths in owners
+                     if entry.get("manager") == manager and entry.get("operation") == "Apply"), set())
+    out = _deep_apply(live, {k: v for k, v in applied.items() if k not in ("status",)})
+    others = set().union(*(paths for entry, paths in owners
+                           if not (entry.get("manager") == manager and entry.get("operation") == "Apply")))
+    # Deepest first, so an item goes after the fields inside it.
+    for path in sorted(previous - applied_paths - others, key=len, reverse=True):
+        _remove(out, path)
+    entries = []
+    for entry, paths in owners:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply":
+            continue
+        kept = paths - applied_paths if force else paths
+        if kept:
+            entries.append({**entry, "fieldsV1": to_fields_v1(kept)})
+    entries.append(_entry(manager, "Apply", applied.get("apiVersion", ""), applied_paths))
+    out.setdefault("metadata", {})["managedFields"] = entries
+    return out
+
+
+def track_update(old: dict | None, new: dict, manager: str) -> None:
+    """Record in ``new``'s managedFields that ``manager`` set what this write changed (an Update).
+
+    Fields this write changed move to the manager (as kube-apiserver does for every non-apply
+    write), so a later server-side apply of them by someone else is a conflict.
+    """
+    old_paths = field_paths(old) if old else set()
+    new_paths = field_paths(new)
+    changed = {p for p in new_paths if p not in old_paths or _lookup(old, p) != _lookup(new, p)}
+    entries = []
+    mine: set[Path] = set()
+    for entry, paths in _owners(old or {}):
+        kept = (paths - changed) & new_paths
+        if entry.get("manager") == manager and entry.get("operation") == "Update":
+            mine = kept
+        elif kept:
+            entries.append({**entry, "fieldsV1": to_fields_v1(kept)})
+    mine |= changed
+    if mine:
+        entries.append(_entry(manager, "Update", new.get("apiVersion", ""), mine))
+    new.setdefault("metadata", {})["managedFields"] = entries
+
+
+def _dotted(path: Path) -> str:
+    out = ""
+    for element in path:
+        if element == ".":
+            continue
+        if element.startswith("f:"):
+            out += "." + element[2:]
+        else:
+            out += "[" + element[2:] + "]"
+    return out

@@ -1,0 +1,691 @@
+"""The Kubernetes REST API for every kind in the registry: one set of handlers, no per-kind routes.
+
+Paths are kube-apiserver's (``/api/v1/namespaces/NS/pods/NAME/log``,
+``/apis/kubeflow.org/v1/namespaces/NS/pytorchjobs/NAME/status``); objects, lists, tables, watch
+events and errors are its shapes, so kubectl, client-go, the Python client and the Kubeflow SDKs
+work unchanged. Writes go through the same validation as ``trimaran apply`` (the kind's model),
+and store calls run off the event loop so watches and log follows never wait behind them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import yaml
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from trimaran.api import ManifestError, kinds, printers, validate
+from trimaran.api.errors import FieldError
+from trimaran.api.kinds import KindInfo
+from trimaran.controllers.gc import request_delete
+from trimaran.server.kube import patch as patching
+from trimaran.server.kube.errors import StatusError
+from trimaran.server.kube.logs import LogOptions, pod_log
+from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+from trimaran.server.kube.table import table, wants_table
+from trimaran.server.kube.watch import SlowWatcher, WatchHub
+from trimaran.server.tokens import Principal
+from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+from trimaran.store.base import WatchEvent
+from trimaran.store.errors import Expired, Invalid
+
+__all__ = ["EVENT", "KubeAPI", "MAX_BODY_BYTES", "Target"]
+
+MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit for a request body
+MAX_WATCH_SECONDS = 1800  # a watch without timeoutSeconds ends here, and none lasts longer
+_BOOKMARK_EVERY = 30.0
+_UNKNOWN_FIELD = 'unknown field "'
+
+# Events are not stored objects (the store keeps them in a table of their own), so the registry
+# does not know them; they are served read-only at their core v1 place.
+EVENT = KindInfo("Event", "v1", "", "v1", "events", ("ev",), True, model=None,  # type: ignore[arg-type]
+                 status_subresource=False, printer_columns=printers.EVENT)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a request's path names."""
+
+    info: KindInfo
+    namespace: str | None  # None: across namespaces, or a cluster-scoped kind
+    name: str | None
+    subresource: str | None
+
+    @property
+    def scope(self) -> str | None:
+        """The namespace the request acts in, for authorisation."""
+        return self.namespace if self.info.namespaced else None
+
+
+def _flag(value: str | None) -> bool:
+    # The Python client sends True/False (it url-encodes Python booleans).
+    return (value or "").lower() in ("true", "1")
+
+
+def _int_param(params: Any, name: str) -> int | None:
+    raw = params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise StatusError.bad_request(f'invalid value for {name}: "{raw}" is not an integer') from None
+
+
+def _json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json", headers=headers)
+
+
+class KubeAPI:
+    """The resource handlers of one control plane."""
+
+    def __init__(self, store: Store, hub: WatchHub, log_path: Callable[..., Any]) -> None:
+        self.store = store
+        self.hub = hub
+        self.log_path = log_path
+        self._by_path: dict[tuple[str, str, str], KindInfo] = {}
+        for info in kinds.all_kinds():
+            self._by_path.setdefault((info.group, info.version, info.plural), info)
+        self._by_path[("", "v1", "events")] = EVENT
+
+    # Resolution ------------------------------------------------------------------------
+
+    def served(self) -> list[KindInfo]:
+        """Every kind served, Events included, in registration order."""
+        return list(self._by_path.values())
+
+    def kind_at(self, group: str, version: str, plural: str) -> KindInfo | None:
+        return self._by_path.get((group, version, plural))
+
+    def resolve(self, group: str, version: str, segments: list[str]) -> Target:
+        """The target of ``segments``: the path after ``/api/v1`` or ``/apis/G/V``."""
+        def missing() -> StatusError:
+            return StatusError(404, "NotFound", "the server could not find the requested resource",
+                               {"group": group, "kind": segments[0] if segments else ""})
+
+        if segments and segments[0] == "watch":  # the deprecated /watch/ prefix
+            segments = segments[1:]
+        if len(segments) >= 3 and segments[0] == "namespaces" and self.kind_at(group, version, segments[2]):
+            info = self.kind_at(group, version, segments[2])
+            assert info is not None
+            if not info.namespaced or len(segments) > 5:
+                raise missing()
+            return Target(info, segments[1], segments[3] if len(segments) > 3 else None,
+                          segments[4] if len(segments) > 4 else None)
+        info = self.kind_at(group, version, segments[0]) if segments else None
+        if info is None or len(segments) > 3:
+            raise missing()
+        return Target(info, None, segments[1] if len(segments) > 1 else None,
+                      segments[2] if len(segments) > 2 else None)
+
+    # Dispatch --------------------------------------------------------------------------
+
+    @staticmethod
+    def verb(request: Request, target: Target) -> str:
+        method = request.method
+        if method in ("GET", "HEAD"):
+            if target.name is None:
+                watching = _flag(request.query_params.get("watch")) or "/watch/" in request.url.path
+                return "watch" if watching else "list"
+            return "get"
+        if method == "POST":
+            return "create"
+        if method == "PUT":
+            return "update"
+        if method == "PATCH":
+            return "patch"
+        if method == "DELETE":
+            return "delete" if target.name else "deletecollection"
+        raise StatusError.method_not_allowed()
+
+    async def serve(self, request: Request, target: Target, verb: str, principal: Principal) -> Response:
+        sub = target.subresource
+        info = target.info
+        if sub not in (None, "status", "scale", "log") or (sub == "log" and info.kind != "Pod") or \
+                (sub == "status" and not info.status_subresource) or (sub == "scale" and info.scale is None):
+            raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        if info is EVENT and verb not in ("get", "list", "watch"):
+            raise StatusError.method_not_allowed("events are written by Trimaran's controllers only")
+        if target.name is None and verb in ("create",) and target.namespace is None and info.namespaced:
+            raise StatusError.method_not_allowed("create needs a namespace: POST to /namespaces/NS/" + info.plural)
+        if target.name is not None and verb == "create":
+            raise StatusError.method_not_allowed()
+        if target.name is None and verb in ("update", "patch"):
+            raise StatusError.method_not_allowed()
+        params = request.query_params
+        if verb == "list":
+            return await self._list(request, target)
+        if verb == "watch":
+            return await self._watch(request, target)
+        if verb == "get":
+            if sub == "log":
+                return await self._log(request, target)
+            obj = await self._get(target)
+            if sub == "scale":
+                return _json_response(self._scale_of(info, obj))
+            if wants_table(request.headers.get("accept", "")):
+                return _json_response(table(info, [obj], obj["metadata"].get("resourceVersion", ""),
+                                            params.get("includeObject", "Metadata")))
+            return _json_response(obj)
+        body = await _read_body(request)
+        manager = params.get("fieldManager") or _default_manager(request)
+        dry_run = params.get("dryRun") == "All"
+        if verb == "create":
+            return await self._create(target, _decode(body, request), manager, params.get("fieldValidation"),
+                                      dry_run)
+        if verb == "update":
+            return await self._update(target, _decode(body, request), manager, params.get("fieldValidation"),
+                                      dry_run)
+        if verb == "patch":
+            content_type = request.headers.get("content-type", "").split(";")[0].strip()
+            return await self._patch(target, content_type, body, manager, _flag(params.get("force")),
+                                     params.get("fieldValidation"), dry_run)
+        options = _decode(body, request) if body.strip() else {}
+        propagation = params.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
+        if options.get("orphanDependents") is True:
+            propagation = "Orphan"
+        if propagation not in ("Background", "Foreground", "Orphan"):
+            raise StatusError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: '
+                              f'Unsupported value: "{propagation}": supported values: "Background", '
+                              f'"Foreground", "Orphan"')
+        dry_run = dry_run or options.get("dryRun") == ["All"]
+        if verb == "delete":
+            return await self._delete(target, propagation, options.get("preconditions"), dry_run)
+        return await self._delete_collection(request, target, propagation, dry_run)
+
+    # Reads -----------------------------------------------------------------------------
+
+    async def _get(self, target: Target) -> dict:
+        info = target.info
+        if info is EVENT:
+            found = [e for e in await asyncio.to_thread(self.store.list_events, None, target.namespace)
+                     if e["metadata"]["name"] == target.name]
+            if not found:
+                raise StatusError.not_found("", "events", target.name or "")
+            return found[0]
+        try:
+            obj = await asyncio.to_thread(self.store.get, info.kind, target.namespace or "", target.name)
+        except NotFound:
+            raise StatusError.not_found(info.group, info.plural, target.name or "") from None
+        if obj.get("apiVersion") != info.api_version:
+            raise StatusError.not_found(info.group, info.plural, target.name or "")
+        return obj
+
+    def _matcher(self, target: Target, labels: LabelSelector, fields: FieldSelector) -> Callable[[dict], bool]:
+        info = target.info
+
+        def accepts(obj: dict) -> bool:
+            if obj.get("kind") != info.kind or obj.get("apiVersion") != info.api_version:
+                return False
+            if target.namespace is not None and obj["metadata"].get("namespace") != target.namespace:
+                return False
+            return labels.matches(obj) and fields.matches(obj)
+
+        return accepts
+
+    async def _select(self, request: Request, target: Target) -> tuple[int, list[dict], Callable[[dict], bool]]:
+        """The store revision, then the objects the request's namespace and selectors pick."""
+        params = request.query_params
+        info = target.info
+        labels = parse_label_selector(params.get("labelSelector"))
+        fields = parse_field_selector(params.get("fieldSelector"), info.kind)
+        accepts = self._matcher(target, labels, fields)
+        name = fields.value_of("metadata.name")
+        namespace = target.namespace if info.namespaced else None
+        if namespace is None and info.namespaced:
+            namespace = fields.value_of("metadata.namespace")
+
+        def read() -> tuple[int, list[dict]]:
+            revision = self.store.current_revision()  # first: a watch from here misses nothing
+            if info is EVENT:
+                return revision, self.store.list_events(None, namespace)
+            if name is not None and (namespace is not None or not info.namespaced):
+                try:
+                    return revision, [self.store.get(info.kind, namespace or "", name)]
+                except NotFound:
+                    return revision, []
+            return revision, self.store.list(info.kind, namespace, label_selector=labels.equalities() or None,
+                                              shared=True)
+
+        revision, items = await asyncio.to_thread(read)
+        return revision, [o for o in items if accepts(o)], accepts
+
+    async def _list(self, request: Request, target: Target) -> Response:
+        params = request.query_params
+        info = target.info
+        revision, items, _ = await self._select(request, target)
+        limit = _int_param(params, "limit")
+        token = params.get("continue")
+        if token:
+            try:
+                cont = json.loads(base64.urlsafe_b64decode(token.encode()))
+                after, revision = tuple(cont["after"]), int(cont["rv"])
+            except (ValueError, KeyError, TypeError):
+                raise StatusError(410, "Expired", "the provided continue parameter is too old or malformed"
+                                  ) from None
+            items = [o for o in items if (o["metadata"].get("namespace") or "", o["metadata"]["name"]) > after]
+        next_token, remaining = "", None
+        if limit and limit > 0 and len(items) > limit:
+            remaining = len(items) - limit
+            items = items[:limit]
+            last = items[-1]["metadata"]
+            next_token = base64.urlsafe_b64encode(orjson.dumps(
+                {"rv": revision, "after": [last.get("namespace") or "", last["name"]]})).decode()
+        if wants_table(request.headers.get("accept", "")):
+            return _json_response(table(info, items, str(revision), params.get("includeObject", "Metadata"),
+                                        continue_token=next_token))
+        metadata: dict[str, Any] = {"resourceVersion": str(revision)}
+        if next_token:
+            metadata.update({"continue": next_token, "remainingItemCount": remaining})
+        return _json_response({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": metadata,
+                               "items": items})
+
+    async def _watch(self, request: Request, target: Target) -> Response:
+        params = request.query_params
+        info = target.info
+        as_table = wants_table(request.headers.get("accept", ""))
+        timeout = _int_param(params, "timeoutSeconds")
+        timeout = MAX_WATCH_SECONDS if timeout is None or timeout <= 0 else min(timeout, MAX_WATCH_SECONDS)
+        bookmarks = _flag(params.get("allowWatchBookmarks"))
+        initial_end_bookmark = _flag(params.get("sendInitialEvents"))
+        if initial_end_bookmark and params.get("resourceVersionMatch") != "NotOlderThan":
+            raise StatusError(422, "Invalid", "sendInitialEvents is forbidden for watch unless resourceVersionMatch "
+                              "is set to NotOlderThan")
+        rv = params.get("resourceVersion") or ""
+        if rv in ("", "0") or initial_end_bookmark:
+            revision, initial, accepts = await self._select(request, target)
+        else:
+            try:
+                revision = int(rv)
+            except ValueError:
+                raise StatusError.bad_request(f'invalid resource version "{rv}"') from None
+            labels = parse_label_selector(params.get("labelSelector"))
+            fields = parse_field_selector(params.get("fieldSelector"), info.kind)
+            initial, accepts = [], self._matcher(target, labels, fields)
+        if info is EVENT:
+            watcher = None  # events are not in the change log: the initial state, then silence
+        else:
+            try:
+                watcher = await self.hub.subscribe(revision, lambda e: accepts(e.object))
+            except Expired as exc:
+                raise StatusError.gone(f"too old resource version: {rv} ({exc})") from None
+        include = params.get("includeObject", "Metadata")
+
+        def encode(kind: str, obj: dict, headers: bool) -> bytes:
+            shown = table(info, [obj], obj["metadata"].get("resourceVersion", ""), include, headers) \
+                if as_table and kind != "BOOKMARK" and kind != "ERROR" else obj
+            return orjson.dumps({"type": kind, "object": shown}) + b"\n"
+
+        def bookmark(position: int, end_of_initial: bool) -> bytes:
+            meta: dict[str, Any] = {"resourceVersion": str(position)}
+            if end_of_initial:
+                meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+            return orjson.dumps({"type": "BOOKMARK", "object": {"kind": info.kind, "apiVersion": info.api_version,
+                                                                "metadata": meta}}) + b"\n"
+
+        async def stream() -> AsyncIterator[bytes]:
+            headers = True
+            deadline = time.monotonic() + timeout
+            try:
+                for obj in initial:
+                    yield encode("ADDED", obj, headers)
+                    headers = False
+                if initial_end_bookmark:
+                    yield bookmark(revision, True)
+                if watcher is None:
+                    await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+                    return
+                position = revision
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    wait = min(left, _BOOKMARK_EVERY) if bookmarks else left
+                    try:
+                        event: WatchEvent | None = await watcher.next(wait)
+                    except StopAsyncIteration:
+                        return
+                    if event is None:
+                        if bookmarks and time.monotonic() < deadline:
+                            yield bookmark(max(position, self.hub.position), False)
+                        continue
+                    position = event.revision
+                    yield encode(event.type, event.object, headers)
+                    headers = False
+            except SlowWatcher:
+                error = StatusError.gone("the watch fell too far behind: list again")
+                yield orjson.dumps({"type": "ERROR", "object": error.body()}) + b"\n"
+            finally:
+                if watcher is not None:
+                    watcher.close()
+
+        media = "application/json;stream=watch" if not as_table else "application/json"
+        return StreamingResponse(stream(), media_type=media)
+
+    async def _log(self, request: Request, target: Target) -> Response:
+        params = request.query_params
+        pod = await self._get(target)
+        options = LogOptions(params.get("container"), _flag(params.get("follow")), _flag(params.get("previous")),
+                             _int_param(params, "tailLines"), _int_param(params, "sinceSeconds"),
+                             _int_param(params, "limitBytes"), _flag(params.get("timestamps")))
+        return pod_log(self.store, self.log_path, pod, options)
+
+    # Writes ----------------------------------------------------------------------------
+
+    def _admit(self, target: Target, obj: Any, validation: str | None, name: str | None = None
+               ) -> tuple[dict, list[str]]:
+        """Validate and default ``obj`` for ``target``; return it with the warnings to send."""
+        info = target.info
+        if not isinstance(obj, dict):
+            raise StatusError.bad_request("the body of the request must be a JSON object")
+        for field, expected in (("apiVersion", info.api_version), ("kind", info.kind)):
+            given = obj.get(field)
+            if not given:
+                raise StatusError.bad_request(f"Object '{field[0].upper() + field[1:]}' is missing in the body")
+            if given != expected:
+                raise StatusError.bad_request(f"the {field} of the object ({given}) does not match the expected "
+                                              f"{field} ({expected}) for {info.plural}")
+        meta = obj.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise StatusError.bad_request("metadata must be an object")
+        meta = obj.setdefault("metadata", {})
+        if info.namespaced:
+            given_ns = meta.get("namespace")
+            if given_ns and target.namespace and given_ns != target.namespace:
+                raise StatusError.bad_request("the namespace of the provided object does not match the namespace "
+                                              "sent on the request")
+            meta["namespace"] = given_ns or target.namespace
+        else:
+            meta.pop("namespace", None)
+        if name is not None and meta.get("name") and meta["name"] != name:
+            raise StatusError.bad_request(f"the name of the object ({meta['name']}) does not match the name on the "
+                                          f"URL ({name})")
+        if name is not None:
+            meta["name"] = name
+        try:
+            result = validate(obj)
+        except ManifestError as exc:
+            label = meta.get("name") or meta.get("generateName") or ""
+            raise StatusError.invalid(info.group, info.kind, label, exc.field_errors or _as_field_errors(exc),
+                                      exc.problems) from None
+        unknown = [w for w in result.warnings if w.startswith(_UNKNOWN_FIELD)]
+        others = [w for w in result.warnings if not w.startswith(_UNKNOWN_FIELD)]
+        if unknown and validation == "Strict":
+            raise StatusError.bad_request(f"{info.kind} in version \"{info.version}\" cannot be handled as a "
+                                          f"{info.kind}: strict decoding error: " + ", ".join(unknown))
+        admitted = result.object
+        # Fields the models do not carry but the API server keeps.
+        for field in ("managedFields", "resourceVersion", "deletionTimestamp", "finalizers", "ownerReferences"):
+            if field in meta:
+                admitted["metadata"][field] = copy.deepcopy(meta[field])
+        return admitted, (unknown if validation != "Ignore" else []) + others
+
+    async def _create(self, target: Target, obj: Any, manager: str, validation: str | None, dry_run: bool,
+                      managed: bool = True) -> Response:
+        info = target.info
+        admitted, warnings = self._admit(target, obj, validation)
+        admitted["metadata"].pop("resourceVersion", None)
+        admitted["metadata"].pop("deletionTimestamp", None)
+        if info.status_subresource:
+            admitted.pop("status", None)
+        if managed:
+            patching.track_update(None, admitted, manager)
+        if dry_run:
+            return _json_response(admitted, 201, _warning_headers(warnings))
+
+        def write() -> dict:
+            if info.namespaced:
+                self.store.ensure_namespace(admitted["metadata"]["namespace"])
+            return self.store.create(admitted)
+
+        try:
+            created = await asyncio.to_thread(write)
+        except AlreadyExists:
+            raise StatusError.already_exists(info.group, info.plural, admitted["metadata"].get("name", "")) from None
+        return _json_response(created, 201, _warning_headers(warnings))
+
+    def _check_update(self, info: KindInfo, current: dict, new: dict) -> None:
+        errors = info.model.update_errors(current, new)
+        if errors:
+            name = current["metadata"]["name"]
+            raise StatusError.invalid(info.group, info.kind, name, errors)
+
+    async def _update(self, target: Target, obj: Any, manager: str, validation: str | None, dry_run: bool
+                      ) -> Response:
+        info = target.info
+        current = await self._get(target)
+        if target.subresource == "scale":
+            return await self._write_scale(target, current, obj, dry_run)
+        if target.subresource == "status":
+            if not isinstance(obj, dict) or not isinstance(obj.get("status", {}), dict):
+                raise StatusError.bad_request("status must be an object")
+            new = copy.deepcopy(current)
+            new["status"] = obj.get("status") or {}
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                new["metadata"]["resourceVersion"] = rv
+            return await self._store_status(info, new, dry_run)
+        admitted, warnings = self._admit(target, obj, validation, name=target.name)
+        self._check_update(info, current, admitted)
+        admitted["metadata"]["deletionTimestamp"] = current["metadata"].get("deletionTimestamp")
+        if admitted["metadata"]["deletionTimestamp"] is None:
+            admitted["metadata"].pop("deletionTimestamp")
+        patching.track_update(current, admitted, manager)
+        return await self._store_update(info, admitted, dry_run, warnings)
+
+    async def _store_update(self, info: KindInfo, new: dict, dry_run: bool, warnings: list[str]) -> Response:
+        if dry_run:
+            return _json_response(new, 200, _warning_headers(warnings))
+        try:
+            stored = await asyncio.to_thread(self.store.update, new)
+        except Conflict:
+            raise StatusError.conflict(info.group, info.plural, new["metadata"]["name"],
+                                       "the object has been modified; please apply your changes to the latest "
+                                       "version and try again") from None
+        except NotFound:
+            raise StatusError.not_found(info.group, info.plural, new["metadata"]["name"]) from None
+        return _json_response(stored, 200, _warning_headers(warnings))
+
+    async def _store_status(self, info: KindInfo, new: dict, dry_run: bool) -> Response:
+        if dry_run:
+            return _json_response(new)
+        try:
+            stored = await asyncio.to_thread(self.store.update_status, new)
+        except Conflict:
+            raise StatusError.conflict(info.group, info.plural, new["metadata"]["name"],
+                                       "the object has been modified; please apply your changes to the latest "
+                                       "version and try again") from None
+        return _json_response(stored)
+
+    async def _patch(self, target: Target, content_type: str, body: bytes, manager: str, force: bool,
+                     validation: str | None, dry_run: bool) -> Response:
+        info = target.info
+        if content_type == "application/apply-patch+yaml":
+            try:
+                applied = yaml.safe_load(body or b"")
+            except yaml.YAMLError as exc:
+                raise StatusError.bad_request(f"error decoding YAML: {exc}") from None
+            if not isinstance(applied, dict):
+                raise StatusError.bad_request("an apply patch must be an object")
+            try:
+                live: dict | None = await self._get(target)
+            except StatusError as exc:
+                if exc.code != 404 or target.subresource:
+                    raise
+                live = None
+            if live is not None and "status" in applied and target.subresource == "status":
+                new = copy.deepcopy(live)
+                new["status"] = applied["status"]
+                return await self._store_status(info, new, dry_run)
+            merged = patching.server_side_apply(live, applied, manager, force)
+            if live is None:
+                return await self._create(target, merged, manager, validation, dry_run, managed=False)
+            admitted, warnings = self._admit(target, merged, validation, name=target.name)
+            self._check_update(info, live, admitted)
+            admitted["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+            return await self._store_update(info, admitted, dry_run, warnings)
+        builtin = info.group in ("", "batch")
+        for _ in range(5):  # a patch is relative to the object: re-read and retry on a racing write
+            current = await self._get(target)
+            patched = patching.apply_patch(content_type, copy.deepcopy(current), body, builtin)
+            if not isinstance(patched, dict):
+                raise StatusError(422, "Invalid", "the patch did not leave an object")
+            for field in ("name", "namespace", "uid"):
+                if (patched.get("metadata") or {}).get(field) != current["metadata"].get(field):
+                    raise StatusError(422, "Invalid", f"metadata.{field}: Invalid value: the patch may not change "
+                                      f"the object's {field}")
+            if target.subresource == "scale":
+                return await self._write_scale(target, current, patched, dry_run)
+            if target.subresource == "status":
+                new = copy.deepcopy(current)
+                new["status"] = patched.get("status") or {}
+                try:
+                    return await self._store_status(info, new, dry_run)
+                except StatusError as exc:
+                    if exc.code == 409:
+                        continue
+                    raise
+            admitted, warnings = self._admit(target, patched, validation, name=target.name)
+            self._check_update(info, current, admitted)
+            admitted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            patching.track_update(current, admitted, manager)
+            try:
+                return await self._store_update(info, admitted, dry_run, warnings)
+            except StatusError as exc:
+                if exc.code != 409:
+                    raise
+        raise StatusError.conflict(info.group, info.plural, target.name or "", "too many concurrent writes")
+
+    async def _delete(self, target: Target, propagation: str, preconditions: Any, dry_run: bool) -> Response:
+        info = target.info
+        current = await self._get(target)
+        try:
+            remaining = await asyncio.to_thread(request_delete, self.store, current, propagation,
+                                                preconditions if isinstance(preconditions, dict) else None, dry_run)
+        except Conflict as exc:
+            raise StatusError.conflict(info.group, info.plural, target.name or "", str(exc)) from None
+        except NotFound:
+            raise StatusError.not_found(info.group, info.plural, target.name or "") from None
+        except Invalid as exc:
+            raise StatusError(422, "Invalid", str(exc)) from None
+        if remaining is not None:
+            return _json_response(remaining, 200)
+        meta = current["metadata"]
+        return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                               "details": {"name": meta["name"], "group": info.group, "kind": info.plural,
+                                           "uid": meta.get("uid")}})
+
+    async def _delete_collection(self, request: Request, target: Target, propagation: str, dry_run: bool
+                                 ) -> Response:
+        _, items, _ = await self._select(request, target)
+        for obj in items:
+            try:
+                await asyncio.to_thread(request_delete, self.store, obj, propagation, None, dry_run)
+            except (NotFound, Conflict):
+                continue  # gone or changed meanwhile: deletecollection is best effort per item
+        return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+
+    # Scale -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _scale_of(info: KindInfo, obj: dict) -> dict:
+        assert info.scale is not None
+        meta = obj["metadata"]
+        selector = _dotted_get(obj, info.scale.label_selector_path) if info.scale.label_selector_path else None
+        status: dict[str, Any] = {"replicas": _dotted_get(obj, info.scale.status_replicas_path) or 0}
+        if selector:
+            status["selector"] = selector
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in meta},
+                "spec": {"replicas": _dotted_get(obj, info.scale.spec_replicas_path) or 0}, "status": status}
+
+    async def _write_scale(self, target: Target, current: dict, scale: Any, dry_run: bool) -> Response:
+        info = target.info
+        assert info.scale is not None
+        replicas = ((scale or {}).get("spec") or {}).get("replicas") if isinstance(scale, dict) else None
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise StatusError.invalid("autoscaling", "Scale", target.name or "", [
+                FieldError.invalid("spec.replicas", replicas, "must be greater than or equal to 0")])
+        new = copy.deepcopy(current)
+        if not _dotted_set(new, info.scale.spec_replicas_path, replicas):
+            raise StatusError(422, "Invalid", f"{info.kind} {target.name} has no {info.scale.spec_replicas_path} "
+                              "to scale")
+        admitted, _ = self._admit(Target(info, target.namespace, target.name, None), new, "Ignore", target.name)
+        self._check_update(info, current, admitted)
+        admitted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        response = await self._store_update(info, admitted, dry_run, [])
+        stored = orjson.loads(response.body)
+        return _json_response(self._scale_of(info, stored))
+
+
+def _dotted_get(obj: dict, path: str) -> Any:
+    cur: Any = obj
+    for part in path.strip(".").split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return cur
+
+
+def _dotted_set(obj: dict, path: str, value: Any) -> bool:
+    parts = path.strip(".").split(".")
+    cur: Any = obj
+    for part in parts[:-1]:
+        cur = cur.get(part) if isinstance(cur, dict) else None
+        if cur is None:
+            return False
+    cur[parts[-1]] = value
+    return True
+
+
+def _as_field_errors(exc: ManifestError) -> list[FieldError]:
+    return [FieldError.invalid("", None, problem) for problem in exc.problems]
+
+
+def _warning_headers(warnings: list[str]) -> dict[str, str]:
+    if not warnings:
+        return {}
+    # One header can carry several warnings, comma-separated (RFC 7234 warning-values).
+    return {"Warning": ", ".join('299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"' for w in warnings)}
+
+
+def _default_manager(request: Request) -> str:
+    agent = request.headers.get("user-agent", "unknown")
+    return agent.split("/")[0][:128] or "unknown"
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise StatusError.too_large(MAX_BODY_BYTES)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise StatusError.too_large(MAX_BODY_BYTES)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decode(body: bytes, request: Request) -> Any:
+    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    if content_type in ("application/yaml", "application/x-yaml", "text/yaml"):
+        try:
+            return yaml.safe_load(body)
+        except yaml.YAMLError as exc:
+            raise StatusError.bad_request(f"error decoding YAML: {exc}") from None
+    if content_type not in ("application/json", "", "*/*"):
+        raise StatusError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - '
+                          f'accepted media types include: application/json, application/yaml (got "{content_type}")')
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise StatusError.bad_request(f"the body of the request is not valid JSON: {exc}") from None

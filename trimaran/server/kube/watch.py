@@ -1,0 +1,182 @@
+"""Watches without a thread each.
+
+One thread follows the store's change log and hands every change to the event loop, where each
+open watch is a queue: a thousand idle watches cost a thousand small objects, not a thousand
+threads, and a client that goes away frees its watch at once. Recent changes are kept in memory
+so a watch that resumes from a recent resourceVersion replays from there; an older one reads the
+store's change log (or gets 410 Expired when the log no longer reaches back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from trimaran.store import Store
+from trimaran.store.base import WatchEvent
+from trimaran.store.errors import Expired
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SlowWatcher", "WatchHub", "Watcher"]
+
+_RECENT = 20_000
+# Events a watcher may fall behind by before it is closed with 410, as kube-apiserver closes a
+# watcher whose buffer is full; the client lists again.
+_QUEUE_LIMIT = 10_000
+
+
+class SlowWatcher(Exception):
+    """The watcher fell too far behind; answer with an Expired error event."""
+
+
+class _Subscription:
+    def __init__(self, since: int, accepts: Callable[[WatchEvent], bool]) -> None:
+        self.since = since
+        self.accepts = accepts
+        self.queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self.overflowed = False
+
+    def offer(self, event: WatchEvent) -> None:
+        if event.revision <= self.since or self.overflowed or not self.accepts(event):
+            return
+        if self.queue.qsize() >= _QUEUE_LIMIT:
+            self.overflowed = True
+            self.queue.put_nowait(None)
+            return
+        self.queue.put_nowait(event)
+
+
+class Watcher:
+    """One open watch: its pending changes, oldest first."""
+
+    def __init__(self, hub: WatchHub, sub: _Subscription, pending: deque[WatchEvent]) -> None:
+        self._hub, self._sub, self._pending = hub, sub, pending
+        self.closed = False
+
+    async def next(self, timeout: float | None) -> WatchEvent | None:
+        """The next change, or None when ``timeout`` seconds pass without one.
+
+        Raises:
+            StopAsyncIteration: the hub closed (the server stops).
+            SlowWatcher: the watcher fell too far behind.
+        """
+        while True:
+            if self._pending:
+                event = self._pending.popleft()
+            else:
+                try:
+                    event = await asyncio.wait_for(self._sub.queue.get(), timeout)
+                except asyncio.TimeoutError:
+                    return None
+                if event is None:
+                    if self._sub.overflowed:
+                        raise SlowWatcher()
+                    raise StopAsyncIteration
+            if event.revision > self._sub.since:
+                self._sub.since = event.revision
+                return event
+
+    def close(self) -> None:
+        self._hub._unsubscribe(self._sub)
+        self.closed = True
+
+
+class WatchHub:
+    """Fans the store's changes out to the watches of one event loop."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._subs: set[_Subscription] = set()
+        self._recent: deque[WatchEvent] = deque(maxlen=_RECENT)
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._start_revision = 0
+        self.position = 0  # the revision of the last change handed to the loop
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._start_revision = self.position = self.store.current_revision()
+        self._thread = threading.Thread(target=self._follow, name="watch-hub", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._close_all)
+
+    def _close_all(self) -> None:
+        for sub in list(self._subs):
+            sub.queue.put_nowait(None)
+
+    def _follow(self) -> None:
+        since = self._start_revision
+        while not self._stop.is_set():
+            try:
+                for event in self.store.watch(since=since, stop=self._stop, timeout=1.0):
+                    since = event.revision
+                    self._loop.call_soon_threadsafe(self._dispatch, event)  # type: ignore[union-attr]
+            except Expired:
+                # The log was compacted past us (the loop stalled for very long): watchers must relist.
+                since = self.store.current_revision()
+                self._loop.call_soon_threadsafe(self._expire_all, since)  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - a closed store at shutdown; anything else is logged
+                if not self._stop.is_set():
+                    log.exception("the watch hub lost the store's change log; retrying")
+                    self._stop.wait(0.5)
+
+    def _expire_all(self, revision: int) -> None:
+        self._recent.clear()
+        self.position = revision
+        for sub in list(self._subs):
+            sub.overflowed = True
+            sub.queue.put_nowait(None)
+
+    def _dispatch(self, event: WatchEvent) -> None:
+        self._recent.append(event)
+        self.position = event.revision
+        for sub in self._subs:
+            sub.offer(event)
+
+    async def subscribe(self, since: int, accepts: Callable[[WatchEvent], bool]) -> Watcher:
+        """A watcher of every accepted change after revision ``since``; close it when done.
+
+        Raises:
+            Expired: ``since`` is older than the store's change log reaches.
+        """
+        sub = _Subscription(since, accepts)
+        self._subs.add(sub)
+        try:
+            backlog = await self._backlog(since, accepts)
+        except BaseException:
+            self._subs.discard(sub)
+            raise
+        # Changes the hub delivered while the backlog was read are in the deque (and the queue).
+        after = backlog[-1].revision if backlog else since
+        replay = [e for e in self._recent if e.revision > after and accepts(e)]
+        return Watcher(self, sub, deque(backlog + replay))
+
+    def _unsubscribe(self, sub: _Subscription) -> None:
+        self._subs.discard(sub)
+
+    async def _backlog(self, since: int, accepts: Callable[[WatchEvent], bool]) -> list[WatchEvent]:
+        """Changes after ``since`` that the in-memory window does not hold."""
+        oldest = self._recent[0].revision if self._recent else self.position + 1
+        if since + 1 >= oldest or since >= self.position:
+            return []
+        upto = oldest - 1
+
+        def read() -> list[WatchEvent]:
+            out = []
+            for event in self.store.watch(since=since, timeout=0):
+                if event.revision > upto:
+                    break
+                if accepts(event):
+                    out.append(event)
+            return out
+
+        return await asyncio.to_thread(read)

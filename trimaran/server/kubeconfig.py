@@ -1,0 +1,115 @@
+"""``$TRIMARAN_HOME/kubeconfig``: how kubectl, the Kubernetes clients, the Kubeflow SDKs and
+``trimaran`` itself find and authenticate to the control plane.
+
+Written by the control plane on every start (its port may change), mode 0600, context ``trimaran``
+with the user's admin token; the token is made on first start and kept across restarts.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from trimaran.server.tokens import TokenStore, write_private
+
+__all__ = ["CONTEXT", "Endpoint", "ensure_user_token", "kubeconfig_path", "read_endpoint", "write_kubeconfig"]
+
+CONTEXT = "trimaran"
+FILE = "kubeconfig"
+
+
+def kubeconfig_path(home: Path) -> Path:
+    return home / FILE
+
+
+def _existing_token(path: Path) -> str | None:
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    for user in config.get("users") or []:
+        if user.get("name") == CONTEXT:
+            return (user.get("user") or {}).get("token")
+    return None
+
+
+def ensure_user_token(home: Path, tokens: TokenStore) -> str:
+    """The admin token of the home's user: the kubeconfig's, while it is still valid, else a new one."""
+    token = _existing_token(kubeconfig_path(home))
+    if token and tokens.authenticate(token) is not None:
+        return token
+    return tokens.create("admin", None, name="admin")
+
+
+def write_kubeconfig(home: Path, server: str, token: str, ca_pem: bytes | None) -> Path:
+    cluster: dict = {"server": server}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    config = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "clusters": [{"name": CONTEXT, "cluster": cluster}],
+        "users": [{"name": CONTEXT, "user": {"token": token}}],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}}],
+        "current-context": CONTEXT,
+    }
+    path = kubeconfig_path(home)
+    write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+    return path
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a kubeconfig context points: the server, its token, the CA to trust, the namespace."""
+
+    server: str
+    token: str | None
+    ca_pem: bytes | None
+    namespace: str | None
+    insecure: bool = False
+
+
+def read_endpoint(path: Path, context: str | None = None) -> Endpoint:
+    """The endpoint of ``context`` (the current one by default) in the kubeconfig at ``path``.
+
+    ``KUBECONFIG`` may list several files (``:``-separated): the first that defines the context wins,
+    as kubectl merges them.
+
+    Raises:
+        LookupError: the context, its cluster or its user is missing.
+    """
+    configs = []
+    for part in str(path).split(os.pathsep):
+        if part:
+            try:
+                configs.append(yaml.safe_load(Path(part).expanduser().read_text()) or {})
+            except FileNotFoundError:
+                continue
+    if not configs:
+        raise LookupError(f"no kubeconfig at {path}")
+    name = context or next((c.get("current-context") for c in configs if c.get("current-context")), None)
+    if not name:
+        raise LookupError(f"{path} names no current context; pass --context")
+
+    def find(section: str, wanted: str) -> dict:
+        for config in configs:
+            for entry in config.get(section) or []:
+                if entry.get("name") == wanted:
+                    return entry.get(section[:-1]) or {}
+        raise LookupError(f'{section[:-1]} "{wanted}" is not in {path}')
+
+    ctx = find("contexts", name)
+    cluster = find("clusters", ctx.get("cluster", ""))
+    user = find("users", ctx["user"]) if ctx.get("user") else {}
+    ca: bytes | None = None
+    if cluster.get("certificate-authority-data"):
+        ca = base64.b64decode(cluster["certificate-authority-data"])
+    elif cluster.get("certificate-authority"):
+        ca = Path(cluster["certificate-authority"]).expanduser().read_bytes()
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        token = Path(user["tokenFile"]).expanduser().read_text().strip()
+    return Endpoint(cluster["server"], token, ca, ctx.get("namespace"), bool(cluster.get("insecure-skip-tls-verify")))
