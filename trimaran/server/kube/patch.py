@@ -302,13 +302,16 @@ def server_side_apply(live: dict | None, applied: dict, manager: str, force: boo
     for path in sorted(previous - applied_paths - others, key=len, reverse=True):
         _remove(out, path)
     entries = []
+    mine = None
     for entry, paths in owners:
         if entry.get("manager") == manager and entry.get("operation") == "Apply":
+            # Unchanged ownership keeps its entry (and time), so a repeated apply writes nothing.
+            mine = entry if paths == applied_paths else None
             continue
         kept = paths - applied_paths if force else paths
         if kept:
-            entries.append({**entry, "fieldsV1": to_fields_v1(kept)})
-    entries.append(_entry(manager, "Apply", applied.get("apiVersion", ""), applied_paths))
+            entries.append(entry if kept == paths else {**entry, "fieldsV1": to_fields_v1(kept)})
+    entries.append(mine or _entry(manager, "Apply", applied.get("apiVersion", ""), applied_paths))
     out.setdefault("metadata", {})["managedFields"] = entries
     return out
 
@@ -324,15 +327,18 @@ def track_update(old: dict | None, new: dict, manager: str) -> None:
     changed = {p for p in new_paths if p not in old_paths or _lookup(old, p) != _lookup(new, p)}
     entries = []
     mine: set[Path] = set()
+    mine_entry = None
     for entry, paths in _owners(old or {}):
         kept = (paths - changed) & new_paths
         if entry.get("manager") == manager and entry.get("operation") == "Update":
-            mine = kept
+            mine, mine_entry = kept, entry if kept == paths else None
         elif kept:
-            entries.append({**entry, "fieldsV1": to_fields_v1(kept)})
-    mine |= changed
+            entries.append(entry if kept == paths else {**entry, "fieldsV1": to_fields_v1(kept)})
+    if changed:
+        mine |= changed
+        mine_entry = None
     if mine:
-        entries.append(_entry(manager, "Update", new.get("apiVersion", ""), mine))
+        entries.append(mine_entry or _entry(manager, "Update", new.get("apiVersion", ""), mine))
     new.setdefault("metadata", {})["managedFields"] = entries
 
 
