@@ -1,0 +1,164 @@
+"""kubectl (the real one) against a real control plane, through the kubeconfig it writes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+from tests.helpers import EXAMPLES, poll
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is installed by .ci/run (Debian's kubernetes-client)")
+
+CONFIGMAP = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, labels: {app: demo, tier: back}}
+data: {a: "1"}
+"""
+
+JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: hello}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: python
+        command: [python, -c, "print('hello from the job'); print('second line')"]
+"""
+
+
+@pytest.fixture
+def kubectl(plane, tmp_path):  # noqa: ANN001, ANN201
+    env = dict(plane.env, KUBECONFIG=str(plane.home / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "kcache"),
+               HOME=str(tmp_path))
+
+    def run(*args: str, input: str | None = None, check: bool = True, timeout: float = 120
+            ) -> subprocess.CompletedProcess:
+        proc = subprocess.run([KUBECTL, *args], env=env, input=input, capture_output=True, text=True,
+                              timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    run.env = env  # type: ignore[attr-defined]
+    return run
+
+
+def test_kubeconfig_is_private_and_needs_its_token(plane) -> None:  # noqa: ANN001
+    path = plane.home / "kubeconfig"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    env = dict(plane.env, KUBECONFIG=str(path))
+    anonymous = subprocess.run([KUBECTL, "get", "pods", "--token", "not-a-token"], env=env, capture_output=True,
+                               text=True, timeout=60)
+    assert anonymous.returncode != 0
+    assert "Unauthorized" in anonymous.stderr or "credentials" in anonymous.stderr
+
+
+def test_discovery_names_every_kind_with_short_names_and_categories(kubectl) -> None:  # noqa: ANN001
+    out = kubectl("api-resources", "-o", "wide").stdout
+    for line in ("pytorchjobs", "tfjobs", "experiments", "inferenceservices", "jobs", "pods", "events"):
+        assert line in out
+    assert "isvc" in out and "katib" in out  # a short name and a category
+    version = json.loads(kubectl("version", "-o", "json").stdout)
+    assert version["serverVersion"]["major"] == "1"
+
+
+def test_apply_get_label_patch_delete(kubectl) -> None:  # noqa: ANN001
+    assert "configmap/settings created" in kubectl("apply", "-f", "-", input=CONFIGMAP).stdout
+    assert "unchanged" in kubectl("apply", "-f", "-", input=CONFIGMAP).stdout
+    kubectl("label", "configmap", "settings", "owner=me")
+    kubectl("annotate", "configmap", "settings", "note=x")
+    kubectl("patch", "configmap", "settings", "--type=merge", "-p", '{"data":{"b":"2"}}')
+    kubectl("patch", "configmap", "settings", "--type=json", "-p", '[{"op":"replace","path":"/data/a","value":"3"}]')
+    kubectl("patch", "configmap", "settings", "-p", '{"data":{"c":"4"}}')  # strategic merge on a core kind
+    got = json.loads(kubectl("get", "cm", "settings", "-o", "json").stdout)
+    assert got["data"] == {"a": "3", "b": "2", "c": "4"}
+    assert got["metadata"]["labels"]["owner"] == "me" and got["metadata"]["annotations"]["note"] == "x"
+    assert kubectl("get", "cm", "-l", "tier in (back,front),!missing", "-o", "name").stdout.split() == \
+        ["configmap/settings"]
+    assert kubectl("get", "cm", "-l", "tier=front", "-o", "name").stdout.strip() == ""
+    assert kubectl("get", "cm", "settings", "-o", "jsonpath={.data.b}").stdout == "2"
+    wide = kubectl("get", "cm", "-A").stdout
+    assert wide.splitlines()[0].split()[:3] == ["NAMESPACE", "NAME", "DATA"]
+    assert 'configmap "settings" deleted' in kubectl("delete", "cm", "settings").stdout
+    missing = kubectl("get", "cm", "settings", check=False)
+    assert missing.returncode != 0 and "NotFound" in missing.stderr
+
+
+def test_a_bad_manifest_is_refused_whole_with_the_field_path(kubectl) -> None:  # noqa: ANN001
+    bad = (EXAMPLES / "pytorch-ddp" / "pytorchjob.yaml").read_text().replace("replicas: 2", "replicas: -2")
+    refused = kubectl("apply", "-f", "-", input=bad, check=False)
+    assert refused.returncode != 0
+    assert "spec.pytorchReplicaSpecs.Worker.replicas" in refused.stderr and "Invalid value: -2" in refused.stderr
+    strict = kubectl("apply", "-f", "-", input=CONFIGMAP + "extra: 1\n", check=False)
+    assert strict.returncode != 0 and 'unknown field "extra"' in strict.stderr
+    assert kubectl("get", "cm", "-o", "name").stdout.strip() == ""
+
+
+def test_custom_resource_printer_columns_and_strategic_patch_refusal(kubectl) -> None:  # noqa: ANN001
+    kubectl("apply", "-f", str(EXAMPLES / "pytorch-ddp" / "code-configmap.yaml"))
+    kubectl("apply", "-f", str(EXAMPLES / "pytorch-ddp" / "pvc.yaml"))
+    kubectl("apply", "--server-side", "-f", str(EXAMPLES / "pytorch-ddp" / "pytorchjob.yaml"))
+    header = kubectl("get", "pytorchjobs").stdout.splitlines()[0].split()
+    assert header == ["NAME", "STATE", "AGE"]
+    refused = kubectl("patch", "pytorchjob", "digits-ddp", "-p", '{"metadata":{"labels":{"a":"b"}}}', check=False)
+    assert refused.returncode != 0 and "application/strategic-merge-patch+json is not supported" in refused.stderr
+    kubectl("scale", "pytorchjob", "digits-ddp", "--replicas=3")
+    replicas = kubectl("get", "pytorchjob", "digits-ddp", "-o", "jsonpath={.spec.pytorchReplicaSpecs.Worker.replicas}")
+    assert replicas.stdout == "3"
+    pods = poll(lambda: kubectl("get", "pods", "-l", "training.kubeflow.org/job-name=digits-ddp", "-o",
+                                "name").stdout.split(), timeout=60, what="the job's pods")
+    assert pods
+    kubectl("wait", "--for=condition=Succeeded", "pytorchjob/digits-ddp", "--timeout=240s", timeout=300)
+    described = kubectl("describe", "pytorchjob", "digits-ddp").stdout
+    assert "PyTorchJobSucceeded" in described and "Replica Statuses" in described
+    kubectl("delete", "pytorchjob", "digits-ddp", timeout=120)
+    poll(lambda: not kubectl("get", "pods", "-o", "name").stdout.strip(), timeout=60, what="pods to go")
+
+
+def test_logs_and_watch_of_a_batch_job(kubectl) -> None:  # noqa: ANN001
+    lines: list[str] = []
+    watcher = subprocess.Popen([KUBECTL, "get", "jobs", "-w", "--request-timeout=60s"], env=kubectl.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    reader = threading.Thread(target=lambda: lines.extend(watcher.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        kubectl("create", "-f", "-", input=JOB)
+        kubectl("wait", "--for=condition=Complete", "job/hello", "--timeout=120s", timeout=150)
+        pod = kubectl("get", "pods", "-l", "batch.kubernetes.io/job-name=hello", "-o", "name").stdout.strip()
+        assert pod.startswith("pod/hello-")
+        assert kubectl("logs", pod).stdout == "hello from the job\nsecond line\n"
+        assert kubectl("logs", pod, "--tail=1").stdout == "second line\n"
+        assert kubectl("logs", "-l", "batch.kubernetes.io/job-name=hello").stdout.endswith("second line\n")
+        poll(lambda: any("Complete" in line for line in lines), timeout=30, what="the watch to show Complete")
+        assert lines[0].split()[:2] == ["NAME", "STATUS"]
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
+
+
+def test_namespaced_token_is_forbidden_elsewhere(plane, kubectl) -> None:  # noqa: ANN001
+    from trimaran.server.tokens import TokenStore
+
+    token = TokenStore(plane.home).create("edit", ["team-a"])
+    kubectl("create", "-f", "-", input="apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n")
+    ok = kubectl("--token", token, "-n", "team-a", "apply", "-f", "-", input=CONFIGMAP)
+    assert "created" in ok.stdout
+    denied = kubectl("--token", token, "-n", "default", "get", "cm", check=False)
+    assert denied.returncode != 0 and "Forbidden" in denied.stderr
+    everywhere = kubectl("--token", token, "get", "cm", "-A", check=False)
+    assert everywhere.returncode != 0 and "Forbidden" in everywhere.stderr
+    viewer = TokenStore(plane.home).create("view", ["team-a"])
+    readonly = kubectl("--token", viewer, "-n", "team-a", "delete", "cm", "settings", check=False)
+    assert readonly.returncode != 0 and "Forbidden" in readonly.stderr
+    assert kubectl("-n", "team-a", "get", "cm", "settings", "-o", "name").stdout.strip() == "configmap/settings"
+
