@@ -210,8 +210,8 @@ class Kubelet(Reconciler):
         status.update(phase="Running", podIP=LOOPBACK, hostIP=LOOPBACK, startTime=status.get("startTime") or now,
                       allocation={"gpus": gpus, "env": gpu_env})
         status["containerStatuses"] = [
-            {"name": c["name"], "restartCount": prior.get(c["name"], {}).get("restartCount", 0),
-             "state": {"running": {"startedAt": now}}, "ready": True,
+            {"name": c["name"], **_image_fields(c), "restartCount": prior.get(c["name"], {}).get("restartCount", 0),
+             "state": {"running": {"startedAt": now}}, "ready": True, "started": True,
              **({"lastState": prior[c["name"]]["lastState"]} if prior.get(c["name"], {}).get("lastState") else {})}
             for c in pod["spec"].get("containers") or []
         ]
@@ -282,7 +282,8 @@ class Kubelet(Reconciler):
     def _set_waiting(self, pod: dict, reason: str, message: str, failed: bool) -> None:
         status = dict(pod.get("status") or {})
         status["containerStatuses"] = [
-            {"name": c["name"], "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}
+            {"name": c["name"], **_image_fields(c), "restartCount": 0, "ready": False,
+             "state": {"waiting": {"reason": reason, "message": message}}}
             for c in pod["spec"].get("containers") or []
         ]
         if failed:
@@ -343,3 +344,9 @@ class Kubelet(Reconciler):
 def _queued_at(pod: dict) -> tuple[float, str]:
     ann = pod["metadata"].get("annotations") or {}
     return float(ann.get(QUEUED_ANNOTATION, "inf")), pod["metadata"].get("creationTimestamp", "")
+
+
+def _image_fields(container: dict) -> dict[str, str]:
+    """``image`` and ``imageID``, which Kubernetes' typed clients require of a container status.
+    A pod that runs this machine's Python has no image digest to report."""
+    return {"image": container.get("image") or "", "imageID": ""}

@@ -26,6 +26,7 @@ from trimaran.server.auth import is_dashboard
 from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import dashboard_router
 from trimaran.server.kube import KubeAPI, StatusError, WatchHub, principal_of, routes, status_response
+from trimaran.server.observations import add_pushed_observations
 from trimaran.server.tokens import TokenStore
 from trimaran.store import NotFound
 
@@ -106,16 +107,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
         allow(request, "update", namespace)
         trial = store.get("Trial", namespace, name)
         rows = [o.model_dump() for o in body.observations]
-        if any(r["step"] is None for r in rows):
-            # Reports without a step count per metric, as the text collector numbers its lines.
-            seen: dict[str, int] = {}
-            for r in store.list_observations(namespace, trials=[name]):
-                seen[r["metric"]] = seen.get(r["metric"], 0) + 1
-            for r in rows:
-                if r["step"] is None:
-                    r["step"] = seen.get(r["metric"], 0)
-                seen[r["metric"]] = seen.get(r["metric"], 0) + 1
-        store.add_observations(namespace, name, trial["metadata"]["uid"], rows)
+        add_pushed_observations(store, namespace, name, trial["metadata"]["uid"], rows)
         return _json({"accepted": len(rows)})
 
     @app.get("/trimaran/v1/namespaces/{namespace}/observations")

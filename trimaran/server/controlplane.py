@@ -22,6 +22,7 @@ from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import clear_server_info, home_dir, write_server_info
+from trimaran.server.katib import DBManager, start_dbmanager_for_home
 from trimaran.server.tokens import TokenStore
 from trimaran.store import Store, open_store
 from trimaran.store._objects import now_rfc3339
@@ -36,10 +37,13 @@ class ControlPlane:
     kubelet: Kubelet
     trials: TrialReconciler
     home: Path
+    dbmanager: DBManager | None = None
 
     def stop(self) -> None:
         self.manager.stop()
         self.kubelet.shutdown()
+        if self.dbmanager is not None:
+            self.dbmanager.stop()
 
     def runtime_service_account(self, pod_port: int, ca_cert: Path, tokens: TokenStore) -> None:
         """Hand pods the in-cluster API: ``KUBERNETES_SERVICE_*`` and their namespace's token."""
@@ -65,6 +69,20 @@ def build_control_plane(home: Path | None = None) -> ControlPlane:
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+PORT_FILE = "api-port"
+
+
+def _previous_port(home: Path, host: str) -> int:
+    """The port this home's API had before, when it is free: pods that outlived a restart, and
+    the kubeconfig a user copied, keep working."""
+    try:
+        port = int((home / PORT_FILE).read_text())
+        _listener(host, port).close()
+        return port
+    except (OSError, ValueError):
+        return 0
 
 
 def _listener(host: str, port: int) -> socket.socket:
@@ -97,7 +115,8 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
     home = plane.home
     tokens = TokenStore(home)
     pki = ensure_pki(home, host)
-    sockets = [_listener(host, port)]
+    sockets = [_listener(host, port or _previous_port(home, host))]
+    (home / PORT_FILE).write_text(str(sockets[0].getsockname()[1]))
     if host not in LOOPBACK:
         sockets.append(_listener("127.0.0.1", 0))
     bound_port = sockets[0].getsockname()[1]
@@ -122,11 +141,16 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
     write_kubeconfig(home, url, ensure_user_token(home, tokens), pki.ca_pem())
     plane.trials.api_url = f"https://127.0.0.1:{pod_port}"
     plane.runtime_service_account(pod_port, pki.ca_cert, tokens)
+    # Katib's SDK pushes metrics to its DB manager's gRPC API (report_metrics); before the
+    # controllers start, so the first pods already resolve its name.
+    plane.dbmanager = start_dbmanager_for_home(plane.store, home)
+    plane.kubelet.runtime.service_hosts.update(plane.dbmanager.hosts)
 
     async def run() -> None:
         hub.start(asyncio.get_running_loop())
         plane.manager.start()
-        write_server_info(home, url=url, pid=os.getpid(), pod_port=pod_port)
+        write_server_info(home, url=url, pid=os.getpid(), pod_port=pod_port,
+                          katib_db_manager=plane.dbmanager.address if plane.dbmanager else None)
         log.info("control plane listening on %s (pods: 127.0.0.1:%s; home %s)", url, pod_port, home)
         try:
             await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, sockets, strict=True)))

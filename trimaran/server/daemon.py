@@ -19,13 +19,13 @@ def home_dir() -> Path:
     return Path(os.environ.get("TRIMARAN_HOME", Path.home() / ".trimaran")).expanduser()
 
 
-def write_server_info(home: Path, url: str, pid: int, pod_port: int) -> None:
+def write_server_info(home: Path, url: str, pid: int, pod_port: int, katib_db_manager: str | None = None) -> None:
     """Where the running control plane listens; its token is in the kubeconfig beside this file."""
     path = home / INFO_FILE
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        json.dump({"url": url, "pid": pid, "podPort": pod_port}, fh)
+        json.dump({"url": url, "pid": pid, "podPort": pod_port, "katibDBManager": katib_db_manager}, fh)
     os.replace(tmp, path)
 
 

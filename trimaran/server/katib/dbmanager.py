@@ -20,7 +20,7 @@ import itertools
 import math
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -31,6 +31,7 @@ import grpc
 
 from trimaran.server.katib.proto import dbmanager_pb2 as pb
 from trimaran.server.katib.proto import dbmanager_pb2_grpc as pb_grpc
+from trimaran.server.observations import add_pushed_observations
 from trimaran.store import NotFound, Store
 
 __all__ = ["PORT", "SERVICE_NAMES", "DBManager", "add_pushed_observations", "loopback_candidates",
@@ -67,22 +68,6 @@ def format_rfc3339(timestamp: float) -> str:
     if moment.microsecond:
         text += f".{moment.microsecond:06d}".rstrip("0")
     return text + "Z"
-
-
-def add_pushed_observations(store: Store, namespace: str, trial: str, trial_uid: str,
-                            rows: Sequence[dict[str, Any]]) -> None:
-    """Store a trial's pushed observations; a row without a ``step`` gets the next one of its
-    metric, as the text collector numbers its lines. Callers serialise calls for one trial."""
-    seen: dict[str, int] = {}
-    if any(r.get("step") is None for r in rows):
-        for r in store.list_observations(namespace, trials=[trial]):
-            seen[r["metric"]] = seen.get(r["metric"], 0) + 1
-    numbered = []
-    for r in rows:
-        step = seen.get(r["metric"], 0) if r.get("step") is None else r["step"]
-        seen[r["metric"]] = seen.get(r["metric"], 0) + 1
-        numbered.append({**r, "step": step})
-    store.add_observations(namespace, trial, trial_uid, numbered)
 
 
 class _Servicer(pb_grpc.DBManagerServicer):

@@ -23,8 +23,8 @@ import jsonpatch
 
 from trimaran.server.kube.errors import StatusError
 
-__all__ = ["apply_patch", "json_patch", "merge_patch", "server_side_apply", "strategic_merge_patch",
-           "track_update"]
+__all__ = ["apply_patch", "json_patch", "merge_patch", "prune_managed_fields", "server_side_apply",
+           "strategic_merge_patch", "track_update"]
 
 # Lists of objects that merge item by item, keyed by this field (Kubernetes' patchMergeKey, and
 # the list-map keys its types declare). Other lists are atomic: a patch replaces them whole.
@@ -314,6 +314,17 @@ def server_side_apply(live: dict | None, applied: dict, manager: str, force: boo
     entries.append(mine or _entry(manager, "Apply", applied.get("apiVersion", ""), applied_paths))
     out.setdefault("metadata", {})["managedFields"] = entries
     return out
+
+
+def prune_managed_fields(obj: dict) -> None:
+    """Drop ownership of fields ``obj`` does not have (an applied field validation dropped)."""
+    entries = []
+    for entry, paths in _owners(obj):
+        kept = {p for p in paths if _lookup(obj, p[:-1] if p[-1] == "." else p) is not _ABSENT}
+        if kept:
+            entries.append(entry if kept == paths else {**entry, "fieldsV1": to_fields_v1(kept)})
+    if entries or "managedFields" in obj.get("metadata", {}):
+        obj.setdefault("metadata", {})["managedFields"] = entries
 
 
 def track_update(old: dict | None, new: dict, manager: str) -> None:

@@ -427,6 +427,7 @@ class KubeAPI:
         for field in ("managedFields", "resourceVersion", "deletionTimestamp", "finalizers", "ownerReferences"):
             if field in meta:
                 admitted["metadata"][field] = copy.deepcopy(meta[field])
+        patching.prune_managed_fields(admitted)
         return admitted, (unknown if validation != "Ignore" else []) + others
 
     async def _create(self, target: Target, obj: Any, manager: str, validation: str | None, dry_run: bool,
