@@ -20,14 +20,14 @@ from trimaran.tuning.algorithms import algorithm_class, available_algorithms
 HEAVY = ("optuna", "scipy", "numpy", "cmaes", "torch", "tensorflow", "sklearn", "pandas", "grpc")
 
 PROBE = """
-import json, sys, tempfile
+import json, sys
 from pathlib import Path
 
 import trimaran.api, trimaran.controllers.tuning, trimaran.sdk, trimaran.tuning
 import trimaran.tuning.algorithms, trimaran.tuning.early_stopping, trimaran.tuning.metrics
 from trimaran.server.controlplane import build_control_plane
 
-plane = build_control_plane(Path(tempfile.mkdtemp()))
+plane = build_control_plane(Path(sys.argv[1]))
 names = trimaran.tuning.available_algorithms()
 
 
@@ -88,8 +88,10 @@ def _loaded(modules: list[str], roots: tuple[str, ...]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def probe() -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=REPO, timeout=300)
+def probe(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    home = tmp_path_factory.mktemp("home")
+    out = subprocess.run([sys.executable, "-c", PROBE, str(home)], capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.splitlines()[-1])
 
