@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -49,6 +50,13 @@ class ControlPlaneHandle:
                     "runtime/shim.py" in cmdline and home in cmdline):
                 found.append(proc)
         return found
+
+    def endpoint(self) -> tuple[str, str, ssl.SSLContext]:
+        """The API's URL, the user's token and an SSL context trusting the home's CA (from the kubeconfig)."""
+        from trimaran.server.kubeconfig import kubeconfig_path, read_endpoint
+
+        found = read_endpoint(kubeconfig_path(self.home))
+        return found.server, found.token or "", ssl.create_default_context(cadata=(found.ca_pem or b"").decode())
 
     def client(self):  # noqa: ANN201
         from trimaran.cli.client import Client

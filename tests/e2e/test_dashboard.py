@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import re
+import ssl
 import textwrap
 import urllib.error
 import urllib.parse
@@ -60,7 +61,10 @@ def _start(home: Path, host: str = "127.0.0.1") -> tuple[ControlPlaneHandle, dic
 
     env = dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO))
     info = start_server(host=host, home=home)
-    return ControlPlaneHandle(home=home, env=env), info
+    plane = ControlPlaneHandle(home=home, env=env)
+    url, token, context = plane.endpoint()
+    _ENDPOINTS[urllib.parse.urlsplit(url).port] = (token, context)
+    return plane, {**info, "token": token}
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +82,17 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Control
         _stop_everything(home)
 
 
-def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, dict[str, str]]:
-    """One request, redirects not followed."""
+# The token and the CA of each control plane a test started, by its URL's port.
+_ENDPOINTS: dict[int, tuple[str, ssl.SSLContext]] = {}
+
+
+def _get(url: str, headers: dict[str, str] | None = None, token: bool = True) -> tuple[int, str, dict[str, str]]:
+    """One request, redirects not followed; with the control plane's token unless ``token`` is False."""
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    bearer, context = _ENDPOINTS[parts.port]
+    if token and headers is None:
+        headers = {"Authorization": f"Bearer {bearer}"}
+    conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=10, context=context)
     try:
         conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""), headers=headers or {})
         resp = conn.getresponse()
@@ -184,7 +195,8 @@ def test_overview_lists_every_kind_and_links_to_detail_pages(finished):
 
 def test_dashboard_command_prints_the_url(finished):
     plane, url = finished
-    assert plane.cli("dashboard").stdout.strip() == f"{url}/dashboard/"
+    _, token, _ = plane.endpoint()
+    assert plane.cli("dashboard").stdout.strip() == f"{url}/dashboard/?{urllib.parse.urlencode({'token': token})}"
 
 
 def test_running_experiment_page_refreshes_itself(finished, tmp_path):
@@ -274,12 +286,12 @@ def test_token_guards_the_dashboard_as_it_guards_the_api(tmp_path):
         url, token = info["url"], info["token"]
         assert token
         page = f"{url}/dashboard/"
-        assert _get(page)[0] == 401
+        assert _get(page, token=False)[0] == 401
         assert _get(page, {"Authorization": "Bearer wrong"})[0] == 401
         assert _get(page, {"Authorization": f"Bearer {token}"})[0] == 200
-        assert _get(f"{page}?token=wrong")[0] == 401
+        assert _get(f"{page}?token=wrong", token=False)[0] == 401
 
-        status, _, headers = _get(f"{page}?token={urllib.parse.quote(token)}")
+        status, _, headers = _get(f"{page}?token={urllib.parse.quote(token)}", token=False)
         assert status == 303 and headers["location"] == "/dashboard/"
         cookie = headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
@@ -288,17 +300,13 @@ def test_token_guards_the_dashboard_as_it_guards_the_api(tmp_path):
         assert _get(f"{url}/dashboard/experiments/default/none", {"Cookie": name_value})[0] == 404
         assert _get(page, {"Cookie": name_value.split("=", 1)[0] + "=wrong"})[0] == 401
         # The cookie opens the dashboard only; the API still wants the bearer token.
-        assert _get(f"{url}/trimaran/v1/kinds/pods", {"Cookie": name_value})[0] == 401
+        assert _get(f"{url}/api/v1/pods", {"Cookie": name_value})[0] == 401
         # The root only redirects, keeping the query, so a link to it signs in as well.
-        status, _, headers = _get(f"{url}/?token={urllib.parse.quote(token)}")
+        status, _, headers = _get(f"{url}/?token={urllib.parse.quote(token)}", token=False)
         assert status == 307 and headers["location"] == f"/dashboard/?token={urllib.parse.quote(token)}"
 
         printed = plane.cli("dashboard").stdout.strip()
         assert printed == f"{url}/dashboard/?{urllib.parse.urlencode({'token': token})}"
-        try:
-            urllib.request.urlopen(f"{url}/trimaran/v1/kinds/pods", timeout=10)
-            raise AssertionError("expected 401")
-        except urllib.error.HTTPError as exc:
-            assert exc.code == 401
+        assert _get(f"{url}/api/v1/pods", token=False)[0] == 401
     finally:
         stop_server(home)

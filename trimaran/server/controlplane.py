@@ -9,6 +9,7 @@ import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
@@ -22,9 +23,11 @@ from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import clear_server_info, home_dir, write_server_info
-from trimaran.server.katib import DBManager, start_dbmanager_for_home
 from trimaran.server.tokens import TokenStore
 from trimaran.store import Store, open_store
+
+if TYPE_CHECKING:
+    from trimaran.server.katib import DBManager
 from trimaran.store._objects import now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -37,7 +40,7 @@ class ControlPlane:
     kubelet: Kubelet
     trials: TrialReconciler
     home: Path
-    dbmanager: DBManager | None = None
+    dbmanager: DBManager | None = None  # Katib's gRPC push path, started by serve()
 
     def stop(self) -> None:
         self.manager.stop()
@@ -106,6 +109,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
     import uvicorn
 
     from trimaran.server.app import create_app
+    from trimaran.server.katib import start_dbmanager_for_home
     from trimaran.server.kube import WatchHub
     from trimaran.server.kubeconfig import ensure_user_token, write_kubeconfig
     from trimaran.server.tls import ensure_pki
