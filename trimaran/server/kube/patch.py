@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonpatch
 
+from trimaran.server.kube.bodies import load_json
 from trimaran.server.kube.errors import StatusError
 
 __all__ = ["apply_patch", "json_patch", "merge_patch", "prune_managed_fields", "server_side_apply",
@@ -122,10 +123,7 @@ def _merge_list(field: str, current: Any, patch: list) -> list:
 
 def apply_patch(content_type: str, target: dict, body: bytes, builtin: bool) -> dict:
     """``target`` patched by a merge, JSON or strategic patch of ``content_type``."""
-    try:
-        patch = json.loads(body or b"null")
-    except ValueError as exc:
-        raise StatusError.bad_request(f"the body of the patch is not valid JSON: {exc}") from None
+    patch = load_json(body or b"null", "the body of the patch")
     if content_type == "application/json-patch+json":
         return json_patch(target, patch)
     if not isinstance(patch, dict):

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import yaml
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -28,6 +27,7 @@ from trimaran.api.errors import FieldError
 from trimaran.api.kinds import KindInfo
 from trimaran.controllers.gc import request_delete
 from trimaran.server.kube import patch as patching
+from trimaran.server.kube.bodies import load_json, load_yaml
 from trimaran.server.kube.errors import StatusError
 from trimaran.server.kube.logs import LogOptions, pod_log
 from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
@@ -190,6 +190,9 @@ class KubeAPI:
             return await self._patch(target, content_type, body, manager, _flag(params.get("force")),
                                      params.get("fieldValidation"), dry_run)
         options = _decode(body, request) if body.strip() else {}
+        if not isinstance(options, dict) or not isinstance(options.get("preconditions") or {}, dict):
+            raise StatusError.bad_request("the body of a delete must be a DeleteOptions object, its preconditions "
+                                          "an object")
         propagation = params.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
         if options.get("orphanDependents") is True:
             propagation = "Orphan"
@@ -511,12 +514,11 @@ class KubeAPI:
                      validation: str | None, dry_run: bool) -> Response:
         info = target.info
         if content_type == "application/apply-patch+yaml":
-            try:
-                applied = yaml.safe_load(body or b"")
-            except yaml.YAMLError as exc:
-                raise StatusError.bad_request(f"error decoding YAML: {exc}") from None
+            applied = load_yaml(body or b"")
             if not isinstance(applied, dict):
                 raise StatusError.bad_request("an apply patch must be an object")
+            if not isinstance(applied.get("metadata", {}), dict):
+                raise StatusError.bad_request("metadata must be an object")
             try:
                 live: dict | None = await self._get(target)
             except StatusError as exc:
@@ -540,6 +542,8 @@ class KubeAPI:
             patched = patching.apply_patch(content_type, copy.deepcopy(current), body, builtin)
             if not isinstance(patched, dict):
                 raise StatusError(422, "Invalid", "the patch did not leave an object")
+            if not isinstance(patched.get("metadata"), dict):
+                raise StatusError(422, "Invalid", "metadata: Invalid value: the patch did not leave an object")
             for field in ("name", "namespace", "uid"):
                 if (patched.get("metadata") or {}).get(field) != current["metadata"].get(field):
                     raise StatusError(422, "Invalid", f"metadata.{field}: Invalid value: the patch may not change "
@@ -679,14 +683,8 @@ async def _read_body(request: Request) -> bytes:
 def _decode(body: bytes, request: Request) -> Any:
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
     if content_type in ("application/yaml", "application/x-yaml", "text/yaml"):
-        try:
-            return yaml.safe_load(body)
-        except yaml.YAMLError as exc:
-            raise StatusError.bad_request(f"error decoding YAML: {exc}") from None
+        return load_yaml(body)
     if content_type not in ("application/json", "", "*/*"):
         raise StatusError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - '
                           f'accepted media types include: application/json, application/yaml (got "{content_type}")')
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise StatusError.bad_request(f"the body of the request is not valid JSON: {exc}") from None
+    return load_json(body)
