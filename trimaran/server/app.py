@@ -18,8 +18,10 @@ from collections.abc import Callable
 
 import orjson
 from fastapi import FastAPI, Query, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from trimaran.server.auth import check as check_token
 from trimaran.server.auth import is_dashboard
@@ -80,6 +82,22 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> Response:
         return status_response(StatusError(404, "NotFound", str(exc)))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        # Paths and methods no route takes: a Status, as kube-apiserver answers, but for the dashboard.
+        if is_dashboard(request.url.path):
+            return await http_exception_handler(request, exc)
+        reasons = {404: "NotFound", 405: "MethodNotAllowed"}
+        message = {404: "the server could not find the requested resource",
+                   405: "the server does not allow this method on the requested resource"}
+        return status_response(StatusError(exc.status_code, reasons.get(exc.status_code, "BadRequest"),
+                                           message.get(exc.status_code, str(exc.detail)), headers=exc.headers))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # Still logged by the server; the client gets a Status it can decode.
+        return status_response(StatusError(500, "InternalError", f"Internal error occurred: {type(exc).__name__}"))
 
     @app.get("/healthz")
     @app.get("/livez")

@@ -272,6 +272,8 @@ class KubeAPI:
             try:
                 cont = json.loads(base64.urlsafe_b64decode(token.encode()))
                 after, revision = tuple(cont["after"]), int(cont["rv"])
+                if len(after) != 2 or not all(isinstance(part, str) for part in after):
+                    raise ValueError(after)
             except (ValueError, KeyError, TypeError):
                 raise StatusError(410, "Expired", "the provided continue parameter is too old or malformed"
                                   ) from None
