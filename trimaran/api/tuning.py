@@ -23,6 +23,7 @@ import math
 import posixpath
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
@@ -638,8 +639,19 @@ def _number(text: str, integer: bool) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _format_number(value: float) -> str:
-    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+# `trimaran.tuning._space`'s tolerance for a range that is a whole number of steps within rounding.
+_GRID_TOL = Decimal("1e-9")
+
+
+def _exact(text: str) -> Decimal:
+    """A bound or step exactly as written: in binary floating point 0.6 - 0.4 is less than 0.2, so
+    ranges and steps are compared, and grid points counted, in decimal (as `trimaran.tuning._space`
+    enumerates them). ``text`` has passed `_number`."""
+    return Decimal(text.strip())
+
+
+def _decimal_text(value: Decimal) -> str:
+    return format(value.normalize(), "f") if value else "0"
 
 
 def _check_parameters(spec: ExperimentSpec) -> list[FieldError]:
@@ -716,9 +728,10 @@ def _check_parameter(path: str, param: ParameterSpec, grid: bool) -> tuple[list[
         elif step <= 0:
             errs.append(FieldError.invalid(join_path(fs_path, "step"), fs.step, "must be greater than 0"))
             step = None
-        elif lo is not None and hi is not None and step > hi - lo:
+        elif lo is not None and hi is not None and _exact(fs.step) > _exact(fs.max) - _exact(fs.min):
+            width = _decimal_text(_exact(fs.max) - _exact(fs.min))
             errs.append(FieldError.invalid(join_path(fs_path, "step"), fs.step,
-                                           f"must not be larger than max - min ({_format_number(hi - lo)})"))
+                                           f"must not be larger than max - min ({width})"))
             step = None
     elif grid and not integer:
         errs.append(FieldError.required(join_path(fs_path, "step"),
@@ -733,7 +746,8 @@ def _check_parameter(path: str, param: ParameterSpec, grid: bool) -> tuple[list[
         return errs, int(hi - lo) // int(step or 1) + 1
     if step is None:
         return errs, None
-    return errs, math.floor((hi - lo) / step + 1e-9) + 1
+    # The same count as the grid's enumeration (`Parameter.grid_values`), tolerance included.
+    return errs, int((_exact(fs.max) - _exact(fs.min)) / _exact(fs.step) + _GRID_TOL) + 1
 
 
 def _check_trial_template(spec: ExperimentSpec) -> list[FieldError]:
