@@ -364,7 +364,9 @@ class TrainingJobReconciler(Reconciler):
                 continue
             c = view.counts[rtype]
             p = phase(pod)
-            if p in ("Pending", "Running"):
+            # The operator's "active" is Running pods only: a replica waiting for admission (GPUs,
+            # cores) is not active, and the framework rules read it the same way.
+            if p == "Running":
                 c.active += 1
             elif p == "Succeeded":
                 c.succeeded += 1
