@@ -25,6 +25,19 @@ if [ ! -f .venv-katib/.installed ]; then
   touch .venv-katib/.installed
 fi
 export TRIMARAN_KATIB_PYTHON="$PWD/.venv-katib/bin/python"
+# The Training Operator's v1 SDK, for tests/server/test_training_client.py. kubeflow-training 1.9 builds
+# and reads objects with the kubernetes client's classic generated models, which kubernetes >= 36 no
+# longer has (36 writes types as `dict[str, str]`, 37 is pydantic), while .venv has 37: an environment of its
+# own. The marker holds what was installed, so a changed pin rebuilds it.
+training_spec='kubeflow-training==1.9.3 kubernetes<36'
+if [ "$(cat .venv-training/.installed 2>/dev/null)" != "$training_spec" ]; then
+  rm -rf .venv-training
+  "${PYTHON:-python3}" -m venv .venv-training || exit 1
+  printf '*\n' > .venv-training/.gitignore
+  .venv-training/bin/python -m pip install -q $training_spec || exit 1
+  printf '%s' "$training_spec" > .venv-training/.installed
+fi
+export TRIMARAN_TRAINING_PYTHON="$PWD/.venv-training/bin/python"
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?
