@@ -6,13 +6,17 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh || exit 1
 .venv/bin/ruff check trimaran tests bench examples || exit 1
 .venv/bin/python examples/make_configmap.py --check || exit 1
-# KServe's own Python client, for tests/serving/test_kserve_client.py. kserve pins protobuf 6 and
-# brings FastAPI, pandas and the Kubernetes client, so it gets an environment of its own.
-if [ ! -f .venv-kserve/.installed ]; then
+# KServe's own Python clients, for tests/serving/test_kserve_client.py (data plane) and
+# tests/server/test_kserve_sdk.py (KServeClient). kserve pins protobuf 6 and brings FastAPI, pandas and
+# the Kubernetes client, so it gets an environment of its own. KServeClient hands its classic generated
+# models to CustomObjectsApi, which kubernetes 37 (pydantic) refuses ("Input should be a valid
+# dictionary"): kubernetes<37. The marker holds what was installed, so a changed pin rebuilds it.
+kserve_spec='kserve==0.21.0 kubernetes<37'
+if [ "$(cat .venv-kserve/.installed 2>/dev/null)" != "$kserve_spec" ]; then
   rm -rf .venv-kserve
   "${PYTHON:-python3}" -m venv .venv-kserve || exit 1
-  .venv-kserve/bin/python -m pip install -q "kserve==0.21.0" || exit 1
-  touch .venv-kserve/.installed
+  .venv-kserve/bin/python -m pip install -q $kserve_spec || exit 1
+  printf '%s' "$kserve_spec" > .venv-kserve/.installed
 fi
 export TRIMARAN_KSERVE_PYTHON="$PWD/.venv-kserve/bin/python"
 # Katib's own SDK, for tests/server/test_katib_dbmanager.py (report_metrics and get_trial_metrics over
