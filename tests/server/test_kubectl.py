@@ -162,3 +162,45 @@ def test_namespaced_token_is_forbidden_elsewhere(plane, kubectl) -> None:  # noq
     assert readonly.returncode != 0 and "Forbidden" in readonly.stderr
     assert kubectl("-n", "team-a", "get", "cm", "settings", "-o", "name").stdout.strip() == "configmap/settings"
 
+
+
+SLEEPER = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: sleeper}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: python
+        command: [python, -c, "import time; time.sleep(300)"]
+"""
+
+
+def _running_pod(kubectl) -> str:  # noqa: ANN001
+    def running() -> str:
+        out = kubectl("get", "pods", "-l", "batch.kubernetes.io/job-name=sleeper",
+                      "-o", "jsonpath={.items[?(@.status.phase=='Running')].metadata.name}").stdout
+        return out.strip()
+
+    return poll(running, timeout=60, what="the sleeper's pod to run")
+
+
+def test_foreground_deletion_waits_for_the_pods_then_removes_the_job(kubectl) -> None:  # noqa: ANN001
+    kubectl("create", "-f", "-", input=SLEEPER)
+    pod = _running_pod(kubectl)
+    kubectl("delete", "job", "sleeper", "--cascade=foreground", "--timeout=90s", timeout=120)
+    assert kubectl("get", "job", "sleeper", check=False).returncode != 0
+    assert kubectl("get", "pod", pod, check=False).returncode != 0
+
+
+def test_orphan_deletion_leaves_the_pod_running_without_its_owner(kubectl) -> None:  # noqa: ANN001
+    kubectl("create", "-f", "-", input=SLEEPER)
+    pod = _running_pod(kubectl)
+    kubectl("delete", "job", "sleeper", "--cascade=orphan", "--timeout=60s", timeout=90)
+    assert kubectl("get", "job", "sleeper", check=False).returncode != 0
+    left = json.loads(kubectl("get", "pod", pod, "-o", "json").stdout)
+    assert left["status"]["phase"] == "Running" and not left["metadata"].get("ownerReferences")
+    kubectl("delete", "pod", pod, "--timeout=60s", timeout=90)

@@ -49,6 +49,15 @@ def owner_key(obj: dict, kinds: Iterable[str]) -> Key | None:
     return None
 
 
+def is_being_deleted(obj: dict) -> bool:
+    """Whether ``obj`` waits for its deletion to finish (finalizers, foreground or orphan deletion).
+
+    A controller leaves such an object alone, as Kubernetes' controllers do: recreating the pods the
+    garbage collector removes would keep a foreground deletion from ever finishing.
+    """
+    return bool(obj["metadata"].get("deletionTimestamp"))
+
+
 class Reconciler(ABC):
     """One reconcile loop. ``kinds`` are the primary kinds; ``watches`` what wakes it."""
 

@@ -10,7 +10,7 @@ import copy
 import secrets
 import string
 
-from trimaran.controllers.base import Key, Reconciler
+from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import (
     LOOPBACK,
@@ -40,6 +40,8 @@ class BatchJobReconciler(Reconciler):
         try:
             job = self.store.get("Job", key.namespace, key.name)
         except NotFound:
+            return None
+        if is_being_deleted(job):
             return None
         spec = job["spec"]
         status = copy.deepcopy(job.get("status") or {})

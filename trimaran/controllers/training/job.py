@@ -19,7 +19,7 @@ import json
 import logging
 import time
 
-from trimaran.controllers.base import Key, Reconciler
+from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import (
     is_finished,
     is_true,
@@ -75,6 +75,8 @@ class TrainingJobReconciler(Reconciler):
         try:
             job = self.store.get(key.kind, key.namespace, key.name)
         except NotFound:
+            return None
+        if is_being_deleted(job):
             return None
         fw = framework_for(key.kind)
         status = copy.deepcopy(job.get("status") or {})

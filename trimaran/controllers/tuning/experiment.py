@@ -20,7 +20,7 @@ import secrets
 import string
 
 from trimaran.api.tuning import substitute_trial_template, trial_parameter_values
-from trimaran.controllers.base import Key, Reconciler
+from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owner_reference
 from trimaran.controllers.tuning.checkpoints import volume_claim, volume_claim_name
@@ -61,6 +61,8 @@ class ExperimentReconciler(Reconciler):
         try:
             exp = self.store.get("Experiment", key.namespace, key.name)
         except NotFound:
+            return None
+        if is_being_deleted(exp):
             return None
         spec = exp["spec"]
         status = copy.deepcopy(exp.get("status") or {})
