@@ -296,8 +296,10 @@ def server_side_apply(live: dict | None, applied: dict, manager: str, force: boo
     out = _deep_apply(live, {k: v for k, v in applied.items() if k not in ("status",)})
     others = set().union(*(paths for entry, paths in owners
                            if not (entry.get("manager") == manager and entry.get("operation") == "Apply")))
+    # A map applied empty before and with fields now is still applied: only its fields are new.
+    still_applied = {path[:i] for path in applied_paths for i in range(1, len(path))}
     # Deepest first, so an item goes after the fields inside it.
-    for path in sorted(previous - applied_paths - others, key=len, reverse=True):
+    for path in sorted(previous - applied_paths - others - still_applied, key=len, reverse=True):
         _remove(out, path)
     entries = []
     mine = None
