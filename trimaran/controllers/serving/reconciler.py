@@ -55,7 +55,7 @@ from trimaran.controllers.serving.pods import (
     router_pod,
 )
 from trimaran.controllers.serving.revisions import Rollout, plan_traffic, revision_name, spec_hash
-from trimaran.controllers.serving.routes import DOMAIN, RouterClient, RoutesFile
+from trimaran.controllers.serving.routes import DOMAIN, RouterClient, RoutesFile, fixed_ingress_port
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
 DRAINING_ANNOTATION = "serving.trimaran.io/draining-since"
@@ -109,17 +109,15 @@ class InferenceServiceReconciler(Reconciler):
         now = time.time()
         ingress, admin = self.routes.ensure_ports()
         self._ensure_router()
-        stats = RouterClient(admin).stats()
+        router = RouterClient(admin)
+        stats = router.stats()
         owner = f"{key.namespace}/{key.name}"
         transformer = obj["spec"].get("transformer")
         entry_key = owner
         predictor_key = f"{owner}-predictor" if transformer else owner
-        for field, grpc in (("bindErrors", False), ("grpcBindErrors", True)):
-            for service_key, error in ((stats or {}).get(field) or {}).items():
-                if service_key in (entry_key, predictor_key):
-                    self.routes.move(service_key, grpc=grpc)
-                    self._event("Warning", "PortInUse", f"the router could not listen for {service_key} "
-                                                        f"({error}); moving it to another port")
+        port_problems = self._port_problems(router, stats, owner, (entry_key, predictor_key))
+        if port_problems:
+            ingress, admin = self.routes.ensure_ports()
         ports = {k: self.routes.service_port(k) for k in dict.fromkeys((entry_key, predictor_key))}
         # Only the predictor's replicas run the model server, so only its service speaks gRPC.
         grpc_port = self.routes.service_port(predictor_key, grpc=True)
@@ -150,7 +148,11 @@ class InferenceServiceReconciler(Reconciler):
                                    grpc_port if component == "predictor" else None)
         self.routes.set_services(owner, services)
         busy |= not self.routes.loaded(owner, stats)
-        self._conditions(status, outcomes, stats, key)
+        self._conditions(status, outcomes, stats, key, port_problems)
+        if port_problems and _reason_message(before, "IngressReady") != _reason_message(status, "IngressReady"):
+            # Once per problem: a port that stays taken (a fixed ingress port) is not an event a second.
+            for problem in port_problems:
+                self._event("Warning", "PortInUse", problem)
         status["url"] = f"http://127.0.0.1:{ports[entry_key]}"
         status["address"] = {"url": f"http://{key.name}.{key.namespace}.{DOMAIN}:{ingress}"}
         status["deploymentMode"] = "Knative"
@@ -173,6 +175,35 @@ class InferenceServiceReconciler(Reconciler):
     def _event(self, etype: str, reason: str, message: str) -> None:
         """Queue an event; it is recorded once the status it reports is stored."""
         self._events.append((etype, reason, message))
+
+    def _port_problems(self, router: RouterClient, stats: dict | None, owner: str, keys: tuple[str, ...]) -> list[str]:
+        """Ports the router could not listen on for this service, or at all (the shared ingress and
+        admin ports): each is said, and moved to a new port unless the user chose it. Errors are acted
+        on only when they are about the routes as they are now, so one taken port moves once."""
+        problems: list[str] = []
+        if router.foreign:
+            self.routes.move_shared("admin")
+            problems.append(f"another process answers on port {router.port}, the router's admin port "
+                            f"({router.foreign}); moving the router's admin port")
+        if stats is None:
+            return problems
+        ingress = ((stats.get("listenErrors") or {}).get("ingress")) or {}
+        if ingress.get("port") == self.routes.data.get("ingressPort") and self.routes.current(stats):
+            if ingress["port"] == fixed_ingress_port():
+                problems.append(f"the router cannot listen on the ingress port {ingress['port']} "
+                                f"(TRIMARAN_INGRESS_PORT): {ingress.get('error')}; choose a free one")
+            else:
+                self.routes.move_shared("ingress")
+                problems.append(f"the router cannot listen on the ingress port {ingress['port']} "
+                                f"({ingress.get('error')}); moving the ingress to another port")
+        if self.routes.loaded(owner, stats):
+            for field, grpc in (("bindErrors", False), ("grpcBindErrors", True)):
+                for service_key, error in (stats.get(field) or {}).items():
+                    if service_key in keys:
+                        self.routes.move(service_key, grpc=grpc)
+                        problems.append(f"the router could not listen for {service_key} ({error}); "
+                                        "moving it to another port")
+        return problems
 
     # -- one component ----------------------------------------------------------------------------
     def _component(self, obj: dict, isvc: InferenceService, component: str, spec: dict, revisions: list[dict],
@@ -378,7 +409,8 @@ class InferenceServiceReconciler(Reconciler):
         cstatus["replicas"] = {rev: {"ready": ready, "total": total} for rev, (ready, total) in outcome.replicas.items()
                                if total or rev in {t["revisionName"] for t in r.traffic}}
 
-    def _conditions(self, status: dict, outcomes: dict[str, _Outcome], stats: dict | None, key: Key) -> None:
+    def _conditions(self, status: dict, outcomes: dict[str, _Outcome], stats: dict | None, key: Key,
+                    port_problems: list[str]) -> None:
         ready_all = True
         for component, outcome in outcomes.items():
             ctype = "PredictorReady" if component == "predictor" else "TransformerReady"
@@ -396,7 +428,9 @@ class InferenceServiceReconciler(Reconciler):
             if component == "predictor":
                 _model_status(status, outcome)
         routed = self.routes.loaded(f"{key.namespace}/{key.name}", stats)
-        if stats is None:
+        if port_problems:
+            set_condition(status, "IngressReady", "False", "PortInUse", "; ".join(port_problems))
+        elif stats is None:
             set_condition(status, "IngressReady", "False", "RouterNotReady",
                           f"the router ({ROUTER_NAMESPACE}/{ROUTER_NAME}) is not answering yet")
         elif not routed:
@@ -463,6 +497,11 @@ class _Outcome:
         self.replicas: dict[str, tuple[int, int]] = {}
         self.latest_failure: dict | None = None
         self.busy = False
+
+
+def _reason_message(status: dict, ctype: str) -> tuple[str, str] | None:
+    cond = next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
+    return None if cond is None else (cond.get("reason", ""), cond.get("message", ""))
 
 
 def status_true(status: dict, ctype: str) -> bool:

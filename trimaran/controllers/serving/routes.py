@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trimaran.controllers.ports import PortAllocator
 
-__all__ = ["DOMAIN", "RouterClient", "RoutesFile"]
+__all__ = ["DOMAIN", "RouterClient", "RoutesFile", "fixed_ingress_port"]
 
 #: KServe's default ingress domain: a service answers ``Host: NAME.NAMESPACE.example.com``.
 DOMAIN = os.environ.get("TRIMARAN_INGRESS_DOMAIN", "example.com")
@@ -43,15 +43,29 @@ class RoutesFile:
         return data
 
     def ensure_ports(self) -> tuple[int, int]:
-        """The ingress and admin ports: ``TRIMARAN_INGRESS_PORT`` if set, else as recorded, else new ones."""
-        wanted = int(os.environ.get("TRIMARAN_INGRESS_PORT", "0") or 0)
+        """The ingress and admin ports: ``TRIMARAN_INGRESS_PORT`` if set, else as recorded, else new ones.
+        A change is written at once: the router learns its shared ports from the file too."""
+        before = (self.data.get("ingressPort"), self.data.get("adminPort"))
+        wanted = fixed_ingress_port()
         if wanted and self.data.get("ingressPort") != wanted:
             self.data["ingressPort"] = wanted
         if not self.data.get("ingressPort"):
             self.data["ingressPort"] = self.ports.allocate(1)[0]
         if not self.data.get("adminPort"):
             self.data["adminPort"] = self.ports.allocate(1)[0]
+        if (self.data["ingressPort"], self.data["adminPort"]) != before:
+            self.data["version"] = int(self.data.get("version", 0)) + 1
+            self._write()
         return int(self.data["ingressPort"]), int(self.data["adminPort"])
+
+    def move_shared(self, name: str) -> None:
+        """Forget the ``ingress`` or ``admin`` port (another process holds it); the next `ensure_ports`
+        picks a new one. The old port stays reserved, as in `move`."""
+        self.data.pop(f"{name}Port", None)
+
+    def current(self, stats: dict | None) -> bool:
+        """Whether the router (by its ``stats``) has loaded the whole file as it is now."""
+        return stats is not None and int(stats.get("routesVersion", -1)) >= int(self.data.get("version", 0))
 
     def service_port(self, key: str, grpc: bool = False) -> int:
         """The HTTP (or gRPC) port of service ``key`` (``namespace/name``), allocated on first use."""
@@ -103,22 +117,39 @@ class RoutesFile:
 _PORT_FIELDS = ("port", "grpcPort")
 
 
+def fixed_ingress_port() -> int:
+    """The ingress port the user chose (``TRIMARAN_INGRESS_PORT``), or 0: one the controller picks."""
+    return int(os.environ.get("TRIMARAN_INGRESS_PORT", "0") or 0)
+
+
 class RouterClient:
     """The router's admin API (``GET /stats``)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
+        #: Set by `stats` when another process, not the router, answers on the admin port: what it said.
+        self.foreign: str | None = None
 
     def stats(self) -> dict | None:
         """Per-revision readiness and metrics, or None while the router is not answering."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1.0)
+        self.foreign = None
         try:
             conn.request("GET", "/stats")
             response = conn.getresponse()
-            if response.status != 200:
-                return None
-            return json.loads(response.read())
-        except (OSError, ValueError, http.client.HTTPException):
+            body = response.read()
+        except http.client.HTTPException as exc:  # something listens there, but does not speak HTTP
+            self.foreign = f"not HTTP ({type(exc).__name__})"
+            return None
+        except OSError:  # nothing listens (the router is starting or restarting), or it is stuck
             return None
         finally:
             conn.close()
+        try:
+            data = json.loads(body) if response.status == 200 else None
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or "routesVersion" not in data:
+            self.foreign = f"HTTP {response.status}, not the router's stats"
+            return None
+        return data

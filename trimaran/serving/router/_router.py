@@ -17,6 +17,10 @@ request, HTTP or gRPC alike, it:
 
 Replicas are probed (``GET /v2/health/ready`` for the model server, a TCP connect for custom
 containers without a readiness probe); only replicas that answered 200 get traffic.
+
+A port it cannot listen on (another process holds it) does not stop the rest: it is reported in
+``/stats`` (``bindErrors``, ``grpcBindErrors``, ``listenErrors`` for the ingress) for the controller
+to show on the InferenceService and move, and tried again on every reload tick.
 """
 
 from __future__ import annotations
@@ -174,6 +178,8 @@ class Router:
         self.bind_errors: dict[str, str] = {}
         self._grpc_servers: dict[str, tuple[int, grpc.aio.Server]] = {}
         self.grpc_bind_errors: dict[str, str] = {}
+        # The shared ports it could not listen on: "admin"/"ingress" -> {"port": N, "error": "..."}.
+        self.listen_errors: dict[str, dict] = {}
         self._closing: set[asyncio.Task] = set()
         self.loaded_version = -1  # the routes file's "version" once every route of it is in place
 
@@ -209,6 +215,7 @@ class Router:
         if self._ports.get(name) == port:
             return
         old = self._servers.pop(name, None)
+        self._ports.pop(name, None)
         if old is not None:
             old.close()
 
@@ -244,8 +251,15 @@ class Router:
             return
         config = json.loads(self.config_path.read_text())
         self.routes_version = int(config.get("version", 0))
-        await self._listen("admin", int(config["adminPort"]), None)
-        await self._listen("ingress", int(config["ingressPort"]), None)
+        for name in ("admin", "ingress"):
+            # A port another process holds must not stop the rest from being served, nor go unsaid:
+            # the controller reads these errors (and an admin port that answers as someone else).
+            port = int(config[f"{name}Port"])
+            try:
+                await self._listen(name, port, None)
+                self.listen_errors.pop(name, None)
+            except OSError as exc:
+                self._failed(self.listen_errors, name, {"port": port, "error": exc.strerror or str(exc)})
         wanted = config.get("services") or {}
         for key in [k for k in self.services if k not in wanted]:
             self.services.pop(key)
@@ -275,12 +289,12 @@ class Router:
                 self.bind_errors.pop(key, None)
             except OSError as exc:
                 # Another process took the port: serve the rest, and tell the controller (it moves the service).
-                self.bind_errors[key] = f"port {svc.port}: {exc.strerror or exc}"
+                self._failed(self.bind_errors, key, f"port {svc.port}: {exc.strerror or exc}")
             try:
                 await self._listen_grpc(svc)
                 self.grpc_bind_errors.pop(key, None)
             except OSError as exc:
-                self.grpc_bind_errors[key] = f"gRPC port {svc.grpc_port}: {exc}"
+                self._failed(self.grpc_bind_errors, key, f"gRPC port {svc.grpc_port}: {exc}")
             for name, rspec in (spec.get("revisions") or {}).items():
                 live_revisions.add(name)
                 self._update_revision(name, rspec)
@@ -295,7 +309,16 @@ class Router:
         for rev in self.revisions.values():
             rev.notify()
         self.loaded_version = self.routes_version
-        self._stamp = stamp  # only now: a reload that failed half-way is tried again
+        # Only now: a reload that failed half-way is tried again. So is one that could not listen
+        # everywhere: the port may be free on the next tick, and the file may not change before then.
+        self._stamp = None if self.listen_errors or self.bind_errors or self.grpc_bind_errors else stamp
+
+    @staticmethod
+    def _failed(errors: dict, key: str, error: object) -> None:
+        """Record why ``key`` could not listen; logged once, not on every retry."""
+        if errors.get(key) != error:
+            log.error("cannot listen for %s: %s", key, error)
+        errors[key] = error
 
     def _update_revision(self, name: str, spec: dict) -> None:
         rev = self.revisions.get(name)
@@ -529,6 +552,7 @@ class Router:
             "routesVersion": self.loaded_version,
             "bindErrors": dict(self.bind_errors),
             "grpcBindErrors": dict(self.grpc_bind_errors),
+            "listenErrors": dict(self.listen_errors),
             "revisions": {
                 name: {
                     "inflight": rev.stats.inflight,
