@@ -365,8 +365,8 @@ def trials(
     namespace: str | None = NamespaceOpt,
     output: str = typer.Option("table", "--output", "-o", help="table, csv or json"),
 ) -> None:
-    """An experiment's trials, best objective first, with parameters, final metrics and, for a trial
-    that did not succeed, why it ended."""
+    """An experiment's trials, best objective first, with parameters, final metrics and why a trial did
+    not succeed, or why its pods wait."""
     from trimaran.cli.render import latest_true, objective_value
 
     client = _client()
@@ -389,7 +389,7 @@ def trials(
         rows.append({"trial": t["metadata"]["name"], "status": state,
                      "objective": objective_value(objective, (t.get("status") or {}).get("observation")),
                      **{p: assigned.get(p) for p in params}, **{f"{m} (latest)": observed.get(m) for m in metrics},
-                     "message": _stop_message(t, state)})
+                     "message": _trial_message(t, state)})
     front = (exp.get("status") or {}).get("paretoOptimalTrials")
     if front is not None:
         for r in rows:
@@ -417,23 +417,41 @@ def trials(
         console.print(f"[bold]{experiment}[/bold]: {objective.get('type')} {objective['objectiveMetricName']}")
         t = Table(header_style="bold")
         for col in rows[0] if rows else ["trial"]:
-            t.add_column(col, no_wrap=True)
+            # Only the message may wrap: it is the one cell a person reads whole.
+            t.add_column(col, no_wrap=col != "message", overflow="fold")
         for r in rows:
-            t.add_row(*("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in r.values()))
+            cells = {**r, "message": _one_line(r["message"])} if "message" in r else r
+            t.add_row(*("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in cells.values()))
         console.print(t)
     else:
         _fail(f"unknown output {output!r}: use table, csv or json")
 
 
-def _stop_message(trial: dict, state: str) -> str | None:
-    """Why a trial that did not succeed ended: the first line of its terminal condition's message
-    (the rest of a failure's message is its log tail)."""
-    if state not in ("EarlyStopped", "Failed", "MetricsUnavailable", "Killed"):
+def _trial_message(trial: dict, state: str) -> str | None:
+    """Why a trial that did not succeed ended (its terminal condition's whole message: a failure's
+    carries its log tail), or why a running trial's job has not started (its pods wait for room)."""
+    if state == "Running":
+        wanted, reason = "Running", "TrialPending"  # trimaran.controllers.tuning.trial.PENDING_REASON
+    elif state in ("EarlyStopped", "Failed", "MetricsUnavailable", "Killed"):
+        wanted, reason = state, None
+    else:
         return None
     for cond in (trial.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == state and cond.get("status") == "True":
-            return (cond.get("message") or cond.get("reason") or "").split("\n", 1)[0] or None
+        if cond.get("type") == wanted and cond.get("status") == "True" and reason in (None, cond.get("reason")):
+            return cond.get("message") or cond.get("reason") or None
     return None
+
+
+def _one_line(message: str | None) -> str | None:
+    """A message for a table cell: its first line and, when it goes on with a log tail, the last
+    non-empty line of that tail (where a traceback says what went wrong)."""
+    lines = [ln.strip() for ln in (message or "").splitlines() if ln.strip()]
+    if not lines:
+        return None
+    head = lines[0].removesuffix("last lines:").rstrip("; ")
+    if len(lines) == 1:
+        return head
+    return f"{head}; last log line: {lines[-1]}"
 
 
 # -- dashboard ------------------------------------------------------------------------------------

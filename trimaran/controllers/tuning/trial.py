@@ -30,6 +30,8 @@ JOB_KINDS = ("Job", "TFJob", "PyTorchJob", "MPIJob")
 FINISHED = ("Succeeded", "Failed", "EarlyStopped", "MetricsUnavailable", "Killed")
 POLL_SECONDS = 0.25
 LOG_TAIL_LINES = 20
+#: The Running condition's reason while the trial's pods cannot be scheduled or started.
+PENDING_REASON = "TrialPending"
 
 
 def trial_state(trial: dict) -> str:
@@ -84,8 +86,14 @@ class TrialReconciler(Reconciler):
             return self._write(trial, status, before, POLL_SECONDS)
 
         job_state = _job_outcome(job, trial["spec"])
-        if job_state is None and not is_true(status, "Running"):
-            set_condition(status, "Running", "True", "TrialRunning", "Trial is running")
+        if job_state is None:
+            # Running as in Katib (the job exists and has not ended), but a job whose pods wait for room
+            # or cannot start says why, or the trial looks as if it ran.
+            waiting = _waiting_reason(owned_pods(self.store, job))
+            if waiting:
+                set_condition(status, "Running", "True", PENDING_REASON, f"Trial is pending: {waiting}")
+            else:
+                set_condition(status, "Running", "True", "TrialRunning", "Trial is running")
 
         new = self._collect(trial, job, final=job_state is not None)
         stop_reason = None if job_state is not None else self._early_stop_reason(trial, new)
@@ -350,6 +358,25 @@ def _condition_type(query: str | None) -> str | None:
     return query.split('#(type=="', 1)[1].split('"', 1)[0]
 
 
+def _waiting_reason(pods: list[dict]) -> str | None:
+    """Why a pod of the trial's job is not running yet: the scheduler's Unschedulable message (too
+    few cores, memory or GPUs), or a container's waiting reason (e.g. a missing ConfigMap)."""
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        status = pod.get("status") or {}
+        if status.get("phase", "Pending") != "Pending":
+            continue
+        name = pod["metadata"]["name"]
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                return f"pod {name} cannot be scheduled: {cond.get('message') or cond.get('reason')}"
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason"):
+                detail = f": {waiting['message']}" if waiting.get("message") else ""
+                return f"pod {name} is waiting: {waiting['reason']}{detail}"
+    return None
+
+
 def _job_message(job: dict) -> str:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Failed" and cond.get("status") == "True":
@@ -357,4 +384,4 @@ def _job_message(job: dict) -> str:
     return ""
 
 
-__all__ = ["TrialReconciler", "trial_state"]
+__all__ = ["PENDING_REASON", "TrialReconciler", "trial_state"]
