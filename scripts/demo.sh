@@ -23,8 +23,8 @@ trimaran get pytorchjobs -o wide
 trimaran logs digits-ddp --replica-type master | tail -n 4
 
 step "batch Job: a second job reads the checkpoint from the same volume"
-trimaran delete -f examples/pytorch-ddp/evaluate-job.yaml >/dev/null 2>&1 || true
-trimaran apply -f examples/pytorch-ddp/evaluate-job.yaml
+trimaran delete -f examples/pytorch-ddp/evaluate/ >/dev/null 2>&1 || true
+trimaran apply -f examples/pytorch-ddp/evaluate/
 trimaran wait job/digits-ddp-evaluate --for=condition=Complete --timeout=5m
 trimaran logs job/digits-ddp-evaluate | tail -n 2
 
@@ -75,5 +75,9 @@ trimaran apply -f examples/serving/digits-promote.yaml
 trimaran wait isvc/digits --for=condition=Ready --timeout=3m
 trimaran get isvc
 
-step "done: the control plane and the served model keep running (trimaran server stop --pods ends both)"
+# The demo's state is in its own TRIMARAN_HOME: the command that ends it names that home and this
+# checkout's trimaran, so it works as printed in any shell.
+stop_cmd="TRIMARAN_HOME=$(printf '%q' "$TRIMARAN_HOME") $(printf '%q' "$PWD/.venv/bin/trimaran") server stop --pods"
+step "done: the control plane and the served model keep running"
 trimaran server status
+printf 'to stop both:  %s\n' "$stop_cmd"

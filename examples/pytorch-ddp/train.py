@@ -4,8 +4,9 @@ Written for a PyTorchJob: the operator gives every replica MASTER_ADDR, MASTER_P
 WORLD_SIZE and RANK, and this script joins the process group from those. It also runs
 under torchrun (which sets the same variables plus LOCAL_RANK) or alone (world of one).
 
-Rank 0 prints the mean loss of each epoch, writes checkpoint_epoch_{epoch}.pt and model.pt
-to --output-dir, and ends with a line `test_accuracy=0.97xx`.
+Rank 0 prints the mean loss of each epoch over all replicas, writes checkpoint_epoch_{epoch}.pt
+and model.pt to --output-dir, and ends with a line `test_accuracy=0.97xx`. Every other rank
+prints the loss of its own share of each epoch, so each replica's log shows it is training.
 """
 import argparse
 import os
@@ -91,6 +92,9 @@ def main():
     if rank == 0:
         print(f"world_size={world} backend={dist.get_backend()} device={device} "
               f"master={os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", flush=True)
+    else:
+        print(f"rank={rank} joined world_size={world} at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+              flush=True)
 
     torch.manual_seed(0)  # same initial weights everywhere (DDP also broadcasts rank 0's)
     x_tr, y_tr, x_te, y_te = load_data()
@@ -121,6 +125,9 @@ def main():
             steps += 1
             if args.steps and steps >= args.steps:
                 break
+        if rank != 0:
+            print(f"rank={rank} epoch={epoch} local_loss={(total[0] / total[1]).item():.4f} "
+                  f"batches={int(total[1].item())}", flush=True)
         dist.all_reduce(total)  # mean loss over all replicas' batches
         if rank == 0:
             print(f"epoch={epoch} loss={(total[0] / total[1]).item():.4f} steps={steps}", flush=True)

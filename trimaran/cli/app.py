@@ -11,7 +11,16 @@ from rich.console import Console
 
 from trimaran.cli.client import APIError, Client, owned_by
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+EXAMPLES = """Examples:
+  trimaran apply -f examples/pytorch-ddp/
+  trimaran get pytorchjobs
+  trimaran logs digits-ddp --replica-type worker --replica-index 1 -f
+  trimaran wait pytorchjob/digits-ddp --for=condition=Succeeded --timeout=5m
+  trimaran describe pytorchjob digits-ddp
+  trimaran trials cnn-hyperparameter-tuning -n kubeflow
+  trimaran server stop --pods"""
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, epilog=EXAMPLES,
                   help="Run Kubeflow training manifests on this machine, as a cluster would.")
 server_app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the background control plane.")
 app.add_typer(server_app, name="server")
@@ -185,18 +194,43 @@ def logs(
     """Print a pod's log (a job's master replica by default)."""
     client = _client()
     ns = namespace or "default"
+    written = 0
     try:
-        pod = _resolve_pod(client, ns, name, replica_type, replica_index)
+        pod = _resolve_pod(client, ns, name, replica_type, replica_index, wait=POD_WAIT_SECONDS if follow else 0)
         for chunk in client.log(ns, pod, container=container, previous=previous, follow=follow):
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
+            written += len(chunk)
     except APIError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
-        pass
+        return
+    if not written:
+        # An empty log and a wrong pod look alike on a terminal: say which pod it was.
+        err.print(f"pod {pod} has written nothing to its log" + ("" if follow else " yet"), highlight=False)
 
 
-def _resolve_pod(client: Client, ns: str, ref: str, replica_type: str | None, index: int) -> str:
+# How long `logs -f` waits for a job's pod to be created, as kubectl's --pod-running-timeout: right
+# after `apply` the controller may not have made it yet.
+POD_WAIT_SECONDS = 20.0
+
+
+class _NoPodYet(APIError):
+    """The job exists, the pod asked for does not (yet)."""
+
+
+def _resolve_pod(client: Client, ns: str, ref: str, replica_type: str | None, index: int, wait: float = 0) -> str:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return _find_pod(client, ns, ref, replica_type, index)
+        except _NoPodYet:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _find_pod(client: Client, ns: str, ref: str, replica_type: str | None, index: int) -> str:
     kind, _, name = ref.rpartition("/")
     if not kind and replica_type is None:
         try:
@@ -224,7 +258,7 @@ def _resolve_pod(client: Client, ns: str, ref: str, replica_type: str | None, in
                 if labels.get("training.kubeflow.org/replica-type") == rt and \
                         labels.get("training.kubeflow.org/replica-index") == str(index):
                     return p["metadata"]["name"]
-            raise APIError(404, f"{k} {name} has no pod for replica {replica_type}[{index}]")
+            raise _NoPodYet(404, f"{k} {name} has no pod for replica {replica_type}[{index}]")
         for p in pods:
             # The pod a person means: the master (TF, PyTorch, MPIJob v1's launcher) or the
             # MPI operator's launcher.
@@ -232,7 +266,7 @@ def _resolve_pod(client: Client, ns: str, ref: str, replica_type: str | None, in
                 return p["metadata"]["name"]
         if pods:
             return sorted(pods, key=lambda p: p["metadata"]["name"])[0]["metadata"]["name"]
-        raise APIError(404, f"{k} {name} has no pods yet")
+        raise _NoPodYet(404, f"{k} {name} has no pods yet")
     raise APIError(404, f"no pod or job named {name!r} in namespace {ns}")
 
 
