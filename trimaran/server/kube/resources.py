@@ -219,15 +219,22 @@ class KubeAPI:
             obj = await asyncio.to_thread(self.store.get, info.kind, target.namespace or "", target.name)
         except NotFound:
             raise StatusError.not_found(info.group, info.plural, target.name or "") from None
-        if obj.get("apiVersion") != info.api_version:
-            raise StatusError.not_found(info.group, info.plural, target.name or "")
         return obj
+
+    @staticmethod
+    def _stored_as(target: Target, current: dict) -> Target:
+        """The target in the version ``current`` is stored in. The versions of one kind are one set
+        of objects, each served as it was written (MPIJob v1 and v2beta1 have no conversion)."""
+        if current.get("apiVersion") == target.info.api_version:
+            return target
+        return Target(kinds.for_object(current["apiVersion"], current["kind"]), target.namespace, target.name,
+                      target.subresource)
 
     def _matcher(self, target: Target, labels: LabelSelector, fields: FieldSelector) -> Callable[[dict], bool]:
         info = target.info
 
         def accepts(obj: dict) -> bool:
-            if obj.get("kind") != info.kind or obj.get("apiVersion") != info.api_version:
+            if obj.get("kind") != info.kind:
                 return False
             if target.namespace is not None and obj["metadata"].get("namespace") != target.namespace:
                 return False
@@ -467,8 +474,9 @@ class KubeAPI:
 
     async def _update(self, target: Target, obj: Any, manager: str, validation: str | None, dry_run: bool
                       ) -> Response:
-        info = target.info
         current = await self._get(target)
+        target = self._stored_as(target, current)
+        info = target.info
         if target.subresource == "scale":
             return await self._write_scale(target, current, obj, dry_run)
         if target.subresource == "status":
@@ -541,6 +549,8 @@ class KubeAPI:
         builtin = info.group in ("", "batch")
         for _ in range(5):  # a patch is relative to the object: re-read and retry on a racing write
             current = await self._get(target)
+            target = self._stored_as(target, current)
+            info = target.info
             patched = patching.apply_patch(content_type, copy.deepcopy(current), body, builtin)
             if not isinstance(patched, dict):
                 raise StatusError(422, "Invalid", "the patch did not leave an object")
