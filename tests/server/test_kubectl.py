@@ -157,7 +157,8 @@ def test_namespaced_token_is_forbidden_elsewhere(plane, kubectl) -> None:  # noq
     assert denied.returncode != 0 and "Forbidden" in denied.stderr
     everywhere = kubectl("--token", token, "get", "cm", "-A", check=False)
     assert everywhere.returncode != 0 and "Forbidden" in everywhere.stderr
-    viewer = TokenStore(plane.home).create("view", ["team-a"])
+    viewer = plane.cli("token", "create", "--namespace", "team-a", "--role", "view").stdout.strip()
+    assert "view" in plane.cli("token", "list").stdout
     readonly = kubectl("--token", viewer, "-n", "team-a", "delete", "cm", "settings", check=False)
     assert readonly.returncode != 0 and "Forbidden" in readonly.stderr
     assert kubectl("-n", "team-a", "get", "cm", "settings", "-o", "name").stdout.strip() == "configmap/settings"

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from trimaran.cli.client import APIError, Client, owned_by
+from trimaran.cli.tokens import token_app
 
 EXAMPLES = """Examples:
   trimaran apply -f examples/pytorch-ddp/
@@ -24,6 +25,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, epilog=EXAMPLES,
                   help="Run Kubeflow training manifests on this machine, as a cluster would.")
 server_app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the background control plane.")
 app.add_typer(server_app, name="server")
+app.add_typer(token_app, name="token")
 # Piped output is never wrapped, so that grep and awk see one line per row, as with kubectl.
 console = Console(width=None if sys.stdout.isatty() else 100_000)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 100_000)
@@ -36,9 +38,22 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+# Where to connect, as kubectl's flags of the same names say (set by the callback below).
+_connection: dict[str, str | None] = {"kubeconfig": None, "context": None}
+
+
+@app.callback()
+def _global_options(
+    kubeconfig: str | None = typer.Option(None, "--kubeconfig", help="A kubeconfig to use instead of "
+                                          "KUBECONFIG or $TRIMARAN_HOME/kubeconfig (any Kubernetes API server)."),
+    context: str | None = typer.Option(None, "--context", help="The kubeconfig context to use."),
+) -> None:
+    _connection.update(kubeconfig=kubeconfig, context=context)
+
+
 def _client() -> Client:
     try:
-        return Client.connect()
+        return Client.connect(kubeconfig=_connection["kubeconfig"], context=_connection["context"])
     except (APIError, RuntimeError) as exc:
         _fail(str(exc))
         raise  # unreachable; keeps type checkers content
@@ -132,6 +147,10 @@ def get(
 
 
 def _dump(data: object, fmt: str, list_kind: bool) -> None:
+    # As kubectl: field ownership is noise to a reader (kubectl shows it with --show-managed-fields).
+    for obj in data if isinstance(data, list) else [data]:
+        if isinstance(obj, dict):
+            (obj.get("metadata") or {}).pop("managedFields", None)
     if list_kind:
         data = {"apiVersion": "v1", "kind": "List", "items": data}
     if fmt == "json":

@@ -1,0 +1,52 @@
+"""``trimaran token``: tokens for other people and programs, each limited to namespaces and a role.
+
+Tokens are written to the home's token file directly (the control plane re-reads it), so making one
+needs this machine's account of the home, as reading the kubeconfig does.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trimaran.server.daemon import home_dir
+from trimaran.server.tokens import ROLES, TokenStore
+
+token_app = typer.Typer(no_args_is_help=True, help="Make, list and revoke API tokens (scoped to namespaces).")
+console = Console()
+
+
+@token_app.command("create")
+def create(
+    namespace: list[str] = typer.Option(None, "--namespace", "-n",
+                                        help="A namespace the token may use (repeat for more); none: all."),
+    role: str = typer.Option("edit", "--role", help="view (read), edit (read and write), or admin."),
+    name: str | None = typer.Option(None, "--name", help="A label shown by `trimaran token list`."),
+) -> None:
+    """Print a new token; only its hash is kept, so copy it now."""
+    if role not in ROLES:
+        console.print(f"[red]error:[/red] --role must be one of {', '.join(ROLES)}, not {role!r}", highlight=False)
+        raise typer.Exit(1)
+    token = TokenStore(home_dir()).create(role, namespace or None, name=name)
+    typer.echo(token)
+
+
+@token_app.command("list")
+def list_tokens() -> None:
+    """Every token's id, name, role and namespaces (never the token itself)."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for title in ("ID", "NAME", "ROLE", "NAMESPACES"):
+        table.add_column(title, no_wrap=True)
+    for entry in TokenStore(home_dir()).list():
+        table.add_row(entry["id"], entry["name"], entry["role"], ",".join(entry["namespaces"] or ["*"]))
+    console.print(table)
+
+
+@token_app.command("revoke")
+def revoke(token_id: str = typer.Argument(..., help="The ID `trimaran token list` shows.")) -> None:
+    """Forget a token: requests carrying it are refused from now on."""
+    if not TokenStore(home_dir()).revoke(token_id):
+        console.print(f"[red]error:[/red] no token with id {token_id!r}", highlight=False)
+        raise typer.Exit(1)
+    typer.echo(f"token {token_id} revoked")
