@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from trimaran.api.serving import InferenceService, StorageUriError, resolve_storage_uri
-from trimaran.controllers.base import Key, Reconciler, key_of
+from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import is_terminating, owned_pods, phase, request_deletion, restart_count
 from trimaran.controllers.ports import PortAllocator
@@ -101,6 +101,8 @@ class InferenceServiceReconciler(Reconciler):
             obj = self.store.get(key.kind, key.namespace, key.name)
         except NotFound:
             self._forget(key)
+            return None
+        if is_being_deleted(obj):
             return None
         self._events = []
         isvc = InferenceService.model_validate(obj)

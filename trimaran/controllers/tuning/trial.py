@@ -13,7 +13,7 @@ import logging
 import posixpath
 from pathlib import Path
 
-from trimaran.controllers.base import Key, Reconciler
+from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion
 from trimaran.controllers.tuning.checkpoints import CheckpointMount, checkpoint_mount, prepare_checkpoint
@@ -64,6 +64,8 @@ class TrialReconciler(Reconciler):
             trial = self.store.get("Trial", key.namespace, key.name)
         except NotFound:
             self.tracker.deleted(key.namespace, key.name)  # tracking: end the run of a deleted trial
+            return None
+        if is_being_deleted(trial):
             return None
         uid = trial["metadata"]["uid"]
         status = copy.deepcopy(trial.get("status") or {})
