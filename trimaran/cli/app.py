@@ -529,7 +529,7 @@ def dashboard(
 # -- server ---------------------------------------------------------------------------------------
 @server_app.command("start")
 def server_start(
-    host: str = typer.Option("127.0.0.1", help="Bind address; anything but loopback requires a token."),
+    host: str = typer.Option("127.0.0.1", help="Bind address (HTTPS and a token whatever it is)."),
     port: int = typer.Option(0, help="Port (0 picks a free one)."),
 ) -> None:
     """Start the control plane in the background (apply starts one when none runs)."""
@@ -539,9 +539,8 @@ def server_start(
         info = start_server(host=host, port=port)
     except RuntimeError as exc:
         _fail(str(exc))
-    console.print(f"control plane running at {info['url']} (pid {info['pid']})", highlight=False)
-    if info.get("token"):
-        console.print("a bearer token is required; it is in $TRIMARAN_HOME/server.json", highlight=False)
+    console.print(f"control plane running at {info['url']} (pid {info['pid']}); "
+                  f"export KUBECONFIG={home_dir() / 'kubeconfig'} for kubectl", highlight=False)
 
 
 @server_app.command("stop")
