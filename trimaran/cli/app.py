@@ -533,7 +533,7 @@ def server_start(
     port: int = typer.Option(0, help="Port (0 picks a free one)."),
 ) -> None:
     """Start the control plane in the background (apply starts one when none runs)."""
-    from trimaran.server.daemon import start_server
+    from trimaran.server.daemon import home_dir, start_server
 
     try:
         info = start_server(host=host, port=port)
