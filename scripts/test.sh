@@ -20,13 +20,17 @@ if [ "$(cat .venv-kserve/.installed 2>/dev/null)" != "$kserve_spec" ]; then
 fi
 export TRIMARAN_KSERVE_PYTHON="$PWD/.venv-kserve/bin/python"
 # Katib's own SDK, for tests/server/test_katib_dbmanager.py (report_metrics and get_trial_metrics over
-# gRPC). It pins protobuf 4 and grpcio, so it gets an environment of its own, ignored by git from inside.
-if [ ! -f .venv-katib/.installed ]; then
+# gRPC) and tests/server/test_katib_client.py (KatibClient). It pins protobuf 4 and grpcio, so it gets an
+# environment of its own, ignored by git from inside. KatibClient builds and reads objects with the
+# kubernetes client's classic generated models, which kubernetes >= 36 no longer has: kubernetes<36.
+# The marker holds what was installed, so a changed pin rebuilds it.
+katib_spec='kubeflow-katib==0.19.0 kubernetes<36'
+if [ "$(cat .venv-katib/.installed 2>/dev/null)" != "$katib_spec" ]; then
   rm -rf .venv-katib
   "${PYTHON:-python3}" -m venv .venv-katib || exit 1
   printf '*\n' > .venv-katib/.gitignore
-  .venv-katib/bin/python -m pip install -q "kubeflow-katib==0.19.0" || exit 1
-  touch .venv-katib/.installed
+  .venv-katib/bin/python -m pip install -q $katib_spec || exit 1
+  printf '%s' "$katib_spec" > .venv-katib/.installed
 fi
 export TRIMARAN_KATIB_PYTHON="$PWD/.venv-katib/bin/python"
 # The Training Operator's v1 SDK, for tests/server/test_training_client.py. kubeflow-training 1.9 builds

@@ -75,11 +75,17 @@ print(json.dumps({
 '''
 
 
-def test_kserve_client_creates_waits_patches_and_deletes(plane: ControlPlaneHandle, tmp_path: Path) -> None:
-    python = venv_python("TRIMARAN_KSERVE_PYTHON", "kserve", ".venv-kserve")
+@pytest.fixture
+def kserve_python() -> str:
+    """Requested before ``plane``, so a skip does not start a control plane first."""
+    return venv_python("TRIMARAN_KSERVE_PYTHON", "kserve", ".venv-kserve")
+
+
+def test_kserve_client_creates_waits_patches_and_deletes(kserve_python: str, plane: ControlPlaneHandle,
+                                                         tmp_path: Path) -> None:
     constant_model(plane.home / "models" / "const" / "v1", 1)
     constant_model(plane.home / "models" / "const" / "v2", 0)
-    out = run_client(python, plane, SCRIPT, tmp_path, timeout=300)
+    out = run_client(kserve_python, plane, SCRIPT, tmp_path, timeout=300)
     assert out["created"] == {"kind": "InferenceService", "generation": 1}
     assert out["polled_ready_after"] < 120
     got = out["got"]

@@ -63,9 +63,15 @@ print(json.dumps({
 '''
 
 
-def test_training_client_runs_a_function_as_a_pytorchjob(plane: ControlPlaneHandle, tmp_path: Path) -> None:
-    python = venv_python("TRIMARAN_TRAINING_PYTHON", "kubeflow.training", ".venv-training")
-    out = run_client(python, plane, SCRIPT, tmp_path, timeout=300)
+@pytest.fixture
+def training_python() -> str:
+    """Requested before ``plane``, so a skip does not start a control plane first."""
+    return venv_python("TRIMARAN_TRAINING_PYTHON", "kubeflow.training", ".venv-training")
+
+
+def test_training_client_runs_a_function_as_a_pytorchjob(training_python: str, plane: ControlPlaneHandle,
+                                                         tmp_path: Path) -> None:
+    out = run_client(training_python, plane, SCRIPT, tmp_path, timeout=300)
     assert out["typed"]
     types = [t for t, _ in out["conditions"]]
     assert types[0] == "Created" and types[-1] == "Succeeded", out["conditions"]
