@@ -1,14 +1,14 @@
 """Regenerate ``grpc_predict_v2_pb2.py`` and ``grpc_predict_v2_pb2_grpc.py`` from ``grpc_predict_v2.proto``.
 
-Run ``python -m trimaran.serving.proto.regenerate`` after editing the proto (needs grpcio-tools); commit
-the result. ``tests/serving/test_proto.py`` fails while the committed modules are stale.
+Run ``python -m trimaran.serving.proto.regenerate`` after editing the proto (needs grpcio-tools); commit the
+result. ``tests/serving/test_proto.py`` fails while the committed modules are stale.
 """
 
 from __future__ import annotations
 
-import sys
-import tempfile
 from pathlib import Path
+
+from trimaran import _protogen
 
 HERE = Path(__file__).resolve().parent
 PROTO = "grpc_predict_v2.proto"
@@ -16,36 +16,9 @@ GENERATED = ("grpc_predict_v2_pb2.py", "grpc_predict_v2_pb2_grpc.py")
 
 
 def generate(out_dir: Path) -> dict[str, str]:
-    """Compile the proto into ``out_dir``; return the generated modules' text by file name.
-
-    Two rewrites of protoc's output: the ``_pb2_grpc`` module imports its ``_pb2`` sibling as a top-level
-    module, which would not resolve inside ``trimaran.serving.proto``; and the messages are registered in a
-    private descriptor pool, because tritonclient and kserve register the same ``inference.*`` names in the
-    default pool and a process (a test, or a custom model calling a predictor) may import both.
-    """
-    from grpc_tools import protoc
-
-    code = protoc.main(["grpc_tools.protoc", f"-I{HERE}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}",
-                        str(HERE / PROTO)])
-    if code != 0:
-        raise RuntimeError(f"protoc failed with exit status {code}")
-    texts = {name: (out_dir / name).read_text() for name in GENERATED}
-    texts[GENERATED[1]] = texts[GENERATED[1]].replace(
-        "import grpc_predict_v2_pb2 as grpc__predict__v2__pb2",
-        "from trimaran.serving.proto import grpc_predict_v2_pb2 as grpc__predict__v2__pb2")
-    texts = {name: "# ruff: noqa\n" + text for name, text in texts.items()}  # generated: not ours to lint
-    texts[GENERATED[0]] = texts[GENERATED[0]].replace(
-        "_descriptor_pool.Default().AddSerializedFile",
-        "_descriptor_pool.DescriptorPool().AddSerializedFile")
-    return texts
-
-
-def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, text in generate(Path(tmp)).items():
-            (HERE / name).write_text(text)
-            print(f"wrote {HERE / name}", file=sys.stderr)
+    """Compile the proto into ``out_dir``; return the generated modules' text by file name."""
+    return _protogen.generate(HERE, PROTO, __package__, out_dir)
 
 
 if __name__ == "__main__":
-    main()
+    _protogen.write(HERE, PROTO, __package__)
