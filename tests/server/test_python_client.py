@@ -152,6 +152,47 @@ print(json.dumps({
 }))
 '''
 
+TYPED_BUILTINS = r'''
+import json, time
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+config.load_kube_config()
+core, batch, api = client.CoreV1Api(), client.BatchV1Api(), client.CustomObjectsApi()
+meta = client.V1ObjectMeta
+# Typed models as most programs write them: no api_version or kind (the server takes the endpoint's).
+ns = core.create_namespace(client.V1Namespace(metadata=meta(name="typed")))
+cm = core.create_namespaced_config_map("typed", client.V1ConfigMap(metadata=meta(name="settings"), data={"a": "1"}))
+pvc = core.create_namespaced_persistent_volume_claim("typed", client.V1PersistentVolumeClaim(
+    metadata=meta(name="data"), spec=client.V1PersistentVolumeClaimSpec(
+        access_modes=["ReadWriteOnce"], resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}))))
+job = batch.create_namespaced_job("typed", client.V1Job(metadata=meta(name="once"), spec=client.V1JobSpec(
+    backoff_limit=0, template=client.V1PodTemplateSpec(spec=client.V1PodSpec(restart_policy="Never", containers=[
+        client.V1Container(name="main", image="python:3.11", command=["python", "-c", "print('done')"])])))))
+deadline = time.monotonic() + 120
+while not (batch.read_namespaced_job_status("once", "typed").status.succeeded or 0):
+    assert time.monotonic() < deadline, "the job did not succeed"
+    time.sleep(0.1)
+finished = batch.read_namespaced_job("once", "typed")
+try:
+    api.create_namespaced_custom_object("kubeflow.org", "v1", "typed", "pytorchjobs",
+                                        {"metadata": {"name": "kindless"}, "spec": {}})
+    kindless = None
+except ApiException as exc:
+    kindless = exc.status
+print(json.dumps({
+    "kinds": [type(o).__name__ for o in (ns, cm, pvc, job)],
+    "namespace": ns.metadata.name, "data": core.read_namespaced_config_map("settings", "typed").data,
+    "claim": [pvc.metadata.name, pvc.spec.access_modes],
+    "job": {"succeeded": finished.status.succeeded, "completions": finished.spec.completions,
+            "conditions": [c.type for c in finished.status.conditions]},
+    "job_pods": [p.metadata.name.startswith("once-")
+                 for p in core.list_namespaced_pod("typed", label_selector="batch.kubernetes.io/job-name=once").items],
+    "log": core.read_namespaced_pod_log(core.list_namespaced_pod("typed").items[0].metadata.name, "typed"),
+    "kindless": kindless,
+}))
+'''
+
 
 def test_custom_objects_crud_and_watch(plane: ControlPlaneHandle, tmp_path: Path) -> None:
     release = tmp_path / "release"
@@ -195,3 +236,15 @@ def test_typed_pods_and_logs_plain_and_followed(plane: ControlPlaneHandle, tmp_p
     assert out["streamed"] == ["waiting for the release"] + [f"line {i}" for i in range(5)]
     assert out["tail"] == "line 3\nline 4\n"
     assert out["final_phase"] == "Succeeded"
+
+
+def test_typed_builtins_without_api_version_or_kind(plane: ControlPlaneHandle, tmp_path: Path) -> None:
+    out = run_client(sys.executable, plane, TYPED_BUILTINS, tmp_path)
+    assert out["kinds"] == ["V1Namespace", "V1ConfigMap", "V1PersistentVolumeClaim", "V1Job"]
+    assert out["namespace"] == "typed" and out["data"] == {"a": "1"}
+    assert out["claim"] == ["data", ["ReadWriteOnce"]]
+    assert out["job"]["succeeded"] == 1 and out["job"]["completions"] == 1
+    assert "Complete" in out["job"]["conditions"]
+    assert out["job_pods"] == [True]
+    assert out["log"] == "done\n"
+    assert out["kindless"] == 400  # a custom resource must say what it is, as on a cluster

@@ -401,6 +401,10 @@ class KubeAPI:
             raise StatusError.bad_request("the body of the request must be a JSON object")
         for field, expected in (("apiVersion", info.api_version), ("kind", info.kind)):
             given = obj.get(field)
+            if not given and info.group in ("", "batch"):
+                # kube-apiserver decodes a built-in kind with the endpoint's as defaults (the Python
+                # client's typed V1ConfigMap(metadata=...) sends none); a custom resource must name both.
+                given = obj[field] = expected
             if not given:
                 raise StatusError.bad_request(f"Object '{field[0].upper() + field[1:]}' is missing in the body")
             if given != expected:
