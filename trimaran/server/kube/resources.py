@@ -44,6 +44,7 @@ MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit for a request body
 MAX_WATCH_SECONDS = 1800  # a watch without timeoutSeconds ends here, and none lasts longer
 _BOOKMARK_EVERY = 30.0
 _UNKNOWN_FIELD = 'unknown field "'
+_MAX_WARNING = 4096  # characters of one warning sent back
 
 # Events are not stored objects (the store keeps them in a table of their own), so the registry
 # does not know them; they are served read-only at their core v1 place.
@@ -674,8 +675,13 @@ def _as_field_errors(exc: ManifestError) -> list[FieldError]:
 def _warning_headers(warnings: list[str]) -> dict[str, str]:
     if not warnings:
         return {}
-    # One header can carry several warnings, comma-separated (RFC 7234 warning-values).
-    return {"Warning": ", ".join('299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"' for w in warnings)}
+    # One header can carry several warnings, comma-separated (RFC 7234 warning-values). A header
+    # holds printable ASCII only: anything else a warning quotes (an unknown field's name) is escaped.
+    def text(warning: str) -> str:
+        escaped = warning[:_MAX_WARNING].replace("\\", "\\\\").replace('"', '\\"')
+        return "".join(ch if " " <= ch <= "~" else ascii(ch)[1:-1] for ch in escaped)
+
+    return {"Warning": ", ".join('299 - "' + text(w) + '"' for w in warnings)}
 
 
 def _default_manager(request: Request) -> str:
