@@ -182,9 +182,6 @@ def test_katib_client_tune_runs_trials_with_the_sdks_interpreter(katib_python: s
     assert out["metrics"]["sdk_python"] == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="trial pods lack Katib's labels (katib.kubeflow.org/trial and the trial's "
-                   "own, which Katib's pod webhook adds) and a StdOut trial has no container "
-                   "'metrics-logger-and-collector', which get_job_logs reads: see TrialReconciler._inject")
 def test_katib_client_reads_a_retained_trials_logs(katib_python: str, plane: ControlPlaneHandle,
                                                    tmp_path: Path) -> None:
     out = run_client(katib_python, plane, LOGS, tmp_path, timeout=300)

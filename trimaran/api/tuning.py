@@ -94,6 +94,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # Labels Katib puts on trials and their jobs.
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
 TRIAL_LABEL = "katib.kubeflow.org/trial"
+# Katib's StdOut collector is a sidecar of this name, whose log KatibClient.get_job_logs reads; here
+# the pod carries, under this annotation, the container whose log stands in for it.
+METRICS_COLLECTOR_CONTAINER = "metrics-logger-and-collector"
+METRICS_LOGS_ANNOTATION = "trimaran.io/metrics-logs-of"
 
 DEFAULT_PARALLEL_TRIAL_COUNT = 3
 #: Suggestion algorithms (katib-config ``runtime.suggestions``, without the NAS ones).

@@ -13,11 +13,12 @@ import logging
 import posixpath
 from pathlib import Path
 
+from trimaran.api.tuning import METRICS_LOGS_ANNOTATION
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion
 from trimaran.controllers.tuning.checkpoints import CheckpointMount, checkpoint_mount, prepare_checkpoint
-from trimaran.controllers.tuning.records import experiment_of, trial_records
+from trimaran.controllers.tuning.records import TRIAL_LABEL, experiment_of, trial_records
 from trimaran.runtime import LocalRuntime
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.tuning.early_stopping import get_early_stopper
@@ -53,7 +54,6 @@ class TrialReconciler(Reconciler):
         super().__init__(store)
         self.runtime = runtime
         self.api_url = api_url
-        self.api_token: str | None = None
         self._collectors: dict[str, MetricsCollector] = {}  # trial uid -> collector
         self._skip: dict[str, int] = {}  # trial uid -> observations already stored before a restart
         # MLflow runs of the trials (trimaran.tuning.tracking); a no-op without MLFLOW_TRACKING_URI.
@@ -169,6 +169,14 @@ class TrialReconciler(Reconciler):
         spec = template.setdefault("spec", {})
         primary = trial["spec"].get("primaryContainerName")
         collector = (trial["spec"].get("metricsCollector") or {})
+        # What Katib's pod webhook adds: the trial's labels and its name, which KatibClient's
+        # get_job_logs selects pods by; and the name of the StdOut collector's sidecar, whose log
+        # (the primary container's output) the same call reads.
+        meta = template.setdefault("metadata", {})
+        meta["labels"] = {**(meta.get("labels") or {}), **(trial["metadata"].get("labels") or {}),
+                          TRIAL_LABEL: trial["metadata"]["name"]}
+        if (collector.get("collector") or {}).get("kind", "StdOut") == "StdOut" and primary:
+            meta["annotations"] = {**(meta.get("annotations") or {}), METRICS_LOGS_ANNOTATION: primary}
         file_dir = _collector_dir(collector)
         for container in spec.get("containers") or []:
             if container.get("name") != primary:
@@ -179,8 +187,6 @@ class TrialReconciler(Reconciler):
                      "value": f"{trial['metadata']['namespace']}/{trial['metadata']['name']}"}]
             if self.api_url:
                 env.append({"name": "TRIMARAN_API", "value": self.api_url})
-            if self.api_token:
-                env.append({"name": "TRIMARAN_TOKEN", "value": self.api_token})
             container["env"] = env
             mounts = list(container.get("volumeMounts") or [])
             if file_dir:

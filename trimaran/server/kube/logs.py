@@ -11,6 +11,7 @@ from pathlib import Path
 
 from starlette.responses import Response, StreamingResponse
 
+from trimaran.api.tuning import METRICS_COLLECTOR_CONTAINER, METRICS_LOGS_ANNOTATION
 from trimaran.server.kube.errors import StatusError
 from trimaran.store import NotFound, Store
 
@@ -79,6 +80,8 @@ def pod_log(store: Store, log_path: Callable[[str, str, str, int | None], Path],
     containers = [c["name"] for c in pod["spec"].get("containers") or []]
     container = options.container or annotations.get("kubectl.kubernetes.io/default-container") or \
         (containers[0] if containers else None)
+    if container == METRICS_COLLECTOR_CONTAINER and METRICS_LOGS_ANNOTATION in annotations:
+        container = annotations[METRICS_LOGS_ANNOTATION]
     if container not in containers:
         raise StatusError.bad_request(f"container {container} is not valid for pod {name}")
     restarts = max((cs.get("restartCount", 0) for cs in (pod.get("status") or {}).get("containerStatuses") or []
