@@ -89,14 +89,19 @@ def parse_label_selector(raw: str | None) -> LabelSelector:
                     if take() != "(":
                         raise _bad(raw, f"expected '(' after {op}")
                     values: list[str] = []
+                    after_value = False
                     while True:
                         t = take()
                         if t == ")":
                             break
                         if t == ",":
+                            after_value = False
                             continue
+                        if after_value:  # "in (a b)": values are separated by commas
+                            raise _bad(raw, f"found '{t}', expected: ',' or ')'")
                         _check_value(raw, t)
                         values.append(t)
+                        after_value = True
                     reqs.append(Requirement(key, op, tuple(values)))
                 else:
                     raise _bad(raw, f"found '{op}', expected: '=', '!=', '==', 'in', 'notin'")
