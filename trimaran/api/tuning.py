@@ -92,6 +92,7 @@ VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 # Labels Katib puts on trials and their jobs.
+# Also in trimaran.tuning._labels, for readers that must not load the API models (import layering).
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
 TRIAL_LABEL = "katib.kubeflow.org/trial"
 # Katib's StdOut collector is a sidecar of this name, whose log KatibClient.get_job_logs reads; here

@@ -11,12 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trimaran.tuning._labels import EXPERIMENT_LABEL, TRIAL_LABEL
 from trimaran.tuning.metrics.observation import Observation, summarize
 
 __all__ = ["ExperimentFailedError", "OptimalTrial", "TrialResult", "TuningResult"]
 
-EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
-TRIAL_LABEL = "katib.kubeflow.org/trial"
 
 
 class OptimalTrial(dict):

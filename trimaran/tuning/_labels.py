@@ -1,9 +1,14 @@
-"""Labels the search algorithms put on trials, in a module of their own so that readers of trials
-(the CLI) can name them without importing the algorithms and the libraries behind them."""
+"""Labels on trials (Katib's, and those the search algorithms add), in a module of their own so that
+readers of trials (the CLI, the SDK) can name them without importing the API models, the
+algorithms and the libraries behind them."""
 
 from __future__ import annotations
 
-__all__ = ["PBT_GENERATION_LABEL", "PBT_MEMBER_LABEL", "PBT_PARENT_LABEL"]
+__all__ = ["EXPERIMENT_LABEL", "PBT_GENERATION_LABEL", "PBT_MEMBER_LABEL", "PBT_PARENT_LABEL", "TRIAL_LABEL"]
+
+#: Katib's labels: a trial's experiment, and (on the trial's pods too) the trial.
+EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
+TRIAL_LABEL = "katib.kubeflow.org/trial"
 
 #: Katib's labels on every pbt trial: its generation (0, 1, ...) and, from generation 1 on, the
 #: trial whose checkpoint directory it starts from.

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trimaran.controllers.pods import owner_reference
-from trimaran.controllers.tuning.records import EXPERIMENT_LABEL
 from trimaran.controllers.volumes import RECLAIM_ANNOTATION, claim_dir
 from trimaran.tuning import PBT_PARENT_LABEL
+from trimaran.tuning._labels import EXPERIMENT_LABEL
 
 __all__ = ["CHECKPOINT_VOLUME", "CheckpointMount", "checkpoint_mount", "prepare_checkpoint", "volume_claim",
            "volume_claim_name"]

@@ -25,9 +25,7 @@ from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owner_reference
 from trimaran.controllers.tuning.checkpoints import volume_claim, volume_claim_name
 from trimaran.controllers.tuning.records import (
-    EXPERIMENT_LABEL,
     SEQUENCE_ANNOTATION,
-    TRIAL_LABEL,
     experiment_trials,
     metric_value,
     objectives,
@@ -37,6 +35,7 @@ from trimaran.controllers.tuning.records import (
 from trimaran.controllers.tuning.trial import FINISHED, trial_state
 from trimaran.store import AlreadyExists, Conflict, NotFound
 from trimaran.tuning import SearchSpace, get_algorithm, pareto_front
+from trimaran.tuning._labels import EXPERIMENT_LABEL, TRIAL_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 from trimaran.controllers.conditions import is_true
 from trimaran.store import NotFound, Store
 from trimaran.tuning import TrialRecord
+from trimaran.tuning._labels import EXPERIMENT_LABEL
 from trimaran.tuning.metrics import objective_value
 
-EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
-TRIAL_LABEL = "katib.kubeflow.org/trial"
 # The order trials were created in (creation timestamps have whole seconds only).
 SEQUENCE_ANNOTATION = "trimaran.io/sequence"
 

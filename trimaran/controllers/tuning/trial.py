@@ -18,9 +18,10 @@ from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion
 from trimaran.controllers.tuning.checkpoints import CheckpointMount, checkpoint_mount, prepare_checkpoint
-from trimaran.controllers.tuning.records import TRIAL_LABEL, experiment_of, trial_records
+from trimaran.controllers.tuning.records import experiment_of, trial_records
 from trimaran.runtime import LocalRuntime
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+from trimaran.tuning._labels import TRIAL_LABEL
 from trimaran.tuning.early_stopping import get_early_stopper
 from trimaran.tuning.metrics import CollectorSources, MetricsCollector, Observation, summarize
 from trimaran.tuning.tracking import Tracker, tracker_from_env
