@@ -38,7 +38,8 @@ def _status(obj: dict) -> dict:
 
 
 def _time(value: str) -> datetime:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    # fromisoformat: strptime was a quarter of building a Table of hundreds of objects.
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def short_duration(seconds: float) -> str:

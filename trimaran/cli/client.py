@@ -85,8 +85,12 @@ class Client:
         if self._https:
             if insecure:
                 self._context = ssl._create_unverified_context()
+            elif ca_pem:
+                # Only the kubeconfig's CA: loading the system's whole store costs a CLI call ~50 ms.
+                self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                self._context.load_verify_locations(cadata=ca_pem.decode())
             else:
-                self._context = ssl.create_default_context(cadata=ca_pem.decode() if ca_pem else None)
+                self._context = ssl.create_default_context()
         self._conn: http.client.HTTPConnection | None = None
         self._cache_dir = cache_dir
         self._resources: list[KindRef] | None = None
@@ -96,20 +100,18 @@ class Client:
                 context: str | None = None) -> Client:
         """The client of ``kubeconfig`` (or ``KUBECONFIG``), else of the local control plane of
         ``home``, started when none runs and ``autostart``."""
-        from trimaran.server.daemon import home_dir, read_server_info, running_server, start_server
+        from trimaran.server.daemon import home_dir, read_server_info, start_server
         from trimaran.server.kubeconfig import kubeconfig_path, read_endpoint
 
         home = home or home_dir()
         chosen = kubeconfig or os.environ.get("KUBECONFIG")
         if not chosen:
+            # A live process is trusted without a probe: a slow server is waited for by the request,
+            # never replaced by a second one on the same store.
             info = read_server_info(home)
             if info is None or not _pid_alive(info.get("pid")):
                 if not autostart:
                     raise APIError(503, "no control plane is running: start one with `trimaran server start`")
-                start_server(home=home)
-            elif running_server(home) is None:
-                if not autostart:
-                    raise APIError(503, "the control plane does not answer: restart it with `trimaran server start`")
                 start_server(home=home)
             chosen = str(kubeconfig_path(home))
         try:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import orjson
@@ -65,7 +66,8 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
 
     async def openapi_root(request: Request) -> Response:
         principal_of(request)
-        return _json(openapi.openapi_index(served))
+        # Building the schemas takes seconds the first time: off the event loop, which serves on.
+        return _json(await asyncio.to_thread(openapi.openapi_index, served))
 
     async def openapi_gv(request: Request) -> Response:
         principal_of(request)
@@ -76,7 +78,7 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
             group, version = parts[1], parts[2]
         else:
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
-        body = openapi.document_bytes(group, version, served)
+        body = await asyncio.to_thread(openapi.document_bytes, group, version, served)
         if not body:
             raise StatusError(404, "NotFound", f"no OpenAPI document for {'/'.join(parts)}")
         return Response(body, media_type="application/json")
