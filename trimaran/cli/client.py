@@ -152,8 +152,9 @@ class Client:
                 conn.request(method, target, body=data, headers=headers)
                 resp = conn.getresponse()
                 break
-            except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine) as exc:
-                # A kept-alive connection the server closed: one more try on a new one.
+            except (ConnectionError, http.client.HTTPException) as exc:
+                # A kept-alive connection the server closed, or whose last answer a caller left
+                # unread: one more try on a new one.
                 conn.close()
                 self._conn = None
                 if attempt or stream:
