@@ -69,6 +69,11 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
         # Building the schemas takes seconds the first time: off the event loop, which serves on.
         return _json(await asyncio.to_thread(openapi.openapi_index, served))
 
+    async def openapi_v2(request: Request) -> Response:
+        principal_of(request)
+        body, media = openapi.openapi_v2("protobuf" in request.headers.get("accept", ""))
+        return Response(body, media_type=media)
+
     async def openapi_gv(request: Request) -> Response:
         principal_of(request)
         parts = request.path_params["rest"].strip("/").split("/")
@@ -145,6 +150,7 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
         Route("/apis", guarded(groups), methods=["GET"]),
         Route("/apis/{group}", guarded(group_resource), methods=_METHODS),
         Route("/apis/{group}/{rest:path}", guarded(group_resource), methods=_METHODS),
+        Route("/openapi/v2", guarded(openapi_v2), methods=["GET"]),
         Route("/openapi/v3", guarded(openapi_root), methods=["GET"]),
         Route("/openapi/v3/{rest:path}", guarded(openapi_gv), methods=["GET"]),
     ]

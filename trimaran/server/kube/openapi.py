@@ -18,7 +18,7 @@ import orjson
 
 from trimaran.api.kinds import KindInfo
 
-__all__ = ["kind_schema", "openapi_document", "openapi_index"]
+__all__ = ["kind_schema", "openapi_document", "openapi_index", "openapi_v2"]
 
 _REF = "#/components/schemas/"
 
@@ -213,3 +213,28 @@ def openapi_index(served: list[KindInfo]) -> dict[str, Any]:
         digest = hashlib.sha256(document_bytes(group, version, served)).hexdigest()[:16].upper()
         paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={digest}"}
     return {"paths": paths}
+
+
+def _protobuf_field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2)."""
+    size, length = bytearray(), len(payload)
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        size.append(byte | (0x80 if length else 0))
+        if not length:
+            break
+    return bytes([number << 3 | 2]) + bytes(size) + payload
+
+
+def openapi_v2(protobuf: bool) -> tuple[bytes, str]:
+    """``/openapi/v2`` without definitions, for kubectl before 1.27, which validates against it (and
+    fetches only its protobuf form): a kind it does not describe is left to the server, which
+    validates every write anyway. gnostic's ``Document``: swagger = 1, info = 2 (title 1, version 2).
+    """
+    title, version = "Trimaran", "v1"
+    if not protobuf:
+        return orjson.dumps({"swagger": "2.0", "info": {"title": title, "version": version}, "paths": {}}), \
+            "application/json"
+    info = _protobuf_field(1, title.encode()) + _protobuf_field(2, version.encode())
+    # Asked for by the media type above, answered as kube-openapi does: Go's mime parser rejects the '@'.
+    return _protobuf_field(1, b"2.0") + _protobuf_field(2, info), "application/octet-stream"
