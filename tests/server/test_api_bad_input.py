@@ -190,6 +190,10 @@ def test_kind_api_version_namespace_and_name_must_match_the_path(api: httpx.Clie
             "'ApiVersion' is missing")
     failure(api.post(TF, json={**tfjob("x"), "apiVersion": "kubeflow.org/v1beta1"}), 400, "BadRequest",
             "kubeflow.org/v1beta1")
+    # "metadata": null is no metadata: the name it lacks is what is wrong.
+    failure(api.post(CM, json={**configmap("x"), "metadata": None}), 422, "Invalid", "metadata.name")
+    failure(api.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": None}), 422,
+            "Invalid", "metadata.name")
     failure(api.put(f"{CM}/mine", json=configmap("other")), 400, "BadRequest", "(other)", "(mine)")
     failure(api.put(f"{CM}/mine", json={**configmap("mine"), "metadata": {"name": "mine", "namespace": "default"}}),
             400, "BadRequest", "namespace")

@@ -414,7 +414,8 @@ class KubeAPI:
         meta = obj.get("metadata")
         if meta is not None and not isinstance(meta, dict):
             raise StatusError.bad_request("metadata must be an object")
-        meta = obj.setdefault("metadata", {})
+        if meta is None:  # "metadata": null is no metadata
+            meta = obj["metadata"] = {}
         if info.namespaced:
             given_ns = meta.get("namespace")
             if given_ns and target.namespace and given_ns != target.namespace:
