@@ -4,6 +4,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh || exit 1
+# kubectl for tests/server/test_kubectl.py: the one on PATH, else Debian's.
+if ! command -v kubectl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kubernetes-client >/dev/null \
+    || exit 1
+fi
 .venv/bin/ruff check trimaran tests bench examples || exit 1
 .venv/bin/python examples/make_configmap.py --check || exit 1
 # KServe's own Python clients, for tests/serving/test_kserve_client.py (data plane) and
