@@ -216,3 +216,14 @@ def test_orphan_deletion_leaves_the_pod_running_without_its_owner(kubectl) -> No
     left = json.loads(kubectl("get", "pod", pod, "-o", "json").stdout)
     assert left["status"]["phase"] == "Running" and not left["metadata"].get("ownerReferences")
     kubectl("delete", "pod", pod, "--timeout=60s", timeout=90)
+
+
+def test_deleting_a_namespace_deletes_what_is_in_it(kubectl) -> None:  # noqa: ANN001
+    kubectl("create", "-f", "-", input="apiVersion: v1\nkind: Namespace\nmetadata: {name: scratch}\n")
+    kubectl("-n", "scratch", "apply", "-f", "-", input=CONFIGMAP)
+    kubectl("-n", "scratch", "create", "-f", "-", input=SLEEPER)
+    poll(lambda: kubectl("-n", "scratch", "get", "pods", "-o", "name").stdout.strip(), timeout=60,
+         what="the sleeper's pod")
+    kubectl("delete", "namespace", "scratch", "--timeout=90s", timeout=120)
+    assert kubectl("get", "namespace", "scratch", check=False).returncode != 0
+    assert kubectl("get", "cm,jobs,pods", "-n", "scratch", "-o", "name").stdout.strip() == ""

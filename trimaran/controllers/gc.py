@@ -16,11 +16,13 @@ from collections.abc import Iterable
 from trimaran.api import kinds
 from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.conditions import now_rfc3339
-from trimaran.controllers.pods import request_deletion
 from trimaran.store import Conflict, Invalid, NotFound, Store, StoreError
 
 ORPHAN_FINALIZER = "orphan"
 FOREGROUND_FINALIZER = "foregroundDeletion"
+# A namespace goes once everything in it has gone (Kubernetes' namespace controller's finalizer).
+NAMESPACE_FINALIZER = "kubernetes"
+_NAMESPACE_RECHECK = 0.5
 PROPAGATIONS = ("Background", "Foreground", "Orphan")
 _FINALIZER_OF = {"Orphan": ORPHAN_FINALIZER, "Foreground": FOREGROUND_FINALIZER}
 # A delete re-reads and decides again when the object changed under it, as the apiserver's
@@ -79,6 +81,8 @@ def request_delete(
         meta = marked["metadata"]
         if kind != "Pod":
             finalizers = _finalizers_after(meta.get("finalizers") or [], propagation)
+            if kind == "Namespace" and NAMESPACE_FINALIZER not in finalizers:
+                finalizers.append(NAMESPACE_FINALIZER)
             if not finalizers:
                 if not dry_run:
                     _remove(store, current)
@@ -192,6 +196,8 @@ class GarbageCollector(Reconciler):
             self._collect(obj)
             return None
         finalizers = meta.get("finalizers") or []
+        if NAMESPACE_FINALIZER in finalizers and obj["kind"] == "Namespace":
+            return self._empty_namespace(obj)
         if FOREGROUND_FINALIZER in finalizers:
             self._delete_dependents(obj)
         elif ORPHAN_FINALIZER in finalizers:
@@ -228,6 +234,27 @@ class GarbageCollector(Reconciler):
                 self.store.update(_with_meta(obj, "ownerReferences", solid))
         except (NotFound, Conflict):
             pass  # gone, or changed since it was read: that change's event brings it back
+
+    def _empty_namespace(self, namespace: dict) -> float | None:
+        """Delete everything in a namespace being deleted; when nothing is left, let it go."""
+        name = namespace["metadata"]["name"]
+        if (namespace.get("status") or {}).get("phase") != "Terminating":
+            try:
+                self.store.update_status({**namespace, "status": {**(namespace.get("status") or {}),
+                                                                  "phase": "Terminating"}})
+            except (NotFound, Conflict):
+                return _NAMESPACE_RECHECK
+        left = [obj for kind in _store_kinds() if kind != "Namespace" for obj in self.store.list(kind, name)]
+        for obj in left:
+            if not obj["metadata"].get("deletionTimestamp"):
+                try:
+                    request_delete(self.store, obj)
+                except (NotFound, Conflict):
+                    pass  # gone or changed: the next look sees it
+        if left:
+            return _NAMESPACE_RECHECK
+        self._drop_finalizer(namespace, NAMESPACE_FINALIZER)
+        return None
 
     def _delete_dependents(self, owner: dict) -> None:
         namespace, uid = owner["metadata"].get("namespace") or "", owner["metadata"]["uid"]
@@ -306,24 +333,3 @@ def _with_meta(obj: dict, field: str, values: list) -> dict:
         meta[field] = values
     return {**obj, "metadata": meta}
 
-
-def delete_with_dependents(store: Store, obj: dict) -> None:
-    """The API's delete until it calls :func:`request_delete`; goes with that call.
-
-    Deletes ``obj``, then everything it owns, inside the caller: owner first, so a controller
-    that notices a missing child does not find its owner still there and recreate the child.
-    """
-    if obj["kind"] == "Pod":
-        request_deletion(store, obj)
-        return
-    meta = obj["metadata"]
-    namespace = meta.get("namespace") or ""
-    children = [child for kind in _store_kinds() if kind != "Namespace"
-                for child in store.list(kind, namespace or None, owner_uid=meta["uid"])]
-    try:
-        store.get(obj["kind"], namespace, meta["name"])
-    except NotFound:
-        return
-    _remove(store, obj)
-    for child in children:
-        delete_with_dependents(store, child)

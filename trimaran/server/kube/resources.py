@@ -463,7 +463,11 @@ class KubeAPI:
 
         def write() -> dict:
             if info.namespaced:
-                self.store.ensure_namespace(admitted["metadata"]["namespace"])
+                namespace = self.store.ensure_namespace(admitted["metadata"]["namespace"])
+                if namespace["metadata"].get("deletionTimestamp"):
+                    raise StatusError(403, "Forbidden", f'{info.plural} "{admitted["metadata"].get("name", "")}" '
+                                      f'is forbidden: unable to create new content in namespace '
+                                      f'{namespace["metadata"]["name"]} because it is being terminated')
             return self.store.create(admitted)
 
         try:
