@@ -21,7 +21,7 @@ from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import WatchHub
 from trimaran.server.tokens import Principal
 
-__all__ = ["EVENT", "KubeAPI", "StatusError", "WatchHub", "principal_of", "routes", "status_response"]
+__all__ = ["EVENT", "KubeAPI", "StatusError", "Target", "WatchHub", "principal_of", "routes", "status_response"]
 
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -101,7 +101,7 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
         target = api.resolve(group, version, segments)
         verb = api.verb(request, target)
         guard(request, verb, target.scope, group, target.info.plural)
-        return await api.serve(request, target, verb, principal_of(request))
+        return await api.serve(request, target, verb)
 
     def _crds(request: Request, segments: list[str]) -> Response:
         guard(request, "list", None, "apiextensions.k8s.io", "customresourcedefinitions")
@@ -155,5 +155,3 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
         Route("/openapi/v3/{rest:path}", guarded(openapi_gv), methods=["GET"]),
     ]
 
-
-__all__ += ["Target"]

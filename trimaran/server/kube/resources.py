@@ -33,7 +33,6 @@ from trimaran.server.kube.logs import LogOptions, pod_log
 from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import SlowWatcher, WatchHub
-from trimaran.server.tokens import Principal
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired, Invalid
@@ -148,7 +147,7 @@ class KubeAPI:
             return "delete" if target.name else "deletecollection"
         raise StatusError.method_not_allowed()
 
-    async def serve(self, request: Request, target: Target, verb: str, principal: Principal) -> Response:
+    async def serve(self, request: Request, target: Target, verb: str) -> Response:
         sub = target.subresource
         info = target.info
         if sub not in (None, "status", "scale", "log") or (sub == "log" and info.kind != "Pod") or \
