@@ -85,8 +85,11 @@ def test_kind_info() -> None:
 def test_for_object() -> None:
     assert for_object("kubeflow.org/v1", "PyTorchJob").model is PyTorchJob
     assert for_object("v1", "Pod").model is Pod
-    with pytest.raises(UnknownKindError, match=r'^no matches for kind "Widget" in version "example.com/v1"$'):
+    with pytest.raises(UnknownKindError, match=r'^no matches for kind "Widget" in version "example.com/v1"\. '
+                                               r'Trimaran runs these kinds: v1: Pod, .*kubeflow.org/v1: TFJob, '):
         for_object("example.com/v1", "Widget")
+    with pytest.raises(UnknownKindError, match=r'^no matches for kind "PytorchJob" .*; did you mean "PyTorchJob"\?'):
+        for_object("kubeflow.org/v1", "PytorchJob")
     with pytest.raises(
         UnknownKindError, match='no matches for kind "Job" in version "v1" \\(known versions: batch/v1\\)'
     ):

@@ -93,7 +93,8 @@ def _mpi_processes(plane) -> list:
 
 
 def _ranks(log: str) -> dict[int, dict]:
-    lines = re.findall(r"rank=(\d) size=(\d) host=(\S+) sum=(\d+) role=(\S+) w=(\[.*\])", log)
+    # Ranks share the launcher's stdout: two lines may run together, so each match stops at its "]".
+    lines = re.findall(r"rank=(\d) size=(\d) host=(\S+) sum=(\d+) role=(\S+) w=(\[[^\]]*\])", log)
     return {int(r): {"size": int(s), "host": h, "sum": int(t), "role": role, "w": json.loads(w)}
             for r, s, h, t, role, w in lines}
 

@@ -456,7 +456,7 @@ class KubeAPI:
         admitted["metadata"].pop("resourceVersion", None)
         admitted["metadata"].pop("deletionTimestamp", None)
         if info.status_subresource:
-            admitted.pop("status", None)
+            admitted["status"] = {}  # the controllers' to fill; an empty one, as kube-apiserver stores it
         if managed:
             patching.track_update(None, admitted, manager)
         if dry_run:
