@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from trimaran.store import Store
+from trimaran.store.base import WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,10 @@ class Reconciler(ABC):
             return [key_of(obj)]
         owner = owner_key(obj, self.kinds)
         return [owner] if owner else []
+
+    def keys_for_event(self, event: WatchEvent) -> Iterable[Key]:
+        """Map a watch event to the keys to reconcile; by default by the changed object alone."""
+        return self.keys_for(event.object["kind"], event.object)
 
     def initial_keys(self) -> Iterable[Key]:
         for kind in self.kinds:
@@ -212,7 +217,7 @@ class ControllerManager:
                         if kind in r.kinds and event.type == "MODIFIED" and r.wrote(event.object):
                             continue
                         if kind in r.kinds or kind in r.watches:
-                            for key in r.keys_for(kind, event.object):
+                            for key in r.keys_for_event(event):
                                 self.enqueue(r, key)
             except Exception:  # an expired revision or a transient store error: relist everything
                 log.exception("watch failed; relisting")

@@ -17,6 +17,7 @@ from trimaran.api import kinds
 from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.conditions import now_rfc3339
 from trimaran.store import Conflict, Invalid, NotFound, Store, StoreError
+from trimaran.store.base import WatchEvent
 
 ORPHAN_FINALIZER = "orphan"
 FOREGROUND_FINALIZER = "foregroundDeletion"
@@ -166,13 +167,21 @@ class GarbageCollector(Reconciler):
         self._uids_lock = threading.Lock()
 
     # -- what wakes it ---------------------------------------------------------------------------
-    def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
+    def keys_for_event(self, event: WatchEvent) -> Iterable[Key]:
+        # Most changes are status writes of live objects (a pod's every transition), which nothing
+        # here acts on: only what is created (its owner may be gone already), deleted (its
+        # dependents may be orphans now) or being deleted is looked at; the resync covers the rest.
+        obj = event.object
+        meta = obj["metadata"]
         key = key_of(obj)
         with self._uids_lock:
-            self._uids[key] = obj["metadata"]["uid"]
-        # Owners too: a dependent that goes (or drops its reference) may be the last one an owner
-        # in foreground deletion waits for.
-        owners = (self._owner_key(obj, ref) for ref in obj["metadata"].get("ownerReferences") or [])
+            self._uids[key] = meta["uid"]
+        if event.type == "MODIFIED" and not meta.get("deletionTimestamp"):
+            return []
+        if event.type == "ADDED" and not (meta.get("ownerReferences") or meta.get("deletionTimestamp")):
+            return []
+        # Owners too: a dependent that goes may be the last one an owner in foreground deletion waits for.
+        owners = (self._owner_key(obj, ref) for ref in meta.get("ownerReferences") or [])
         return [key, *(owner for owner in owners if owner is not None)]
 
     def initial_keys(self) -> Iterable[Key]:
