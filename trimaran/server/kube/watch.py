@@ -93,19 +93,23 @@ class WatchHub:
         self._subs: set[_Subscription] = set()
         self._recent: deque[WatchEvent] = deque(maxlen=_RECENT)
         self._stop = threading.Event()
+        # Set while anyone watches: with no watch open the change log is not read at all (a busy
+        # control plane writes thousands of changes nobody would look at).
+        self._active = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._start_revision = 0
+        self._since = 0  # where the thread resumes reading the log
         self.position = 0  # the revision of the last change handed to the loop
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._start_revision = self.position = self.store.current_revision()
+        self._since = self.position = self.store.current_revision()
         self._thread = threading.Thread(target=self._follow, name="watch-hub", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._active.set()
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._close_all)
 
@@ -113,9 +117,18 @@ class WatchHub:
         for sub in list(self._subs):
             sub.queue.put_nowait(None)
 
+    def _wake(self) -> None:
+        """Called on the loop when a watch opens: an idle hub starts from the log's head."""
+        if not self._active.is_set():
+            self._since = self.position = self.store.current_revision()
+            self._recent.clear()
+            self._active.set()
+
     def _follow(self) -> None:
-        since = self._start_revision
         while not self._stop.is_set():
+            if not self._active.wait(timeout=1.0):
+                continue
+            since = self._since
             try:
                 for event in self.store.watch(since=since, stop=self._stop, timeout=1.0):
                     since = event.revision
@@ -128,6 +141,11 @@ class WatchHub:
                 if not self._stop.is_set():
                     log.exception("the watch hub lost the store's change log; retrying")
                     self._stop.wait(0.5)
+            self._since = since
+            if not self._subs:
+                self._active.clear()
+                if self._subs:  # a watch opened meanwhile: it must not wait for the next one
+                    self._active.set()
 
     def _expire_all(self, revision: int) -> None:
         self._recent.clear()
@@ -150,6 +168,7 @@ class WatchHub:
         """
         sub = _Subscription(since, accepts)
         self._subs.add(sub)
+        self._wake()
         try:
             backlog = await self._backlog(since, accepts)
         except BaseException:
