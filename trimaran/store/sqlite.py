@@ -8,6 +8,8 @@ last few), at a fraction of the cost of an fsync per write.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +22,25 @@ from trimaran.store.sql import WRITE_OPTION, SQLStore
 # controllers' watchers rarely queue for one.
 _POOL_SIZE = 8
 _POOL_OVERFLOW = 32
+_WAL_SWITCH_SECONDS = 30.0
 
 
 def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
     # Let SQLAlchemy emit BEGIN itself (see _begin) instead of the sqlite3 module guessing.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # Turning a new file to WAL needs it to itself, and SQLite answers "database is locked" at once,
+    # without its busy timeout, when another process opening the same new file holds it (seen in
+    # CI: three processes creating one store). Try again for a while, as the busy timeout would.
+    deadline = time.monotonic() + _WAL_SWITCH_SECONDS
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 
