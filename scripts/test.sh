@@ -12,45 +12,29 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 .venv/bin/ruff check trimaran tests bench examples || exit 1
 .venv/bin/python examples/make_configmap.py --check || exit 1
-# KServe's own Python clients, for tests/serving/test_kserve_client.py (data plane) and
-# tests/server/test_kserve_sdk.py (KServeClient). kserve pins protobuf 6 and brings FastAPI, pandas and
-# the Kubernetes client, so it gets an environment of its own. KServeClient hands its classic generated
-# models to CustomObjectsApi, which kubernetes 37 (pydantic) refuses ("Input should be a valid
-# dictionary"): kubernetes<37. The marker holds what was installed, so a changed pin rebuilds it.
-kserve_spec='kserve==0.21.0 kubernetes<37'
-if [ "$(cat .venv-kserve/.installed 2>/dev/null)" != "$kserve_spec" ]; then
-  rm -rf .venv-kserve
-  "${PYTHON:-python3}" -m venv .venv-kserve || exit 1
-  .venv-kserve/bin/python -m pip install -q $kserve_spec || exit 1
-  printf '%s' "$kserve_spec" > .venv-kserve/.installed
-fi
+# The real clients the tests drive, each in an environment of its own where its pins clash with ours.
+# The marker holds what was installed, so a changed pin rebuilds the environment; each ignores itself.
+client_venv() {  # DIR SPEC...
+  local dir=$1; shift
+  if [ "$(cat "$dir/.installed" 2>/dev/null)" != "$*" ]; then
+    rm -rf "$dir"
+    "${PYTHON:-python3}" -m venv "$dir" || return 1
+    printf '*\n' > "$dir/.gitignore"
+    "$dir/bin/python" -m pip install -q "$@" || return 1
+    printf '%s' "$*" > "$dir/.installed"
+  fi
+}
+# KServe's clients (tests/serving/test_kserve_client.py, tests/server/test_kserve_sdk.py): kserve pins
+# protobuf 6 and brings FastAPI and pandas; KServeClient hands its classic generated models to
+# CustomObjectsApi, which kubernetes 37 (pydantic) refuses ("Input should be a valid dictionary").
+client_venv .venv-kserve "kserve==0.21.0" "kubernetes<37" || exit 1
 export TRIMARAN_KSERVE_PYTHON="$PWD/.venv-kserve/bin/python"
-# Katib's own SDK, for tests/server/test_katib_dbmanager.py (report_metrics and get_trial_metrics over
-# gRPC) and tests/server/test_katib_client.py (KatibClient). It pins protobuf 4 and grpcio, so it gets an
-# environment of its own, ignored by git from inside. KatibClient builds and reads objects with the
-# kubernetes client's classic generated models, which kubernetes >= 36 no longer has: kubernetes<36.
-# The marker holds what was installed, so a changed pin rebuilds it.
-katib_spec='kubeflow-katib==0.19.0 kubernetes<36'
-if [ "$(cat .venv-katib/.installed 2>/dev/null)" != "$katib_spec" ]; then
-  rm -rf .venv-katib
-  "${PYTHON:-python3}" -m venv .venv-katib || exit 1
-  printf '*\n' > .venv-katib/.gitignore
-  .venv-katib/bin/python -m pip install -q $katib_spec || exit 1
-  printf '%s' "$katib_spec" > .venv-katib/.installed
-fi
+# Katib's SDK (tests/server/test_katib_dbmanager.py, tests/server/test_katib_client.py) pins protobuf 4
+# and grpcio, and reads objects with the kubernetes client's classic models, gone from kubernetes 36.
+client_venv .venv-katib "kubeflow-katib==0.19.0" "kubernetes<36" || exit 1
 export TRIMARAN_KATIB_PYTHON="$PWD/.venv-katib/bin/python"
-# The Training Operator's v1 SDK, for tests/server/test_training_client.py. kubeflow-training 1.9 builds
-# and reads objects with the kubernetes client's classic generated models, which kubernetes >= 36 no
-# longer has (36 writes types as `dict[str, str]`, 37 is pydantic), while .venv has 37: an environment of its
-# own. The marker holds what was installed, so a changed pin rebuilds it.
-training_spec='kubeflow-training==1.9.3 kubernetes<36'
-if [ "$(cat .venv-training/.installed 2>/dev/null)" != "$training_spec" ]; then
-  rm -rf .venv-training
-  "${PYTHON:-python3}" -m venv .venv-training || exit 1
-  printf '*\n' > .venv-training/.gitignore
-  .venv-training/bin/python -m pip install -q $training_spec || exit 1
-  printf '%s' "$training_spec" > .venv-training/.installed
-fi
+# The Training Operator's v1 SDK (tests/server/test_training_client.py): the same classic models.
+client_venv .venv-training "kubeflow-training==1.9.3" "kubernetes<36" || exit 1
 export TRIMARAN_TRAINING_PYTHON="$PWD/.venv-training/bin/python"
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
