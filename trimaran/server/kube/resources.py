@@ -501,17 +501,21 @@ class KubeAPI:
             return await self._store_status(info, new, dry_run)
         admitted, warnings = self._admit(target, obj, validation, name=target.name)
         self._check_update(info, current, admitted)
-        admitted["metadata"]["deletionTimestamp"] = current["metadata"].get("deletionTimestamp")
-        if admitted["metadata"]["deletionTimestamp"] is None:
-            admitted["metadata"].pop("deletionTimestamp")
+        # Server-owned: a client's PUT neither sets nor clears it.
+        admitted["metadata"].pop("deletionTimestamp", None)
+        if current["metadata"].get("deletionTimestamp"):
+            admitted["metadata"]["deletionTimestamp"] = current["metadata"]["deletionTimestamp"]
         patching.track_update(current, admitted, manager)
         return await self._store_update(info, admitted, dry_run, warnings)
 
-    async def _store_update(self, info: KindInfo, new: dict, dry_run: bool, warnings: list[str]) -> Response:
+    async def _store_update(self, info: KindInfo, new: dict, dry_run: bool, warnings: list[str],
+                            status_only: bool = False) -> Response:
+        """Write ``new`` (its spec and metadata, or only its status), checked against its resourceVersion."""
         if dry_run:
             return _json_response(new, 200, _warning_headers(warnings))
+        write = self.store.update_status if status_only else self.store.update
         try:
-            stored = await asyncio.to_thread(self.store.update, new)
+            stored = await asyncio.to_thread(write, new)
         except Conflict:
             raise StatusError.conflict(info.group, info.plural, new["metadata"]["name"],
                                        "the object has been modified; please apply your changes to the latest "
@@ -521,15 +525,7 @@ class KubeAPI:
         return _json_response(stored, 200, _warning_headers(warnings))
 
     async def _store_status(self, info: KindInfo, new: dict, dry_run: bool) -> Response:
-        if dry_run:
-            return _json_response(new)
-        try:
-            stored = await asyncio.to_thread(self.store.update_status, new)
-        except Conflict:
-            raise StatusError.conflict(info.group, info.plural, new["metadata"]["name"],
-                                       "the object has been modified; please apply your changes to the latest "
-                                       "version and try again") from None
-        return _json_response(stored)
+        return await self._store_update(info, new, dry_run, [], status_only=True)
 
     async def _patch(self, target: Target, content_type: str, body: bytes, manager: str, force: bool,
                      validation: str | None, dry_run: bool) -> Response:
