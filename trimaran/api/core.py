@@ -251,6 +251,7 @@ class EnvVar(ApiModel):
             errs.append(FieldError.required(join_path(path, "name")))
         else:
             errs.extend(FieldError.invalid(join_path(path, "name"), self.name, m) for m in _env_name_errors(self.name))
+        errs.extend(_check_no_nul(join_path(path, "value"), self.value))
         if self.value_from is not None:
             if self.value:
                 errs.append(FieldError.invalid(
@@ -332,13 +333,24 @@ class VolumeMount(ApiModel):
     recursive_read_only: str | None = None
 
 
+def _check_no_backsteps(path: str, value: str) -> list[FieldError]:
+    if ".." in value.split("/"):
+        return [FieldError.invalid(path, value, "must not contain '..'")]
+    return []
+
+
 def _check_relative_path(path: str, value: str) -> list[FieldError]:
     errs = []
     if posixpath.isabs(value):
         errs.append(FieldError.invalid(path, value, "must be a relative path"))
-    if ".." in value.split("/"):
-        errs.append(FieldError.invalid(path, value, "must not contain '..'"))
-    return errs
+    return errs + _check_no_backsteps(path, value)
+
+
+def _check_no_nul(path: str, value: str | None) -> list[FieldError]:
+    # A NUL cannot cross execve or a path: the pod would be accepted and could never start.
+    if value is not None and "\0" in value:
+        return [FieldError.invalid(path, value, "must not contain a NUL byte")]
+    return []
 
 
 class Container(ApiModel):
@@ -391,6 +403,10 @@ class Container(ApiModel):
                 if port.name in port_names:
                     errs.append(FieldError.duplicate(join_path(p, "name"), port.name))
                 port_names.add(port.name)
+        for field in ("command", "args"):
+            for i, arg in enumerate(getattr(self, field) or []):
+                errs.extend(_check_no_nul(join_path(path, field, i), arg))
+        errs.extend(_check_no_nul(join_path(path, "workingDir"), self.working_dir))
         for i, env in enumerate(self.env or []):
             errs.extend(env.check(join_path(path, "env", i)))
         for i, source in enumerate(self.env_from or []):
@@ -404,11 +420,17 @@ class Container(ApiModel):
                 errs.append(FieldError.not_found(join_path(p, "name"), mount.name))
             if not mount.mount_path:
                 errs.append(FieldError.required(join_path(p, "mountPath")))
+            elif not posixpath.isabs(mount.mount_path):
+                # Kubernetes leaves this to the runtime, which refuses it when the pod starts.
+                errs.append(FieldError.invalid(join_path(p, "mountPath"), mount.mount_path, "must be an absolute path"))
             elif mount.mount_path in mount_paths:
                 errs.append(FieldError.invalid(join_path(p, "mountPath"), mount.mount_path, "must be unique"))
             mount_paths.add(mount.mount_path)
+            errs.extend(_check_no_nul(join_path(p, "mountPath"), mount.mount_path))
             if mount.sub_path:
                 errs.extend(_check_relative_path(join_path(p, "subPath"), mount.sub_path))
+            if mount.sub_path_expr:
+                errs.extend(_check_relative_path(join_path(p, "subPathExpr"), mount.sub_path_expr))
         return errs
 
 
@@ -542,10 +564,19 @@ class Volume(ApiModel):
                 and not self.empty_dir.medium.startswith("HugePages-"):
             errs.append(FieldError.not_supported(join_path(path, "emptyDir", "medium"), self.empty_dir.medium,
                                                  ("", "Memory", "HugePages")))
-        if self.host_path is not None and not self.host_path.path:
-            errs.append(FieldError.required(join_path(path, "hostPath", "path")))
-        if self.persistent_volume_claim is not None and not self.persistent_volume_claim.claim_name:
-            errs.append(FieldError.required(join_path(path, "persistentVolumeClaim", "claimName")))
+        if self.host_path is not None:
+            p = join_path(path, "hostPath", "path")
+            if not self.host_path.path:
+                errs.append(FieldError.required(p))
+            errs.extend(_check_no_backsteps(p, self.host_path.path) + _check_no_nul(p, self.host_path.path))
+        if self.persistent_volume_claim is not None:
+            p = join_path(path, "persistentVolumeClaim", "claimName")
+            claim = self.persistent_volume_claim.claim_name
+            if not claim:
+                errs.append(FieldError.required(p))
+            else:
+                # The claim names a directory of the node: only a claim name can be one.
+                errs.extend(FieldError.invalid(p, claim, m) for m in is_dns1123_subdomain(claim))
         for alias, source in (("configMap", self.config_map), ("secret", self.secret)):
             if source is None:
                 continue

@@ -36,6 +36,7 @@ __all__ = [
     "is_dns1123_subdomain",
     "is_qualified_name",
     "is_valid_label_value",
+    "pod_hostname",
 ]
 
 INT32_MAX = 2**31 - 1
@@ -129,6 +130,12 @@ def is_dns1035_label(value: str) -> list[str]:
             "with an alphabetic character, and end with an alphanumeric character",
             _DNS1035_LABEL_FMT, "my-name", "abc-123"))
     return errs
+
+
+def pod_hostname(name: str) -> str:
+    """The hostname of a pod named ``name``, as the kubelet makes it: at most 63 characters, and a
+    cut that leaves a '-' or '.' at the end loses it (``sethostname`` and DNS refuse such a label)."""
+    return name[:DNS1123_LABEL_MAX].rstrip("-.")
 
 
 def is_qualified_name(value: str) -> list[str]:

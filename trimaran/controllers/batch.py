@@ -10,6 +10,7 @@ import copy
 import secrets
 import string
 
+from trimaran.api.meta import pod_hostname
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import (
@@ -152,7 +153,7 @@ class BatchJobReconciler(Reconciler):
             pod_name = f"{name}-{index}-{suffix}"
             labels[INDEX_ANNOTATION] = str(index)
             annotations[INDEX_ANNOTATION] = str(index)
-            spec.setdefault("hostname", f"{name}-{index}")
+            spec.setdefault("hostname", pod_hostname(f"{name}-{index}"))
             for container in spec.get("containers") or []:
                 container["env"] = list(container.get("env") or []) + [
                     {"name": "JOB_COMPLETION_INDEX", "value": str(index)}]

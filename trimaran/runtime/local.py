@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from trimaran.api.meta import pod_hostname
 from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime import shim as _shim
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
@@ -258,7 +259,7 @@ class LocalRuntime:
     ) -> dict:
         spec: Mapping = pod.get("spec") or {}
         status: Mapping = pod.get("status") or {}
-        hostname = str(spec.get("hostname") or name)[:63]
+        hostname = pod_hostname(str(spec.get("hostname") or name))
         pod_ip = str(status.get("podIP") or "127.0.0.1")
         access = self.service_account
         all_hosts: dict[str, str] = dict(self.service_hosts)

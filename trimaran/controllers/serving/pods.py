@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from trimaran.api.meta import pod_hostname
 from trimaran.api.serving import parse_storage_uri
 from trimaran.controllers.pods import owner_reference, set_gang
 
@@ -141,7 +142,7 @@ def replica_pod(isvc: dict, component_name: str, revision: dict, index: int, por
     if probe:
         annotations[PROBE_ANNOTATION] = probe
     spec = {k: v for k, v in component.items() if k in _POD_FIELDS}
-    spec.update(containers=containers, restartPolicy="Always", hostname=revision["name"][:63])
+    spec.update(containers=containers, restartPolicy="Always", hostname=pod_hostname(revision["name"]))
     spec.setdefault("terminationGracePeriodSeconds", 10)
     if volumes:
         spec["volumes"] = volumes

@@ -19,6 +19,7 @@ import json
 import logging
 import time
 
+from trimaran.api.meta import pod_hostname
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import (
     is_finished,
@@ -319,7 +320,7 @@ class TrainingJobReconciler(Reconciler):
         spec = template.get("spec") or {}
         policy = rspec.get("restartPolicy") or fw.default_restart_policy
         spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
-        spec["hostname"] = pod_name
+        spec["hostname"] = pod_hostname(pod_name)
         own = addresses[rtype][index]
         for container in spec.get("containers") or []:
             container["env"] = list(container.get("env") or []) + fw.env(view, rtype, index, addresses, container)
