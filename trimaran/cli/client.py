@@ -13,6 +13,8 @@ import http.client
 import json
 import os
 import ssl
+import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ import orjson
 
 FIELD_MANAGER = "trimaran"
 _DISCOVERY_TTL = 6 * 3600.0  # as kubectl's discovery cache
+_BUSY_AFTER = 2.0  # seconds before a user waiting on the local control plane is told it is busy
 
 
 @dataclass(frozen=True)
@@ -94,32 +97,50 @@ class Client:
         self._conn: http.client.HTTPConnection | None = None
         self._cache_dir = cache_dir
         self._resources: list[KindRef] | None = None
+        # The pid of the local control plane this client talks to, if it is one: a request it does
+        # not answer soon gets a "busy" notice (once), and is waited for.
+        self.busy_pid: int | None = None
+        self._told_busy = False
 
     @classmethod
     def connect(cls, home: Path | None = None, autostart: bool = True, kubeconfig: str | None = None,
                 context: str | None = None) -> Client:
         """The client of ``kubeconfig`` (or ``KUBECONFIG``), else of the local control plane of
         ``home``, started when none runs and ``autostart``."""
-        from trimaran.server.daemon import home_dir, read_server_info, start_server
+        from trimaran.server.daemon import home_dir, lock_holder, read_server_info, start_server, wait_for_server
         from trimaran.server.kubeconfig import kubeconfig_path, read_endpoint
 
         home = home or home_dir()
         chosen = kubeconfig or os.environ.get("KUBECONFIG")
+        busy_pid = None
         if not chosen:
-            # A live process is trusted without a probe: a slow server is waited for by the request,
-            # never replaced by a second one on the same store.
-            info = read_server_info(home)
-            if info is None or not _pid_alive(info.get("pid")):
+            # The home's lock says whether a control plane lives, not a probe: a slow one is waited
+            # for, never replaced by a second one on the same store.
+            holder = lock_holder(home)
+            if holder is None:
                 if not autostart:
                     raise APIError(503, "no control plane is running: start one with `trimaran server start`")
-                start_server(home=home)
+                try:
+                    holder = start_server(home=home)["pid"]
+                except RuntimeError as exc:
+                    raise APIError(503, str(exc)) from None
+            else:
+                info = read_server_info(home)
+                if info is None or info.get("pid") != holder:  # still starting
+                    try:
+                        holder = wait_for_server(home, holder)["pid"]
+                    except RuntimeError as exc:
+                        raise APIError(503, str(exc)) from None
+            busy_pid = holder
             chosen = str(kubeconfig_path(home))
         try:
             endpoint = read_endpoint(Path(chosen), context)
-        except (LookupError, OSError) as exc:
+        except (LookupError, OSError, ValueError) as exc:
             raise APIError(503, f"cannot use kubeconfig {chosen}: {exc}") from None
-        return cls(endpoint.server, endpoint.token, endpoint.ca_pem, endpoint.namespace, endpoint.insecure,
-                   cache_dir=home / "cache")
+        client = cls(endpoint.server, endpoint.token, endpoint.ca_pem, endpoint.namespace, endpoint.insecure,
+                     cache_dir=home / "cache")
+        client.busy_pid = busy_pid
+        return client
 
     # HTTP ---------------------------------------------------------------------------------
 
@@ -129,12 +150,12 @@ class Client:
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def request(self, method: str, path: str, body: object | None = None, params: dict | None = None,
-                content_type: str = "application/json", stream: bool = False, timeout: float = 60.0
-                ) -> http.client.HTTPResponse:
+                content_type: str = "application/json", stream: bool = False, timeout: float = 60.0,
+                accept: str = "application/json") -> http.client.HTTPResponse:
         """Send a request; raise APIError for an error status. A ``stream`` gets its own connection."""
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         target = path + (f"?{query}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": "trimaran"}
+        headers = {"Accept": accept, "User-Agent": "trimaran"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         data = None
@@ -148,6 +169,7 @@ class Client:
                 if self._conn is None:
                     self._conn = self._connection(timeout=timeout)
                 conn = self._conn
+            notice = self._busy_notice()
             try:
                 conn.request(method, target, body=data, headers=headers)
                 resp = conn.getresponse()
@@ -163,11 +185,27 @@ class Client:
                 conn.close()
                 self._conn = None
                 raise APIError(503, f"cannot reach the API server at {self.url}: {exc}") from None
+            finally:
+                if notice is not None:
+                    notice.cancel()
         if resp.status >= 400:
             raw = resp.read()
             message, parsed = _status_message(resp.status, raw)
             raise APIError(resp.status, message, parsed)
         return resp
+
+    def _busy_notice(self) -> threading.Timer | None:
+        if self.busy_pid is None or self._told_busy:
+            return None
+
+        def tell() -> None:
+            self._told_busy = True
+            print(f"the control plane (pid {self.busy_pid}) is busy; waiting...", file=sys.stderr, flush=True)
+
+        timer = threading.Timer(_BUSY_AFTER, tell)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def _json(self, method: str, path: str, body: object | None = None, params: dict | None = None,
               content_type: str = "application/json") -> Any:
@@ -442,12 +480,3 @@ def _problem_lines(exc: APIError, obj: dict) -> list[str]:
 def owned_by(obj: dict, uid: str) -> bool:
     """Whether ``obj`` lists the object with ``uid`` among its owners."""
     return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
-
-
-def _pid_alive(pid: object) -> bool:
-    from trimaran.server.daemon import pid_alive
-
-    try:
-        return pid_alive(int(pid))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False

@@ -24,7 +24,7 @@ from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
-from trimaran.server.daemon import clear_server_info, home_dir, write_server_info
+from trimaran.server.daemon import HomeLock, HomeLocked, clear_server_info, home_dir, lock_home, write_server_info
 from trimaran.server.tokens import TokenStore
 from trimaran.store import Store, open_store
 
@@ -42,6 +42,7 @@ class ControlPlane:
     kubelet: Kubelet
     trials: TrialReconciler
     home: Path
+    lock: HomeLock
     dbmanager: DBManager | None = None  # Katib's gRPC push path, started by serve()
 
     def stop(self) -> None:
@@ -50,6 +51,10 @@ class ControlPlane:
         if self.dbmanager is not None:
             self.dbmanager.stop()
 
+    def release(self) -> None:
+        """Let another control plane have the home (after :meth:`stop`)."""
+        self.lock.release()
+
     def runtime_service_account(self, pod_port: int, ca_cert: Path, tokens: TokenStore) -> None:
         """Hand pods the in-cluster API: ``KUBERNETES_SERVICE_*`` and their namespace's token."""
         self.kubelet.runtime.service_account = ServiceAccountAccess("127.0.0.1", pod_port, ca_cert,
@@ -57,8 +62,21 @@ class ControlPlane:
 
 
 def build_control_plane(home: Path | None = None) -> ControlPlane:
+    """The control plane of ``home``, which it holds until :meth:`ControlPlane.release` or exit.
+
+    Raises:
+        HomeLocked: another control plane holds ``home``.
+    """
     home = home or home_dir()
-    home.mkdir(parents=True, exist_ok=True)
+    lock = lock_home(home)  # before the store opens: two sets of controllers must never share it
+    try:
+        return _build(home, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _build(home: Path, lock: HomeLock) -> ControlPlane:
     store = open_store(home / "trimaran.db")
     store.ensure_namespace("default")
     node = Node.from_env()
@@ -70,7 +88,7 @@ def build_control_plane(home: Path | None = None) -> ControlPlane:
         TrainingJobReconciler(store, ports), BatchJobReconciler(store), ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet,
         GarbageCollector(store)])
-    return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home)
+    return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock)
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -119,7 +137,10 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
     from trimaran.server.tls import ensure_pki
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    plane = build_control_plane(home)
+    try:
+        plane = build_control_plane(home)
+    except HomeLocked as exc:
+        raise SystemExit(f"trimaran server: {exc}") from None
     home = plane.home
     tokens = TokenStore(home)
     pki = ensure_pki(home, host)
@@ -178,3 +199,4 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
     finally:
         plane.stop()
         clear_server_info(home, os.getpid())
+        plane.release()

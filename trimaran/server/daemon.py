@@ -1,8 +1,18 @@
-"""Start, find and stop the background control plane (``trimaran server start|stop|status``)."""
+"""Start, find and stop the background control plane (``trimaran server start|stop|status``).
+
+One control plane per home: it holds an exclusive ``flock`` on ``$TRIMARAN_HOME/control-plane.lock``
+for its whole life, taken before the store is opened, with its pid written in the file. The lock,
+not an HTTP probe, is what says a control plane is alive: a busy one (or one still starting) is
+waited for, never replaced by a second on the same store. The kernel drops the lock when the
+process dies, however it dies.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
 import os
 import signal
 import ssl
@@ -10,9 +20,98 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 INFO_FILE = "server.json"
+LOCK_FILE = "control-plane.lock"
+# A checker holds the lock shared for an instant; a starting control plane that meets one retries this long.
+_CHECKER_GRACE = 1.0
+_BUSY_AFTER = 1.0  # seconds without an answer before the user is told the control plane is busy
+
+
+class HomeLocked(RuntimeError):
+    """Another control plane holds the home."""
+
+    def __init__(self, home: Path, pid: int | None) -> None:
+        self.home, self.pid = home, pid
+        holder = f"pid {pid}" if pid else "another process"
+        super().__init__(f"a control plane ({holder}) already runs on {home}: one home has one control plane; "
+                         f"stop it with `trimaran server stop`, or use another TRIMARAN_HOME")
+
+
+class HomeLock:
+    """The held lock of a home; released by :meth:`release` or when the process exits."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def private_home(home: Path) -> Path:
+    """``home``, created 0700 (it holds the store, tokens and keys); a looser existing one is tightened."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = home.stat().st_mode & 0o777
+    if mode & 0o077:
+        home.chmod(mode & 0o700)
+        log.warning("%s was mode %o: tightened to %o (it holds the store, tokens and keys)",
+                                            home, mode, mode & 0o700)
+    return home
+
+
+def lock_home(home: Path) -> HomeLock:
+    """Take ``home``'s control-plane lock for this process, or raise :class:`HomeLocked` naming the holder."""
+    private_home(home)
+    fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + _CHECKER_GRACE
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            pid = _read_pid(fd)
+            # A live pid in the file is the holder; otherwise a checker may hold it for an instant.
+            if (pid and pid != os.getpid() and pid_alive(pid)) or time.monotonic() > deadline:
+                os.close(fd)
+                raise HomeLocked(home, pid) from None
+            time.sleep(0.01)
+    # Written over the old pid in place (padded), so a reader sees one pid or the other, never none.
+    os.pwrite(fd, f"{os.getpid():<20}\n".encode(), 0)
+    os.ftruncate(fd, 21)
+    return HomeLock(fd)
+
+
+def lock_holder(home: Path | None = None) -> int | None:
+    """The pid of the control plane holding ``home``'s lock, or None when none holds it.
+
+    A holder whose pid cannot be read yet is reported as 0.
+    """
+    try:
+        fd = os.open((home or home_dir()) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_pid(fd) or 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 def home_dir() -> Path:
@@ -64,31 +163,79 @@ def healthy(info: dict, timeout: float = 1.0) -> bool:
 
 
 def running_server(home: Path | None = None) -> dict | None:
+    """The control plane of ``home`` when one holds the home and answers its health check."""
+    home = home or home_dir()
+    pid = lock_holder(home)
     info = read_server_info(home)
-    if info and pid_alive(int(info["pid"])) and healthy(info):
+    if pid and info and info.get("pid") == pid and healthy(info):
         return info
     return None
 
 
-def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, timeout: float = 30.0) -> dict:
-    """Start the control plane detached from this process and wait until it answers."""
+Say = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def wait_for_server(home: Path, pid: int, timeout: float = 60.0, say: Say = _stderr) -> dict:
+    """Wait until the control plane ``pid``, which holds ``home``, answers; say so once when it is slow.
+
+    Raises:
+        RuntimeError: it let go of the home (exited), or did not answer within ``timeout``.
+    """
+    start = time.monotonic()
+    told = False
+    while True:
+        info = read_server_info(home)
+        if info and info.get("pid") == pid and healthy(info, timeout=0.5):
+            return info
+        holder = lock_holder(home)
+        if holder is None:
+            raise RuntimeError(f"the control plane (pid {pid}) exited; see {home / 'server.log'}")
+        if holder:
+            pid = holder
+        waited = time.monotonic() - start
+        if waited > timeout:
+            raise RuntimeError(f"the control plane (pid {pid}) holds {home} but did not answer within "
+                               f"{timeout:.0f}s; see {home / 'server.log'}")
+        if not told and waited > _BUSY_AFTER:
+            say(f"the control plane (pid {pid}) is busy; waiting...")
+            told = True
+        time.sleep(0.05)
+
+
+def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, timeout: float = 30.0,
+                 say: Say = _stderr) -> dict:
+    """Start the control plane detached from this process and wait until it answers.
+
+    When one already holds the home (however slow it is), that one is waited for instead.
+    """
     home = home or home_dir()
-    home.mkdir(parents=True, exist_ok=True)
-    existing = running_server(home)
-    if existing:
-        return existing
-    log = open(home / "server.log", "ab")
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)  # a looser one is tightened by the control plane
+    holder = lock_holder(home)
+    if holder is not None:
+        return wait_for_server(home, holder, timeout=max(timeout, 60.0), say=say)
+    log_fd = os.open(home / "server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.fchmod(log_fd, 0o600)  # requests' details end up there
     env = dict(os.environ, TRIMARAN_HOME=str(home))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trimaran.server", "--host", host, "--port", str(port)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env,
-    )
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trimaran.server", "--host", host, "--port", str(port)],
+            stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, start_new_session=True, env=env,
+        )
+    finally:
+        os.close(log_fd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = read_server_info(home)
         if info and info.get("pid") == proc.pid and healthy(info, timeout=0.5):
             return info
         if proc.poll() is not None:
+            holder = lock_holder(home)
+            if holder:  # another client started one at the same moment: that one serves
+                return wait_for_server(home, holder, timeout=max(timeout, 60.0), say=say)
             raise RuntimeError(f"the control plane exited with code {proc.returncode}; see {home / 'server.log'}")
         time.sleep(0.02)
     raise RuntimeError(f"the control plane did not answer within {timeout:.0f}s; see {home / 'server.log'}")
@@ -109,11 +256,18 @@ def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
 
 
 def stop_server(home: Path | None = None, timeout: float = 15.0) -> bool:
-    info = read_server_info(home)
-    if not info or not pid_alive(int(info["pid"])):
+    """Stop the control plane holding ``home`` (SIGTERM, then SIGKILL after ``timeout``); False when none runs."""
+    home = home or home_dir()
+    pid = lock_holder(home)
+    if pid == 0:  # held, its pid not written yet
+        info = read_server_info(home)
+        pid = int(info["pid"]) if info else None
+    if not pid or not pid_alive(pid):
         return False
-    pid = int(info["pid"])
     os.kill(pid, signal.SIGTERM)
+    # A stopped (SIGSTOP) control plane must be woken to act on SIGTERM.
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.05)

@@ -8,6 +8,8 @@ last few), at a fraction of the cost of an fsync per write.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -51,8 +53,19 @@ def _begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE_OPTION) else "BEGIN")
 
 
+def _private(path: Path) -> None:
+    """Create the database file readable by its owner only (it holds every Secret), and tighten a
+    looser existing one. SQLite gives the ``-wal`` and ``-shm`` files it creates the database's mode."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    for each in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            mode = each.stat().st_mode & 0o777
+            if mode & 0o077:
+                each.chmod(mode & 0o700)
+
+
 class SQLiteStore(SQLStore):
-    """The store in the SQLite file at ``path``, created with its directory if missing.
+    """The store in the SQLite file at ``path``, created with its directory if missing, mode 0600.
 
     Several processes may open the same file: their writes take turns on SQLite's lock,
     and each one's watchers notice the others' writes within ``poll_interval``.
@@ -81,6 +94,7 @@ class SQLiteStore(SQLStore):
     ) -> None:
         self.path = Path(path).expanduser().absolute()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _private(self.path)
         engine = create_engine(
             URL.create("sqlite", database=str(self.path)),
             connect_args={"timeout": busy_timeout, "check_same_thread": False},
