@@ -251,6 +251,10 @@ class Kubelet(Reconciler):
                 "message": "the pod's processes vanished while the control plane was down"}
             failed |= term["exitCode"] != 0
             statuses.append({**cs, "state": {"terminated": term}, "ready": False})
+            if term.get("reason") == "ShimLost":
+                # Killed from outside: without an event the restart below would look routine.
+                self.store.record_event(pod, "Warning", "ShimLost",
+                                        f"container {cs['name']}: {term.get('message')}")
         policy = pod["spec"].get("restartPolicy") or "Always"
         status = pod["status"]
         if policy == "Always" or (policy == "OnFailure" and failed):

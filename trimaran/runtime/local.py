@@ -22,8 +22,11 @@ images set it, so logs stream), the ``kubernetes`` service's variables (with a
 assignment such as ``CUDA_VISIBLE_DEVICES``, which the pod cannot override, as with a device
 plugin). ``$(VAR)`` expansion sees only the pod's own and the service variables, as in Kubernetes.
 
-``pods/`` and the control plane's ``pki/`` are hidden inside every sandbox: a pod reads its own
-token at /var/run/secrets/kubernetes.io/serviceaccount and no other pod's.
+``home`` is hidden inside every sandbox: a pod reads its own token at
+/var/run/secrets/kubernetes.io/serviceaccount, its own volumes at their mountPaths, and nothing
+else of the home. Each container runs as its ``securityContext`` says
+(:func:`trimaran.runtime.security.container_security`); the seccomp program is written into the
+run directory once per run and handed to bubblewrap by the shim.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_en
 from trimaran.runtime.gpus import is_gpu_resource
 from trimaran.runtime.node import Node, container_requests
 from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, find_bwrap, gpu_device_paths, hosts_file
+from trimaran.runtime.security import container_security, seccomp_program
 from trimaran.runtime.serviceaccount import MOUNT_PATH, ServiceAccountAccess, automounts_token, write_service_account
 from trimaran.runtime.volumes import Mount, container_mounts, prepare_volumes
 
@@ -55,9 +59,6 @@ __all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "LocalRuntime"]
 _SHIM = str(Path(_shim.__file__).resolve())
 _STOP_SLACK_S = 5.0  # beyond the grace period, before the runtime kills what the shim did not
 _POLL_S = 0.01
-# Hidden inside every sandbox: other pods' state (their tokens, secrets, configMaps) and the
-# control plane's keys, which could mint any namespace's token.
-_PRIVATE_DIRS = ("pods", "pki")
 
 
 class PodNotFound(LookupError):
@@ -122,13 +123,14 @@ def _no_lookup(kind: str, namespace: str, name: str) -> None:
     return None
 
 
-def _image_env(hostname: str) -> dict[str, str]:
+def _image_env(hostname: str, uid: int) -> dict[str, str]:
     path = os.environ.get("PATH") or "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     bin_dir = str(Path(sys.executable).parent)
     if bin_dir not in path.split(":"):
         path = f"{bin_dir}:{path}"
+    # As the runtimes do: the user's home from the "image's" passwd, else /.
     try:
-        home = pwd.getpwuid(os.getuid()).pw_dir
+        home = "/root" if uid == 0 else pwd.getpwuid(uid).pw_dir
     except KeyError:
         home = "/"
     env = {"PATH": path, "HOME": home, "HOSTNAME": hostname, "PYTHONUNBUFFERED": "1"}
@@ -284,10 +286,14 @@ class LocalRuntime:
         if access is not None and automounts_token(spec):
             token_dir = write_service_account(access, namespace, run_dir / "serviceaccount")
         service_env = access.env() if access is not None else None
-        hidden = [str(self.home / d) for d in _PRIVATE_DIRS]
+        hidden = [str(self.home)]
+        seccomp_path = run_dir / "seccomp.bpf"
 
-        def container_spec(container: Mapping) -> dict:
+        def container_spec(container: Mapping, index: int, init: bool) -> dict:
             cname = str(container.get("name"))
+            security = container_security(pod, container, index, init=init)
+            if security.seccomp is not None and not seccomp_path.exists():
+                seccomp_path.write_bytes(seccomp_program(security.seccomp))
             own_env = resolve_env(pod, container, lookup, service_env=service_env, **node_kwargs)
             command = expand_command(container, own_env)
             mounts = container_mounts(container, volumes, own_env)
@@ -314,11 +320,13 @@ class LocalRuntime:
                                  str(container.get("terminationMessagePath") or "/dev/termination-log")),
                 bwrap=bwrap,
                 hidden=hidden,
+                security=security,
             )
             return {
                 "name": cname,
                 "argv": argv,
-                "env": {**_image_env(hostname), **own_env, **env_extra},
+                "seccomp": None if security.seccomp is None else str(seccomp_path),
+                "env": {**_image_env(hostname, security.uid), **own_env, **env_extra},
                 "log": str(log_dir / cname / f"{attempt}.log"),
                 "memory_limit": memory_limit,
                 "use_cgroups": self.use_cgroups,
@@ -326,9 +334,9 @@ class LocalRuntime:
                 "termination_message_policy": container.get("terminationMessagePolicy") or "File",
             }
 
-        app = [c for c in spec.get("containers") or [] if only is None or c.get("name") in only]
+        app = [(i, c) for i, c in enumerate(spec.get("containers") or []) if only is None or c.get("name") in only]
         if only is not None:
-            missing = set(only) - {c.get("name") for c in app}
+            missing = set(only) - {c.get("name") for _, c in app}
             if missing:
                 raise ValueError(f"pod {namespace}/{name} has no container {sorted(missing)}")
         init = [] if only is not None else list(spec.get("initContainers") or [])
@@ -339,8 +347,8 @@ class LocalRuntime:
             "name": name,
             "attempt": attempt,
             "grace_seconds": float(30 if grace is None else grace),
-            "init_containers": [container_spec(c) for c in init],
-            "containers": [container_spec(c) for c in app],
+            "init_containers": [container_spec(c, i, True) for i, c in enumerate(init)],
+            "containers": [container_spec(c, i, False) for i, c in app],
         }
 
     def _spawn_shim(self, run_dir: Path) -> subprocess.Popen:
@@ -487,12 +495,13 @@ class LocalRuntime:
                 has_init = bool(spec.get("init_containers"))
                 reason = "PodInitializing" if has_init and not is_init else "ContainerCreating"
                 return ContainerStatus(name, "waiting", attempt, reason=reason)
+            shim_pid = (_shim.read_json(str(run_dir / "shim.pid")) or {}).get("pid")
             record = {
                 "exitCode": 137,
                 "signal": None,
                 "reason": "ShimLost",
-                "message": "the pod's supervisor process ended without recording this "
-                           "container's exit (killed, or the machine restarted)",
+                "message": f"the pod's supervisor process (shim, pid {shim_pid}) ended without "
+                           f"recording this container's exit (killed, or the machine restarted)",
                 "startedAt": (started or {}).get("startedAt"),
                 "finishedAt": _shim.utc_now(),
             }

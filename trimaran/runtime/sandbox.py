@@ -1,13 +1,29 @@
 """The bubblewrap command line that runs one container.
 
-The sandbox root is a tmpfs holding the host's top-level entries bound read-only (symlinks
-such as /bin -> usr/bin recreated), so the host's programs and the control plane's Python
-(including /root/.pyenv and /work) are visible while nothing outside volumes is writable on
-the host, and new mount points such as /app or /output can be created. On top come a fresh
-/dev, /proc and /tmp, the volumes at their mountPaths, a private /dev/shm (64Mi as the
-container runtimes' default, or the sizeLimit of a memory emptyDir mounted there), a pid,
-IPC and UTS namespace with the pod's hostname, and generated /etc/hosts and /etc/hostname.
-The network is the host's: replicas reach each other over loopback.
+What a pod sees (everything else of the host is absent):
+
+- read-only from the host: ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/opt``, ``/sys`` and
+  ``/etc`` less its entries other users may not read (``/etc/shadow``, ``gshadow``,
+  ``sudoers``, SSH host keys, ``/etc/ssl/private``...: covered by ``/dev/null`` or an empty
+  tmpfs), and the control plane's Python (``sys.prefix``, its base and the checkout trimaran
+  runs from, e.g. ``/root/.pyenv/versions/3.11.7`` and ``/work/main``) at their own paths;
+- fresh: a tmpfs root (so new mount points such as /app can be created), ``/dev``,
+  ``/proc`` (the pod's pid namespace), ``/tmp``, an empty ``/run`` (no host sockets) with
+  ``/var/run`` and ``/var/lock`` leading there, an empty ``/var/tmp``, a private ``/dev/shm``
+  (64Mi as the container runtimes' default, or the sizeLimit of a memory emptyDir mounted
+  there), generated /etc/hosts and /etc/hostname;
+- the pod's own volumes at their mountPaths.
+
+Never visible: ``$TRIMARAN_HOME`` (the store, tokens, kubeconfig, keys, other pods' state and
+volumes: covered by an empty tmpfs where it lies inside a visible directory), ``/root``,
+``/home`` and so every user's SSH and cloud credentials, the rest of ``/var``, ``/run``,
+``/mnt``, ``/srv``, ``/media`` and whatever else lies at the host's root.
+
+The container runs in user, pid, IPC, mount and UTS namespaces of its own, as
+``securityContext`` says (see :mod:`trimaran.runtime.security`): uid 0 inside unless
+``runAsUser`` says otherwise, holding its capabilities only within those namespaces. Where no
+user namespace can be made and the control plane is root, it runs as an unprivileged uid
+instead (``setpriv``). The network is the host's: replicas reach each other over loopback.
 
 A mount point whose parent is a read-only host directory (``/etc/config`` with /etc from the
 host) cannot be created in that directory; the directories on its way are rebuilt as tmpfs
@@ -16,14 +32,18 @@ directories whose entries are bound one by one instead.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
+import stat
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
+from trimaran.runtime.security import DEFAULT_CAPABILITIES, NOBODY, ContainerSecurity
 from trimaran.runtime.volumes import Mount
 
 __all__ = [
@@ -31,14 +51,21 @@ __all__ = [
     "DEFAULT_SHM_SIZE",
     "find_bwrap",
     "sandbox_available",
+    "userns_available",
+    "private_etc_entries",
+    "interpreter_paths",
     "gpu_device_paths",
     "hosts_file",
     "build_argv",
 ]
 
 DEFAULT_SHM_SIZE = 64 * 1024 * 1024
-_FRESH_AT_ROOT = ("proc", "dev", "tmp")  # replaced by --proc, --dev and --tmpfs
-
+_FRESH_AT_ROOT = ("proc", "dev", "tmp", "run", "var")  # made by bwrap, never the host's
+# The host's top-level entries a host-mode process needs (symlinks such as /bin -> usr/bin are
+# recreated as links).
+_VISIBLE_AT_ROOT = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "sys")
+_VAR_LINKS = (("../run", "/var/run"), ("../run/lock", "/var/lock"))
+_RUNTIME_DIRS_ON_RO_ROOT = ("/tmp", "/run")  # read-only too when readOnlyRootFilesystem
 
 class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing: pods cannot run without writing to the host's paths."""
@@ -63,6 +90,49 @@ def find_bwrap() -> str | None:
 def sandbox_available() -> bool:
     """Whether pods can be started (bubblewrap is installed)."""
     return find_bwrap() is not None
+
+
+@functools.cache
+def userns_available(bwrap: str | None = None) -> bool:
+    """Whether bubblewrap can make a user namespace here (checked once per process)."""
+    bwrap = bwrap or find_bwrap()
+    if bwrap is None:
+        return False
+    probe = [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--", "true"]
+    try:
+        return subprocess.run(probe, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@functools.cache
+def private_etc_entries(etc: str = "/etc") -> tuple[tuple[str, bool], ...]:
+    """``(path, is_dir)`` of every entry under ``etc`` that other users may not read
+    (``shadow``, ``sudoers``, SSH host keys, ``ssl/private``...). A pod's uid 0 is the control
+    plane's uid on the host's files, so it could read what its owner may; these are covered
+    up. Walked once per process."""
+    found: list[tuple[str, bool]] = []
+    for root, dirs, files in os.walk(etc):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode) and not mode & stat.S_IROTH:
+                found.append((path, False))
+        for name in sorted(dirs):
+            path = os.path.join(root, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode) and (mode & (stat.S_IROTH | stat.S_IXOTH)) != stat.S_IROTH | stat.S_IXOTH:
+                found.append((path, True))
+        # No need to look inside what is hidden whole.
+        dirs[:] = [d for d in dirs if (os.path.join(root, d), True) not in found]
+    return tuple(found)
 
 
 def gpu_device_paths() -> list[str]:
@@ -92,20 +162,26 @@ def hosts_file(hostname: str, hosts: Mapping[str, str], pod_ip: str = "127.0.0.1
     return "\n".join(lines) + "\n"
 
 
-def _needs_creating(path: str, under_mounts: Sequence[str]) -> bool:
-    if os.path.lexists(path):
-        return False
-    # Inside another mount the point is created in that volume, not in a host directory.
-    return not any(path.startswith(m.rstrip("/") + "/") for m in under_mounts)
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def _through_host_links(path: str, mount_targets: Sequence[str]) -> str:
-    """Where a mount point lands when a directory on its way is a host symlink (``/var/run`` →
-    ``/run``): the sandbox recreates the host's symlinks, and bubblewrap cannot create a mount
-    point through one, so the mount goes to the directory the link leads to."""
+def _tree_of(path: str, trees: Sequence[str]) -> str | None:
+    """The read-only host directory bound in the sandbox that ``path`` lies in, if any."""
+    return next((tree for tree in trees if _under(path, tree)), None)
+
+
+def _through_links(path: str, mount_targets: Sequence[str], trees: Sequence[str]) -> str:
+    """Where a mount point lands when a directory on its way is a symlink in the sandbox
+    (``/var/run`` → ``/run``, or a host link inside a bound directory): bubblewrap cannot
+    create a mount point through one, so the mount goes to the directory the link leads to."""
+    if any(_under(path, m) and path != m for m in mount_targets):
+        return path
+    for target, link in _VAR_LINKS:
+        if _under(path, link):
+            return str(PurePosixPath(link).parent / target / PurePosixPath(path).relative_to(link))
     pure = PurePosixPath(path)
-    if (pure.parts[1:2] and pure.parts[1] in _FRESH_AT_ROOT) or any(
-            path.startswith(m.rstrip("/") + "/") for m in mount_targets):
+    if _tree_of(path, trees) is None and not (pure.parts[1:2] and pure.parts[1] in _VISIBLE_AT_ROOT):
         return path
     existing = pure
     while not os.path.lexists(existing):
@@ -113,58 +189,95 @@ def _through_host_links(path: str, mount_targets: Sequence[str]) -> str:
     return str(PurePosixPath(os.path.realpath(existing)) / pure.relative_to(existing))
 
 
-def _rebuilt_dirs(paths: Sequence[str], mount_targets: Sequence[str]) -> set[str]:
+def _rebuilt_dirs(paths: Sequence[str], mount_targets: Sequence[str], trees: Sequence[str]) -> set[str]:
+    """The directories of read-only bound trees that must be rebuilt (a tmpfs directory with
+    each entry bound) because a mount point has to be created inside them."""
     rebuilt: set[str] = set()
     for path in paths:
-        if not _needs_creating(path, mount_targets):
+        tree = _tree_of(path, trees)
+        # Inside another mount the point is created in that volume, not in a host directory.
+        if tree is None or os.path.lexists(path) or any(_under(path, m) and path != m for m in mount_targets):
             continue
         parent = PurePosixPath(path).parent
         while not os.path.isdir(parent):
             parent = parent.parent
-        if parent.parts[1:2] and parent.parts[1] in _FRESH_AT_ROOT:
-            continue  # /tmp, /dev and /proc are fresh and writable inside the sandbox
         for ancestor in (parent, *parent.parents):
-            if str(ancestor) != "/":
+            if _under(str(ancestor), tree):
                 rebuilt.add(str(ancestor))
     return rebuilt
 
 
-def _bind_dir(directory: str, rebuilt: set[str]) -> list[str]:
-    args: list[str] = []
+def _bind_tree(directory: str, rebuilt: set[str]) -> list[str]:
+    if directory not in rebuilt:
+        # -try: an entry removed since the scan is simply absent, not a failed start.
+        return ["--ro-bind-try", directory, directory]
+    args = ["--dir", directory]
     with os.scandir(directory) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
-            if directory == "/" and entry.name in _FRESH_AT_ROOT:
-                continue
             path = os.path.join(directory, entry.name)
             if entry.is_symlink():
                 args += ["--symlink", os.readlink(path), path]
-            elif path in rebuilt and entry.is_dir(follow_symlinks=False):
-                args += ["--dir", path, *_bind_dir(path, rebuilt)]
+            elif entry.is_dir(follow_symlinks=False):
+                args += _bind_tree(path, rebuilt)
             else:
-                # -try: an entry removed since the scan is simply absent, not a failed start.
                 args += ["--ro-bind-try", path, path]
     return args
 
 
-def interpreter_paths(prefixes: Sequence[str] | None = None) -> list[str]:
-    """The Python environments pods run with that a fresh /tmp would hide.
+def _visible_root() -> tuple[list[str], list[str]]:
+    """The host's visible top-level entries: (symlink arguments, directories to bind)."""
+    links: list[str] = []
+    dirs: list[str] = []
+    for name in _VISIBLE_AT_ROOT:
+        path = "/" + name
+        if os.path.islink(path):
+            links += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            dirs.append(path)
+    return links, dirs
 
-    Pods run this machine's Python (the control plane's interpreter comes first on PATH). When
-    that environment lives under /tmp (a checkout there, a CI clone), it must stay visible in the
-    sandbox, read-only, at the same path.
+
+def interpreter_paths(prefixes: Sequence[str] | None = None) -> list[str]:
+    """The Python environments pods run with, outside the host directories every pod sees.
+
+    Pods run this machine's Python (the control plane's interpreter comes first on PATH), so
+    its prefixes must be visible, read-only, at the same paths: ``/root/.pyenv/...``, a
+    virtual environment, a checkout under /tmp (a CI clone).
     """
     if prefixes is None:
         # Trimaran's own checkout too: an editable install there is what `import trimaran`
         # (report_metrics, the SDK's trial runner) finds inside a pod.
         checkout = str(Path(__file__).resolve().parents[2])
         prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, checkout]
+    visible = ["/" + name for name in _VISIBLE_AT_ROOT]
     found: list[str] = []
     for prefix in prefixes:
         real = os.path.realpath(prefix)
-        parts = PurePosixPath(real).parts
-        if len(parts) > 2 and parts[1] in _FRESH_AT_ROOT and os.path.isdir(real) and real not in found:
+        if len(PurePosixPath(real).parts) > 2 and os.path.isdir(real) and real not in found \
+                and not any(_under(real, v) for v in visible):
             found.append(real)
-    return found
+    # A venv inside the checkout is visible with it.
+    return [p for p in found if not any(_under(p, q) and p != q for q in found)]
+
+
+def _security_args(security: ContainerSecurity, userns: bool) -> tuple[list[str], list[str]]:
+    """bwrap's options for the user, capabilities and namespaces, and the command's prefix."""
+    args: list[str] = []
+    prefix: list[str] = []
+    caps = set(security.capabilities)
+    if userns:
+        args += ["--unshare-user", "--uid", str(security.uid), "--gid", str(security.gid)]
+    elif os.geteuid() == 0:
+        # No user namespace: capabilities would be the host's, so the command runs as an
+        # unprivileged uid (setpriv, which needs SETUID and SETGID, drops them all with root).
+        uid = security.uid or NOBODY
+        gid = security.gid or NOBODY
+        prefix = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+        caps |= {"SETUID", "SETGID"}
+    args += ["--cap-drop", "ALL"]
+    for cap in sorted(caps):
+        args += ["--cap-add", f"CAP_{cap}"]
+    return args, prefix
 
 
 def build_argv(
@@ -180,36 +293,57 @@ def build_argv(
     bwrap: str | None = None,
     keep_visible: Sequence[str] | None = None,
     hidden: Sequence[str] = (),
+    security: ContainerSecurity | None = None,
+    userns: bool | None = None,
 ) -> list[str]:
     """The full argv (bwrap …  -- command) for one container.
 
     ``hosts_path`` / ``hostname_path`` are the generated files bound at /etc/hosts and
     /etc/hostname; ``devices`` are host device nodes bound in (GPUs); ``termination_log`` is
     (host file, path in the sandbox) for the container's termination message. Raises
-    :class:`SandboxUnavailable` when bwrap is missing. ``keep_visible`` are directories under
-    the fresh /tmp to bind read-only (default: :func:`interpreter_paths`). ``hidden`` are host
-    directories the container must not read (other pods' state), covered by an empty tmpfs.
+    :class:`SandboxUnavailable` when bwrap is missing. ``keep_visible`` are the host
+    directories bound read-only besides the system's (default: :func:`interpreter_paths`).
+    ``hidden`` are host directories the container must not read (``$TRIMARAN_HOME``), covered
+    by an empty tmpfs where they lie in a visible directory. ``security`` defaults to a root
+    container with the default capabilities; ``userns`` to :func:`userns_available`. The
+    seccomp program is not part of the argv: it is passed on a file descriptor by whoever
+    spawns bwrap (``--seccomp FD``).
     """
     bwrap = bwrap or find_bwrap()
     if bwrap is None:
         raise SandboxUnavailable()
     if len(hostname) > 64:
         raise ValueError(f"hostname {hostname!r} is longer than 64 characters")
+    if security is None:
+        security = ContainerSecurity(0, 0, DEFAULT_CAPABILITIES, None, read_only_root=False, privileged=False)
+    if userns is None:
+        userns = userns_available(bwrap)
     cwd = working_dir or "/"
+    links, system_dirs = _visible_root()
+    extra = interpreter_paths() if keep_visible is None else list(keep_visible)
+    trees = [*system_dirs, *(p for p in extra if not any(_under(p, d) for d in system_dirs))]
     written = [m.target for m in mounts]
-    mounts = [replace(m, target=_through_host_links(m.target, written)) for m in mounts]
+    mounts = [replace(m, target=_through_links(m.target, written, trees)) for m in mounts]
     targets = [m.target for m in mounts]
     to_create = [*targets, cwd]
     if termination_log:
         to_create.append(termination_log[1])
-    args = [bwrap, "--tmpfs", "/", *_bind_dir("/", _rebuilt_dirs(to_create, targets))]
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in interpreter_paths() if keep_visible is None else keep_visible:
-        args += ["--ro-bind", path, path]
+    rebuilt = _rebuilt_dirs(to_create, targets, trees)
+    args = [bwrap, "--tmpfs", "/", *links]
+    for tree in system_dirs:
+        args += _bind_tree(tree, rebuilt)
+    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run",
+             "--dir", "/var", "--perms", "1777", "--dir", "/var/tmp"]
+    for target, link in _VAR_LINKS:
+        args += ["--symlink", target, link]
+    for tree in trees[len(system_dirs):]:
+        args += _bind_tree(tree, rebuilt)
+    for path, is_dir in private_etc_entries():
+        args += ["--tmpfs", path, "--remount-ro", path] if is_dir else ["--ro-bind", "/dev/null", path]
     for path in hidden:
-        if os.path.isdir(path):
+        if os.path.isdir(path) and _tree_of(path, trees) is not None:
             # Bind sources below are read from the host's tree, so hiding does not hide them.
-            args += ["--tmpfs", path]
+            args += ["--tmpfs", path, "--remount-ro", path]
     for device in devices:
         args += ["--dev-bind-try", device, device]
     # Parents before children, so a mount inside another volume lands in that volume.
@@ -217,18 +351,24 @@ def build_argv(
         if mount.source is None:
             if mount.size is not None:
                 args += ["--size", str(mount.size)]
-            args += ["--tmpfs", mount.target]
+            args += ["--perms", "1777", "--tmpfs", mount.target]
         else:
             args += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
     if "/dev/shm" not in targets:
-        args += ["--size", str(DEFAULT_SHM_SIZE), "--tmpfs", "/dev/shm"]
+        args += ["--size", str(DEFAULT_SHM_SIZE), "--perms", "1777", "--tmpfs", "/dev/shm"]
     args += ["--ro-bind", str(hosts_path), "/etc/hosts"]
     args += ["--ro-bind", str(hostname_path), "/etc/hostname"]
     if termination_log:
         args += ["--bind", str(termination_log[0]), termination_log[1]]
-    if _needs_creating(cwd, targets) or any(cwd.startswith(t.rstrip("/") + "/") for t in targets):
+    if not os.path.lexists(cwd) or _tree_of(cwd, trees) is None or any(_under(cwd, t) for t in targets):
         args += ["--dir", cwd]
+    if security.read_only_root:
+        # Volumes, /dev/shm and the termination log are mounts of their own and stay writable.
+        for path in ("/", *_RUNTIME_DIRS_ON_RO_ROOT):
+            args += ["--remount-ro", path]
+    user_args, prefix = _security_args(security, userns)
     args += [
+        *user_args,
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -236,6 +376,7 @@ def build_argv(
         "--die-with-parent",
         "--chdir", cwd,
         "--",
+        *prefix,
         *command,
     ]
     return args

@@ -9,8 +9,11 @@ It reads ``<state_dir>/spec.json``::
     {"uid": str, "namespace": str, "name": str, "attempt": int, "grace_seconds": float,
      "init_containers": [C, ...], "containers": [C, ...]}
     C = {"name": str, "argv": [str], "env": {str: str}, "log": path,
-         "memory_limit": int | null, "use_cgroups": bool,
+         "memory_limit": int | null, "use_cgroups": bool, "seccomp": path | null,
          "termination_log": path | null, "termination_message_policy": "File" | ...}
+
+``seccomp`` is a compiled seccomp program for bubblewrap (``argv[0]``): the shim opens it and
+passes it on a file descriptor (``--seccomp FD``).
 
 runs the init containers one after another (stopping at the first failure), then all
 containers together, each with stdout and stderr appended to its ``log``, and writes:
@@ -316,22 +319,32 @@ class _Container:
         log_path = self.spec["log"]
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         self.started_at = utc_now()
+        argv = list(self.spec["argv"])
+        seccomp_fd: int | None = None
         with open(log_path, "ab") as log:
             self.log_offset = log.tell()
             try:
+                if self.spec.get("seccomp"):
+                    seccomp_fd = os.open(self.spec["seccomp"], os.O_RDONLY | os.O_CLOEXEC)
+                    argv[1:1] = ["--seccomp", str(seccomp_fd)]
                 self.proc = subprocess.Popen(
-                    self.spec["argv"],
+                    argv,
                     env=self.spec["env"],
                     cwd="/",
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     preexec_fn=before_exec,
+                    pass_fds=() if seccomp_fd is None else (seccomp_fd,),
                 )
             except (OSError, subprocess.SubprocessError) as exc:
-                # The program or bwrap is missing, or joining the cgroup failed.
-                self._record(128, None, "StartError", f"failed to start {self.spec['argv'][0]!r}: {exc}")
+                # The program or bwrap is missing, the seccomp program unreadable, or joining
+                # the cgroup failed.
+                self._record(128, None, "StartError", f"failed to start {argv[0]!r}: {exc}")
                 return
+            finally:
+                if seccomp_fd is not None:
+                    os.close(seccomp_fd)
         stat = proc_stat(self.proc.pid)
         write_json(self._file(".pid"), {
             "pid": self.proc.pid,
