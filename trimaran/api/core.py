@@ -33,6 +33,7 @@ from trimaran.api.meta import (
     is_dns1123_subdomain,
     is_valid_label_value,
 )
+from trimaran.api.podsecurity import label_errors
 from trimaran.api.quantity import number_text, parse_cpu, parse_memory, parse_quantity
 
 __all__ = [
@@ -1021,6 +1022,10 @@ class Namespace(Resource):
 
     spec: NamespaceSpec | None = None
     status: NamespaceStatus | None = None
+
+    def check(self) -> list[FieldError]:
+        """Metadata, and valid Pod Security levels and versions in its labels."""
+        return super().check() + label_errors(self.metadata.labels)
 
     def set_defaults(self) -> None:
         """A new namespace is Active."""

@@ -7,7 +7,9 @@ KServe's InferenceService, ...) call `register` with their own `KindInfo`.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from trimaran.api import printers
 from trimaran.api.batch import Job
@@ -22,7 +24,8 @@ from trimaran.api.training import MPIJOB, PYTORCHJOB, TFJOB, MPIJob, MPIJobV2Bet
 from trimaran.api.tuning import API_VERSION as KATIB_V1BETA1
 from trimaran.api.tuning import Experiment, Suggestion, Trial
 
-__all__ = ["KindInfo", "PrinterColumn", "Scale", "UnknownKindError", "all_kinds", "for_object", "lookup", "register"]
+__all__ = ["KindInfo", "PodTemplate", "PrinterColumn", "Scale", "UnknownKindError", "all_kinds", "for_object",
+           "lookup", "register"]
 
 
 class UnknownKindError(LookupError):
@@ -49,6 +52,74 @@ def _worker_scale(replica_specs: str) -> Scale:
 
 
 @dataclass(frozen=True)
+class PodTemplate:
+    """A pod an object of a kind stands for: the Pod itself, or a template its controller stamps pods from."""
+
+    path: str  # where it sits in the object: "" for a Pod, "spec.pytorchReplicaSpecs.Worker.template"
+    metadata: dict[str, Any]
+    spec: dict[str, Any]
+
+
+PodTemplates = Callable[[dict[str, Any]], Iterator[PodTemplate]]
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _template(path: str, template: Any) -> Iterator[PodTemplate]:
+    template = _mapping(template)
+    if "spec" in template:
+        yield PodTemplate(path, _mapping(template.get("metadata")), _mapping(template["spec"]))
+
+
+def _pod_itself(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    yield PodTemplate("", _mapping(obj.get("metadata")), _mapping(obj.get("spec")))
+
+
+def _job_template(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    yield from _template("spec.template", _mapping(obj.get("spec")).get("template"))
+
+
+def _replica_templates(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    """The Kubeflow training kinds: one template per replica type, under ``spec.<x>ReplicaSpecs``."""
+    for key, specs in _mapping(obj.get("spec")).items():
+        if key.endswith("ReplicaSpecs"):
+            for rtype, replica in _mapping(specs).items():
+                yield from _template(f"spec.{key}.{rtype}.template", _mapping(replica).get("template"))
+
+
+def _embedded_job(*path: str) -> PodTemplates:
+    """A kind that carries a whole job manifest (a Katib trial template): that job's templates."""
+    def templates(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+        job: Any = obj
+        for key in path:
+            job = _mapping(job).get(key)
+        job = _mapping(job)
+        info = _by_object.get((str(job.get("apiVersion")), str(job.get("kind"))))
+        if info is not None and info.pod_templates is not None:
+            for inner in info.pod_templates(job):
+                yield PodTemplate(".".join(path) + "." + inner.path, inner.metadata, inner.spec)
+    return templates
+
+
+_SERVING_COMPONENTS = ("predictor", "transformer", "explainer")
+_MODEL_KEYS = ("model", "sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch", "onnx", "triton",
+               "huggingface", "pmml", "paddle")
+
+
+def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    """KServe's components are pod specs, with the model server a container of its own."""
+    for component in _SERVING_COMPONENTS:
+        spec = _mapping(_mapping(obj.get("spec")).get(component))
+        if not spec:
+            continue
+        containers = list(spec.get("containers") or [])
+        containers += [{**_mapping(spec[key]), "name": "kserve-container"} for key in _MODEL_KEYS if spec.get(key)]
+        yield PodTemplate(f"spec.{component}", _mapping(obj.get("metadata")), {**spec, "containers": containers})
+
+
+@dataclass(frozen=True)
 class KindInfo:
     """Everything the rest of Trimaran needs to know about a kind."""
 
@@ -65,6 +136,8 @@ class KindInfo:
     printer_columns: tuple[PrinterColumn, ...] = ()
     status_subresource: bool = True
     scale: Scale | None = None
+    # The pods an object stands for, checked at admission (Pod Security): none for kinds without.
+    pod_templates: PodTemplates | None = None
 
     @property
     def singular(self) -> str:
@@ -155,7 +228,7 @@ def all_kinds() -> list[KindInfo]:
 
 
 for _info in (
-    KindInfo("Pod", "v1", "", "v1", "pods", ("po",), True, Pod, ("all",), printers.POD),
+    KindInfo("Pod", "v1", "", "v1", "pods", ("po",), True, Pod, ("all",), printers.POD, pod_templates=_pod_itself),
     KindInfo("ConfigMap", "v1", "", "v1", "configmaps", ("cm",), True, ConfigMap,
              printer_columns=printers.CONFIGMAP, status_subresource=False),
     KindInfo("Secret", "v1", "", "v1", "secrets", (), True, Secret, printer_columns=printers.SECRET,
@@ -164,19 +237,23 @@ for _info in (
              printer_columns=printers.NAMESPACE),
     KindInfo("PersistentVolumeClaim", "v1", "", "v1", "persistentvolumeclaims", ("pvc",), True, PersistentVolumeClaim,
              printer_columns=printers.PVC),
-    KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job, ("all",), printers.JOB),
+    KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job, ("all",), printers.JOB,
+             pod_templates=_job_template),
     KindInfo(TFJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", TFJOB.plural, (), True, TFJob,
-             printer_columns=_CONDITION_STATE),
+             printer_columns=_CONDITION_STATE, pod_templates=_replica_templates),
     KindInfo(PYTORCHJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PYTORCHJOB.plural, (), True, PyTorchJob,
-             printer_columns=_CONDITION_STATE, scale=_worker_scale("pytorchReplicaSpecs")),
+             printer_columns=_CONDITION_STATE, scale=_worker_scale("pytorchReplicaSpecs"),
+             pod_templates=_replica_templates),
     # Both MPIJob versions are one kind here (one CRD name on a cluster): `mpijobs` finds v1 first.
     KindInfo(MPIJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", MPIJOB.plural, (), True, MPIJob,
-             printer_columns=(AGE, _CONDITION_STATE[0])),
-    KindInfo(MPIJOB.kind, MPI_V2BETA1, "kubeflow.org", "v2beta1", MPIJOB.plural, (), True, MPIJobV2Beta1),
+             printer_columns=(AGE, _CONDITION_STATE[0]), pod_templates=_replica_templates),
+    KindInfo(MPIJOB.kind, MPI_V2BETA1, "kubeflow.org", "v2beta1", MPIJOB.plural, (), True, MPIJobV2Beta1,
+             pod_templates=_replica_templates),
     KindInfo("Experiment", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "experiments", ("exp",), True, Experiment,
-             ("all", "kubeflow", "katib"), (*_KATIB_STATE, AGE)),
+             ("all", "kubeflow", "katib"), (*_KATIB_STATE, AGE),
+             pod_templates=_embedded_job("spec", "trialTemplate", "trialSpec")),
     KindInfo("Trial", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "trials", (), True, Trial,
-             ("all", "kubeflow", "katib"), (*_KATIB_STATE, AGE)),
+             ("all", "kubeflow", "katib"), (*_KATIB_STATE, AGE), pod_templates=_embedded_job("spec", "runSpec")),
     KindInfo("Suggestion", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "suggestions", (), True, Suggestion,
              ("all", "kubeflow", "katib"),
              (*_KATIB_STATE, PrinterColumn("Requested", json_path=".spec.requests"),
@@ -192,6 +269,6 @@ for _info in (
                                json_path=".status.components.predictor.traffic[?(@.tag=='prev')].revisionName"),
                  PrinterColumn("LatestReadyRevision",
                                json_path=".status.components.predictor.traffic[?(@.latestRevision==true)].revisionName"),
-                 AGE)),
+                 AGE), pod_templates=_serving_components),
 ):
     register(_info)

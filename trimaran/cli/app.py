@@ -8,6 +8,7 @@ import time
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from trimaran.cli.client import APIError, Client, owned_by
 from trimaran.cli.tokens import token_app
@@ -26,15 +27,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, epilog=EXAMPLES,
 server_app = typer.Typer(no_args_is_help=True, help="Start, stop and inspect the background control plane.")
 app.add_typer(server_app, name="server")
 app.add_typer(token_app, name="token")
-# Piped output is never wrapped, so that grep and awk see one line per row, as with kubectl.
-console = Console(width=None if sys.stdout.isatty() else 100_000)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 100_000)
+# Piped output is never wrapped, so that grep and awk see one line per row, as with kubectl. What
+# is printed is the server's and the user's text, never markup: "[a-z0-9]" in a message is kept.
+console = Console(width=None if sys.stdout.isatty() else 100_000, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 100_000, markup=False)
 
 NamespaceOpt = typer.Option(None, "--namespace", "-n", help="Namespace (default: the manifest's, else 'default').")
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, markup=True)
     raise typer.Exit(code)
 
 
@@ -91,7 +93,7 @@ def apply(
             for m in load_manifests(source, text=text):
                 manifests.append({"location": m.location, "object": m.object})
                 for w in m.warnings:
-                    err.print(f"[yellow]{m.location}: Warning: {w}[/yellow]", highlight=False)
+                    err.print(f"{m.location}: Warning: {w}", style="yellow", highlight=False)
     except ManifestError as exc:
         _fail(str(exc))
     except OSError as exc:
@@ -103,10 +105,10 @@ def apply(
         result = client.apply(manifests, namespace=namespace, dry_run=dry_run)
     except APIError as exc:
         for w in (exc.body or {}).get("warnings", []):
-            err.print(f"[yellow]{w}[/yellow]", highlight=False)
+            err.print(w, style="yellow", highlight=False)
         _fail(str(exc))
     for w in result.get("warnings", []):
-        err.print(f"[yellow]{w}[/yellow]", highlight=False)
+        err.print(w, style="yellow", highlight=False)
     for r in result["results"]:
         group = f".{r['group']}" if r.get("group") else ""
         console.print(f"{r['kind'].lower()}{group}/{r['name']} {r['action']}", highlight=False)
@@ -325,7 +327,7 @@ def delete(
         try:
             deleted = client.delete(info.kind, ns, obj_name)
         except APIError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True)
             status = 1
             continue
         console.print(f"{info.kind.lower()}/{obj_name} deleted", highlight=False)
@@ -343,7 +345,7 @@ def _wait_pods_gone(client: Client, ns: str, uid: str, timeout: float) -> None:
             if not pods:
                 return
             time.sleep(0.1)
-    err.print(f"[yellow]pods of {uid} still stopping after {timeout:.0f}s[/yellow]")
+    err.print(f"pods of {uid} still stopping after {timeout:.0f}s", style="yellow")
 
 
 # -- wait -----------------------------------------------------------------------------------------
@@ -467,7 +469,8 @@ def trials(
     elif output == "table":
         from rich.table import Table
 
-        console.print(f"[bold]{experiment}[/bold]: {objective.get('type')} {objective['objectiveMetricName']}")
+        console.print(f"[bold]{escape(experiment)}[/bold]: {escape(str(objective.get('type')))} "
+                      f"{escape(objective['objectiveMetricName'])}", markup=True)
         t = Table(header_style="bold")
         for col in rows[0] if rows else ["trial"]:
             # Only the message may wrap: it is the one cell a person reads whole.
@@ -531,8 +534,15 @@ def dashboard(
 def server_start(
     host: str = typer.Option("127.0.0.1", help="Bind address (HTTPS and a token whatever it is)."),
     port: int = typer.Option(0, help="Port (0 picks a free one)."),
+    pod_security: str = typer.Option("baseline", "--pod-security", help="The Pod Security level (privileged, "
+                                     "baseline, restricted) enforced in namespaces without a "
+                                     "pod-security.kubernetes.io/enforce label."),
 ) -> None:
     """Start the control plane in the background (apply starts one when none runs)."""
+    from trimaran.api.podsecurity import LEVELS
+
+    if pod_security not in LEVELS:
+        _fail(f"--pod-security must be one of {', '.join(LEVELS)}, not {pod_security!r}")
     from trimaran.server.daemon import HomeLocked, home_dir, lock_holder, read_server_info, start_server
 
     holder = lock_holder()
@@ -543,7 +553,7 @@ def server_start(
             message += f" (it serves {info['url']})"
         _fail(message)
     try:
-        info = start_server(host=host, port=port)
+        info = start_server(host=host, port=port, pod_security=pod_security)
     except RuntimeError as exc:
         _fail(str(exc))
     console.print(f"control plane running at {info['url']} (pid {info['pid']}); "

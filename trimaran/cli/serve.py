@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -53,10 +54,11 @@ def serve(
             max_body_bytes=max_body_bytes, version_policy=version_policy, poll_interval=poll_interval,
             predictor_host=predictor_host, predictor_protocol=predictor_protocol, drain_timeout=drain_timeout)
     except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
     if not model_dir.exists():
-        err.print(f"[yellow]warning:[/yellow] {model_dir} does not exist yet; the server is not ready until it does",
+        err.print(f"[yellow]warning:[/yellow] {escape(str(model_dir))} does not exist yet; the server is not ready "
+                  "until it does",
                   highlight=False)
 
     def panel(supervisor: Supervisor) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trimaran.server.daemon import home_dir
@@ -26,7 +27,8 @@ def create(
 ) -> None:
     """Print a new token; only its hash is kept, so copy it now."""
     if role not in ROLES:
-        console.print(f"[red]error:[/red] --role must be one of {', '.join(ROLES)}, not {role!r}", highlight=False)
+        console.print(f"[red]error:[/red] --role must be one of {', '.join(ROLES)}, not {escape(repr(role))}",
+                      highlight=False)
         raise typer.Exit(1)
     token = TokenStore(home_dir()).create(role, namespace or None, name=name)
     typer.echo(token)
@@ -47,6 +49,6 @@ def list_tokens() -> None:
 def revoke(token_id: str = typer.Argument(..., help="The ID `trimaran token list` shows.")) -> None:
     """Forget a token: requests carrying it are refused from now on."""
     if not TokenStore(home_dir()).revoke(token_id):
-        console.print(f"[red]error:[/red] no token with id {token_id!r}", highlight=False)
+        console.print(f"[red]error:[/red] no token with id {escape(repr(token_id))}", highlight=False)
         raise typer.Exit(1)
     typer.echo(f"token {token_id} revoked")

@@ -23,6 +23,7 @@ from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from trimaran.api.podsecurity import Policy
 from trimaran.server.auth import check as check_token
 from trimaran.server.auth import is_dashboard
 from trimaran.server.controlplane import ControlPlane
@@ -62,7 +63,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     store = plane.store
     app = FastAPI(title="Trimaran control plane", version="0.1.0", openapi_url=None, docs_url=None,
                   redoc_url=None)
-    kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path)
+    kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path, Policy.default(plane.pod_security))
 
     @app.middleware("http")
     async def auth(request: Request, call_next):  # noqa: ANN001, ANN202 - Starlette middleware

@@ -44,6 +44,8 @@ class ControlPlane:
     home: Path
     lock: HomeLock
     dbmanager: DBManager | None = None  # Katib's gRPC push path, started by serve()
+    # The Pod Security level enforced in namespaces without a pod-security.kubernetes.io/enforce label.
+    pod_security: str = "baseline"
 
     def stop(self) -> None:
         self.manager.stop()
@@ -120,13 +122,14 @@ def _listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> None:
+def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_security: str = "baseline") -> None:
     """Run the control plane in the foreground until SIGTERM/SIGINT.
 
     The API is served over HTTPS with the home's own CA (kubectl and client-go send a token only
     over TLS, and the Kubernetes clients insist on it inside a pod) at ``host:port``; pods reach it
     on loopback, through a second listener when ``host`` is not loopback. Every request needs a
-    bearer token; the user's is written to ``$TRIMARAN_HOME/kubeconfig``.
+    bearer token; the user's is written to ``$TRIMARAN_HOME/kubeconfig``. ``pod_security`` is the
+    Pod Security level of namespaces that set none.
     """
     import uvicorn
 
@@ -142,6 +145,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None) -> N
     except HomeLocked as exc:
         raise SystemExit(f"trimaran server: {exc}") from None
     home = plane.home
+    plane.pod_security = pod_security
     tokens = TokenStore(home)
     pki = ensure_pki(home, host)
     sockets = [_listener(host, port or _previous_port(home, host))]

@@ -207,8 +207,9 @@ def wait_for_server(home: Path, pid: int, timeout: float = 60.0, say: Say = _std
 
 
 def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, timeout: float = 30.0,
-                 say: Say = _stderr) -> dict:
+                 say: Say = _stderr, pod_security: str | None = None) -> dict:
     """Start the control plane detached from this process and wait until it answers.
+    ``pod_security``: the Pod Security level of unlabelled namespaces (None: the server's default).
 
     When one already holds the home (however slow it is), that one is waited for instead.
     """
@@ -222,7 +223,8 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
     env = dict(os.environ, TRIMARAN_HOME=str(home))
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "trimaran.server", "--host", host, "--port", str(port)],
+            [sys.executable, "-m", "trimaran.server", "--host", host, "--port", str(port),
+             *(["--pod-security", pod_security] if pod_security else [])],
             stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, start_new_session=True, env=env,
         )
     finally:

@@ -25,8 +25,10 @@ from starlette.responses import Response, StreamingResponse
 from trimaran.api import ManifestError, kinds, printers, validate
 from trimaran.api.errors import FieldError
 from trimaran.api.kinds import KindInfo
+from trimaran.api.podsecurity import Policy
 from trimaran.controllers.gc import request_delete
 from trimaran.server.kube import patch as patching
+from trimaran.server.kube.admission import PodSecurityAdmission
 from trimaran.server.kube.bodies import load_json, load_yaml
 from trimaran.server.kube.errors import StatusError
 from trimaran.server.kube.logs import LogOptions, pod_log
@@ -88,8 +90,9 @@ def _json_response(data: Any, status: int = 200, headers: dict[str, str] | None 
 class KubeAPI:
     """The resource handlers of one control plane."""
 
-    def __init__(self, store: Store, hub: WatchHub, log_path: Callable[..., Any]) -> None:
+    def __init__(self, store: Store, hub: WatchHub, log_path: Callable[..., Any], pod_security: Policy) -> None:
         self.store = store
+        self.pod_security = PodSecurityAdmission(store, pod_security)
         self.hub = hub
         self.log_path = log_path
         self._by_path: dict[tuple[str, str, str], KindInfo] = {}
@@ -395,9 +398,10 @@ class KubeAPI:
 
     # Writes ----------------------------------------------------------------------------
 
-    def _admit(self, target: Target, obj: Any, validation: str | None, name: str | None = None
-               ) -> tuple[dict, list[str]]:
-        """Validate and default ``obj`` for ``target``; return it with the warnings to send."""
+    def _admit(self, target: Target, obj: Any, validation: str | None, name: str | None = None,
+               current: dict | None = None) -> tuple[dict, list[str]]:
+        """Validate and default ``obj`` for ``target`` (replacing ``current``), and judge its pods'
+        security (a store read: call it off the event loop); return it with the warnings to send."""
         info = target.info
         if not isinstance(obj, dict):
             raise StatusError.bad_request("the body of the request must be a JSON object")
@@ -447,12 +451,13 @@ class KubeAPI:
             if field in meta:
                 admitted["metadata"][field] = copy.deepcopy(meta[field])
         patching.prune_managed_fields(admitted)
+        others += self.pod_security.admit(info, admitted, current)
         return admitted, (unknown if validation != "Ignore" else []) + others
 
     async def _create(self, target: Target, obj: Any, manager: str, validation: str | None, dry_run: bool,
                       managed: bool = True) -> Response:
         info = target.info
-        admitted, warnings = self._admit(target, obj, validation)
+        admitted, warnings = await asyncio.to_thread(self._admit, target, obj, validation)
         admitted["metadata"].pop("resourceVersion", None)
         admitted["metadata"].pop("deletionTimestamp", None)
         if info.status_subresource:
@@ -499,7 +504,7 @@ class KubeAPI:
             if rv:
                 new["metadata"]["resourceVersion"] = rv
             return await self._store_status(info, new, dry_run)
-        admitted, warnings = self._admit(target, obj, validation, name=target.name)
+        admitted, warnings = await asyncio.to_thread(self._admit, target, obj, validation, target.name, current)
         self._check_update(info, current, admitted)
         # Server-owned: a client's PUT neither sets nor clears it.
         admitted["metadata"].pop("deletionTimestamp", None)
@@ -549,7 +554,7 @@ class KubeAPI:
             merged = patching.server_side_apply(live, applied, manager, force)
             if live is None:
                 return await self._create(target, merged, manager, validation, dry_run, managed=False)
-            admitted, warnings = self._admit(target, merged, validation, name=target.name)
+            admitted, warnings = await asyncio.to_thread(self._admit, target, merged, validation, target.name, live)
             self._check_update(info, live, admitted)
             admitted["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
             return await self._store_update(info, admitted, dry_run, warnings)
@@ -578,7 +583,8 @@ class KubeAPI:
                     if exc.code == 409:
                         continue
                     raise
-            admitted, warnings = self._admit(target, patched, validation, name=target.name)
+            admitted, warnings = await asyncio.to_thread(self._admit, target, patched, validation, target.name,
+                                                         current)
             self._check_update(info, current, admitted)
             admitted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             patching.track_update(current, admitted, manager)
@@ -644,7 +650,8 @@ class KubeAPI:
         if not _dotted_set(new, info.scale.spec_replicas_path, replicas):
             raise StatusError(422, "Invalid", f"{info.kind} {target.name} has no {info.scale.spec_replicas_path} "
                               "to scale")
-        admitted, _ = self._admit(Target(info, target.namespace, target.name, None), new, "Ignore", target.name)
+        admitted, _ = await asyncio.to_thread(self._admit, Target(info, target.namespace, target.name, None), new,
+                                              "Ignore", target.name, current)
         self._check_update(info, current, admitted)
         admitted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         response = await self._store_update(info, admitted, dry_run, [])
