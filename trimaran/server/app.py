@@ -29,6 +29,7 @@ from trimaran.server.auth import is_dashboard
 from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import dashboard_router
 from trimaran.server.kube import KubeAPI, StatusError, WatchHub, principal_of, routes, status_response
+from trimaran.server.kube.watch import metrics_exposition
 from trimaran.server.observations import add_pushed_observations
 from trimaran.server.tokens import TokenStore
 from trimaran.store import NotFound
@@ -108,6 +109,15 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
 
     app.router.routes.extend(routes(kube, server_address, started))
     app.include_router(dashboard_router(plane))
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        """Open watches and log follows, as kube-apiserver's ``apiserver_longrunning_requests``."""
+        principal = principal_of(request)
+        if principal.namespaces is not None:
+            raise StatusError(403, "Forbidden", f'User "{principal.name}" cannot get path "/metrics"')
+        body, media = metrics_exposition(hub)
+        return Response(body, media_type=media)
 
     @app.get("/", include_in_schema=False)
     def root(request: Request) -> Response:

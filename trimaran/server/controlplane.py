@@ -7,6 +7,7 @@ import asyncio.sslproto
 import gc
 import logging
 import os
+import resource
 import signal
 import socket
 from dataclasses import dataclass
@@ -122,6 +123,21 @@ def _listener(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _raise_open_files_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (every watch is a
+    connection: 1,024, a common default, is too few); return the connections to serve at most."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    if wanted > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (OSError, ValueError):
+            log.warning("could not raise the open files limit from %d", soft)
+    # The rest: the store, pods' log files, the shims' pipes.
+    return max(256, soft - 1024)
+
+
 def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_security: str = "baseline") -> None:
     """Run the control plane in the foreground until SIGTERM/SIGINT.
 
@@ -134,8 +150,10 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     import uvicorn
 
     from trimaran.server.app import create_app
+    from trimaran.server.connections import GuardedHttpProtocol
     from trimaran.server.katib import start_dbmanager_for_home
     from trimaran.server.kube import WatchHub
+    from trimaran.server.kube.watch import MAX_STREAMS_PER_CLIENT, Streams
     from trimaran.server.kubeconfig import ensure_user_token, write_kubeconfig
     from trimaran.server.tls import ensure_pki
 
@@ -156,10 +174,14 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     pod_port = sockets[-1].getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"https://{shown}:{bound_port}"
-    hub = WatchHub(plane.store)
+    connections = _raise_open_files_limit()
+    per_client = int(os.environ.get("TRIMARAN_MAX_STREAMS_PER_CLIENT") or MAX_STREAMS_PER_CLIENT)
+    hub = WatchHub(plane.store, Streams(per_client))
     app = create_app(plane, tokens, hub, server_address=lambda: f"{shown}:{bound_port}", started=now_rfc3339())
+    # limit_concurrency: past it uvicorn answers 503 rather than take connections it has no file for.
     servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                             ssl_certfile=str(pki.cert), ssl_keyfile=str(pki.key)))
+                                             ssl_certfile=str(pki.cert), ssl_keyfile=str(pki.key),
+                                             http=GuardedHttpProtocol, limit_concurrency=connections))
                for _ in sockets]
     for server in servers:
         server.install_signal_handlers = lambda: None  # type: ignore[method-assign]

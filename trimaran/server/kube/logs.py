@@ -9,15 +9,19 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from trimaran.api.tuning import METRICS_COLLECTOR_CONTAINER, METRICS_LOGS_ANNOTATION
 from trimaran.server.kube.errors import StatusError
+from trimaran.server.kube.watch import HeldStream
 from trimaran.store import NotFound, Store
 
 __all__ = ["LogOptions", "pod_log"]
 
 _FOLLOW_POLL = 0.1
+# How often an idle follow asks the store whether the pod ended (a follow ends with its pod); the
+# file's size is looked at every _FOLLOW_POLL. A hundred idle follows cost the loop ~100 reads a second.
+_PHASE_EVERY = 1.0
 _TAIL_BLOCK = 64 * 1024
 
 
@@ -73,8 +77,11 @@ def _stamp(chunk: bytes, at_line_start: bool, when: float) -> tuple[bytes, bool]
 
 
 def pod_log(store: Store, log_path: Callable[[str, str, str, int | None], Path], pod: dict,
-            options: LogOptions) -> Response:
-    """The response for one container's log; ``log_path(ns, pod, container, attempt)`` finds the file."""
+            options: LogOptions, hold: Callable[[], Callable[[], None]] | None = None) -> Response:
+    """The response for one container's log; ``log_path(ns, pod, container, attempt)`` finds the file.
+
+    A follow is counted with ``hold()`` (which may refuse it) and released when its response ends.
+    """
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     annotations = pod["metadata"].get("annotations") or {}
     containers = [c["name"] for c in pod["spec"].get("containers") or []]
@@ -110,9 +117,14 @@ def pod_log(store: Store, log_path: Callable[[str, str, str, int | None], Path],
 
     async def follow() -> AsyncIterator[bytes]:
         offset, remaining, line_start = start, budget, True
+        checked = 0.0
         while True:
             chunk = b""
-            if path.exists():
+            try:
+                grown = path.stat().st_size > offset
+            except FileNotFoundError:
+                grown = False
+            if grown:
                 with path.open("rb") as fh:
                     fh.seek(offset)
                     chunk = fh.read(remaining if remaining is not None else -1)
@@ -126,14 +138,20 @@ def pod_log(store: Store, log_path: Callable[[str, str, str, int | None], Path],
                 if remaining is not None and remaining <= 0:
                     return
                 continue
-            try:
-                current = store.get("Pod", namespace, name)
-            except NotFound:
+            if options.previous:
                 return
-            if (current.get("status") or {}).get("phase") in ("Succeeded", "Failed") or options.previous:
-                if not (path.exists() and path.stat().st_size > offset):
+            if time.monotonic() - checked >= _PHASE_EVERY:
+                checked = time.monotonic()
+                try:
+                    current = await asyncio.to_thread(store.get, "Pod", namespace, name)
+                except NotFound:
                     return
-                continue
+                if (current.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    # What it wrote before it ended is sent first.
+                    if not (path.exists() and path.stat().st_size > offset):
+                        return
+                    continue
             await asyncio.sleep(_FOLLOW_POLL)
 
-    return StreamingResponse(follow(), media_type="text/plain")
+    release = hold() if hold is not None else (lambda: None)
+    return HeldStream(follow(), release, media_type="text/plain")

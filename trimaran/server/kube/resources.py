@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from trimaran.api import ManifestError, kinds, printers, validate
 from trimaran.api.errors import FieldError
@@ -34,7 +34,7 @@ from trimaran.server.kube.errors import StatusError
 from trimaran.server.kube.logs import LogOptions, pod_log
 from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from trimaran.server.kube.table import table, wants_table
-from trimaran.server.kube.watch import SlowWatcher, WatchHub
+from trimaran.server.kube.watch import HeldStream, SlowWatcher, WatchHub
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired, Invalid
@@ -328,13 +328,15 @@ class KubeAPI:
             labels = parse_label_selector(params.get("labelSelector"))
             fields = parse_field_selector(params.get("fieldSelector"), info.kind)
             initial, accepts = [], self._matcher(target, labels, fields)
-        if info is EVENT:
-            watcher = None  # events are not in the change log: the initial state, then silence
-        else:
-            try:
-                watcher = await self.hub.subscribe(revision, lambda e: accepts(e.object))
-            except Expired as exc:
+        release = self.hub.streams.hold_for(request, "watch")
+        try:
+            # Events are not in the change log: the initial state, then silence.
+            watcher = None if info is EVENT else await self.hub.subscribe(revision, lambda e: accepts(e.object))
+        except BaseException as exc:
+            release()
+            if isinstance(exc, Expired):
                 raise StatusError.gone(f"too old resource version: {rv} ({exc})") from None
+            raise
         include = params.get("includeObject", "Metadata")
 
         def encode(kind: str, obj: dict, headers: bool) -> bytes:
@@ -381,12 +383,14 @@ class KubeAPI:
             except SlowWatcher:
                 error = StatusError.gone("the watch fell too far behind: list again")
                 yield orjson.dumps({"type": "ERROR", "object": error.body()}) + b"\n"
-            finally:
-                if watcher is not None:
-                    watcher.close()
+
+        def end() -> None:
+            if watcher is not None:
+                watcher.close()
+            release()
 
         media = "application/json;stream=watch" if not as_table else "application/json"
-        return StreamingResponse(stream(), media_type=media)
+        return HeldStream(stream(), end, media_type=media)
 
     async def _log(self, request: Request, target: Target) -> Response:
         params = request.query_params
@@ -394,7 +398,7 @@ class KubeAPI:
         options = LogOptions(params.get("container"), _flag(params.get("follow")), _flag(params.get("previous")),
                              _int_param(params, "tailLines"), _int_param(params, "sinceSeconds"),
                              _int_param(params, "limitBytes"), _flag(params.get("timestamps")))
-        return pod_log(self.store, self.log_path, pod, options)
+        return pod_log(self.store, self.log_path, pod, options, lambda: self.hub.streams.hold_for(request, "log"))
 
     # Writes ----------------------------------------------------------------------------
 

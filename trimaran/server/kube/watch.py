@@ -5,6 +5,11 @@ open watch is a queue: a thousand idle watches cost a thousand small objects, no
 threads, and a client that goes away frees its watch at once. Recent changes are kept in memory
 so a watch that resumes from a recent resourceVersion replays from there; an older one reads the
 store's change log (or gets 410 Expired when the log no longer reaches back).
+
+Long-lived requests (watches and log follows) are counted per client, and bounded: one more than
+``Streams.per_client`` is answered 429 TooManyRequests with Retry-After, so a pod looping on
+``watch`` cannot hold every file descriptor of the control plane. A stream is counted from the
+moment it is admitted until its response ends, however it ends.
 """
 
 from __future__ import annotations
@@ -12,21 +17,90 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
+from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from trimaran.server.kube.errors import StatusError
 from trimaran.store import Store
 from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SlowWatcher", "WatchHub", "Watcher"]
+__all__ = ["HeldStream", "SlowWatcher", "Streams", "WatchHub", "Watcher", "metrics_exposition"]
 
 _RECENT = 20_000
 # Events a watcher may fall behind by before it is closed with 410, as kube-apiserver closes a
 # watcher whose buffer is full; the client lists again.
 _QUEUE_LIMIT = 10_000
+
+
+# Watches and log follows one client (token) may hold open at once: far more than kubectl, an
+# operator's informers or a training job's pods need, and few enough that one client cannot take
+# every connection the process can hold.
+MAX_STREAMS_PER_CLIENT = 2048
+
+
+class Streams:
+    """The open long-lived requests, counted per client and per kind (``watch``, ``log``)."""
+
+    def __init__(self, per_client: int = MAX_STREAMS_PER_CLIENT) -> None:
+        self.per_client = per_client
+        self._by_client: Counter[str] = Counter()
+        self.open: Counter[str] = Counter()  # by kind, for /metrics
+
+    def hold(self, client: str, kind: str) -> Callable[[], None]:
+        """Count one more ``kind`` stream of ``client``; return what releases it (once).
+
+        Raises:
+            StatusError: 429 when ``client`` already holds ``per_client`` streams.
+        """
+        if self._by_client[client] >= self.per_client:
+            raise StatusError(429, "TooManyRequests",
+                              f"Too many requests, please try again later: {client} holds {self.per_client} "
+                              f"watches and log follows, the most one client may have open",
+                              {"retryAfterSeconds": 1}, headers={"Retry-After": "1"})
+        self._by_client[client] += 1
+        self.open[kind] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.open[kind] -= 1
+                self._by_client[client] -= 1
+                if not self._by_client[client]:
+                    del self._by_client[client]
+
+        return release
+
+    def hold_for(self, request: Request, kind: str) -> Callable[[], None]:
+        """:meth:`hold` for the caller of ``request`` (its token's principal)."""
+        principal = getattr(request.state, "principal", None)
+        return self.hold(principal.name if principal is not None else "anonymous", kind)
+
+
+class HeldStream(StreamingResponse):
+    """A streaming response that runs ``release`` when it ends, however it ends (also when the
+    client went away before the first byte, when the body's own ``finally`` never runs)."""
+
+    def __init__(self, content: Any, release: Callable[[], None], media_type: str) -> None:
+        super().__init__(content, media_type=media_type)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 class SlowWatcher(Exception):
@@ -88,8 +162,9 @@ class Watcher:
 class WatchHub:
     """Fans the store's changes out to the watches of one event loop."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, streams: Streams | None = None) -> None:
         self.store = store
+        self.streams = streams or Streams()
         self._subs: set[_Subscription] = set()
         self._recent: deque[WatchEvent] = deque(maxlen=_RECENT)
         self._stop = threading.Event()
@@ -182,6 +257,11 @@ class WatchHub:
     def _unsubscribe(self, sub: _Subscription) -> None:
         self._subs.discard(sub)
 
+    @property
+    def watchers(self) -> int:
+        """How many watches are open."""
+        return len(self._subs)
+
     async def _backlog(self, since: int, accepts: Callable[[WatchEvent], bool]) -> list[WatchEvent]:
         """Changes after ``since`` that the in-memory window does not hold."""
         oldest = self._recent[0].revision if self._recent else self.position + 1
@@ -199,3 +279,25 @@ class WatchHub:
             return out
 
         return await asyncio.to_thread(read)
+
+
+class _Collector:
+    def __init__(self, hub: WatchHub) -> None:
+        self.hub = hub
+
+    def collect(self) -> Any:
+        # kube-apiserver's gauge, with the labels that tell these two apart.
+        gauge = GaugeMetricFamily("apiserver_longrunning_requests", "Gauge of all active long-running apiserver "
+                                  "requests broken out by verb and subresource.", labels=["verb", "subresource"])
+        gauge.add_metric(["WATCH", ""], self.hub.streams.open["watch"])
+        gauge.add_metric(["GET", "log"], self.hub.streams.open["log"])
+        yield gauge
+        yield GaugeMetricFamily("trimaran_watch_hub_watchers", "Watches the watch hub hands changes to.",
+                                value=self.hub.watchers)
+
+
+def metrics_exposition(hub: WatchHub) -> tuple[bytes, str]:
+    """The control plane's ``/metrics`` (Prometheus' text format) and its media type."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(hub))
+    return generate_latest(registry), CONTENT_TYPE_LATEST
