@@ -15,13 +15,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from trimaran.store import Store
+from trimaran.store import NotFound, Store
 from trimaran.store.base import WatchEvent
 
 log = logging.getLogger(__name__)
 
 # Own status writes remembered until their watch event arrives; a bound against a lost event.
 _OWN_WRITES_KEPT = 10_000
+# A failing reconcile is retried after 1 s, doubling up to this, as client-go's rate-limited queue.
+_MAX_RETRY_SECONDS = 60.0
+# The same error on the same object is an event at most this often (the log has every one).
+_ERROR_EVENT_EVERY = 60.0
 
 
 @dataclass(frozen=True, order=True)
@@ -178,6 +182,9 @@ class ControllerManager:
             r.wake = lambda key, r=r: self.enqueue(r, key)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        # (reconciler, key) -> (failures in a row, when the last event was recorded, its message)
+        self._failing: dict[tuple[str, Key], tuple[int, float, str]] = {}
+        self._failing_lock = threading.Lock()
 
     def enqueue(self, reconciler: Reconciler, key: Key, after: float = 0.0) -> None:
         self._queues[reconciler.name].add(key, after)
@@ -241,10 +248,31 @@ class ControllerManager:
                 return
             try:
                 after = r.reconcile(key)
-            except Exception:
+                with self._failing_lock:
+                    self._failing.pop((r.name, key), None)
+            except Exception as exc:
                 log.exception("%s: reconcile %s failed", r.name, key)
-                after = 1.0
+                after = self._failed(r, key, exc)
             finally:
                 queue.done(key)
             if after is not None:
                 queue.add(key, after)
+
+    def _failed(self, r: Reconciler, key: Key, exc: Exception) -> float:
+        """Tell the object's owner: a Warning event ``ReconcileError`` on it (the same one at most
+        once a minute); return when to retry (1 s, doubling to a minute while it keeps failing)."""
+        message = f"{r.name}: {type(exc).__name__}: {exc}" if str(exc) else f"{r.name}: {type(exc).__name__}"
+        now = time.monotonic()
+        with self._failing_lock:
+            failures, last, said = self._failing.get((r.name, key), (0, float("-inf"), ""))
+            report = said != message or now - last >= _ERROR_EVENT_EVERY
+            self._failing[(r.name, key)] = (failures + 1, now if report else last, message if report else said)
+        if report:
+            try:
+                self.store.record_event(self.store.get(key.kind, key.namespace, key.name), "Warning",
+                                        "ReconcileError", message)
+            except NotFound:
+                pass  # gone meanwhile: nobody to tell
+            except Exception:  # the store itself failing: the log line above is all there can be
+                log.exception("%s: could not record the failure of %s", r.name, key)
+        return min(2.0 ** failures, _MAX_RETRY_SECONDS)

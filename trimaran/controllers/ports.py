@@ -121,6 +121,9 @@ _registry = _Registry(REGISTRY)
 class PortAllocator:
     """Hands out ports in [20000, 32000] that are neither bound nor reserved by any control plane."""
 
+    #: How many ports there are to hand out at all: no job needing more can ever run here.
+    capacity = _LAST - _FIRST + 1
+
     def __init__(self) -> None:
         self._reserved: set[int] = set()
         self._next = _FIRST

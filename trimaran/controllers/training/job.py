@@ -100,15 +100,20 @@ class TrainingJobReconciler(Reconciler):
                 set_condition(status, "Suspended", "False", f"{fw.kind}Resumed", f"{fw.kind} {key.name} is resumed.")
                 status["startTime"] = now_rfc3339()
                 self._event("Normal", f"{fw.kind}Resumed", f"{fw.kind} {key.name} is resumed.")
-            status.setdefault("startTime", now_rfc3339())
-            ported = self._ensure_ports(job, fw)
-            if ported is None:
-                return 0.05
-            job = ported
-            try:
-                requeue = self._run(job, fw, status, pods, run_policy)
-            except Conflict:
-                return 0.05
+            beyond = self._beyond_node(job, fw)
+            if beyond:
+                # As a gang the node can never admit: said on the job, nothing allocated or created.
+                self._event("Warning", "TooManyReplicas", beyond)
+            else:
+                status.setdefault("startTime", now_rfc3339())
+                ported = self._ensure_ports(job, fw)
+                if ported is None:
+                    return 0.05
+                job = ported
+                try:
+                    requeue = self._run(job, fw, status, pods, run_policy)
+                except Conflict:
+                    return 0.05
 
         if status != before:
             status["lastReconcileTime"] = now_rfc3339()
@@ -245,7 +250,7 @@ class TrainingJobReconciler(Reconciler):
                 rs["active"] = 0
         self.ports.release(_recorded_ports(job))
         expiry = expire_finished(self.store, job, status, pods)
-        if not fw.finished(_job_view(job), [p for p in pods if not is_terminating(p)]):
+        if not fw.finished(_job_view(job), [p for p in pods if not is_terminating(p)], self.store):
             return min(expiry or 0.5, 0.5)
         return expiry
 
@@ -262,6 +267,16 @@ class TrainingJobReconciler(Reconciler):
             self._event("Normal", f"{fw.kind}Suspended", f"{fw.kind} {name} is suspended.")
 
     # -- building blocks ------------------------------------------------------------------------
+    def _beyond_node(self, job: dict, fw: Framework) -> str | None:
+        """Why this node can never run the job (each replica is a process with a loopback port of
+        its own), or None."""
+        specs = job["spec"].get(fw.spec_key) or {}
+        total = sum(int(r.get("replicas", 1)) for r in specs.values())
+        if total <= self.ports.capacity:
+            return None
+        return (f"{total} replicas need {total} loopback ports and processes; this node runs at most "
+                f"{self.ports.capacity} replicas at once")
+
     def _ensure_ports(self, job: dict, fw: Framework) -> dict | None:
         ann = job["metadata"].setdefault("annotations", {})
         specs = job["spec"].get(fw.spec_key) or {}
