@@ -235,3 +235,22 @@ def test_the_cli_keeps_brackets_in_messages_and_sets_the_default_level(plane_wit
     assert "job.batch/host created" in plane.cli("apply", "-f", str(job)).stdout
     refused_level = plane.cli("server", "start", "--pod-security", "lax", check=False)
     assert refused_level.returncode != 0 and "privileged, baseline, restricted" in refused_level.stderr
+
+
+def test_a_long_name_gives_a_hostname_without_a_trailing_dash(api: httpx.Client) -> None:
+    name = "h" * 62  # its pods are named "<name>-<suffix>": cut at 63, that ends in '-'
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": {
+        "backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [{
+            "name": "c", "image": "python:3.11",
+            "command": ["python", "-c", "import socket; print(socket.gethostname())"]}]}}}}
+    assert api.post("/apis/batch/v1/namespaces/default/jobs", json=job).status_code == 201
+
+    def succeeded() -> bool:
+        status = api.get(f"/apis/batch/v1/namespaces/default/jobs/{name}").json().get("status") or {}
+        assert not status.get("failed"), status
+        return bool(status.get("succeeded"))
+
+    poll(succeeded, timeout=120, what="the job to succeed")
+    pods = api.get("/api/v1/namespaces/default/pods", params={"labelSelector": f"job-name={name}"}).json()["items"]
+    log = api.get(f"/api/v1/namespaces/default/pods/{pods[0]['metadata']['name']}/log")
+    assert log.text.strip() == name, log.text
