@@ -190,15 +190,18 @@ class Plane:
         self.root = Path(tempfile.mkdtemp(prefix="trimaran-kubeapi-"))
         self.home = self.root / "home"
         os.environ["TRIMARAN_HOME"] = str(self.home)
-        saved = os.environ["PYTHONPATH"]
+        saved = os.environ.get("PYTHONPATH")
         if nodelay:
             (self.root / "site").mkdir()
             (self.root / "site" / "sitecustomize.py").write_text(NODELAY_SITECUSTOMIZE)
-            os.environ["PYTHONPATH"] = f"{self.root / 'site'}{os.pathsep}{saved}"
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.root / "site"), saved]))
         try:
             start_server(home=self.home)
         finally:
-            os.environ["PYTHONPATH"] = saved
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
         self.pid = int(read_server_info(self.home)["pid"])
         self.kubeconfig = self.home / "kubeconfig"
         self.ep = Endpoint.of(self.kubeconfig)

@@ -170,3 +170,22 @@ def test_trials_say_why_a_trial_did_not_succeed(plane, tmp_path):
     csv_rows = {r["status"]: r for r in csv.DictReader(io.StringIO(plane.cli("trials", "why", "-o", "csv").stdout))}
     assert csv_rows["Failed"]["message"] == failed and csv_rows["Succeeded"]["message"] == ""
     assert "message" in plane.cli("trials", "why").stdout
+
+
+def test_get_prints_the_servers_columns_in_every_form(plane, tmp_path):
+    for ns in ("kubeflow", "team-a"):
+        plane.cli("apply", "-f", "-", input=GOOD.replace("kubeflow", ns))
+    rows = [line.split() for line in plane.cli("get", "cm", "-A").stdout.splitlines()]
+    assert rows[0] == ["NAMESPACE", "NAME", "DATA", "AGE"]
+    assert [r[:3] for r in rows[1:] if r[1] == "settings"] == [["kubeflow", "settings", "1"],
+                                                              ["team-a", "settings", "1"]]
+    assert plane.cli("get", "cm", "-n", "team-a", "-o", "name").stdout.split() == ["configmap/settings"]
+    # The connection flags go before the verb, as for kubectl.
+    kubeconfig = str(plane.home / "kubeconfig")
+    named = plane.cli("--kubeconfig", kubeconfig, "get", "cm/settings", "-n", "team-a").stdout.splitlines()
+    assert named[0].split() == ["NAME", "DATA", "AGE"] and named[1].split()[:2] == ["settings", "1"]
+    missing = plane.cli("get", "cm", "nothere", "-n", "team-a", check=False)
+    assert missing.returncode == 1 and 'configmaps "nothere" not found' in missing.stderr
+    typo = plane.cli("get", "configmapz", check=False)
+    assert typo.returncode == 1 and 'did you mean "configmap' in typo.stderr
+    assert "--all-namespaces" in plane.cli("get", "--help").stdout

@@ -115,67 +115,14 @@ def apply(
 
 
 # -- get ------------------------------------------------------------------------------------------
-@app.command()
-def get(
-    kind: str = typer.Argument(..., help="Kind, plural or short name: tfjob, pytorchjobs, job, pods, cm..."),
-    name: str | None = typer.Argument(None),
-    namespace: str | None = NamespaceOpt,
-    all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A"),
-    output: str | None = typer.Option(None, "--output", "-o", help="wide, yaml or json"),
-    watch: bool = typer.Option(False, "--watch", "-w", help="After listing, print changes as they happen."),
-    selector: str | None = typer.Option(None, "--selector", "-l", help="key=value[,key=value]"),
-) -> None:
-    """List resources, or show one."""
-    from trimaran.cli.render import RICH_ROWS, plain_table, table
+# Parsed by trimaran.cli.get itself (``trimaran.cli.main`` routes ``get`` there before typer loads);
+# registered here so that it is listed in ``trimaran --help``.
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+def get(ctx: typer.Context) -> None:
+    """List resources, or show one (trimaran get --help for its options)."""
+    from trimaran.cli.get import run
 
-    kind, name = _split_ref(kind, name)
-    client = _client()
-    info = _kind_info(client, kind)
-    ns = None if all_namespaces else (namespace or "default")
-    try:
-        items = [client.get(info.kind, ns or "default", name)] if name else client.list(info.kind, ns, selector)
-    except APIError as exc:
-        _fail(str(exc))
-    if output in ("yaml", "json"):
-        _dump(items if not name else items[0], output, list_kind=not name)
-    elif not items and not watch:
-        err.print(f"No resources found in {ns or 'any'} namespace.")
-    elif sys.stdout.isatty() and len(items) <= RICH_ROWS:
-        console.print(table(info.kind, items, wide=output == "wide", all_namespaces=all_namespaces))
-    else:
-        sys.stdout.write(plain_table(info.kind, items, wide=output == "wide", all_namespaces=all_namespaces) + "\n")
-    if watch:
-        _watch(client, info, ns, name)
-
-
-def _dump(data: object, fmt: str, list_kind: bool) -> None:
-    # As kubectl: field ownership is noise to a reader (kubectl shows it with --show-managed-fields).
-    for obj in data if isinstance(data, list) else [data]:
-        if isinstance(obj, dict):
-            (obj.get("metadata") or {}).pop("managedFields", None)
-    if list_kind:
-        data = {"apiVersion": "v1", "kind": "List", "items": data}
-    if fmt == "json":
-        console.print_json(json.dumps(data))
-    else:
-        import yaml
-
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
-
-
-def _watch(client: Client, info, ns: str | None, name: str | None) -> None:  # noqa: ANN001
-    from trimaran.cli.render import columns_for
-
-    cols = columns_for(info.kind, wide=False, all_namespaces=ns is None)
-    try:
-        for event in client.watch([info.kind], timeout=3600):
-            obj = event["object"]
-            if ns and obj["metadata"].get("namespace") != ns or name and obj["metadata"]["name"] != name:
-                continue
-            row = "   ".join(fn(obj) for _, fn in cols)
-            console.print(f"{row}   {'(deleted)' if event['type'] == 'DELETED' else ''}", highlight=False)
-    except KeyboardInterrupt:
-        pass
+    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
 
 
 # -- describe -------------------------------------------------------------------------------------

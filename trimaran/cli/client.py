@@ -135,7 +135,7 @@ class Client:
             chosen = str(kubeconfig_path(home))
         try:
             endpoint = read_endpoint(Path(chosen), context)
-        except (LookupError, OSError) as exc:
+        except (LookupError, OSError, ValueError) as exc:
             raise APIError(503, f"cannot use kubeconfig {chosen}: {exc}") from None
         client = cls(endpoint.server, endpoint.token, endpoint.ca_pem, endpoint.namespace, endpoint.insecure,
                      cache_dir=home / "cache")
@@ -150,12 +150,12 @@ class Client:
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def request(self, method: str, path: str, body: object | None = None, params: dict | None = None,
-                content_type: str = "application/json", stream: bool = False, timeout: float = 60.0
-                ) -> http.client.HTTPResponse:
+                content_type: str = "application/json", stream: bool = False, timeout: float = 60.0,
+                accept: str = "application/json") -> http.client.HTTPResponse:
         """Send a request; raise APIError for an error status. A ``stream`` gets its own connection."""
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         target = path + (f"?{query}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": "trimaran"}
+        headers = {"Accept": accept, "User-Agent": "trimaran"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         data = None

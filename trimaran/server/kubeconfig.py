@@ -2,17 +2,18 @@
 ``trimaran`` itself find and authenticate to the control plane.
 
 Written by the control plane on every start (its port may change), mode 0600, context ``trimaran``
-with the user's admin token; the token is made on first start and kept across restarts.
+with the user's admin token; the token is made on first start and kept across restarts. It is
+written as JSON, which every kubeconfig reader takes (YAML is a superset of JSON): reading it then
+needs no YAML parser, whose import is a tenth of a ``trimaran get``. Other kubeconfigs are YAML.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 from trimaran.server.tokens import TokenStore, write_private
 
@@ -26,10 +27,24 @@ def kubeconfig_path(home: Path) -> Path:
     return home / FILE
 
 
+def _load(text: str) -> dict:
+    """A kubeconfig's content: JSON (ours) or YAML (any other)."""
+    try:
+        config = json.loads(text)
+    except ValueError:
+        import yaml
+
+        try:
+            config = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"not a kubeconfig: {exc}") from None
+    return config if isinstance(config, dict) else {}
+
+
 def _existing_token(path: Path) -> str | None:
     try:
-        config = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        config = _load(path.read_text())
+    except (OSError, ValueError):
         return None
     for user in config.get("users") or []:
         if user.get("name") == CONTEXT:
@@ -57,7 +72,7 @@ def write_kubeconfig(home: Path, server: str, token: str, ca_pem: bytes | None) 
         "current-context": CONTEXT,
     }
     path = kubeconfig_path(home)
-    write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+    write_private(path, json.dumps(config, indent=2).encode() + b"\n")
     return path
 
 
@@ -85,7 +100,7 @@ def read_endpoint(path: Path, context: str | None = None) -> Endpoint:
     for part in str(path).split(os.pathsep):
         if part:
             try:
-                configs.append(yaml.safe_load(Path(part).expanduser().read_text()) or {})
+                configs.append(_load(Path(part).expanduser().read_text()))
             except FileNotFoundError:
                 continue
     if not configs:

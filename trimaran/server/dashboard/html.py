@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 from urllib.parse import quote
 
-from trimaran.cli.render import age
+from trimaran.api.printers import age
 
 PREFIX = "/dashboard"
 REFRESH_SECONDS = 2

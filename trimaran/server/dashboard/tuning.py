@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from urllib.parse import urlencode
 
-from trimaran.cli.render import age
+from trimaran.api.printers import age
 from trimaran.controllers.conditions import get_condition, is_true
 from trimaran.controllers.pods import owned_pods
 from trimaran.controllers.tuning.records import experiment_trials, metric_value, strategy_for

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from trimaran.api import kinds
-from trimaran.cli.render import TRAINING_KINDS as RENDER_TRAINING_KINDS
-from trimaran.cli.render import age, columns_for, pod_status
+from trimaran.api.printers import age, pod_status
 from trimaran.controllers.conditions import is_true
 from trimaran.controllers.pods import owned_pods
 from trimaran.runtime import LocalRuntime
 from trimaran.server.dashboard import html as h
 from trimaran.server.dashboard.logs import log_tail
 from trimaran.server.dashboard.tuning import experiment_finished
+from trimaran.server.kube.table import table
 from trimaran.store import Store
 
 # The Kubeflow training kinds this control plane knows (the registry grows as frameworks are added).
-TRAINING_KINDS = tuple(dict.fromkeys(k.kind for k in kinds.all_kinds() if k.kind in RENDER_TRAINING_KINDS))
+TRAINING_KINDS = tuple(dict.fromkeys(k.kind for k in kinds.all_kinds() if k.kind in
+                                     ("TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "JAXJob", "PaddleJob")))
 JOB_KINDS = (*TRAINING_KINDS, "Job")
 # What the overview lists, in this order.
 OVERVIEW = ("Experiment", *TRAINING_KINDS, "Job", "InferenceService", "Pod")
@@ -54,10 +55,20 @@ def overview_page(store: Store) -> h.Page:
         items = store.list(kind)
         if kind != "Pod":
             busy = busy or not all(settled(o) for o in items)
-        cols = columns_for(kind, wide=False, all_namespaces=True)
-        rows = [[h.link(detail_url(o), fn(o)) if col == "NAME" else h.state(fn(o)) if col in ("STATUS", "STATE")
-                 else h.esc(fn(o)) for col, fn in cols] for o in items]
-        body.append(f"<h2>{h.esc(title)}</h2>" + h.table([c.lower() for c, _ in cols], rows, empty=f"no {title}"))
+        # kubectl's columns (the kind's printer columns, as the API's Table), across namespaces.
+        shown = table(kinds.lookup(kind), items, "", include_object="None")
+        defs = shown["columnDefinitions"]
+        keep = [i for i, c in enumerate(defs) if not c["priority"]]
+        rows = []
+        for obj, row in zip(items, shown["rows"], strict=True):
+            cells = [h.esc(obj["metadata"].get("namespace", ""))]
+            for i in keep:
+                text = "" if row["cells"][i] is None else str(row["cells"][i])
+                cells.append(h.link(detail_url(obj), text) if i == 0
+                             else h.state(text) if defs[i]["name"] in ("Status", "State") else h.esc(text))
+            rows.append(cells)
+        headers = ["namespace", *(defs[i]["name"].lower() for i in keep)]
+        body.append(f"<h2>{h.esc(title)}</h2>" + h.table(headers, rows, empty=f"no {title}"))
     return h.Page("Overview", "".join(body), busy)
 
 
