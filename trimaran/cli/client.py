@@ -353,23 +353,6 @@ class Client:
                 return
             yield chunk
 
-    def watch(self, kinds: list[str], namespace: str | None = None, since: int | None = None,
-              timeout: float = 300.0, name: str | None = None) -> Iterator[dict]:
-        """Changes to one kind as ``{"type", "object"}``: the current objects first (ADDED) unless
-        ``since`` (a resourceVersion) is given, then every change."""
-        (kind,) = kinds
-        ref = self._ref(kind)
-        params = {"watch": "true", "timeoutSeconds": int(timeout),
-                  "resourceVersion": str(since) if since is not None else None,
-                  "fieldSelector": f"metadata.name={name}" if name else None}
-        resp = self.request("GET", ref.path(namespace), params=params, stream=True, timeout=timeout + 30)
-        while True:
-            line = resp.readline()
-            if not line:
-                return
-            if line.strip():
-                yield orjson.loads(line)
-
     # Apply --------------------------------------------------------------------------------
 
     def _server_side_apply(self, ref: KindRef, obj: dict, dry_run: bool) -> tuple[dict, list[str]]:
