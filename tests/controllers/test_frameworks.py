@@ -5,6 +5,7 @@ The worked examples are those of training-operator.md §1.1 and §1.2.
 
 from __future__ import annotations
 
+import base64
 import json
 
 from trimaran.controllers.conditions import set_training_condition
@@ -149,7 +150,9 @@ def test_mpi_pod_names_and_labels():
 
 def test_mpi_hostfile_per_version_and_implementation():
     def files(view: JobView) -> dict:
-        [config] = MPI.children(view, _mpi_addrs())
+        token, config = MPI.children(view, _mpi_addrs())
+        assert (token["kind"], token["metadata"]["name"]) == ("Secret", "pi-podexec")
+        assert len(base64.b64decode(token["data"]["token"])) == 64
         assert config["metadata"]["name"] == "pi-config"
         return config["data"]
 
@@ -190,6 +193,8 @@ def test_mpi_worker_runs_the_exec_server_around_its_command():
     [c] = idle["containers"]
     assert c["command"][-3:] == ["serve", "uid-1", "pi-worker-1"] and c["command"][-4].endswith("podexec.py")
     assert c["volumeMounts"] == [{"name": "mpi-job-config", "mountPath": "/etc/mpi"}]
+    assert c["env"] == [{"name": "TRIMARAN_PODEXEC_TOKEN",
+                         "valueFrom": {"secretKeyRef": {"name": "pi-podexec", "key": "token"}}}]
     assert idle["volumes"][0]["configMap"]["name"] == "pi-config"
     busy = {"containers": [{"name": "side"}, {"name": "worker", "command": ["sleep", "1"]}]}
     MPI.prepare_pod(_mpi_view("v1", mainContainer="worker"), "Worker", 0, busy)

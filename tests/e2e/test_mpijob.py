@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from tests.helpers import EXAMPLES, poll
+from trimaran.runtime import podexec
 
 TRAIN = textwrap.dedent("""
     # Data-parallel least squares: each rank takes its shard, gradients are averaged by allreduce.
@@ -149,4 +151,48 @@ def test_the_example_trains_and_its_configmap_carries_the_script(plane):
     accuracies = [float(a) for a in re.findall(r"test_accuracy=([0-9.]+)", log)]
     assert len(accuracies) == 2 and min(accuracies) > 0.9, log[-2000:]
     assert "ranks=2" in log
+    poll(lambda: not _mpi_processes(plane), timeout=30, what="no process of the job left")
+
+
+def test_a_pod_of_another_namespace_cannot_exec_in_a_worker(plane, tmp_path):
+    # Every pod sees the workers' abstract socket names (/proc/net/unix) and runs as the same uid.
+    victim = tmp_path / "victim.yaml"
+    victim.write_text(textwrap.dedent("""
+        apiVersion: kubeflow.org/v2beta1
+        kind: MPIJob
+        metadata: {name: victim}
+        spec:
+          mpiReplicaSpecs:
+            Launcher:
+              template: {spec: {containers: [{name: l, image: mpi, command: [sleep, "120"]}]}}
+            Worker:
+              replicas: 1
+              template: {spec: {containers: [{name: w, image: mpi}]}}
+    """))
+    plane.cli("apply", "-f", str(victim))
+    poll(lambda: plane.get("pod", "victim-worker-0")["status"]["phase"] == "Running", timeout=60,
+         what="the victim's worker to run")
+    uid = plane.get("mpijob", "victim")["metadata"]["uid"]
+    attack = textwrap.dedent(f"""
+        import json, socket, sys
+        sys.path.insert(0, {str(Path(podexec.__file__).parent)!r})
+        import podexec
+        for token in (None, "guess"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(podexec.socket_name({uid!r}, "victim-worker-0"))
+                s.sendall(json.dumps({{"op": "exec", "command": "echo owned", "token": token}}).encode() + b"\\n")
+                print("answer", s.makefile().readline().strip(), flush=True)
+    """)
+    attacker = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "attacker", "namespace": "other"},
+                "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "a", "image": "python", "command": ["python", "-c", attack]}]}}}}
+    for doc in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}, attacker):
+        plane.cli("apply", "-f", "-", input=json.dumps(doc))
+    plane.cli("wait", "job/attacker", "-n", "other", "--for=condition=Complete", "--timeout=60s")
+    answers = re.findall(r"answer (.*)", plane.cli("logs", "job/attacker", "-n", "other").stdout)
+    assert len(answers) == 2 and all("refused" in json.loads(a)["error"] for a in answers), answers
+    worker_log = plane.cli("logs", "victim-worker-0").stdout
+    assert "owned" not in worker_log and worker_log.count("podexec: refused a request") == 2
+    assert plane.get("secret", "victim-podexec")["type"] == "Opaque"
+    plane.cli("delete", "mpijob", "victim")
     poll(lambda: not _mpi_processes(plane), timeout=30, what="no process of the job left")

@@ -17,13 +17,17 @@ idles (the MPI operator's ``sshd -De`` / ``sleep 365d``) until asked to exit.
 words of COMMAND are joined with spaces and run by ``/bin/sh -c``, as ssh does.
 
 Abstract sockets belong to the network namespace, which every sandbox shares with the host, so
-no file needs to be visible on both sides; the server accepts only callers of its own uid
-(``SO_PEERCRED``), the same bar as a socket file in a private directory.
+no file needs to be visible on both sides; but every process on the machine sees their names
+(``/proc/net/unix``) and every pod runs as the same host uid, so neither the name nor the caller's
+uid says who calls. Each request carries the job's exec token (``$TRIMARAN_PODEXEC_TOKEN``, from
+a Secret that only the job's pods and the control plane read, as the MPI operator's ssh key); the
+server compares it in constant time and refuses, and logs, any other.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import signal
@@ -34,7 +38,9 @@ import sys
 import threading
 import time
 
-__all__ = ["socket_name", "request_exit", "serve", "connect", "main"]
+__all__ = ["TOKEN_ENV", "socket_name", "request_exit", "serve", "connect", "main"]
+
+TOKEN_ENV = "TRIMARAN_PODEXEC_TOKEN"
 
 _HEADER_MAX = 1 << 20
 # ssh's options that take a value (from ssh(1)); the others are flags.
@@ -80,15 +86,16 @@ def _dial(name: str, attempts: int) -> socket.socket:
             time.sleep(0.05)
 
 
-def request_exit(key: str, pod: str, timeout: float = 2.0) -> bool:
-    """Ask an idle server to exit (the job it served has finished). False when nothing listens."""
+def request_exit(key: str, pod: str, token: str, timeout: float = 2.0) -> bool:
+    """Ask an idle server to exit (the job it served has finished). False when nothing listens
+    or the server refused ``token``."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(socket_name(key, pod))
-        _send(sock, {"op": "exit"})
-        _read_line(sock)
-        return True
+        _send(sock, {"op": "exit", "token": token})
+        reply = _read_line(sock)
+        return bool(reply) and "error" not in json.loads(reply)
     except OSError:
         return False
     finally:
@@ -113,7 +120,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 class _Server:
-    def __init__(self, name: str, command: list[str]) -> None:
+    def __init__(self, name: str, command: list[str], token: str) -> None:
+        self.token = token.encode()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(name)
         self.listener.listen(64)
@@ -159,10 +167,6 @@ class _Server:
 
     def _session(self, conn: socket.socket) -> None:
         with conn:
-            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _, uid, _ = struct.unpack("3i", creds)
-            if uid != os.getuid():
-                return
             try:
                 data, fds, _, _ = socket.recv_fds(conn, _HEADER_MAX, 3)
                 while not data.endswith(b"\n") and data:
@@ -174,6 +178,8 @@ class _Server:
             except (OSError, ValueError):
                 return
             try:
+                if not self._admits(conn, request):
+                    return
                 if request.get("op") == "exit":
                     _send(conn, {"ok": self.main is None})
                     if self.main is None:  # a pod running its own command ends on its own
@@ -183,6 +189,22 @@ class _Server:
             finally:
                 for fd in fds:
                     os.close(fd)
+
+    def _admits(self, conn: socket.socket, request: object) -> bool:
+        given = request.get("token") if isinstance(request, dict) else None
+        if isinstance(given, str) and hmac.compare_digest(given.encode(), self.token):
+            return True
+        # The peer's pid is 0 when it lives in another pid namespace (any other pod).
+        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
+        print(f"podexec: refused a request {'with a wrong' if given else 'without the'} exec token "
+              f"(peer pid {pid}, uid {uid})", file=sys.stderr, flush=True)
+        try:
+            _send(conn, {"error": "refused: this pod's exec server needs its job's token "
+                                  f"(${TOKEN_ENV})", "exitCode": 255})
+        except OSError:
+            pass
+        return False
 
     def _exec(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
         stdin, stdout, stderr = (fds + [subprocess.DEVNULL] * 3)[:3]
@@ -216,9 +238,12 @@ class _Server:
             _kill_group(proc)
 
 
-def serve(key: str, pod: str, command: list[str]) -> int:
-    """Serve exec requests for ``pod`` (and run ``command``, if any); returns the exit status."""
-    return _Server(socket_name(key, pod), command).run()
+def serve(key: str, pod: str, command: list[str], token: str) -> int:
+    """Serve exec requests for ``pod`` that carry ``token`` (and run ``command``, if any); returns
+    the exit status."""
+    if not token:
+        raise ValueError(f"no exec token: ${TOKEN_ENV} is empty or unset")
+    return _Server(socket_name(key, pod), command, token).run()
 
 
 # -- the client: an rsh agent ------------------------------------------------------------------
@@ -249,36 +274,48 @@ def _parse_ssh(argv: list[str]) -> tuple[str, list[str], int]:
     return host.rpartition("@")[2], argv[i + 1:], attempts
 
 
-def connect(key: str, argv: list[str]) -> int:
-    """Run an ssh-style command line against the named pod's server; returns the command's status."""
+def connect(key: str, argv: list[str], token: str) -> int:
+    """Run an ssh-style command line against the named pod's server with the job's ``token``;
+    returns the command's status."""
     host, words, attempts = _parse_ssh(argv)
     pod = host.split(".", 1)[0]
+    if not token:
+        raise ValueError(f"no exec token: ${TOKEN_ENV} is empty or unset")
     try:
         sock = _dial(socket_name(key, pod), attempts)
     except OSError as exc:
         print(f"podexec: connect to pod {pod}: {exc.strerror or exc}", file=sys.stderr)
         return 255  # ssh's status for a connection that failed
     with sock:
-        header = json.dumps({"op": "exec", "command": " ".join(words)}).encode() + b"\n"
+        header = json.dumps({"op": "exec", "command": " ".join(words), "token": token}).encode() + b"\n"
         socket.send_fds(sock, [header], [0, 1, 2])
         reply = _read_line(sock)
     if not reply:
         print(f"podexec: pod {pod} closed the connection", file=sys.stderr)
         return 255
-    return int(json.loads(reply).get("exitCode", 255))
+    answer = json.loads(reply)
+    if "error" in answer:
+        print(f"podexec: pod {pod}: {answer['error']}", file=sys.stderr)
+    return int(answer.get("exitCode", 255))
 
 
 def main(argv: list[str]) -> int:
     usage = ("usage: podexec.py serve KEY POD [-- COMMAND...]\n"
-             "       podexec.py connect KEY [ssh options] HOST COMMAND...")
+             "       podexec.py connect KEY [ssh options] HOST COMMAND...\n"
+             f"both read the job's exec token from ${TOKEN_ENV}")
+    token = os.environ.get(TOKEN_ENV, "")
     if len(argv) >= 3 and argv[0] == "serve":
         rest = argv[3:]
         if rest and rest[0] == "--":
             rest = rest[1:]
-        return serve(argv[1], argv[2], rest)
+        try:
+            return serve(argv[1], argv[2], rest, token)
+        except ValueError as exc:
+            print(f"podexec: {exc}", file=sys.stderr)
+            return 2
     if len(argv) >= 3 and argv[0] == "connect":
         try:
-            return connect(argv[1], argv[2:])
+            return connect(argv[1], argv[2:], token)
         except ValueError as exc:
             print(f"podexec: {exc}\n{usage}", file=sys.stderr)
             return 255

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trimaran.store import Store
 
 
 @dataclass
@@ -99,7 +103,7 @@ class Framework(ABC):
         limit = (job.spec.get("runPolicy") or {}).get("backoffLimit")
         return None if limit is None else int(limit)
 
-    def finished(self, job: JobView, pods: list[dict]) -> bool:
+    def finished(self, job: JobView, pods: list[dict], store: Store) -> bool:
         """Called on every pass once the job has finished; False asks for another pass soon."""
         return True
 

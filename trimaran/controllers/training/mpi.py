@@ -14,6 +14,11 @@ server that is the worker's main process (``sshd -De`` / ``sleep 365d`` on a clu
 with a command of its own runs it under the server). When the job finishes, idle workers are
 asked to exit (their pods end Succeeded and are kept or deleted by cleanPodPolicy).
 
+Every pod on the machine can reach every exec server (their abstract sockets are in the shared
+network namespace), so each request carries the job's exec token: a Secret ``{job}-podexec``
+made with the job (as the MPI operator's ``{job}-ssh`` key), given to the launcher and the workers
+as ``$TRIMARAN_PODEXEC_TOKEN`` and read by the control plane when it ends idle workers.
+
 Every replica name resolves to loopback, which OpenMPI would take for this very node and so
 start every rank in the launcher; ``OMPI_MCA_if_base_do_not_resolve`` stops it resolving names,
 and its TCP transports are kept on the loopback interface, which every sandbox shares.
@@ -21,6 +26,8 @@ and its TCP transports are kept on the loopback interface, which every sandbox s
 
 from __future__ import annotations
 
+import base64
+import secrets
 import shlex
 import sys
 from pathlib import Path
@@ -29,6 +36,7 @@ from trimaran.controllers.pods import phase
 from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
 from trimaran.runtime import podexec
 from trimaran.runtime.gpus import is_gpu_resource
+from trimaran.store import NotFound, Store
 
 LAUNCHER = "Launcher"
 WORKER = "Worker"
@@ -40,6 +48,11 @@ AGENT = f"{CONFIG_DIR}/kubexec.sh"
 _SSH_ARGS = "-o ConnectionAttempts=10"
 _LAUNCHER_JOB_BACKOFF = 6  # a batch/v1 Job's default, which v2beta1's launcher Job inherits
 _PODEXEC = [sys.executable, "-I", "-S", str(Path(podexec.__file__).resolve())]
+_TOKEN_KEY = "token"
+
+
+def _token_secret(job: str) -> str:
+    return f"{job}-podexec"
 
 
 def _first_container(job: JobView, rtype: str) -> dict:
@@ -112,11 +125,19 @@ class MPI(Framework):
         agent = ("#!/bin/sh\n"
                  "# Runs the command on the named worker, in its sandbox (for kubectl exec / ssh).\n"
                  f'exec {shlex.join(_PODEXEC)} connect {shlex.quote(job.uid)} "$@"\n')
+        labels = {"training.kubeflow.org/job-name": job.name}
+        # Drawn on every pass that creates pods, but only the first pass's Secret is stored.
+        token = base64.b64encode(secrets.token_hex(32).encode()).decode()
         return [{
             "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": _token_secret(job.name), "namespace": job.namespace, "labels": labels},
+            "data": {_TOKEN_KEY: token},
+        }, {
+            "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": f"{job.name}-config", "namespace": job.namespace,
-                         "labels": {"training.kubeflow.org/job-name": job.name}},
+            "metadata": {"name": f"{job.name}-config", "namespace": job.namespace, "labels": labels},
             "data": {
                 "hostfile": "".join(f"{line}\n" for line in hostfile),
                 "kubexec.sh": agent,
@@ -188,6 +209,8 @@ class MPI(Framework):
             wanted = job.spec.get("mainContainer")
             main = next((c for c in containers if c.get("name") == wanted), containers[0])
         main["volumeMounts"] = [*(main.get("volumeMounts") or []), {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR}]
+        main["env"] = [*(main.get("env") or []), {"name": podexec.TOKEN_ENV, "valueFrom": {
+            "secretKeyRef": {"name": _token_secret(job.name), "key": _TOKEN_KEY}}}]
         if rtype == WORKER and (main.get("command") or not main.get("args")):
             server = [*_PODEXEC, "serve", job.uid, self.pod_name(job.name, rtype, index)]
             main["command"] = [*server, "--", *main["command"]] if main.get("command") else server
@@ -222,13 +245,18 @@ class MPI(Framework):
             return "Running", f"MPIJob {name} is running."
         return None, f"MPIJob {name} is created."
 
-    def finished(self, job: JobView, pods: list[dict]) -> bool:
+    def finished(self, job: JobView, pods: list[dict], store: Store) -> bool:
         # Idle workers would wait forever (sshd on a cluster): end them, as their job has.
+        try:
+            secret = store.get("Secret", job.namespace, _token_secret(job.name))
+            token = base64.b64decode((secret.get("data") or {}).get(_TOKEN_KEY, "")).decode()
+        except (NotFound, ValueError):
+            return True  # deleted by hand: the workers stay until their pods are deleted
         reached = True
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
             if labels.get("training.kubeflow.org/replica-type") == "worker" and phase(pod) == "Running":
-                reached = podexec.request_exit(job.uid, pod["metadata"]["name"]) and reached
+                reached = podexec.request_exit(job.uid, pod["metadata"]["name"], token) and reached
         return reached
 
 
