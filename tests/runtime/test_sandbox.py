@@ -14,6 +14,7 @@ from trimaran.runtime.sandbox import (
     build_argv,
     hosts_file,
     interpreter_paths,
+    private_etc_entries,
     sandbox_available,
 )
 from trimaran.runtime.volumes import Mount
@@ -88,3 +89,32 @@ def test_shim_runs_as_a_module_without_site_packages() -> None:
     done = subprocess.run([sys.executable, "-S", "-m", "trimaran.runtime.shim"], capture_output=True,
                           text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=30)
     assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_private_etc_entries_are_those_others_cannot_read(tmp_path: Path) -> None:
+    etc = tmp_path / "etc"
+    (etc / "ssl" / "private").mkdir(parents=True)
+    (etc / "ssl" / "private" / "key.pem").write_text("secret")
+    (etc / "ssl" / "certs.pem").write_text("public")
+    (etc / "shadow").write_text("root:x")
+    (etc / "passwd").write_text("root:x:0:0")
+    os.chmod(etc / "shadow", 0o640)
+    os.chmod(etc / "ssl" / "private", 0o700)
+    assert private_etc_entries(str(etc)) == ((str(etc / "shadow"), False), (str(etc / "ssl" / "private"), True))
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
+def test_the_home_is_hidden_where_it_lies_in_a_visible_directory(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    (checkout / ".trimaran" / "pods").mkdir(parents=True)
+    (checkout / ".trimaran" / "tokens.json").write_text("{}")
+    (checkout / "train.py").write_text("print('ok')\n")
+    (tmp_path / "hosts").write_text(hosts_file("box", {}))
+    (tmp_path / "hostname").write_text("box\n")
+    script = (f"test -r {checkout}/train.py && echo checkout; ls -A {checkout}/.trimaran | wc -l; "
+              "test -s /etc/shadow && echo shadow; ls -A /run | wc -l; ls -A /root /home 2>/dev/null; true")
+    argv = build_argv(["sh", "-c", script], mounts=[], hostname="box", hosts_path=tmp_path / "hosts",
+                      hostname_path=tmp_path / "hostname", keep_visible=[str(checkout)],
+                      hidden=[str(checkout / ".trimaran")])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.stdout.split() == ["checkout", "0", "0"], done.stdout + done.stderr
