@@ -24,8 +24,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from trimaran.api.podsecurity import Policy
-from trimaran.server.auth import check as check_token
-from trimaran.server.auth import is_dashboard
+from trimaran.server.auth import TokenMiddleware, is_dashboard
 from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import dashboard_router
 from trimaran.server.kube import KubeAPI, StatusError, WatchHub, principal_of, routes, status_response
@@ -66,16 +65,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
                   redoc_url=None)
     kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path, Policy.default(plane.pod_security))
 
-    @app.middleware("http")
-    async def auth(request: Request, call_next):  # noqa: ANN001, ANN202 - Starlette middleware
-        refused = check_token(request, tokens)
-        if refused is not None:
-            return refused
-        principal = getattr(request.state, "principal", None)
-        if is_dashboard(request.url.path) and principal is not None and principal.namespaces is not None:
-            return Response("the dashboard shows every namespace: it needs a token that is not limited to some",
-                            status_code=403, media_type="text/plain")
-        return await call_next(request)
+    app.add_middleware(TokenMiddleware, tokens=tokens)
 
     @app.exception_handler(StatusError)
     async def status_error(request: Request, exc: StatusError) -> Response:

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import orjson
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trimaran.server.dashboard.html import PREFIX
 from trimaran.server.tokens import TokenStore
@@ -74,3 +75,29 @@ def _refused(reason: str) -> Response:
             "<code>trimaran dashboard</code> prints (it carries the token once, then a cookie does).</p>")
     return Response(body, status_code=401, media_type="text/html",
                     headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+
+
+class TokenMiddleware:
+    """Answers a request without a valid token before any route sees it; ``request.state.principal``
+    carries the caller's otherwise. Plain ASGI: a request pays one function call for it (Starlette's
+    ``BaseHTTPMiddleware`` runs every request through a task and a memory stream, ~1 ms)."""
+
+    def __init__(self, app: ASGIApp, tokens: TokenStore) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refused = check(request, self.tokens)
+        principal = getattr(request.state, "principal", None)
+        if refused is None and is_dashboard(request.url.path) and principal is not None \
+                and principal.namespaces is not None:
+            refused = Response("the dashboard shows every namespace: it needs a token that is not limited to some",
+                               status_code=403, media_type="text/plain")
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

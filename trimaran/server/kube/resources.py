@@ -502,8 +502,8 @@ class KubeAPI:
         if target.subresource == "status":
             if not isinstance(obj, dict) or not isinstance(obj.get("status", {}), dict):
                 raise StatusError.bad_request("status must be an object")
-            new = copy.deepcopy(current)
-            new["status"] = obj.get("status") or {}
+            # The store keeps all but the status of what it holds: a shallow copy is enough.
+            new = {**current, "metadata": dict(current["metadata"]), "status": obj.get("status") or {}}
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if rv:
                 new["metadata"]["resourceVersion"] = rv
