@@ -299,3 +299,57 @@ def test_grpc_typed_contents(server: ModelServer, digits) -> None:
         with pytest.raises(grpc.RpcError) as info:
             stub.ModelReady(service_pb2.ModelReadyRequest(name="nope"))
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_bodies_the_model_cannot_take_are_4xx_naming_what_is_wrong(server: ModelServer, digits_dir,
+                                                                   tmp_path) -> None:
+    """NaN and infinity (JSON literals TF Serving accepts) that the model refuses, nesting deeper than the
+    decoder follows, a body that says it is not JSON, a BYTES tensor for an FP32 input: 4xx, never 500."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    zeros = ",0" * 63
+    v2_nan = f'{{"inputs":[{{"name":"input-0","shape":[1,64],"datatype":"FP32","data":[NaN{zeros}]}}]}}'
+    cases = [
+        ("/v2/models/digits/infer", v2_nan, "application/json", 400, "input 'input-0' holds NaN or infinity"),
+        ("/v1/models/digits:predict", f'{{"instances":[[NaN{zeros}]]}}', "application/json", 400,
+         "input 'input-0' holds NaN or infinity"),
+        ("/v1/models/digits:predict", f'{{"instances":[[-Infinity{zeros}]]}}', "application/json", 400,
+         "NaN or infinity"),
+        ("/v1/models/digits:predict", '{"instances":' + "[" * 1020 + '{"b64":"AA=="}' + "]" * 1020 + "}",
+         "application/json", 400, "nested too deeply"),
+        ("/v2/models/digits/infer", json_v2(), "text/plain", 415, "Content-Type 'text/plain'"),
+        ("/v1/models/digits:predict", '{"instances":[[0' + zeros + "]]}", "text/plain", 415, "application/json"),
+        ("/v2/models/digits/infer", '{"inputs":[{"name":"input-0","shape":[1,64],"datatype":"BYTES","data":["x"]}]}',
+         "application/json", 400, "input 'input-0' has datatype BYTES, the model expects FP32"),
+    ]
+    for depth in (500, 90_000):  # (the module's server takes bodies up to 200 kB)
+        cases += [("/v2/models/digits/infer", "[" * depth + "]" * depth, "application/json", 400, ""),
+                  ("/v1/models/digits:predict", '{"instances":' + "[" * depth + "]" * depth + "}",
+                   "application/json", 400, "")]
+    for path, body, media, status, words in cases:
+        r = server.client.post(path, content=body, headers={"content-type": media})
+        assert r.status_code == status and words in r.json()["error"], (path, body[:80], r.text)
+    # curl -d's default type and no type at all are still JSON.
+    for media in ("application/x-www-form-urlencoded", None):
+        r = server.client.post("/v2/models/digits/infer", content=json_v2(),
+                               headers={"content-type": media} if media else {})
+        assert r.status_code == 200, r.text
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        request = service_pb2.ModelInferRequest(model_name="digits")
+        request.inputs.add(name="input-0", datatype="BYTES", shape=[1, 64]).contents.bytes_contents.append(b"x")
+        with pytest.raises(grpc.RpcError) as info:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "has datatype BYTES, the model expects FP32" in info.value.details()
+    # Batched, the model runs on a thread and fails later: the same answer.
+    batched = ModelServer(digits_dir, tmp_path, grpc=False, max_batch_size=8).wait_ready()
+    try:
+        r = batched.client.post("/v2/models/digits/infer", content=v2_nan, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "holds NaN or infinity" in r.json()["error"], r.text
+    finally:
+        batched.stop()
+
+
+def json_v2() -> str:
+    return '{"inputs":[{"name":"input-0","shape":[1,64],"datatype":"FP32","data":[0' + ",0" * 63 + "]}]}"

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from trimaran import jsonbody
 from trimaran.serving.errors import InvalidInput, ServingError
 from trimaran.serving.runtimes import datatype_to_numpy, numpy_to_datatype
 
@@ -43,16 +44,12 @@ def check_shape(shape: Any, name: str) -> tuple[int, ...]:
 
 
 def loads(body: bytes) -> Any:
-    """Parse a JSON body; TF Serving's NaN and Infinity are accepted (orjson refuses them)."""
+    """Parse a JSON body; TF Serving's NaN and Infinity are accepted (orjson refuses them), nesting
+    too deep for the decoder is a 400 like any other malformed body."""
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        import json
-
-        try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise InvalidInput(f"malformed JSON body: {exc}") from None
+        return jsonbody.loads(body, "the JSON body", allow_nan=True)
+    except jsonbody.BodyError as exc:
+        raise InvalidInput(f"malformed JSON body: {exc}") from None
 
 
 def dumps(obj: Any) -> bytes:
@@ -181,8 +178,20 @@ def parse_v2_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any
     return payload, binary
 
 
-def decode_v2(payload: dict[str, Any], binary: memoryview | None) -> V2Request:
-    """Decode a V2 request object (already parsed); binary holds the extension's bytes after the JSON."""
+def check_datatype(name: str, datatype: Any, expected: dict[str, str] | None) -> None:
+    """Refuse a BYTES tensor for a numeric input, or the reverse (what the model declares, by name, or its
+    only input's): its data would fail later with a message about shapes or a 500 from the model."""
+    if not expected:
+        return
+    want = expected.get(name) or (next(iter(expected.values())) if len(expected) == 1 else None)
+    if want and datatype != want and "BYTES" in (want, datatype):
+        raise InvalidInput(f"input {name!r} has datatype {datatype}, the model expects {want}")
+
+
+def decode_v2(payload: dict[str, Any], binary: memoryview | None, expected: dict[str, str] | None = None
+              ) -> V2Request:
+    """Decode a V2 request object (already parsed); binary holds the extension's bytes after the JSON.
+    ``expected``: the model's input datatypes by name (see :func:`check_datatype`)."""
     inputs_json = payload.get("inputs")
     if not isinstance(inputs_json, list) or not inputs_json:
         raise InvalidInput('the request needs "inputs": a non-empty list of tensors')
@@ -198,6 +207,7 @@ def decode_v2(payload: dict[str, Any], binary: memoryview | None) -> V2Request:
             raise InvalidInput(f"input {name!r} appears twice")
         datatype = item.get("datatype")
         dtype = numpy_dtype(datatype, name)
+        check_datatype(name, datatype, expected)
         shape = check_shape(item.get("shape"), name)
         params = item.get("parameters")
         size = params.get("binary_data_size") if isinstance(params, dict) else None

@@ -38,6 +38,8 @@ def as_serving_error(exc: BaseException) -> ServingError:
         return error
     if isinstance(exc, asyncio.TimeoutError):
         return RequestTimeout("no answer within the request timeout")
+    if isinstance(exc, RecursionError):  # code walking a request nested deeper than Python's stack (b64 values)
+        return InvalidInput("the request is nested too deeply")
     return ServingError(f"{type(exc).__name__} : {exc}")
 
 
@@ -134,11 +136,48 @@ class DataPlane:
             if unknown:
                 raise InvalidInput(f"model {model.name!r} has no output {unknown[0]!r}; its outputs are "
                                    f"{', '.join(map(repr, known))}")
-        return handle.dispatcher.submit(inputs, outputs, signature)
+        try:
+            result = handle.dispatcher.submit(inputs, outputs, signature)
+        except Exception as exc:
+            raise _refused_input(exc, model.name, inputs) from exc
+        if isinstance(result, asyncio.Future):
+            return _explained(result, model.name, inputs)
+        return result
 
     async def infer_payload(self, handle: ModelVersion, payload: Any, headers: dict[str, str]) -> Any:
         """A payload-level (custom) model's answer, within the request timeout."""
         return await asyncio.wait_for(handle.model.infer_payload(payload, headers), self.config.request_timeout)
+
+
+def _refused_input(exc: BaseException, model: str, inputs: dict[str, np.ndarray]) -> BaseException:
+    """What the model raised, or a 400 naming the input when it holds NaN or infinity: JSON requests may
+    carry them (TF Serving's literals), and a model that cannot take them must not answer 500."""
+    if isinstance(exc, ServingError) or not isinstance(exc, Exception):
+        return exc
+    for name, array in inputs.items():
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return InvalidInput(f"input {name!r} holds NaN or infinity, which model {model!r} does not take: {reason}")
+    return exc
+
+
+def _explained(future: asyncio.Future, model: str, inputs: dict[str, np.ndarray]) -> asyncio.Future:
+    """``future``'s outcome, its failure passed through :func:`_refused_input`; cancelling it cancels ``future``."""
+    out = future.get_loop().create_future()
+
+    def settle(done: asyncio.Future) -> None:
+        if out.done():
+            return
+        if done.cancelled():
+            out.cancel()
+        elif (exc := done.exception()) is not None:
+            out.set_exception(_refused_input(exc, model, inputs))
+        else:
+            out.set_result(done.result())
+
+    future.add_done_callback(settle)
+    out.add_done_callback(lambda o: future.cancel() if o.cancelled() else None)
+    return out
 
 
 def select_outputs(outputs: dict[str, np.ndarray], wanted: list[str] | None) -> dict[str, np.ndarray]:

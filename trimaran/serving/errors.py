@@ -64,7 +64,7 @@ class PayloadTooLarge(ServingError):
 
 
 class UnsupportedMediaType(ServingError):
-    """A Content-Encoding the server cannot decode: 415 / INVALID_ARGUMENT."""
+    """A Content-Type or Content-Encoding the server cannot decode: 415 / INVALID_ARGUMENT."""
 
     http_status = 415
     grpc_code = "INVALID_ARGUMENT"

@@ -33,8 +33,8 @@ _CONTENTS_FIELD = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "in
                    "FP64": "fp64_contents", "BYTES": "bytes_contents"}
 
 
-def decode_request(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
-    """Named arrays from a ModelInferRequest (raw or typed contents)."""
+def decode_request(request: pb.ModelInferRequest, expected: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Named arrays from a ModelInferRequest (raw or typed contents); ``expected`` as for ``codec.decode_v2``."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs")
@@ -44,6 +44,7 @@ def decode_request(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
     for index, tensor in enumerate(request.inputs):
         name = tensor.name
         dtype = codec.numpy_dtype(tensor.datatype, name)
+        codec.check_datatype(name, tensor.datatype, expected)
         shape = codec.check_shape(list(tensor.shape), name)
         if raw:
             inputs[name] = codec.raw_to_array(raw[index], dtype, shape, name)
@@ -139,7 +140,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _infer(self, handle: Any, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         model = handle.model
-        inputs = decode_request(request)
+        inputs = decode_request(request, {spec.name: spec.datatype for spec in model.inputs})
         wanted = [o.name for o in request.outputs] or None
         if model.payload_level:
             outputs = await self._payload(handle, request, inputs, wanted)

@@ -8,8 +8,8 @@ tensor, so V1 returns the model's first declared output (TensorFlow models: ever
 
 V2: health, server and model metadata, readiness and ``/infer`` with every datatype; JSON ``data`` or
 Triton's binary-data extension (``Inference-Header-Content-Length``; tritonclient sends binary by default).
-Errors are ``{"error": message}`` with 400, 404, 413, 501, 503 (with ``Retry-After`` when the queue is full)
-or 504.
+Errors are ``{"error": message}`` with 400, 404, 413, 415 (a body that is not JSON, an unknown Content-Encoding),
+501, 503 (with ``Retry-After`` when the queue is full) or 504.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ log = logging.getLogger("trimaran.serving")
 _V2_MODEL = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?(?:/(ready|infer))?$")
 _V1_MODEL = re.compile(r"^/v1/models/([^/:]+)(?:/versions/([^/:]+))?(?:(/metadata)|:([a-z]+))?$")
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}  # zlib's header flags for each encoding
+# What an inference body may be sent as: JSON; none at all; curl -d's default (KServe's examples send
+# JSON so); Triton's binary extension (JSON then tensors).
+_BODY_TYPES = frozenset({"", "application/json", "application/x-www-form-urlencoded", "application/octet-stream"})
 
 # TF Serving's DataType names for V2 datatypes, for V1 metadata.
 _TF_DTYPES = {"BOOL": "DT_BOOL", "UINT8": "DT_UINT8", "UINT16": "DT_UINT16", "UINT32": "DT_UINT32",
@@ -195,7 +198,7 @@ class RestApp:
         payload, binary = codec.parse_v2_body(self._body(req), req.headers.get("inference-header-content-length"))
         if handle.model.payload_level:
             return self._payload(req, handle, payload, v2=True)
-        request = codec.decode_v2(payload, binary)
+        request = codec.decode_v2(payload, binary, {spec.name: spec.datatype for spec in handle.model.inputs})
         result = self.plane.predict(handle, request.inputs, request.outputs, None)
         if isinstance(result, asyncio.Future):
             return _then(result, lambda out: self._v2_response(handle, request, out))
@@ -214,6 +217,9 @@ class RestApp:
     def _body(self, req: Request) -> bytes:
         """The request body, decompressed when it has a Content-Encoding (tritonclient's request compression),
         and no larger than ``max_body`` once decompressed."""
+        media = req.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media not in _BODY_TYPES and not media.endswith("+json"):
+            raise UnsupportedMediaType(f"Content-Type {media!r} is not supported: the body is JSON (application/json)")
         encoding = req.headers.get("content-encoding")
         if not encoding or encoding == "identity":
             return req.body

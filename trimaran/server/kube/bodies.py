@@ -15,11 +15,12 @@ from typing import Any
 import orjson
 import yaml
 
+from trimaran import jsonbody
+from trimaran.jsonbody import MAX_DEPTH
 from trimaran.server.kube.errors import StatusError
 
 __all__ = ["MAX_DEPTH", "MAX_VALUES", "check_shape", "load_json", "load_yaml"]
 
-MAX_DEPTH = 100
 MAX_VALUES = 3 * 1024 * 1024 // 2  # "[0,0,...]": no JSON body under the size limit holds more
 
 
@@ -33,37 +34,19 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def _too_deep(what: str) -> StatusError:
-    return StatusError.bad_request(f"{what} is nested too deeply: more than {MAX_DEPTH} levels")
-
-
 def check_shape(value: Any, what: str = "the body of the request") -> None:
     """Refuse ``value`` (400) when it nests deeper than ``MAX_DEPTH`` or has too many values."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    count = 0
-    while stack:
-        node, depth = stack.pop()
-        count += 1
-        if count > MAX_VALUES:
-            raise StatusError.bad_request(f"{what} has more than {MAX_VALUES} values")
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth >= MAX_DEPTH:
-            raise _too_deep(what)
-        stack.extend((child, depth + 1) for child in children)
+    try:
+        jsonbody.check_shape(value, what, MAX_DEPTH, MAX_VALUES)
+    except jsonbody.BodyError as exc:
+        raise StatusError.bad_request(str(exc)) from None
 
 
 def load_json(body: bytes, what: str = "the body of the request") -> Any:
     try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        if "depth limit" in str(exc):
-            raise _too_deep(what) from None
-        raise StatusError.bad_request(f"{what} is not valid JSON: {exc}") from None
+        value = jsonbody.loads(body, what)
+    except jsonbody.BodyError as exc:
+        raise StatusError.bad_request(str(exc)) from None
     check_shape(value, what)
     return value
 
@@ -74,7 +57,7 @@ def load_yaml(body: bytes, what: str = "the body of the request") -> Any:
     except yaml.YAMLError as exc:
         raise StatusError.bad_request(f"error decoding YAML: {exc}") from None
     except RecursionError:
-        raise _too_deep(what) from None
+        raise StatusError.bad_request(str(jsonbody.TooDeep(what, MAX_DEPTH))) from None
     check_shape(value, what)
     return _plain(value, what)
 
