@@ -307,6 +307,7 @@ class LocalRuntime:
                 raise ConfigError(f"container {cname!r}: limits.memory: {exc}") from None
             termination_log = run_dir / f"{cname}.termination-log"
             termination_log.touch()
+            termination_log.chmod(0o666)  # writable by any runAsUser
             wants_gpu = any(is_gpu_resource(r) for r in container_requests(container).gpus)
             argv = build_argv(
                 command,
@@ -437,6 +438,29 @@ class LocalRuntime:
     def running_pods(self) -> list[str]:
         """Uids of the pods that have a live process."""
         return [uid for uid in self.known_pods() if self.is_alive(uid)]
+
+    def pod_of_process(self, pid: int) -> str | None:
+        """The uid of this home's pod that process ``pid`` belongs to, else None. Read from the
+        kernel's process tree (a pod's processes descend from its run's shim, in their own pid
+        namespace, so they cannot move out), never from what the process says of itself."""
+        pods = self.home.resolve() / "pods"
+        while pid > 1:
+            stat = _shim.proc_stat(pid)
+            if stat is None:
+                return None
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                return None
+            if len(argv) > 4 and argv[3] == _SHIM.encode():
+                run_dir = Path(os.fsdecode(argv[4])).resolve()
+                record = _shim.read_json(str(run_dir / "shim.pid")) or {}
+                # The record, which only the runtime writes, tells a real shim from a look-alike.
+                if run_dir.parent.parent.parent == pods and record.get("pid") == pid \
+                        and record.get("startTicks") in (None, stat[3]):
+                    return run_dir.parent.parent.name
+            pid = stat[1]
+        return None
 
     def pod_identity(self, pod_uid: str) -> tuple[str, str] | None:
         """``(namespace, name)`` the pod was started as, if known."""

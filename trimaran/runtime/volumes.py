@@ -168,6 +168,9 @@ def prepare_volumes(
             else:
                 path = pod_dir / "volumes" / name
                 path.mkdir(parents=True, exist_ok=True)
+                # World-writable as the kubelet makes it: any runAsUser (and the unprivileged uid
+                # pods run as where no user namespace can be made) may write; the home is 0700.
+                path.chmod(0o777)
                 volumes[name] = PodVolume(name, path)
         elif "hostPath" in volume:
             volumes[name] = PodVolume(name, _host_path(name, volume["hostPath"]))
