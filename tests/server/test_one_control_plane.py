@@ -95,3 +95,14 @@ def test_the_home_and_its_secrets_are_private(tmp_path, plane_with: Callable[...
                  "server.log", "control-plane.lock", "pki/ca.key", "pki/server.key"):
         assert _mode(home / name) == 0o600, name
     assert _mode(home / "pki") == 0o700
+
+
+def test_a_killed_control_plane_leaves_the_home_to_the_next(plane: ControlPlaneHandle) -> None:
+    """The kernel drops the lock with the process: a start right after a SIGKILL gets a new control plane."""
+    from trimaran.server.daemon import lock_holder, read_server_info, start_server
+
+    pid = read_server_info(plane.home)["pid"]
+    os.kill(pid, signal.SIGKILL)
+    again = start_server(home=plane.home)
+    assert again["pid"] != pid and lock_holder(plane.home) == again["pid"]
+    assert plane.cli("get", "configmaps").returncode == 0

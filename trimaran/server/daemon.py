@@ -42,6 +42,10 @@ class HomeLocked(RuntimeError):
                          f"stop it with `trimaran server stop`, or use another TRIMARAN_HOME")
 
 
+class ControlPlaneExited(RuntimeError):
+    """The control plane waited for let go of the home (it exited, or was killed)."""
+
+
 class HomeLock:
     """The held lock of a home; released by :meth:`release` or when the process exits."""
 
@@ -183,7 +187,8 @@ def wait_for_server(home: Path, pid: int, timeout: float = 60.0, say: Say = _std
     """Wait until the control plane ``pid``, which holds ``home``, answers; say so once when it is slow.
 
     Raises:
-        RuntimeError: it let go of the home (exited), or did not answer within ``timeout``.
+        ControlPlaneExited: it let go of the home (it exited).
+        RuntimeError: it did not answer within ``timeout``.
     """
     start = time.monotonic()
     told = False
@@ -193,7 +198,7 @@ def wait_for_server(home: Path, pid: int, timeout: float = 60.0, say: Say = _std
             return info
         holder = lock_holder(home)
         if holder is None:
-            raise RuntimeError(f"the control plane (pid {pid}) exited; see {home / 'server.log'}")
+            raise ControlPlaneExited(f"the control plane (pid {pid}) exited; see {home / 'server.log'}")
         if holder:
             pid = holder
         waited = time.monotonic() - start
@@ -217,7 +222,10 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
     home.mkdir(parents=True, exist_ok=True, mode=0o700)  # a looser one is tightened by the control plane
     holder = lock_holder(home)
     if holder is not None:
-        return wait_for_server(home, holder, timeout=max(timeout, 60.0), say=say)
+        try:
+            return wait_for_server(home, holder, timeout=max(timeout, 60.0), say=say)
+        except ControlPlaneExited:
+            pass  # it was dying (killed a moment ago): start the next one
     log_fd = os.open(home / "server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     os.fchmod(log_fd, 0o600)  # requests' details end up there
     env = dict(os.environ, TRIMARAN_HOME=str(home))
