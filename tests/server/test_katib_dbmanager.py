@@ -10,12 +10,13 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import site
 import socket
 import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -59,9 +60,15 @@ def store(tmp_path: Path) -> Iterator[Store]:
     opened.close()
 
 
+def _start(store: Store, home: Path, host: str | None = None) -> DBManager:
+    access = {"tokens": TokenStore(home), "runtime": LocalRuntime(home)}
+    return start_dbmanager_for_home(store, home, **access) if host is None else \
+        start_dbmanager(store, host, 6789, **access)
+
+
 @pytest.fixture
 def dbmanager(store: Store, tmp_path: Path) -> Iterator[DBManager]:
-    handle = start_dbmanager_for_home(store, tmp_path / "home")
+    handle = _start(store, tmp_path / "home")
     yield handle
     handle.stop()
 
@@ -70,6 +77,27 @@ def dbmanager(store: Store, tmp_path: Path) -> Iterator[DBManager]:
 def stub(dbmanager: DBManager) -> Iterator[pb_grpc.DBManagerStub]:
     with grpc.insecure_channel(dbmanager.address) as channel:
         yield pb_grpc.DBManagerStub(channel)
+
+
+@pytest.fixture
+def admin(tmp_path: Path) -> list[tuple[str, str]]:
+    """gRPC metadata with an admin token of the home."""
+    return _bearer(TokenStore(tmp_path / "home").create("admin"))
+
+
+def _bearer(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+def _report(trial: str, value: str = "1", stamp: str = "2024-05-01T12:00:00Z") -> pb.ReportObservationLogRequest:
+    log = pb.MetricLog(time_stamp=stamp, metric=pb.Metric(name="loss", value=value))
+    return pb.ReportObservationLogRequest(trial_name=trial, observation_log=pb.ObservationLog(metric_logs=[log]))
+
+
+def _refusal(call: Callable[..., object], request: object, **kwargs: object) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as failed:
+        call(request, **kwargs)
+    return failed.value.code()
 
 
 @pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
@@ -126,7 +154,8 @@ def test_katib_sdk_reports_from_a_pod_and_reads_back(store: Store, dbmanager: DB
     assert all(abs(parse_rfc3339(stamp) - r["timestamp"]) < 1e-3 for (stamp, _, _), r in zip(read, stored, strict=True))
 
 
-def test_filters_and_order_of_get_observation_log(store: Store, stub: pb_grpc.DBManagerStub) -> None:
+def test_filters_and_order_of_get_observation_log(store: Store, stub: pb_grpc.DBManagerStub,
+                                                  admin: list[tuple[str, str]]) -> None:
     _trial(store, "team-a", "t1")
     logs = [pb.MetricLog(time_stamp=stamp, metric=pb.Metric(name=name, value=value)) for stamp, name, value in [
         ("2024-05-01T12:00:02Z", "loss", "0.5"),
@@ -135,7 +164,8 @@ def test_filters_and_order_of_get_observation_log(store: Store, stub: pb_grpc.DB
         ("", "loss", "9"),  # no time: skipped, as Katib does
     ]]
     stub.ReportObservationLog(pb.ReportObservationLogRequest(trial_name="t1",
-                                                             observation_log=pb.ObservationLog(metric_logs=logs)))
+                                                             observation_log=pb.ObservationLog(metric_logs=logs)),
+                              metadata=admin)
     every = stub.GetObservationLog(pb.GetObservationLogRequest(trial_name="t1")).observation_log.metric_logs
     assert [(m.time_stamp, m.metric.name, m.metric.value) for m in every] == [
         ("2024-05-01T12:00:01.25Z", "loss", "0.7"),
@@ -151,28 +181,133 @@ def test_filters_and_order_of_get_observation_log(store: Store, stub: pb_grpc.DB
     unknown = stub.GetObservationLog(pb.GetObservationLogRequest(trial_name="nobody"))
     assert list(unknown.observation_log.metric_logs) == []
 
-    stub.DeleteObservationLog(pb.DeleteObservationLogRequest(trial_name="t1"))
+    stub.DeleteObservationLog(pb.DeleteObservationLogRequest(trial_name="t1"), metadata=admin)
     assert store.list_observations("team-a", trials=["t1"]) == []
 
 
-def test_reports_that_cannot_be_stored_are_refused(store: Store, stub: pb_grpc.DBManagerStub) -> None:
+def test_reports_that_cannot_be_stored_are_refused(store: Store, stub: pb_grpc.DBManagerStub,
+                                                   admin: list[tuple[str, str]]) -> None:
     _trial(store, "team-a", "shared-name")
     _trial(store, "team-b", "shared-name")
     _trial(store, "team-a", "t1")
+    done = _trial(store, "team-a", "done")
+    done["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+    store.update_status(done)
 
     def report(trial: str, value: str, stamp: str = "2024-05-01T12:00:00Z") -> grpc.StatusCode:
-        log = pb.MetricLog(time_stamp=stamp, metric=pb.Metric(name="loss", value=value))
-        with pytest.raises(grpc.RpcError) as failed:
-            stub.ReportObservationLog(pb.ReportObservationLogRequest(
-                trial_name=trial, observation_log=pb.ObservationLog(metric_logs=[log])))
-        return failed.value.code()
+        return _refusal(stub.ReportObservationLog, _report(trial, value, stamp), metadata=admin)
 
     assert report("nobody", "1") == grpc.StatusCode.NOT_FOUND
+    assert report("done", "1") == grpc.StatusCode.FAILED_PRECONDITION  # finished: its pods have ended
     assert report("shared-name", "1") == grpc.StatusCode.FAILED_PRECONDITION
     assert report("t1", "high") == grpc.StatusCode.INVALID_ARGUMENT
     assert report("t1", "nan") == grpc.StatusCode.INVALID_ARGUMENT
     assert report("t1", "1", stamp="yesterday") == grpc.StatusCode.INVALID_ARGUMENT
     assert store.list_observations("team-a") == [] and store.list_observations("team-b") == []
+
+
+def test_tokens_act_within_their_namespaces_and_role(store: Store, stub: pb_grpc.DBManagerStub,
+                                                     tmp_path: Path) -> None:
+    tokens = TokenStore(tmp_path / "home")
+    _trial(store, "team-a", "t1")
+    _trial(store, "team-a", "shared-name")
+    _trial(store, "team-b", "shared-name")
+    edit_a, view_a, edit_b = (_bearer(tokens.create(role, [ns])) for role, ns in
+                              (("edit", "team-a"), ("view", "team-a"), ("edit", "team-b")))
+    sa_a = _bearer(tokens.service_account_token("team-a"))
+    denied, unauthenticated = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED
+    get, delete = pb.GetObservationLogRequest(trial_name="t1"), pb.DeleteObservationLogRequest(trial_name="t1")
+
+    assert _refusal(stub.ReportObservationLog, _report("t1"), metadata=edit_b) == denied
+    assert _refusal(stub.ReportObservationLog, _report("t1"), metadata=view_a) == denied
+    assert _refusal(stub.GetObservationLog, get, metadata=edit_b) == denied
+    assert _refusal(stub.ReportObservationLog, _report("t1"), metadata=_bearer("tmr_x_guess")) == unauthenticated
+    assert store.list_observations("team-a") == []
+    stub.ReportObservationLog(_report("t1", "0.5"), metadata=sa_a)  # a pod's service-account token
+    # A name in two namespaces is the one in the caller's.
+    stub.ReportObservationLog(_report("shared-name", "0.25"), metadata=edit_b)
+    assert [r["value"] for r in store.list_observations("team-b")] == [0.25]
+    assert [m.metric.value for m in stub.GetObservationLog(get, metadata=view_a).observation_log.metric_logs] == ["0.5"]
+
+    # Deleting takes an admin token; this process, the home's user's, may only read without one.
+    assert _refusal(stub.DeleteObservationLog, delete, metadata=edit_a) == denied
+    assert _refusal(stub.DeleteObservationLog, delete) == denied
+    assert _refusal(stub.ReportObservationLog, _report("t1")) == denied
+    assert len(stub.GetObservationLog(get).observation_log.metric_logs) == 1
+    stub.DeleteObservationLog(delete, metadata=_bearer(tokens.create("admin", ["team-a"])))
+    assert store.list_observations("team-a", trials=["t1"]) == []
+
+
+_FROM_A_POD = """
+import sys
+import grpc
+from trimaran.server.katib.proto import dbmanager_pb2 as pb, dbmanager_pb2_grpc as pb_grpc
+stub = pb_grpc.DBManagerStub(grpc.insecure_channel(sys.argv[1]))
+log = pb.ObservationLog(metric_logs=[pb.MetricLog(time_stamp="2024-05-01T12:00:00Z",
+                                                  metric=pb.Metric(name="loss", value="0.5"))])
+calls = {
+    "report-own": lambda: stub.ReportObservationLog(pb.ReportObservationLogRequest(trial_name="mine",
+                                                                                   observation_log=log)),
+    "get-own": lambda: stub.GetObservationLog(pb.GetObservationLogRequest(trial_name="mine")),
+    "delete-own": lambda: stub.DeleteObservationLog(pb.DeleteObservationLogRequest(trial_name="mine")),
+    "report-other": lambda: stub.ReportObservationLog(pb.ReportObservationLogRequest(trial_name="theirs",
+                                                                                     observation_log=log)),
+    "get-other": lambda: stub.GetObservationLog(pb.GetObservationLogRequest(trial_name="theirs")),
+}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "OK", flush=True)
+    except grpc.RpcError as exc:
+        print(name, exc.code().name, flush=True)
+"""
+
+
+def _answers(text: str) -> dict[str, str]:
+    return dict(line.split(" ", 1) for line in text.splitlines() if line.split(" ", 1)[0] in (
+        "report-own", "get-own", "delete-own", "report-other", "get-other"))
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
+def test_a_pod_without_a_token_acts_for_its_own_namespace_only(store: Store, dbmanager: DBManager,
+                                                               tmp_path: Path) -> None:
+    _trial(store, "team-b", "mine")
+    _trial(store, "team-a", "theirs")
+    runtime = LocalRuntime(tmp_path / "home")
+    pod = {"metadata": {"name": "prober", "namespace": "team-b", "uid": str(uuid.uuid4())},
+           "spec": {"containers": [{"name": "main",
+                                    "command": [sys.executable, "-c", _FROM_A_POD, dbmanager.address]}]}}
+    runtime.start_pod(pod, attempt=0)
+    status = poll(lambda: (s := runtime.pod_status(pod["metadata"]["uid"]).containers["main"]).state == "terminated"
+                  and s, timeout=60, what="the pod to finish")
+    log = runtime.log_path("team-b", "prober").read_text()
+    assert status.exit_code == 0, log
+    assert _answers(log) == {"report-own": "OK", "get-own": "OK", "delete-own": "PERMISSION_DENIED",
+                             "report-other": "PERMISSION_DENIED", "get-other": "PERMISSION_DENIED"}, log
+    assert [r["value"] for r in store.list_observations("team-b")] == [0.5]
+    assert store.list_observations("team-a") == []
+
+
+def _as_nobody(*args: str) -> subprocess.CompletedProcess:
+    # Our interpreter may sit in root's home; the system's, of the same version, can load our packages.
+    path = os.pathsep.join([*site.getsitepackages(), str(REPO)])
+    for python, env in ((sys.executable, {}), (f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}",
+                                               {"PYTHONPATH": path})):
+        try:
+            return subprocess.run([python, *args], capture_output=True, text=True, timeout=60, user=65534,
+                                  group=65534, extra_groups=[], cwd="/", env={**os.environ, "HOME": "/", **env})
+        except (PermissionError, FileNotFoundError):
+            continue
+    pytest.skip("no Python another user may run")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
+def test_another_local_user_without_a_token_is_unauthenticated(store: Store, dbmanager: DBManager) -> None:
+    _trial(store, "team-b", "mine")
+    _trial(store, "team-a", "theirs")
+    done = _as_nobody("-c", _FROM_A_POD, dbmanager.address)
+    assert done.returncode == 0, done.stderr
+    assert set(_answers(done.stdout).values()) == {"UNAUTHENTICATED"}, done.stdout
 
 
 def test_each_home_has_its_own_stable_address(store: Store, tmp_path: Path) -> None:
@@ -184,15 +319,15 @@ def test_each_home_has_its_own_stable_address(store: Store, tmp_path: Path) -> N
     with socket.socket() as squatter:
         squatter.bind((first, 6789))
         squatter.listen()
-        handle = start_dbmanager_for_home(store, home)
+        handle = _start(store, home)
         try:
             assert handle.address == f"{second}:6789"
             assert handle.hosts["katib-db-manager.kubeflow"] == second
             with pytest.raises(OSError):
-                start_dbmanager(store, second, 6789)
+                _start(store, home, host=second)
         finally:
             handle.stop()
-    again = start_dbmanager_for_home(store, home)
+    again = _start(store, home)
     try:
         assert again.address == f"{first}:6789"
     finally:

@@ -198,7 +198,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     plane.runtime_service_account(pod_port, pki.ca_cert, tokens)
     # Katib's SDK pushes metrics to its DB manager's gRPC API (report_metrics); before the
     # controllers start, so the first pods already resolve its name.
-    plane.dbmanager = start_dbmanager_for_home(plane.store, home)
+    plane.dbmanager = start_dbmanager_for_home(plane.store, home, tokens=tokens, runtime=plane.kubelet.runtime)
     plane.kubelet.runtime.service_hosts.update(plane.dbmanager.hosts)
 
     # asyncio gives every TLS connection a 256 KiB read buffer up front: 1,000 idle watches held

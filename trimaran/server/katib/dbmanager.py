@@ -3,8 +3,13 @@
 Inside a trial, ``kubeflow.katib.report_metrics({...})`` sends ``ReportObservationLog`` to
 ``katib-db-manager.kubeflow:6789``, and ``KatibClient.get_trial_metrics`` reads them back with
 ``GetObservationLog``. Both name the trial only (Katib's database has no namespace), so the
-service finds the Trial by name in every namespace; a name in two namespaces is refused rather
-than guessed.
+service finds the Trial by name among the namespaces the caller may use; a name in two of them is
+refused rather than guessed.
+
+Katib's service takes anyone's calls; here every call is from an identified caller
+(:mod:`.callers`: a bearer token in the metadata, or, for the SDK, which sends none, the pod or
+local user behind the connection), reports are taken only for a trial that still runs (not one
+that has finished or never was), and deleting needs an admin token.
 
 The port is fixed by the SDK and several Trimaran homes may run on one machine, so each home's
 service binds a loopback address of its own, derived from the home's path (the same one after a
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import math
 import re
 import threading
@@ -29,13 +35,19 @@ from typing import Any
 
 import grpc
 
+from trimaran.controllers.tuning.trial import FINISHED, trial_state
+from trimaran.runtime import LocalRuntime
+from trimaran.server.katib.callers import Callers
 from trimaran.server.katib.proto import dbmanager_pb2 as pb
 from trimaran.server.katib.proto import dbmanager_pb2_grpc as pb_grpc
 from trimaran.server.observations import add_pushed_observations
+from trimaran.server.tokens import TokenStore
 from trimaran.store import NotFound, Store
 
 __all__ = ["PORT", "SERVICE_NAMES", "DBManager", "add_pushed_observations", "loopback_candidates",
            "start_dbmanager", "start_dbmanager_for_home"]
+
+log = logging.getLogger(__name__)
 
 PORT = 6789
 SERVICE_NAMES = ("katib-db-manager.kubeflow", "katib-db-manager.kubeflow.svc",
@@ -70,30 +82,47 @@ def format_rfc3339(timestamp: float) -> str:
     return text + "Z"
 
 
+_VERBS = {"get": "read the observations of", "create": "report observations for",
+          "delete": "delete the observations of"}
+
+
 class _Servicer(pb_grpc.DBManagerServicer):
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, callers: Callers) -> None:
         self.store = store
+        self.callers = callers
         # Steps are counted from what is stored: two reports of one trial must not both count.
         self._writing = threading.Lock()
 
-    def _trial(self, name: str, context: grpc.ServicerContext) -> dict | None:
+    def _trial(self, name: str, verb: str, context: grpc.ServicerContext) -> dict | None:
+        """The trial ``name`` in the one namespace where the caller may ``verb`` it; None when no
+        namespace has it. Aborts when it is only where the caller may not, or in several."""
+        caller = self.callers.identify(context)
         found = []
         for namespace in self.store.list("Namespace"):
             try:
                 found.append(self.store.get("Trial", namespace["metadata"]["name"], name))
             except NotFound:
                 continue
-        if len(found) > 1:
-            spaces = ", ".join(t["metadata"]["namespace"] for t in found)
+        allowed = [t for t in found if caller.may(verb, t["metadata"]["namespace"])]
+        if found and not allowed:
+            log.warning("Katib DBManager: refused %s to %s trial %r", caller.description, _VERBS[verb], name)
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{caller.description} may not {_VERBS[verb]} trial {name!r}")
+        if len(allowed) > 1:
+            spaces = ", ".join(t["metadata"]["namespace"] for t in allowed)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"trial {name!r} exists in several namespaces ({spaces}); Katib's DBManager "
                           f"API names a trial without its namespace")
-        return found[0] if found else None
+        return allowed[0] if allowed else None
 
     def ReportObservationLog(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        trial = self._trial(request.trial_name, context)
+        trial = self._trial(request.trial_name, "create", context)
         if trial is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"trial {request.trial_name!r} not found in any namespace")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"trial {request.trial_name!r} not found")
+        state = trial_state(trial)
+        if state in FINISHED:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"trial {request.trial_name!r} has finished ({state}): it takes no more observations")
         rows = []
         for log in request.observation_log.metric_logs:
             if not log.time_stamp:
@@ -118,7 +147,7 @@ class _Servicer(pb_grpc.DBManagerServicer):
             end = parse_rfc3339(request.end_time) if request.end_time else math.inf
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        trial = self._trial(request.trial_name, context)
+        trial = self._trial(request.trial_name, "get", context)
         rows = [] if trial is None else self.store.list_observations(
             trial["metadata"]["namespace"], trials=[request.trial_name], metric=request.metric_name or None)
         chosen = sorted((r for r in rows if start <= r["timestamp"] <= end), key=lambda r: r["timestamp"])
@@ -128,7 +157,7 @@ class _Servicer(pb_grpc.DBManagerServicer):
         return pb.GetObservationLogReply(observation_log=pb.ObservationLog(metric_logs=logs))
 
     def DeleteObservationLog(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
-        trial = self._trial(request.trial_name, context)
+        trial = self._trial(request.trial_name, "delete", context)
         if trial is not None:
             with self._writing:
                 self.store.delete_observations(trial["metadata"]["namespace"], request.trial_name)
@@ -158,20 +187,24 @@ class DBManager:
         self.server.stop(grace).wait()
 
 
-def start_dbmanager(store: Store, host: str, port: int = PORT) -> DBManager:
-    """Serve Katib's DBManager on ``host:port`` (``port`` 0: any free one).
+def start_dbmanager(store: Store, host: str, port: int = PORT, *, tokens: TokenStore,
+                    runtime: LocalRuntime) -> DBManager:
+    """Serve Katib's DBManager on ``host:port`` (``port`` 0: any free one), to callers that hold
+    one of ``tokens`` or are ``runtime``'s pods or the home's user (:mod:`.callers`).
 
     Raises ``OSError`` when the address cannot be bound (another process has it).
     """
+    callers = Callers(tokens, runtime)
     # Without SO_REUSEPORT (gRPC sets it by default), a second home binding the same address
     # fails here instead of silently sharing its connections.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="katib-dbmanager"),
                          options=[("grpc.so_reuseport", 0)])
-    pb_grpc.add_DBManagerServicer_to_server(_Servicer(store), server)
+    pb_grpc.add_DBManagerServicer_to_server(_Servicer(store, callers), server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as exc:
         raise OSError(f"cannot bind Katib's DBManager to {host}:{port}: {exc}") from None
+    callers.server = (host, bound)
     server.start()
     return DBManager(host, bound, server)
 
@@ -187,13 +220,14 @@ def loopback_candidates(home: Path) -> Iterator[str]:
                f".{1 + index % _FOURTH}")
 
 
-def start_dbmanager_for_home(store: Store, home: Path, port: int = PORT, attempts: int = 32) -> DBManager:
+def start_dbmanager_for_home(store: Store, home: Path, port: int = PORT, attempts: int = 32, *,
+                             tokens: TokenStore, runtime: LocalRuntime) -> DBManager:
     """Serve Katib's DBManager on ``home``'s loopback address (:func:`loopback_candidates`), or
-    the next free one of ``attempts``."""
+    the next free one of ``attempts`` (``tokens`` and ``runtime``: see :func:`start_dbmanager`)."""
     errors = []
     for host in itertools.islice(loopback_candidates(home), attempts):
         try:
-            return start_dbmanager(store, host, port)
+            return start_dbmanager(store, host, port, tokens=tokens, runtime=runtime)
         except OSError as exc:
             errors.append(str(exc))
     raise OSError(f"no free loopback address for Katib's DBManager after {attempts} tries; last: {errors[-1]}")
