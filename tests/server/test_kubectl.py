@@ -79,6 +79,25 @@ def test_discovery_names_every_kind_with_short_names_and_categories(kubectl) -> 
     assert version["serverVersion"]["major"] == "1"
 
 
+def test_create_generators_send_protobuf_and_are_stored(kubectl) -> None:  # noqa: ANN001
+    """kubectl's typed generators send core objects in protobuf, not JSON."""
+    assert "namespace/team-p created" in kubectl("create", "namespace", "team-p").stdout
+    kubectl("-n", "team-p", "create", "configmap", "conf", "--from-literal=lr=0.1", "--from-literal=empty=")
+    kubectl("-n", "team-p", "create", "secret", "generic", "creds", "--from-literal=user=ada",
+            "--type=example.com/basic")
+    namespace = json.loads(kubectl("get", "namespace", "team-p", "-o", "json").stdout)
+    assert namespace["status"]["phase"] == "Active"
+    conf = json.loads(kubectl("-n", "team-p", "get", "cm", "conf", "-o", "json").stdout)
+    assert conf["data"] == {"lr": "0.1", "empty": ""}
+    creds = json.loads(kubectl("-n", "team-p", "get", "secret", "creds", "-o", "json").stdout)
+    assert creds["type"] == "example.com/basic"
+    assert kubectl("-n", "team-p", "get", "secret", "creds", "-o", "jsonpath={.data.user}").stdout == "YWRh"
+    # An invalid name is refused whole, as from JSON.
+    bad = kubectl("create", "namespace", "Not_Valid", check=False)
+    assert bad.returncode != 0 and "Invalid" in bad.stderr
+    assert kubectl("get", "namespace", "Not_Valid", check=False).returncode != 0
+
+
 def test_apply_get_label_patch_delete(kubectl) -> None:  # noqa: ANN001
     assert "configmap/settings created" in kubectl("apply", "-f", "-", input=CONFIGMAP).stdout
     assert "unchanged" in kubectl("apply", "-f", "-", input=CONFIGMAP).stdout

@@ -28,6 +28,7 @@ from trimaran.api.kinds import KindInfo
 from trimaran.api.podsecurity import Policy
 from trimaran.controllers.gc import request_delete
 from trimaran.server.kube import patch as patching
+from trimaran.server.kube import protobuf
 from trimaran.server.kube.admission import PodSecurityAdmission
 from trimaran.server.kube.bodies import load_json, load_yaml
 from trimaran.server.kube.errors import StatusError
@@ -398,7 +399,7 @@ class KubeAPI:
         options = LogOptions(params.get("container"), _flag(params.get("follow")), _flag(params.get("previous")),
                              _int_param(params, "tailLines"), _int_param(params, "sinceSeconds"),
                              _int_param(params, "limitBytes"), _flag(params.get("timestamps")))
-        return pod_log(self.store, self.log_path, pod, options, lambda: self.hub.streams.hold_for(request, "log"))
+        return pod_log(self.hub, self.log_path, pod, options, lambda: self.hub.streams.hold_for(request, "log"))
 
     # Writes ----------------------------------------------------------------------------
 
@@ -461,11 +462,15 @@ class KubeAPI:
     async def _create(self, target: Target, obj: Any, manager: str, validation: str | None, dry_run: bool,
                       managed: bool = True) -> Response:
         info = target.info
+        if info.status_subresource and isinstance(obj, dict):
+            # A client's status is not taken on create; what defaulting gives (a Namespace is
+            # Active) is, as kube-apiserver's strategies do.
+            obj = {k: v for k, v in obj.items() if k != "status"}
         admitted, warnings = await asyncio.to_thread(self._admit, target, obj, validation)
         admitted["metadata"].pop("resourceVersion", None)
         admitted["metadata"].pop("deletionTimestamp", None)
         if info.status_subresource:
-            admitted["status"] = {}  # the controllers' to fill; an empty one, as kube-apiserver stores it
+            admitted.setdefault("status", {})  # the controllers' to fill; an empty one, as kube-apiserver stores it
         if managed:
             patching.track_update(None, admitted, manager)
         if dry_run:
@@ -719,7 +724,13 @@ def _decode(body: bytes, request: Request) -> Any:
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
     if content_type in ("application/yaml", "application/x-yaml", "text/yaml"):
         return load_yaml(body)
+    if content_type == protobuf.MEDIA_TYPE:
+        try:
+            return protobuf.decode(body)
+        except protobuf.ProtobufError as exc:
+            raise StatusError(415, "UnsupportedMediaType", f"{content_type}: {exc}") from None
     if content_type not in ("application/json", "", "*/*"):
         raise StatusError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - '
-                          f'accepted media types include: application/json, application/yaml (got "{content_type}")')
+                          f'accepted media types include: application/json, application/yaml, '
+                          f'{protobuf.MEDIA_TYPE} (core Namespaces, ConfigMaps and Secrets) (got "{content_type}")')
     return load_json(body)
