@@ -481,3 +481,11 @@ def test_a_watch_from_before_the_compacted_log_is_410(tmp_path: Path) -> None:
                 assert [line for line in fresh.iter_lines() if line] == []
     finally:
         _stop(home)
+
+
+def test_our_own_routes_answer_bad_bodies_with_a_status(api: httpx.Client) -> None:
+    path = "/trimaran/v1/namespaces/bad-input/trials/t1/observations"
+    status = failure(api.post(path, json={"observations": [{"metric": "loss", "value": "high"}]}), 400,
+                     "BadRequest", "observations.0.value")
+    assert status["details"]["causes"][0]["field"] == "observations.0.value"
+    failure(api.post(path, content=b"{not json", headers={"content-type": "application/json"}), 400, "BadRequest")
