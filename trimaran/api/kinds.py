@@ -45,6 +45,15 @@ _CONDITION_STATE = (PrinterColumn("State", json_path=".status.conditions[-1:].ty
 _KATIB_STATE = (PrinterColumn("Type", json_path=".status.conditions[-1:].type"),
                 PrinterColumn("Status", json_path=".status.conditions[-1:].status"))
 
+# Beyond Katib's CRD columns, for `get experiments -o wide`: how far the search is and who leads.
+_EXPERIMENT_WIDE = (
+    PrinterColumn("Algorithm", json_path=".spec.algorithm.algorithmName", priority=1),
+    PrinterColumn("Trials", "integer", ".status.trials", priority=1),
+    PrinterColumn("Succeeded", "integer", ".status.trialsSucceeded", priority=1),
+    PrinterColumn("Running", "integer", ".status.trialsRunning", priority=1),
+    PrinterColumn("Best Trial", json_path=".status.currentOptimalTrial.bestTrialName", priority=1),
+)
+
 
 def _worker_scale(replica_specs: str) -> Scale:
     return Scale(f".spec.{replica_specs}.Worker.replicas", ".status.replicaStatuses.Worker.active",
@@ -250,7 +259,7 @@ for _info in (
     KindInfo(MPIJOB.kind, MPI_V2BETA1, "kubeflow.org", "v2beta1", MPIJOB.plural, (), True, MPIJobV2Beta1,
              pod_templates=_replica_templates),
     KindInfo("Experiment", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "experiments", ("exp",), True, Experiment,
-             ("all", "kubeflow", "katib"), (*_KATIB_STATE, AGE),
+             ("all", "kubeflow", "katib"), (*_KATIB_STATE, AGE, *_EXPERIMENT_WIDE),
              pod_templates=_embedded_job("spec", "trialTemplate", "trialSpec")),
     KindInfo("Trial", KATIB_V1BETA1, "kubeflow.org", "v1beta1", "trials", (), True, Trial,
              ("all", "kubeflow", "katib"), (*_KATIB_STATE, AGE), pod_templates=_embedded_job("spec", "runSpec")),
