@@ -13,15 +13,18 @@ from starlette.responses import Response
 
 from trimaran.api.tuning import METRICS_COLLECTOR_CONTAINER, METRICS_LOGS_ANNOTATION
 from trimaran.server.kube.errors import StatusError
-from trimaran.server.kube.watch import HeldStream
-from trimaran.store import NotFound, Store
+from trimaran.server.kube.watch import HeldStream, SlowWatcher, Watcher, WatchHub
+from trimaran.store import NotFound
+from trimaran.store.base import WatchEvent
+from trimaran.store.errors import Expired
 
 __all__ = ["LogOptions", "pod_log"]
 
+# A follow looks at the file's size every _FOLLOW_POLL seconds while it grows, backing off to
+# _FOLLOW_IDLE while it does not; it ends when its pod does (a watch of the pod says when).
 _FOLLOW_POLL = 0.1
-# How often an idle follow asks the store whether the pod ended (a follow ends with its pod); the
-# file's size is looked at every _FOLLOW_POLL. A hundred idle follows cost the loop ~100 reads a second.
-_PHASE_EVERY = 1.0
+_FOLLOW_IDLE = 0.5
+_ENDED = ("Succeeded", "Failed")
 _TAIL_BLOCK = 64 * 1024
 
 
@@ -76,11 +79,32 @@ def _stamp(chunk: bytes, at_line_start: bool, when: float) -> tuple[bytes, bool]
     return bytes(out), at_line_start
 
 
-def pod_log(store: Store, log_path: Callable[[str, str, str, int | None], Path], pod: dict,
+async def _watch_pod(hub: WatchHub, pod: dict) -> tuple[Watcher, bool]:
+    """A watch of ``pod`` from the state the caller saw, and whether it has ended meanwhile."""
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+    def mine(event: WatchEvent) -> bool:
+        meta = event.object["metadata"]
+        return event.object.get("kind") == "Pod" and meta["name"] == name and meta.get("namespace") == namespace
+
+    try:
+        return await hub.subscribe(int(pod["metadata"]["resourceVersion"]), mine), False
+    except Expired:  # the change log no longer reaches back to it: watch from now, and look once
+        watcher = await hub.subscribe(hub.store.current_revision(), mine)
+        try:
+            current = await asyncio.to_thread(hub.store.get, "Pod", namespace, name)
+        except NotFound:
+            return watcher, True
+        return watcher, (current.get("status") or {}).get("phase") in _ENDED
+
+
+def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path], pod: dict,
             options: LogOptions, hold: Callable[[], Callable[[], None]] | None = None) -> Response:
     """The response for one container's log; ``log_path(ns, pod, container, attempt)`` finds the file.
 
-    A follow is counted with ``hold()`` (which may refuse it) and released when its response ends.
+    A follow learns that its pod ended from ``hub`` (a watch of that pod: nothing to read from the
+    store while it waits); it is counted with ``hold()`` (which may refuse it) and released when its
+    response ends.
     """
     namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     annotations = pod["metadata"].get("annotations") or {}
@@ -117,41 +141,46 @@ def pod_log(store: Store, log_path: Callable[[str, str, str, int | None], Path],
 
     async def follow() -> AsyncIterator[bytes]:
         offset, remaining, line_start = start, budget, True
-        checked = 0.0
-        while True:
-            chunk = b""
-            try:
-                grown = path.stat().st_size > offset
-            except FileNotFoundError:
-                grown = False
-            if grown:
-                with path.open("rb") as fh:
-                    fh.seek(offset)
-                    chunk = fh.read(remaining if remaining is not None else -1)
-                offset += len(chunk)
-            if chunk:
-                if remaining is not None:
-                    remaining -= len(chunk)
-                if options.timestamps:
-                    chunk, line_start = _stamp(chunk, line_start, time.time())
-                yield chunk
-                if remaining is not None and remaining <= 0:
-                    return
-                continue
-            if options.previous:
-                return
-            if time.monotonic() - checked >= _PHASE_EVERY:
-                checked = time.monotonic()
+        pause = _FOLLOW_POLL
+        ended = (pod.get("status") or {}).get("phase") in _ENDED or options.previous
+        watcher = None
+        if not ended:
+            watcher, ended = await _watch_pod(hub, pod)
+        try:
+            while True:
+                chunk = b""
                 try:
-                    current = await asyncio.to_thread(store.get, "Pod", namespace, name)
-                except NotFound:
-                    return
-                if (current.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                    # What it wrote before it ended is sent first.
-                    if not (path.exists() and path.stat().st_size > offset):
+                    grown = path.stat().st_size > offset
+                except FileNotFoundError:
+                    grown = False
+                if grown:
+                    with path.open("rb") as fh:
+                        fh.seek(offset)
+                        chunk = fh.read(remaining if remaining is not None else -1)
+                    offset += len(chunk)
+                if chunk:
+                    if remaining is not None:
+                        remaining -= len(chunk)
+                    if options.timestamps:
+                        chunk, line_start = _stamp(chunk, line_start, time.time())
+                    yield chunk
+                    if remaining is not None and remaining <= 0:
                         return
+                    pause = _FOLLOW_POLL
                     continue
-            await asyncio.sleep(_FOLLOW_POLL)
+                if ended or watcher is None:  # what it wrote before it ended has been sent
+                    return
+                try:
+                    event = await watcher.next(pause)
+                except (StopAsyncIteration, SlowWatcher):
+                    return
+                if event is None:
+                    pause = min(pause * 2, _FOLLOW_IDLE)
+                elif event.type == "DELETED" or (event.object.get("status") or {}).get("phase") in _ENDED:
+                    ended = True
+        finally:
+            if watcher is not None:
+                watcher.close()
 
     release = hold() if hold is not None else (lambda: None)
     return HeldStream(follow(), release, media_type="text/plain")
