@@ -132,3 +132,39 @@ def test_connections_that_never_finish_a_request_hold_nothing(flooded) -> None:
     finally:
         for sock in slow:
             sock.close()
+
+
+def test_a_request_whose_headers_do_not_arrive_in_time_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control plane's HTTP protocol under uvicorn (the deadline shortened from 32 s)."""
+    import asyncio
+    import threading
+
+    import uvicorn
+
+    from trimaran.server import connections
+
+    monkeypatch.setattr(connections, "HEADER_TIMEOUT", 0.5)
+
+    async def app(scope: dict, receive: object, send: Callable) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, http=connections.GuardedHttpProtocol, log_level="warning",
+                                           lifespan="off"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
+    thread.start()
+    try:
+        poll(lambda: server.started, timeout=10, what="uvicorn to start")
+        # Silence, half a request line, and half a second request on a kept-alive connection.
+        for sent in (b"", b"GET / HTT", b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HT"):
+            with socket.create_connection(listener.getsockname(), timeout=10) as sock:
+                sock.sendall(sent)
+                started, received = time.monotonic(), b""
+                while chunk := sock.recv(4096):
+                    received += chunk
+                assert time.monotonic() - started < 5
+                assert received.count(b"200 OK") == sent.count(b"\r\n\r\n")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
