@@ -77,6 +77,9 @@ class Replica:
         self.server.server_close()
 
 
+ADMIN_TOKEN = "the-routes-files-admin-token"
+
+
 class RouterHarness:
     def __init__(self, tmp_path: Path) -> None:
         self.path = tmp_path / "routes.json"
@@ -100,7 +103,8 @@ class RouterHarness:
                           for r, eps in revisions.items()}}
         if grpc_endpoints is not None:
             service["grpcPort"] = self.grpc_port
-        config = {"ingressPort": self.ingress, "adminPort": self.admin, "services": {"default/iris": service}}
+        config = {"ingressPort": self.ingress, "adminPort": self.admin, "adminToken": ADMIN_TOKEN,
+                  "services": {"default/iris": service}}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(config))
         tmp.replace(self.path)
@@ -113,10 +117,10 @@ class RouterHarness:
         except (OSError, KeyError):
             return []
 
-    def stats(self) -> dict:
+    def stats(self, token: str | None = ADMIN_TOKEN) -> dict:
         poll(self._listening, what="the router's admin port")
         conn = http.client.HTTPConnection("127.0.0.1", self.admin, timeout=5)
-        conn.request("GET", "/stats")
+        conn.request("GET", "/stats", headers={"Authorization": f"Bearer {token}"} if token else {})
         return json.loads(conn.getresponse().read())
 
     def _listening(self) -> bool:
@@ -175,6 +179,14 @@ def test_traffic_split_follows_percentages(harness: RouterHarness) -> None:
     counts = Counter(name for _, name in results)
     # Binomial(2000, 0.1): mean 200, sd 13.4; 5 sd either side.
     assert 133 <= counts["new"] <= 267, counts
+
+
+def test_stats_answer_only_the_admin_token(harness: RouterHarness) -> None:
+    # Any pod reaches the admin port; /stats names every namespace's revisions and their load.
+    harness.configure([("rev-1", 100)], {"rev-1": [Replica("only").address]})
+    poll(lambda: "rev-1" in harness.stats().get("revisions", {}), what="the routes to load")
+    for token in (None, "a-guess", ADMIN_TOKEN[:-1]):
+        assert harness.stats(token) == {"error": "the routes file's admin token is required"}
 
 
 def test_host_header_routing_on_the_ingress_port(harness: RouterHarness) -> None:

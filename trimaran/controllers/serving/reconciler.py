@@ -111,7 +111,7 @@ class InferenceServiceReconciler(Reconciler):
         now = time.time()
         ingress, admin = self.routes.ensure_ports()
         self._ensure_router()
-        router = RouterClient(admin)
+        router = RouterClient(admin, self.routes.data["adminToken"])
         stats = router.stats()
         owner = f"{key.namespace}/{key.name}"
         transformer = obj["spec"].get("transformer")

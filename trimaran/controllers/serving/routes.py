@@ -2,8 +2,9 @@
 
 The file (``$TRIMARAN_HOME/serving/routes.json``) is the router's whole configuration and the
 durable record of the data plane's ports: the shared ingress and admin ports, and each service's
-own port (and gRPC port, for a service that fronts a predictor). It is replaced atomically (write,
-then rename), so the router never reads half a file.
+own port (and gRPC port, for a service that fronts a predictor), and the token the router's admin
+API wants (made once, kept across restarts). It is replaced atomically (write, then rename), so
+the router never reads half a file. It lies in the home (0700), which no pod but the router's sees.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 from pathlib import Path
 
 from trimaran.controllers.ports import PortAllocator
@@ -43,9 +45,9 @@ class RoutesFile:
         return data
 
     def ensure_ports(self) -> tuple[int, int]:
-        """The ingress and admin ports: ``TRIMARAN_INGRESS_PORT`` if set, else as recorded, else new ones.
-        A change is written at once: the router learns its shared ports from the file too."""
-        before = (self.data.get("ingressPort"), self.data.get("adminPort"))
+        """The ingress and admin ports: ``TRIMARAN_INGRESS_PORT`` if set, else as recorded, else new ones
+        (and the admin token). A change is written at once: the router learns them from the file too."""
+        before = (self.data.get("ingressPort"), self.data.get("adminPort"), self.data.get("adminToken"))
         wanted = fixed_ingress_port()
         if wanted and self.data.get("ingressPort") != wanted:
             self.data["ingressPort"] = wanted
@@ -53,7 +55,9 @@ class RoutesFile:
             self.data["ingressPort"] = self.ports.allocate(1)[0]
         if not self.data.get("adminPort"):
             self.data["adminPort"] = self.ports.allocate(1)[0]
-        if (self.data["ingressPort"], self.data["adminPort"]) != before:
+        if not self.data.get("adminToken"):
+            self.data["adminToken"] = secrets.token_urlsafe(32)
+        if (self.data["ingressPort"], self.data["adminPort"], self.data["adminToken"]) != before:
             self.data["version"] = int(self.data.get("version", 0)) + 1
             self._write()
         return int(self.data["ingressPort"]), int(self.data["adminPort"])
@@ -125,8 +129,9 @@ def fixed_ingress_port() -> int:
 class RouterClient:
     """The router's admin API (``GET /stats``)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, token: str) -> None:
         self.port = port
+        self.token = token
         #: Set by `stats` when another process, not the router, answers on the admin port: what it said.
         self.foreign: str | None = None
 
@@ -135,7 +140,7 @@ class RouterClient:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1.0)
         self.foreign = None
         try:
-            conn.request("GET", "/stats")
+            conn.request("GET", "/stats", headers={"Authorization": f"Bearer {self.token}"})
             response = conn.getresponse()
             body = response.read()
         except http.client.HTTPException as exc:  # something listens there, but does not speak HTTP

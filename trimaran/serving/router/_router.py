@@ -15,6 +15,10 @@ request, HTTP or gRPC alike, it:
 - counts concurrency (time-averaged per second) and requests per revision, which the controller
   reads from the admin port (``GET /stats``) to autoscale.
 
+Every pod shares this machine's network, so ``/stats`` (which names every namespace's revisions and
+their load) answers only a request that carries the routes file's ``adminToken`` as a bearer token;
+the file is the controller's, and only the router's pod mounts it.
+
 Replicas are probed (``GET /v2/health/ready`` for the model server, a TCP connect for custom
 containers without a readiness probe); only replicas that answered 200 get traffic.
 
@@ -26,6 +30,7 @@ to show on the InferenceService and move, and tried again on every reload tick.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import os
@@ -182,6 +187,7 @@ class Router:
         self.listen_errors: dict[str, dict] = {}
         self._closing: set[asyncio.Task] = set()
         self.loaded_version = -1  # the routes file's "version" once every route of it is in place
+        self.admin_token = b""  # none yet: /stats answers no one
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -251,6 +257,7 @@ class Router:
             return
         config = json.loads(self.config_path.read_text())
         self.routes_version = int(config.get("version", 0))
+        self.admin_token = str(config.get("adminToken") or "").encode()
         for name in ("admin", "ingress"):
             # A port another process holds must not stop the rest from being served, nor go unsaid:
             # the controller reads these errors (and an admin port that answers as someone else).
@@ -541,6 +548,10 @@ class Router:
         if path == b"/healthz":
             return Response(200, _JSON, b'{"ok":true}')
         if path == b"/stats":
+            scheme, _, given = (request.header(b"authorization") or b"").partition(b" ")
+            if not (self.admin_token and scheme.lower() == b"bearer"
+                    and hmac.compare_digest(given.strip(), self.admin_token)):
+                return Response(401, _JSON, _error("the routes file's admin token is required"))
             return Response(200, _JSON, json.dumps(self.stats()).encode())
         return Response(404, _JSON, _error("unknown admin path"))
 
