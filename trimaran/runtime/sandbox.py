@@ -237,6 +237,20 @@ def _visible_root() -> tuple[list[str], list[str]]:
     return links, dirs
 
 
+@functools.cache
+def _trimaran_sources() -> tuple[str, ...]:
+    """The checkouts ``import trimaran`` (report_metrics, the SDK's trial runner, the model
+    server) comes from: the one running here, and the one an editable install of this Python maps
+    it to (a pod's plain ``python`` finds that one, whatever PYTHONPATH the control plane had)."""
+    found = [str(Path(__file__).resolve().parents[2])]
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        spec = find_spec("trimaran", None) if find_spec is not None else None
+        if spec is not None and spec.origin:
+            found.append(str(Path(spec.origin).resolve().parents[1]))
+    return tuple(dict.fromkeys(found))
+
+
 def interpreter_paths(prefixes: Sequence[str] | None = None) -> list[str]:
     """The Python environments pods run with, outside the host directories every pod sees.
 
@@ -245,10 +259,7 @@ def interpreter_paths(prefixes: Sequence[str] | None = None) -> list[str]:
     virtual environment, a checkout under /tmp (a CI clone).
     """
     if prefixes is None:
-        # Trimaran's own checkout too: an editable install there is what `import trimaran`
-        # (report_metrics, the SDK's trial runner) finds inside a pod.
-        checkout = str(Path(__file__).resolve().parents[2])
-        prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, checkout]
+        prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, *_trimaran_sources()]
     visible = ["/" + name for name in _VISIBLE_AT_ROOT]
     found: list[str] = []
     for prefix in prefixes:
