@@ -154,6 +154,35 @@ def test_katib_sdk_reports_from_a_pod_and_reads_back(store: Store, dbmanager: DB
     assert all(abs(parse_rfc3339(stamp) - r["timestamp"]) < 1e-3 for (stamp, _, _), r in zip(read, stored, strict=True))
 
 
+@pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
+def test_a_control_planes_trials_push_through_katibs_sdk(plane) -> None:  # noqa: ANN001 - the conftest fixture
+    # The whole path: the control plane's DBManager knows its kubelet's pods, with no token sent.
+    python = katib_python()
+    if python is None:
+        pytest.skip("no virtualenv with kubeflow-katib (set TRIMARAN_KATIB_PYTHON or create .venv-katib)")
+    code = "import sys\nfrom kubeflow.katib import report_metrics\nreport_metrics({'score': float(sys.argv[1])})"
+    experiment = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": "sdk-push"},
+                  "spec": {
+                      "objective": {"type": "maximize", "objectiveMetricName": "score"},
+                      "algorithm": {"algorithmName": "random"}, "maxTrialCount": 1, "parallelTrialCount": 1,
+                      "metricsCollectorSpec": {"collector": {"kind": "Push"}},
+                      "parameters": [{"name": "level", "parameterType": "double",
+                                      "feasibleSpace": {"min": "0.1", "max": "1.0"}}],
+                      "trialTemplate": {
+                          "primaryContainerName": "main",
+                          "trialParameters": [{"name": "level", "reference": "level"}],
+                          "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {
+                              "restartPolicy": "Never", "containers": [{
+                                  "name": "main", "image": "x",
+                                  "command": [python, "-c", code, "${trialParameters.level}"]}]}}}}}}}
+    plane.cli("apply", "-f", "-", input=json.dumps(experiment))
+    plane.cli("wait", "experiment/sdk-push", "--for=condition=Succeeded", "--timeout=120s")
+    [trial] = json.loads(plane.cli("get", "trials", "-o", "json").stdout)["items"]
+    level = float(trial["spec"]["parameterAssignments"][0]["value"])
+    [score] = trial["status"]["observation"]["metrics"]
+    assert float(score["latest"]) == pytest.approx(level)
+
+
 def test_filters_and_order_of_get_observation_log(store: Store, stub: pb_grpc.DBManagerStub,
                                                   admin: list[tuple[str, str]]) -> None:
     _trial(store, "team-a", "t1")
