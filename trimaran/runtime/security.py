@@ -4,7 +4,8 @@ the seccomp filter and a read-only root.
 The bar is a non-privileged container of containerd/CRI-O:
 
 - capabilities: containerd's default set without ``NET_RAW`` (as Podman's default; raw sockets
-  are refused unless ``capabilities.add`` asks for them), ``capabilities.drop`` (``ALL`` too)
+  are refused unless ``capabilities.add`` asks for them), which is also exactly what Pod
+  Security's baseline level lets a pod add, ``capabilities.drop`` (``ALL`` too)
   and ``add`` on top; a non-root user gets only what ``add`` names, as the kubelet gives a
   non-root process no effective capabilities. ``privileged: true`` gives every capability and
   no seccomp filter (containerd's rule); admission decides whether a namespace may ask for it.
