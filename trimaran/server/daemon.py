@@ -71,8 +71,8 @@ def private_home(home: Path) -> Path:
     mode = home.stat().st_mode & 0o777
     if mode & 0o077:
         home.chmod(mode & 0o700)
-        log.warning("%s was mode %o: tightened to %o (it holds the store, tokens and keys)",
-                                            home, mode, mode & 0o700)
+        log.warning("%s was mode %o: tightened to %o (it holds the store, tokens and keys)", home, mode,
+                    mode & 0o700)
     return home
 
 
