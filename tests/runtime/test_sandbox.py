@@ -104,17 +104,20 @@ def test_private_etc_entries_are_those_others_cannot_read(tmp_path: Path) -> Non
 
 
 @pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
-def test_the_home_is_hidden_where_it_lies_in_a_visible_directory(tmp_path: Path) -> None:
+def test_the_home_and_a_checkouts_git_are_hidden_where_they_lie_in_a_visible_directory(tmp_path: Path) -> None:
     checkout = tmp_path / "checkout"
     (checkout / ".trimaran" / "pods").mkdir(parents=True)
     (checkout / ".trimaran" / "tokens.json").write_text("{}")
+    (checkout / ".git").mkdir()
+    (checkout / ".git" / "config").write_text("url = https://user:secret@example.com/repo\n")
     (checkout / "train.py").write_text("print('ok')\n")
     (tmp_path / "hosts").write_text(hosts_file("box", {}))
     (tmp_path / "hostname").write_text("box\n")
     script = (f"test -r {checkout}/train.py && echo checkout; ls -A {checkout}/.trimaran | wc -l; "
+              f"ls -A {checkout}/.git | wc -l; "
               "test -s /etc/shadow && echo shadow; ls -A /run | wc -l; ls -A /root /home 2>/dev/null; true")
     argv = build_argv(["sh", "-c", script], mounts=[], hostname="box", hosts_path=tmp_path / "hosts",
                       hostname_path=tmp_path / "hostname", keep_visible=[str(checkout)],
                       hidden=[str(checkout / ".trimaran")])
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    assert done.stdout.split() == ["checkout", "0", "0"], done.stdout + done.stderr
+    assert done.stdout.split() == ["checkout", "0", "0", "0"], done.stdout + done.stderr

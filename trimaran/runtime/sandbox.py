@@ -6,7 +6,8 @@ What a pod sees (everything else of the host is absent):
   ``/etc`` less its entries other users may not read (``/etc/shadow``, ``gshadow``,
   ``sudoers``, SSH host keys, ``/etc/ssl/private``...: covered by ``/dev/null`` or an empty
   tmpfs), and the control plane's Python (``sys.prefix``, its base and the checkout trimaran
-  runs from, e.g. ``/root/.pyenv/versions/3.11.7`` and ``/work/main``) at their own paths;
+  runs from, e.g. ``/root/.pyenv/versions/3.11.7`` and ``/work/main``, less its ``.git``) at
+  their own paths;
 - fresh: a tmpfs root (so new mount points such as /app can be created), ``/dev``,
   ``/proc`` (the pod's pid namespace), ``/tmp``, an empty ``/run`` (no host sockets) with
   ``/var/run`` and ``/var/lock`` leading there, an empty ``/var/tmp``, a private ``/dev/shm``
@@ -351,7 +352,9 @@ def build_argv(
         args += _bind_tree(tree, rebuilt)
     for path, is_dir in private_etc_entries():
         args += ["--tmpfs", path, "--remount-ro", path] if is_dir else ["--ro-bind", "/dev/null", path]
-    for path in hidden:
+    # A checkout's .git may hold credentials in its remotes' URLs; pods never need it.
+    git_dirs = [os.path.join(tree, ".git") for tree in trees[len(system_dirs):]]
+    for path in [*hidden, *git_dirs]:
         if os.path.isdir(path) and _tree_of(path, trees) is not None:
             # Bind sources below are read from the host's tree, so hiding does not hide them.
             args += ["--tmpfs", path, "--remount-ro", path]
