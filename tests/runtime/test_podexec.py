@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -115,3 +116,33 @@ def test_a_server_without_a_token_does_not_start(key, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != podexec.TOKEN_ENV}
     out = subprocess.run([*PODEXEC, "serve", key, "w"], env=env, capture_output=True, text=True, timeout=20)
     assert out.returncode == 2 and "no exec token" in out.stderr
+
+
+def test_a_caller_that_sends_no_request_is_dropped(key, tmp_path):
+    # Any pod can connect; one that sends nothing, or a byte at a time, must not hold the server's threads.
+    env = dict(os.environ, **{podexec.TOKEN_ENV: TOKEN})
+    code = f"import sys; sys.path.insert(0, {str(Path(podexec.__file__).parent)!r}); import podexec; " \
+           f"sys.exit(podexec.serve({key!r}, 'w', [], {TOKEN!r}, header_timeout=0.5))"
+    server = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        poll(lambda: _agent(key, "w", "true").returncode == 0, timeout=10, what="the server to answer")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent, \
+                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as trickle:
+            silent.connect(podexec.socket_name(key, "w"))
+            trickle.connect(podexec.socket_name(key, "w"))
+            trickle.sendall(b"{")
+            # A byte every 0.2 s, until the server closes it (readable at EOF), for at most 5 s.
+            for _ in range(25):
+                if select.select([trickle], [], [], 0.2)[0]:
+                    assert trickle.recv(1) == b""
+                    break
+                trickle.sendall(b" ")
+            else:
+                raise AssertionError("a connection sending a byte at a time was kept past the deadline")
+            silent.settimeout(10)
+            assert silent.recv(1) == b""  # closed by the server
+        assert _agent(key, "w", "true").returncode == 0
+    finally:
+        assert podexec.request_exit(key, "w", TOKEN)
+        _, err = server.communicate(timeout=10)
+    assert err.count("dropped a connection that sent no request in 0.5 s") == 2

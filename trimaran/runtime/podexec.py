@@ -47,6 +47,7 @@ _HEADER_MAX = 1 << 20
 _SSH_VALUE_OPTIONS = set("BbcDEeFIiJLlmOoPpQRSWw")
 _CONNECT_ATTEMPTS = 10  # ssh's ConnectionAttempts, one a second; a worker may still be starting
 _KILL_GRACE_S = 2.0
+_HEADER_TIMEOUT_S = 10.0  # a caller sends its request as soon as it connects
 
 
 def socket_name(key: str, pod: str) -> str:
@@ -120,8 +121,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 class _Server:
-    def __init__(self, name: str, command: list[str], token: str) -> None:
+    def __init__(self, name: str, command: list[str], token: str, header_timeout: float) -> None:
         self.token = token.encode()
+        self.header_timeout = header_timeout
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(name)
         self.listener.listen(64)
@@ -167,18 +169,28 @@ class _Server:
 
     def _session(self, conn: socket.socket) -> None:
         with conn:
+            fds: list[int] = []
             try:
+                # A caller that never sends its request must not hold a thread (any pod may connect).
+                deadline = time.monotonic() + self.header_timeout
+                conn.settimeout(self.header_timeout)
                 data, fds, _, _ = socket.recv_fds(conn, _HEADER_MAX, 3)
-                while not data.endswith(b"\n") and data:
+                while data and not data.endswith(b"\n") and len(data) <= _HEADER_MAX:
+                    conn.settimeout(max(deadline - time.monotonic(), 0.001))
                     more = conn.recv(4096)
                     if not more:
                         break
                     data += more
+                conn.settimeout(None)
                 request = json.loads(data or b"{}")
+            except TimeoutError:
+                print(f"podexec: dropped a connection that sent no request in {self.header_timeout:g} s",
+                      file=sys.stderr, flush=True)
+                request = None
             except (OSError, ValueError):
-                return
+                request = None
             try:
-                if not self._admits(conn, request):
+                if request is None or not self._admits(conn, request):
                     return
                 if request.get("op") == "exit":
                     _send(conn, {"ok": self.main is None})
@@ -238,12 +250,12 @@ class _Server:
             _kill_group(proc)
 
 
-def serve(key: str, pod: str, command: list[str], token: str) -> int:
+def serve(key: str, pod: str, command: list[str], token: str, header_timeout: float = _HEADER_TIMEOUT_S) -> int:
     """Serve exec requests for ``pod`` that carry ``token`` (and run ``command``, if any); returns
-    the exit status."""
+    the exit status. A connection that sends no request within ``header_timeout`` is dropped."""
     if not token:
         raise ValueError(f"no exec token: ${TOKEN_ENV} is empty or unset")
-    return _Server(socket_name(key, pod), command, token).run()
+    return _Server(socket_name(key, pod), command, token, header_timeout).run()
 
 
 # -- the client: an rsh agent ------------------------------------------------------------------
