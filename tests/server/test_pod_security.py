@@ -254,3 +254,42 @@ def test_a_long_name_gives_a_hostname_without_a_trailing_dash(api: httpx.Client)
     pods = api.get("/api/v1/namespaces/default/pods", params={"labelSelector": f"job-name={name}"}).json()["items"]
     log = api.get(f"/api/v1/namespaces/default/pods/{pods[0]['metadata']['name']}/log")
     assert log.text.strip() == name, log.text
+
+
+def test_a_trial_template_from_a_config_map_meets_the_namespace_level_when_its_job_is_made(
+        api: httpx.Client) -> None:
+    namespace(api, "tuning")  # unlabelled: the server's default, baseline
+    template = ("apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n"
+                "      volumes: [{name: root, hostPath: {path: /}}]\n"
+                "      containers: [{name: training, image: x, command: [python, '${trialParameters.lr}'],\n"
+                "                    volumeMounts: [{name: root, mountPath: /host}]}]\n")
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "templates"}, "data": {"job.yaml": template}}
+    assert api.post("/api/v1/namespaces/tuning/configmaps", json=cm).status_code == 201
+    condition = 'status.conditions.#(type=="{}")#|#(status=="True")#'
+    experiment = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": "indirect"},
+                  "spec": {"objective": {"type": "minimize", "objectiveMetricName": "loss"},
+                           "algorithm": {"algorithmName": "random"}, "maxTrialCount": 1, "parallelTrialCount": 1,
+                           "maxFailedTrialCount": 1,
+                           "parameters": [{"name": "lr", "parameterType": "double",
+                                           "feasibleSpace": {"min": "0.1", "max": "0.2"}}],
+                           "trialTemplate": {"primaryContainerName": "training",
+                                             "successCondition": condition.format("Complete"),
+                                             "failureCondition": condition.format("Failed"),
+                                             "configMap": {"configMapName": "templates", "configMapNamespace": "tuning",
+                                                           "templatePath": "job.yaml"},
+                                             "trialParameters": [{"name": "lr", "reference": "lr"}]}}}
+    created = api.post("/apis/kubeflow.org/v1beta1/namespaces/tuning/experiments", json=experiment)
+    assert created.status_code == 201, created.text
+
+    def failed_trial() -> dict[str, Any] | None:
+        for trial in api.get("/apis/kubeflow.org/v1beta1/namespaces/tuning/trials").json()["items"]:
+            for cond in (trial.get("status") or {}).get("conditions") or []:
+                if cond["type"] == "Failed" and cond["status"] == "True":
+                    return {"name": trial["metadata"]["name"], **cond}
+        return None
+
+    failed = poll(failed_trial, timeout=60, what="the trial to fail")
+    assert failed["reason"] == "FailedCreate"
+    assert failed["message"] == (f'jobs.batch "{failed["name"]}" is forbidden: violates PodSecurity "baseline:latest": '
+                                 'spec.template: hostPath volumes (volume "root")')
+    assert api.get("/apis/batch/v1/namespaces/tuning/jobs").json()["items"] == []

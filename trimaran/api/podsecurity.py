@@ -13,9 +13,9 @@ those of the latest version whatever it names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from trimaran.api.errors import FieldError, join_path
 
@@ -26,6 +26,7 @@ __all__ = [
     "Violation",
     "evaluate",
     "forbidden_detail",
+    "judge",
     "label_errors",
     "policy_for",
 ]
@@ -480,3 +481,22 @@ def evaluate(level: str, metadata: Mapping[str, Any] | None, spec: Mapping[str, 
 def forbidden_detail(violations: list[Violation]) -> str:
     """``reason (detail), reason (detail)``, as upstream joins them."""
     return ", ".join(f"{reason} ({detail})" if detail else reason for reason, detail in violations)
+
+
+class Template(Protocol):
+    """A pod an object stands for, with its field path in the object (a `kinds.PodTemplate`)."""
+
+    path: str
+    metadata: dict[str, Any]
+    spec: dict[str, Any]
+
+
+def judge(level: str, templates: Iterable[Template]) -> str:
+    """Every template's violations at ``level``, each behind its field path when it has one
+    (``spec.template: hostPath volumes (volume "data")``); "" when all are allowed."""
+    found = []
+    for template in templates:
+        violations = evaluate(level, template.metadata, template.spec)
+        if violations:
+            found.append((f"{template.path}: " if template.path else "") + forbidden_detail(violations))
+    return "; ".join(found)

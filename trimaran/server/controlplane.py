@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trimaran.api.podsecurity import Policy
 from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
 from trimaran.controllers.gc import GarbageCollector
@@ -195,6 +196,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
 
     write_kubeconfig(home, url, ensure_user_token(home, tokens), pki.ca_pem())
     plane.trials.api_url = f"https://127.0.0.1:{pod_port}"
+    plane.trials.pod_security = Policy.default(pod_security)
     plane.runtime_service_account(pod_port, pki.ca_cert, tokens)
     # Katib's SDK pushes metrics to its DB manager's gRPC API (report_metrics); before the
     # controllers start, so the first pods already resolve its name.

@@ -13,6 +13,7 @@ import logging
 import posixpath
 from pathlib import Path
 
+from trimaran.api import kinds, podsecurity
 from trimaran.api.tuning import METRICS_LOGS_ANNOTATION
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
@@ -59,6 +60,9 @@ class TrialReconciler(Reconciler):
         self._skip: dict[str, int] = {}  # trial uid -> observations already stored before a restart
         # MLflow runs of the trials (trimaran.tuning.tracking); a no-op without MLFLOW_TRACKING_URI.
         self.tracker = tracker if tracker is not None else tracker_from_env(store)
+        # The API's Pod Security default (set by the control plane): a job from a ConfigMap
+        # template, or in a namespace made stricter since, has met no admission yet.
+        self.pod_security = podsecurity.Policy.default(podsecurity.BASELINE)
 
     def reconcile(self, key: Key) -> float | None:
         try:
@@ -84,6 +88,11 @@ class TrialReconciler(Reconciler):
             set_condition(status, "Created", "True", "TrialCreated", "Trial is created")
             status["startTime"] = now_rfc3339()
         if job is None:
+            refused = self._pod_security_refusal(trial, run_spec)
+            if refused:
+                self.store.record_event(trial, "Warning", "FailedCreate", refused)
+                self._finish(trial, status, "Failed", "FailedCreate", refused)
+                return self._write(trial, status, before, 0.0)
             self._create_job(trial, run_spec)
             self.tracker.start(trial)  # tracking: the trial's run
             return self._write(trial, status, before, POLL_SECONDS)
@@ -135,6 +144,25 @@ class TrialReconciler(Reconciler):
             return None
         owners = job["metadata"].get("ownerReferences") or []
         return job if any(o.get("uid") == trial["metadata"]["uid"] for o in owners) else None
+
+    def _pod_security_refusal(self, trial: dict, run_spec: dict) -> str | None:
+        """Why the namespace's enforced Pod Security level refuses the trial's job, as the API
+        would word it (upstream's job controller meets the same refusal creating the pods)."""
+        namespace, name = trial["metadata"]["namespace"], trial["metadata"]["name"]
+        try:
+            labels = self.store.get("Namespace", "", namespace)["metadata"].get("labels")
+        except NotFound:
+            labels = None
+        level = podsecurity.policy_for(labels, self.pod_security).enforce
+        try:
+            info = kinds.for_object(str(run_spec.get("apiVersion")), str(run_spec.get("kind")))
+        except kinds.UnknownKindError:
+            return None  # the job's own creation says what is wrong with it
+        detail = podsecurity.judge(level.level, info.pod_templates(run_spec) if info.pod_templates else [])
+        if not detail:
+            return None
+        resource = f"{info.plural}.{info.group}" if info.group else info.plural
+        return f'{resource} "{name}" is forbidden: violates PodSecurity "{level}": {detail}'
 
     def _create_job(self, trial: dict, run_spec: dict) -> None:
         job = copy.deepcopy(run_spec)

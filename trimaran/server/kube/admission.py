@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from trimaran.api import podsecurity
-from trimaran.api.kinds import KindInfo, PodTemplate
+from trimaran.api.kinds import KindInfo
 from trimaran.api.podsecurity import Policy
 from trimaran.server.kube.errors import StatusError
 from trimaran.store import NotFound, Store
@@ -24,10 +24,6 @@ from trimaran.store import NotFound, Store
 __all__ = ["PodSecurityAdmission"]
 
 log = logging.getLogger(__name__)
-
-
-def _where(template: PodTemplate) -> str:
-    return f"{template.path}: " if template.path else ""
 
 
 class PodSecurityAdmission:
@@ -60,28 +56,18 @@ class PodSecurityAdmission:
         if policy.privileged:
             return []
         name = meta.get("name") or meta.get("generateName") or ""
-        enforced = self._judge(policy.enforce, templates)
+        enforced = podsecurity.judge(policy.enforce.level, templates)
         if enforced:
             resource = f"{info.plural}.{info.group}" if info.group else info.plural
             raise StatusError(403, "Forbidden", f'{resource} "{name}" is forbidden: violates PodSecurity '
                               f'"{policy.enforce}": {enforced}',
                               {"name": name, "group": info.group, "kind": info.plural})
-        audited = self._judge(policy.audit, templates)
+        audited = podsecurity.judge(policy.audit.level, templates)
         if audited:
             log.warning('audit: %s "%s" in namespace "%s" would violate PodSecurity "%s": %s', info.plural, name,
                         meta.get("namespace"), policy.audit, audited)
-        warned = self._judge(policy.warn, templates)
+        warned = podsecurity.judge(policy.warn.level, templates)
         return [f'would violate PodSecurity "{policy.warn}": {warned}'] if warned else []
-
-    @staticmethod
-    def _judge(level: podsecurity.LevelVersion, templates: list[PodTemplate]) -> str:
-        """Every template's violations, each behind its field path in a workload ("" when allowed)."""
-        found = []
-        for template in templates:
-            violations = podsecurity.evaluate(level.level, template.metadata, template.spec)
-            if violations:
-                found.append(_where(template) + podsecurity.forbidden_detail(violations))
-        return "; ".join(found)
 
     def _namespace_warnings(self, namespace: dict[str, Any], current: dict[str, Any] | None) -> list[str]:
         """A stricter enforce level on a namespace leaves its running pods alone, and says which
