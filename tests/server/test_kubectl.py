@@ -222,6 +222,10 @@ def _running_pod(kubectl) -> str:  # noqa: ANN001
 def test_foreground_deletion_waits_for_the_pods_then_removes_the_job(kubectl) -> None:  # noqa: ANN001
     kubectl("create", "-f", "-", input=SLEEPER)
     pod = _running_pod(kubectl)
+    kubectl("wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=60s", timeout=90)
+    conditions = json.loads(kubectl("get", "pod", pod, "-o", "jsonpath={.status.conditions}").stdout)
+    assert {c["type"]: c["status"] for c in conditions} == {
+        "PodScheduled": "True", "Initialized": "True", "ContainersReady": "True", "Ready": "True"}
     kubectl("delete", "job", "sleeper", "--cascade=foreground", "--timeout=90s", timeout=120)
     assert kubectl("get", "job", "sleeper", check=False).returncode != 0
     assert kubectl("get", "pod", pod, check=False).returncode != 0

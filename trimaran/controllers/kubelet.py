@@ -215,6 +215,7 @@ class Kubelet(Reconciler):
              **({"lastState": prior[c["name"]]["lastState"]} if prior.get(c["name"], {}).get("lastState") else {})}
             for c in pod["spec"].get("containers") or []
         ]
+        _set_readiness(status)
         pod["status"] = status
         self._write_status(pod)
         self.store.record_event(pod, "Normal", "Started", f"Started pod {pod['metadata']['name']} (attempt {attempt})")
@@ -266,6 +267,7 @@ class Kubelet(Reconciler):
                                        "message": f"back-off {delay:.1f}s restarting failed container"}}}
                 for cs in statuses
             ]
+            _set_readiness(status)
             self._write_status(pod)
             self.store.record_event(pod, "Warning", "BackOff",
                                     f"Restarting container of pod {pod['metadata']['name']} "
@@ -277,6 +279,7 @@ class Kubelet(Reconciler):
         reasons = {s["state"]["terminated"].get("reason") for s in statuses}
         if "OOMKilled" in reasons:
             status["reason"] = "OOMKilled"
+        _set_readiness(status)
         self._write_status(pod)
         self.node.release(uid)
         with self._lock:
@@ -294,6 +297,7 @@ class Kubelet(Reconciler):
             status["phase"] = "Failed"
             status["reason"] = reason
             status["message"] = message
+        _set_readiness(status)
         pod["status"] = status
         self._write_status(pod)
 
@@ -354,3 +358,20 @@ def _image_fields(container: dict) -> dict[str, str]:
     """``image`` and ``imageID``, which Kubernetes' typed clients require of a container status.
     A pod that runs this machine's Python has no image digest to report."""
     return {"image": container.get("image") or "", "imageID": ""}
+
+
+def _set_readiness(status: dict) -> None:
+    """The kubelet's pod conditions beside PodScheduled: Initialized (no init containers here),
+    ContainersReady and Ready from the containers' readiness, so ``kubectl wait --for=condition=Ready``
+    works; a finished pod is not ready, with the kubelet's reason ``PodCompleted``."""
+    set_condition(status, "Initialized", "True", "", "")
+    unready = [cs["name"] for cs in status.get("containerStatuses") or [] if not cs.get("ready")]
+    if not unready:
+        ready, reason, message = "True", "", ""
+    elif status.get("phase") in ("Succeeded", "Failed"):
+        ready, reason, message = "False", "PodCompleted", ""
+    else:
+        ready, reason = "False", "ContainersNotReady"
+        message = f"containers with unready status: [{' '.join(unready)}]"
+    set_condition(status, "ContainersReady", ready, reason, message)
+    set_condition(status, "Ready", ready, reason, message)
