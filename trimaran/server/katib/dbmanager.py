@@ -124,18 +124,18 @@ class _Servicer(pb_grpc.DBManagerServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"trial {request.trial_name!r} has finished ({state}): it takes no more observations")
         rows = []
-        for log in request.observation_log.metric_logs:
-            if not log.time_stamp:
+        for entry in request.observation_log.metric_logs:
+            if not entry.time_stamp:
                 continue  # Katib skips a log without a time too
             try:
-                timestamp = parse_rfc3339(log.time_stamp)
-                value = float(log.metric.value)
+                timestamp = parse_rfc3339(entry.time_stamp)
+                value = float(entry.metric.value)
             except ValueError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"metric {log.metric.name!r}: {exc}")
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"metric {entry.metric.name!r}: {exc}")
             if not math.isfinite(value):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"metric {log.metric.name!r}: value {log.metric.value!r} is not a finite number")
-            rows.append({"metric": log.metric.name, "value": value, "step": None, "timestamp": timestamp})
+                              f"metric {entry.metric.name!r}: value {entry.metric.value!r} is not a finite number")
+            rows.append({"metric": entry.metric.name, "value": value, "step": None, "timestamp": timestamp})
         meta = trial["metadata"]
         with self._writing:
             add_pushed_observations(self.store, meta["namespace"], meta["name"], meta["uid"], rows)
