@@ -220,6 +220,15 @@ def test_the_cli_keeps_brackets_in_messages_and_sets_the_default_level(plane_wit
     proc = plane.cli("apply", "-f", str(bad), check=False)
     assert proc.returncode != 0
     assert "[a-z0-9]([-a-z0-9]*[a-z0-9])?" in proc.stderr, proc.stderr
+    # A namespace and a job in one file: the job is judged by the namespace's new labels.
+    both = tmp_path / "both.yaml"
+    both.write_text(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: w, labels: {{{LABEL}warn: restricted}}}}\n"
+                    "---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: plain, namespace: w}\nspec:\n"
+                    "  suspend: true\n  template:\n    spec:\n      restartPolicy: Never\n"
+                    "      containers: [{name: c, image: x, command: [ls]}]\n")
+    warned = plane.cli("apply", "-f", str(both))
+    assert 'Warning: would violate PodSecurity "restricted:latest": spec.template: allowPrivilegeEscalation' \
+        in warned.stderr, warned.stderr
 
     from trimaran.server.daemon import stop_server
 

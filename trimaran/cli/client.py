@@ -412,7 +412,9 @@ class Client:
                 action = "created (dry run)" if version is None else "configured (dry run)"
             else:
                 try:
-                    stored, _ = self._server_side_apply(ref, obj, dry_run=False)
+                    stored, said = self._server_side_apply(ref, obj, dry_run=False)
+                    # New ones too: a namespace applied with this object may have changed its Pod Security.
+                    warnings += [w for w in (f"{location}: Warning: {x}" for x in said) if w not in warnings]
                 except APIError as exc:
                     for done_ref, done in created:
                         try:
