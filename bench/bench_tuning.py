@@ -72,8 +72,10 @@ def trimaran_experiment(trials: int, parallel: int, script: str) -> float:
         # Wait on a watch, as `trimaran wait` does, rather than poll: polling would add API load
         # that is the benchmark's, not the platform's.
         done = []
-        for event in client.watch(["Experiment"], since=0):
-            exp = event["object"]
+        stream = client.request("GET", "/apis/kubeflow.org/v1beta1/experiments",
+                                params={"watch": "true", "timeoutSeconds": "3600"}, stream=True, timeout=3700)
+        for line in iter(stream.readline, b""):
+            exp = json.loads(line)["object"]
             done = [c for c in (exp.get("status") or {}).get("conditions") or []
                     if c["type"] in ("Succeeded", "Failed") and c["status"] == "True"]
             if done:
