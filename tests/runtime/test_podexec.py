@@ -146,3 +146,22 @@ def test_a_caller_that_sends_no_request_is_dropped(key, tmp_path):
         assert podexec.request_exit(key, "w", TOKEN)
         _, err = server.communicate(timeout=10)
     assert err.count("dropped a connection that sent no request in 0.5 s") == 2
+
+
+def test_descriptors_without_a_whole_request_are_not_kept(key, tmp_path):
+    # A process that holds another's socket can be taken for its owner (Katib's DB manager asks the
+    # kernel who holds a connection), so a stranger's descriptors are closed at once.
+    server = _serve(key, "w", tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        poll(lambda: _agent(key, "w", "true").returncode == 0, timeout=10, what="the server to answer")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stranger, socket.socket() as lent:
+            stranger.connect(podexec.socket_name(key, "w"))
+            socket.send_fds(stranger, [b'{"op": "exec", "tok'], [lent.fileno()])
+            stranger.settimeout(5)  # the header deadline is 10 s: an answer before it is the refusal
+            assert stranger.recv(1) == b""
+            held = {os.readlink(f"/proc/{server.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{server.pid}/fd")}
+            assert f"socket:[{os.fstat(lent.fileno()).st_ino}]" not in held
+    finally:
+        assert podexec.request_exit(key, "w", TOKEN)
+        _, err = server.communicate(timeout=10)
+    assert "podexec: refused descriptors sent without a whole request" in err

@@ -18,6 +18,7 @@ import textwrap
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import grpc
 import pytest
@@ -337,6 +338,56 @@ def test_another_local_user_without_a_token_is_unauthenticated(store: Store, dbm
     done = _as_nobody("-c", _FROM_A_POD, dbmanager.address)
     assert done.returncode == 0, done.stderr
     assert set(_answers(done.stdout).values()) == {"UNAUTHENTICATED"}, done.stdout
+
+
+def _raw_grpc_call(method: str, message: bytes) -> bytes:
+    """An HTTP/2 connection preface and one unary gRPC call, as bytes (no HPACK indexing)."""
+    def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+        return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+    headers = b"".join(b"\x00" + bytes([len(k)]) + k + bytes([len(v)]) + v for k, v in [
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()), (b":authority", b"x"),
+        (b"content-type", b"application/grpc"), (b"te", b"trailers")])
+    body = b"\x00" + len(message).to_bytes(4, "big") + message
+    return (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(1, 4, 1, headers)
+            + frame(0, 1, 1, body))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a socket to another user's process")
+def test_a_connection_held_by_another_caller_too_is_refused(store: Store, dbmanager: DBManager,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    # A socket handed to (or inherited by) a process of someone else must not pass for either.
+    _trial(store, "team-a", "t1")
+    host, port = dbmanager.address.rsplit(":", 1)
+    call = _raw_grpc_call("/api.v1.beta1.DBManager/GetObservationLog",
+                          pb.GetObservationLogRequest(trial_name="t1").SerializeToString())
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        holder = subprocess.Popen(["sleep", "60"], pass_fds=[conn.fileno()], user=65534, group=65534,
+                                  extra_groups=[])
+        try:
+            conn.sendall(call)
+            assert not _answer_has_data(conn.makefile("rb"))
+            assert "held by processes of different callers" in caplog.text
+        finally:
+            holder.kill()
+            holder.wait()
+    assert "refused a call" in caplog.text
+    with socket.create_connection((host, int(port)), timeout=10) as conn:  # the same call, unshared, is answered
+        conn.sendall(call)
+        assert _answer_has_data(conn.makefile("rb"))
+    assert caplog.text.count("refused a call") == 1
+
+
+def _answer_has_data(stream: BinaryIO) -> bool:
+    """Whether stream 1's answer carries a message (a refusal has trailers only)."""
+    while True:
+        head = stream.read(9)
+        length, kind, flags, sid = int.from_bytes(head[:3], "big"), head[3], head[4], int.from_bytes(head[5:], "big")
+        stream.read(length)
+        if sid == 1 and kind == 0:
+            return True
+        if sid == 1 and kind == 1 and flags & 1:
+            return False
 
 
 def test_each_home_has_its_own_stable_address(store: Store, tmp_path: Path) -> None:

@@ -175,6 +175,13 @@ class _Server:
                 deadline = time.monotonic() + self.header_timeout
                 conn.settimeout(self.header_timeout)
                 data, fds, _, _ = socket.recv_fds(conn, _HEADER_MAX, 3)
+                if fds and not data.endswith(b"\n"):
+                    # Our agent sends its descriptors with the whole request. A stranger's are not
+                    # kept while it dawdles: a process holding another's socket can be taken for it.
+                    for fd in fds:
+                        os.close(fd)
+                    print("podexec: refused descriptors sent without a whole request", file=sys.stderr, flush=True)
+                    return
                 while data and not data.endswith(b"\n") and len(data) <= _HEADER_MAX:
                     conn.settimeout(max(deadline - time.monotonic(), 0.001))
                     more = conn.recv(4096)

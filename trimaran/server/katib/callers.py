@@ -7,8 +7,9 @@ pod shares this machine's network, so a call is identified in one of two ways:
   :class:`~trimaran.server.tokens.TokenStore`: a user token or a pod's service-account token,
   with its role and namespaces;
 * without one, by the process at the other end of the TCP connection, asked of the kernel: the
-  connection's socket (``/proc/net/tcp``), the process holding it (``/proc/PID/fd``), and the pod
-  that process belongs to (:meth:`LocalRuntime.pod_of_process`). A process of one of this home's
+  connection's socket (sock_diag), the processes holding it (``/proc/PID/fd``; all must be the same
+  caller, as a socket can be handed over), and the pod each belongs to
+  (:meth:`LocalRuntime.pod_of_process`). A process of one of this home's
   pods acts for its namespace; a process outside every pod (the control plane's pid namespace)
   of the home's user or root acts as that user, who can read the admin kubeconfig anyway. Anything
   else (another local user, a pod of another home) is unauthenticated.
@@ -118,12 +119,19 @@ class Callers:
         if known is not None and _holds(known.pid, known.fd, known.inode):
             return known.caller
         inode = _connection_inode((host, int(port)), self.server)
-        held = None if inode is None else _socket_holder(inode)
-        if held is None:
+        holders = [] if inode is None else _socket_holders(inode)
+        if not holders:
             return None
-        caller = self._classify(held[0])
+        # A socket can be handed to another process (SCM_RIGHTS): every holder must be the same caller.
+        found = [self._classify(pid) for pid, _ in holders]
+        same = all(c is not None for c in found) and len({(c.namespace, c.owner) for c in found}) == 1
+        if not same:
+            log.warning("Katib DBManager: connection %s is held by processes of different callers: %s",
+                        peer, ", ".join(c.description if c else f"process {pid} (unknown)"
+                                        for c, (pid, _) in zip(found, holders, strict=True)))
+        caller = found[0] if same else None
         with self._lock:
-            self._by_peer[peer] = _Connection(inode, *held, caller)
+            self._by_peer[peer] = _Connection(inode, *holders[0], caller)
             self._by_peer.move_to_end(peer)
             while len(self._by_peer) > _CACHED_CONNECTIONS:
                 self._by_peer.popitem(last=False)
@@ -176,11 +184,13 @@ def _holds(pid: int, fd: int, inode: int) -> bool:
         return False
 
 
-def _socket_holder(inode: int) -> tuple[int, int] | None:
-    """``(pid, fd)`` of a process holding the socket ``inode``. Newest processes first: a caller
-    is usually recent."""
+def _socket_holders(inode: int) -> list[tuple[int, int]]:
+    """``(pid, fd)`` of each process holding the socket ``inode``."""
     target = f"socket:[{inode}]"
-    for name in sorted((n for n in os.listdir("/proc") if n.isdigit()), key=int, reverse=True):
+    holders = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
             fds = os.listdir(f"/proc/{name}/fd")
         except OSError:
@@ -188,7 +198,8 @@ def _socket_holder(inode: int) -> tuple[int, int] | None:
         for fd in fds:
             try:
                 if os.readlink(f"/proc/{name}/fd/{fd}") == target:
-                    return int(name), int(fd)
+                    holders.append((int(name), int(fd)))
+                    break
             except OSError:
                 continue
-    return None
+    return holders
