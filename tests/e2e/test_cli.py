@@ -189,3 +189,34 @@ def test_get_prints_the_servers_columns_in_every_form(plane, tmp_path):
     typo = plane.cli("get", "configmapz", check=False)
     assert typo.returncode == 1 and 'did you mean "configmap' in typo.stderr
     assert "--all-namespaces" in plane.cli("get", "--help").stdout
+
+
+PRIVILEGED_NAMESPACE_AND_HOSTPATH_JOB = textwrap.dedent("""
+    apiVersion: v1
+    kind: Namespace
+    metadata:
+      name: {ns}
+      labels: {{pod-security.kubernetes.io/enforce: privileged}}
+    ---
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {{name: {job}, namespace: {ns}}}
+    spec:
+      suspend: true
+      template:
+        spec:
+          restartPolicy: Never
+          volumes: [{{name: host, hostPath: {{path: {host}}}}}]
+          containers: [{{name: main, image: python, command: ["true"],
+                         volumeMounts: [{{name: host, mountPath: /host}}]}}]
+""")
+
+
+def test_a_namespace_in_the_same_file_is_applied_first_and_undone_with_the_rest(plane, tmp_path):
+    ok = PRIVILEGED_NAMESPACE_AND_HOSTPATH_JOB.format(ns="lab", job="mount", host=tmp_path)
+    out = plane.cli("apply", "-f", "-", input=ok).stdout
+    assert "namespace/lab created" in out and "job.batch/mount created" in out
+    # A file whose job is refused leaves no namespace behind either.
+    bad = PRIVILEGED_NAMESPACE_AND_HOSTPATH_JOB.format(ns="lab2", job="Bad_Name", host=tmp_path)
+    assert plane.cli("apply", "-f", "-", input=bad, check=False).returncode != 0
+    assert plane.cli("get", "namespace", "lab2", check=False).returncode != 0

@@ -369,8 +369,25 @@ class Client:
 
         Every object is applied as a dry run first, so one that the server refuses stores nothing;
         an object created by this call is deleted again when a later one fails after all.
+        Namespaces go first, for real: the objects in them are judged by their labels (Pod
+        Security) and need them to exist; a namespace this call created is deleted again if the
+        rest is refused (labels it changed on an existing one stay).
         Returns ``{"results": [{kind, group, namespace, name, action}], "warnings": [...]}``.
         """
+        namespaces = [m for m in manifests if _is_namespace(m["object"])]
+        if namespaces and len(namespaces) < len(manifests) and not dry_run:
+            first = self.apply(namespaces)
+            try:
+                rest = self.apply([m for m in manifests if not _is_namespace(m["object"])], namespace)
+            except APIError:
+                for r in first["results"]:
+                    if r["action"] == "created":
+                        try:
+                            self.delete("Namespace", None, r["name"])
+                        except APIError:
+                            pass
+                raise
+            return {"results": first["results"] + rest["results"], "warnings": first["warnings"] + rest["warnings"]}
         planned: list[tuple[str, KindRef, dict, str | None]] = []
         problems: list[str] = []
         warnings: list[str] = []
@@ -432,6 +449,10 @@ class Client:
             results.append({"kind": ref.kind, "group": ref.group, "namespace": meta.get("namespace", ""),
                             "name": meta["name"], "action": action})
         return {"results": results, "warnings": warnings}
+
+
+def _is_namespace(obj: object) -> bool:
+    return isinstance(obj, dict) and obj.get("apiVersion") == "v1" and obj.get("kind") == "Namespace"
 
 
 def _warnings(header: str) -> list[str]:
