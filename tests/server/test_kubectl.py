@@ -192,6 +192,13 @@ def test_namespaced_token_is_forbidden_elsewhere(plane, kubectl) -> None:  # noq
     readonly = kubectl("--token", viewer, "-n", "team-a", "delete", "cm", "settings", check=False)
     assert readonly.returncode != 0 and "Forbidden" in readonly.stderr
     assert kubectl("-n", "team-a", "get", "cm", "settings", "-o", "name").stdout.strip() == "configmap/settings"
+    # As Kubernetes' view role: everything but Secrets, which an edit token reads.
+    kubectl("-n", "team-a", "create", "secret", "generic", "creds", "--from-literal=k=v")
+    assert kubectl("--token", viewer, "-n", "team-a", "get", "cm", "settings", "-o", "name").returncode == 0
+    hidden = kubectl("--token", viewer, "-n", "team-a", "get", "secret", "creds", check=False)
+    assert hidden.returncode != 0 and "Forbidden" in hidden.stderr
+    assert kubectl("--token", token, "-n", "team-a", "get", "secret", "creds", "-o", "name").stdout.strip() == \
+        "secret/creds"
 
 
 

@@ -22,7 +22,7 @@ console = Console()
 def create(
     namespace: list[str] = typer.Option(None, "--namespace", "-n",
                                         help="A namespace the token may use (repeat for more); none: all."),
-    role: str = typer.Option("edit", "--role", help="view (read), edit (read and write), or admin."),
+    role: str = typer.Option("edit", "--role", help="view (read, but not Secrets), edit (read and write), or admin."),
     name: str | None = typer.Option(None, "--name", help="A label shown by `trimaran token list`."),
 ) -> None:
     """Print a new token; only its hash is kept, so copy it now."""

@@ -46,17 +46,19 @@ class Principal:
     role: str
     namespaces: frozenset[str] | None
 
-    def allows(self, verb: str, namespace: str | None) -> bool:
-        """Whether the caller may ``verb`` (a Kubernetes verb) in ``namespace``.
+    def allows(self, verb: str, namespace: str | None, resource: str | None = None) -> bool:
+        """Whether the caller may ``verb`` (a Kubernetes verb) in ``namespace``, on ``resource`` (a
+        core plural) when given.
 
         ``namespace`` is ``None`` for a request across namespaces or on a cluster-scoped object;
         reading those (listing namespaces, discovery) is open to every role of an all-namespace
-        token, and a namespaced token may read only its own namespaces.
+        token, and a namespaced token may read only its own namespaces. As Kubernetes' ``view``
+        role, ``view`` does not read Secrets (they hold credentials, such as an MPI job's exec token).
         """
         if self.namespaces is not None and (namespace is None or namespace not in self.namespaces):
             return False
         if verb in READ_VERBS:
-            return True
+            return not (self.role == "view" and resource == "secrets")
         if self.role == "view":
             return False
         return namespace is not None or self.role == "admin"

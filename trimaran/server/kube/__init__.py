@@ -50,7 +50,7 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
 
     def guard(request: Request, verb: str, target_ns: str | None, group: str, plural: str) -> None:
         principal = principal_of(request)
-        if not principal.allows(verb, target_ns):
+        if not principal.allows(verb, target_ns, plural if group == "" else None):
             raise StatusError.forbidden(principal.name, verb, group, plural, target_ns)
 
     async def version(request: Request) -> Response:
