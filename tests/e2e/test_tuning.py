@@ -325,6 +325,14 @@ def test_trials_push_metrics_with_report_metrics(plane, tmp_path):
         level = float(t["spec"]["parameterAssignments"][0]["value"])
         score = next(m for m in t["status"]["observation"]["metrics"] if m["name"] == "score")
         assert abs(float(score["max"]) - (level + 2)) < 1e-9 and abs(float(score["min"]) - level) < 1e-9
+    # A finished trial's record is final: a late push is refused, as by Katib's DB manager here.
+    from trimaran.cli.client import APIError
+
+    finished = _trials(plane, "push")[0]["metadata"]["name"]
+    with pytest.raises(APIError) as refused:
+        plane.client()._json("POST", f"/trimaran/v1/namespaces/default/trials/{finished}/observations",
+                             {"observations": [{"metric": "score", "value": 99.0}]})
+    assert refused.value.status == 409 and "finished" in str(refused.value)
 
 
 def test_the_seed_grid_sweep_as_a_katib_grid_finds_the_indexed_jobs_best(plane):

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from trimaran.api.podsecurity import Policy
+from trimaran.controllers.tuning.trial import FINISHED, trial_state
 from trimaran.server.auth import TokenMiddleware, is_dashboard
 from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import dashboard_router
@@ -134,6 +135,10 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
         """The push collector (``report_metrics``): a trial's own code reports its metrics."""
         allow(request, "update", namespace)
         trial = store.get("Trial", namespace, name)
+        state = trial_state(trial)
+        if state in FINISHED:  # as Katib's DBManager here: a finished trial's record is final
+            raise StatusError(409, "Conflict", f'trials.kubeflow.org "{name}": the trial has finished ({state}): '
+                              "it takes no more observations")
         rows = [o.model_dump() for o in body.observations]
         add_pushed_observations(store, namespace, name, trial["metadata"]["uid"], rows)
         return _json({"accepted": len(rows)})
