@@ -67,14 +67,6 @@ def logged(runtime: LocalRuntime, pod: dict, text: str) -> bool:
     return path.exists() and text in path.read_text()
 
 
-@pytest.fixture
-def runtime(tmp_path: Path):
-    rt = LocalRuntime(tmp_path / "home")
-    yield rt
-    for uid in rt.known_pods():
-        rt.stop_pod(uid, grace_seconds=0)
-
-
 def test_configmap_script_writes_into_pvc(runtime: LocalRuntime) -> None:
     assert not Path("/output").exists() and not Path("/app").exists()
     train = "import sys\nopen('/output/x', 'w').write('trained')\nprint('epoch 1'); print('warn', file=sys.stderr)\n"

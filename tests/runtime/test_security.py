@@ -57,14 +57,6 @@ def _caps(names: set[str] | frozenset[str]) -> int:
     return sum(1 << _CAP_BITS[name] for name in names)
 
 
-@pytest.fixture
-def runtime(tmp_path: Path):
-    rt = LocalRuntime(tmp_path / "home")
-    yield rt
-    for uid in rt.known_pods():
-        rt.stop_pod(uid, grace_seconds=0)
-
-
 def _probe(name: str, **security: object) -> dict:
     return {"name": name, "command": [sys.executable, "-c", PROBE], "securityContext": security,
             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}

@@ -115,22 +115,18 @@ def private_etc_entries(etc: str = "/etc") -> tuple[tuple[str, bool], ...]:
     up. Walked once per process."""
     found: list[tuple[str, bool]] = []
     for root, dirs, files in os.walk(etc):
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            try:
-                mode = os.lstat(path).st_mode
-            except OSError:
-                continue
-            if stat.S_ISREG(mode) and not mode & stat.S_IROTH:
-                found.append((path, False))
-        for name in sorted(dirs):
-            path = os.path.join(root, name)
-            try:
-                mode = os.lstat(path).st_mode
-            except OSError:
-                continue
-            if stat.S_ISDIR(mode) and (mode & (stat.S_IROTH | stat.S_IXOTH)) != stat.S_IROTH | stat.S_IXOTH:
-                found.append((path, True))
+        for names, is_dir in ((files, False), (dirs, True)):
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                try:
+                    mode = os.lstat(path).st_mode
+                except OSError:
+                    continue
+                # A file others cannot read; a directory others cannot list or enter.
+                private = (stat.S_ISDIR(mode) and mode & (stat.S_IROTH | stat.S_IXOTH) != stat.S_IROTH | stat.S_IXOTH
+                           if is_dir else stat.S_ISREG(mode) and not mode & stat.S_IROTH)
+                if private:
+                    found.append((path, is_dir))
         # No need to look inside what is hidden whole.
         dirs[:] = [d for d in dirs if (os.path.join(root, d), True) not in found]
     return tuple(found)
