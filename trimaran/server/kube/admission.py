@@ -56,16 +56,16 @@ class PodSecurityAdmission:
         if policy.privileged:
             return []
         name = meta.get("name") or meta.get("generateName") or ""
+        audited = podsecurity.judge(policy.audit.level, templates)
+        if audited:  # refused or not, as upstream's audit annotation
+            log.warning('audit: %s "%s" in namespace "%s" would violate PodSecurity "%s": %s', info.plural, name,
+                        meta.get("namespace"), policy.audit, audited)
         enforced = podsecurity.judge(policy.enforce.level, templates)
         if enforced:
             resource = f"{info.plural}.{info.group}" if info.group else info.plural
             raise StatusError(403, "Forbidden", f'{resource} "{name}" is forbidden: violates PodSecurity '
                               f'"{policy.enforce}": {enforced}',
                               {"name": name, "group": info.group, "kind": info.plural})
-        audited = podsecurity.judge(policy.audit.level, templates)
-        if audited:
-            log.warning('audit: %s "%s" in namespace "%s" would violate PodSecurity "%s": %s', info.plural, name,
-                        meta.get("namespace"), policy.audit, audited)
         warned = podsecurity.judge(policy.warn.level, templates)
         return [f'would violate PodSecurity "{policy.warn}": {warned}'] if warned else []
 
