@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
-from pydantic_core import PydanticCustomError
+if TYPE_CHECKING:  # a client reading manifests (trimaran.api.manifests) needs no pydantic
+    from pydantic import ValidationError
+    from pydantic_core import PydanticCustomError
 
 __all__ = [
     "FieldError",
@@ -146,6 +147,8 @@ class ManifestError(Exception):
 
 def invalid_value(detail: str) -> PydanticCustomError:
     """An error for custom pydantic validators; rendered as ``Invalid value: <input>: detail``."""
+    from pydantic_core import PydanticCustomError
+
     # The detail travels in the context: a message template would treat braces in it as fields.
     return PydanticCustomError("k8s_invalid", "{detail}", {"detail": detail})
 
