@@ -47,6 +47,7 @@ MAX_WATCH_SECONDS = 1800  # a watch without timeoutSeconds ends here, and none l
 _BOOKMARK_EVERY = 30.0
 _UNKNOWN_FIELD = 'unknown field "'
 _MAX_WARNING = 4096  # characters of one warning sent back
+_CONSISTENT_READ_TRIES = 5  # lists read again while writes move the revision under them
 
 # Events are not stored objects (the store keeps them in a table of their own), so the registry
 # does not know them; they are served read-only at their core v1 place.
@@ -260,17 +261,26 @@ class KubeAPI:
         if namespace is None and info.namespaced:
             namespace = fields.value_of("metadata.namespace")
 
-        def read() -> tuple[int, list[dict]]:
-            revision = self.store.current_revision()  # first: a watch from here misses nothing
+        def objects() -> list[dict]:
             if info is EVENT:
-                return revision, self.store.list_events(None, namespace)
+                return self.store.list_events(None, namespace)
             if name is not None and (namespace is not None or not info.namespaced):
                 try:
-                    return revision, [self.store.get(info.kind, namespace or "", name)]
+                    return [self.store.get(info.kind, namespace or "", name)]
                 except NotFound:
-                    return revision, []
-            return revision, self.store.list(info.kind, namespace, label_selector=labels.equalities() or None,
-                                              shared=True)
+                    return []
+            return self.store.list(info.kind, namespace, label_selector=labels.equalities() or None, shared=True)
+
+        def read() -> tuple[int, list[dict]]:
+            # The list is of one revision when none was written while reading it: else a watch
+            # from the revision would send again an object the list already holds.
+            for _ in range(_CONSISTENT_READ_TRIES):
+                revision = self.store.current_revision()
+                items = objects()
+                if self.store.current_revision() == revision:
+                    break
+            # Still moving: a watch from the first revision misses nothing (a repeat is harmless).
+            return revision, items
 
         revision, items = await asyncio.to_thread(read)
         return revision, [o for o in items if accepts(o)], accepts
