@@ -206,3 +206,14 @@ def test_to_k8s() -> None:
     assert obj["kind"] == "Node" and obj["metadata"]["name"] == "box"
     assert obj["status"]["capacity"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
     assert obj["spec"]["taints"] == [{"key": "a", "value": "b", "effect": "NoSchedule"}]
+
+
+def test_pods_beyond_max_pods_wait_whatever_they_request() -> None:
+    n = node(TRIMARAN_NODE_MAX_PODS="3")
+    assert n.max_pods == 3 and Node.from_env({"TRIMARAN_GPUS": ""}).max_pods == 110
+    first = n.admit("a", [pod("a-0", cpu="0"), pod("a-1", cpu="0")])
+    assert isinstance(first, Admission)
+    assert n.admit("b", [pod("b-0", cpu="0"), pod("b-1", cpu="0")]) == "0/1 nodes are available: 1 Too many pods"
+    assert n.admit("huge", [pod(f"h-{i}", cpu="0") for i in range(4)]) == \
+        "0/1 nodes are available: 1 Too many pods (the gang has 4 pods, the node runs at most 3)"
+    assert isinstance(n.admit("c", [pod("c-0", cpu="0")]), Admission)

@@ -7,6 +7,7 @@ Complete, Failed (reasons BackoffLimitExceeded, DeadlineExceeded), Suspended.
 from __future__ import annotations
 
 import copy
+import itertools
 import secrets
 import string
 
@@ -27,6 +28,9 @@ from trimaran.controllers.pods import (
 from trimaran.store import Conflict, NotFound, Store
 
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# As the job controller's MaxPodCreateDeletePerSync: a Job asking for a million pods gets them in
+# batches, each pass's status written between, never in one pass that holds the controller.
+MAX_POD_CREATES_PER_SYNC = 500
 
 
 class BatchJobReconciler(Reconciler):
@@ -111,16 +115,20 @@ class BatchJobReconciler(Reconciler):
             want = 0 if succeeded else parallelism - len(active)
         else:
             want = min(parallelism, target - status["succeeded"]) - len(active)
+        more = want > MAX_POD_CREATES_PER_SYNC
+        want = min(want, MAX_POD_CREATES_PER_SYNC)
         if want > 0:
             if indexed:
                 taken = set(done_indexes) | {_index(p) for p in active}
-                todo = [i for i in range(target or 0) if i not in taken][:want]
+                todo = list(itertools.islice((i for i in range(target or 0) if i not in taken), want))
             else:
                 todo = [None] * want
             for index in todo:
                 self.store.create(self._build_pod(job, index))
                 self.store.record_event(job, "Normal", "SuccessfulCreate",
                                         "Created pod" + (f" for index {index}" if index is not None else ""))
+        if more:
+            return 0.0  # the next batch of pods after this pass's status is written
         if deadline is not None:
             return max(0.05, float(deadline) - seconds_since(status.get("startTime")))
         return None

@@ -254,6 +254,9 @@ def _match_expression(expression: Mapping[str, object], value: str | None) -> bo
     return False
 
 
+DEFAULT_MAX_PODS = 110  # the kubelet's --max-pods default
+
+
 class Node:
     """This machine as a Kubernetes node, and the book of what pods hold on it."""
 
@@ -266,9 +269,12 @@ class Node:
         gpus: list[GPUDevice] | None = None,
         labels: Mapping[str, str] | None = None,
         taints: list[dict[str, str]] | None = None,
+        max_pods: int = DEFAULT_MAX_PODS,
     ) -> None:
-        """Extra ``labels`` are added to (and override) the well-known ones."""
+        """Extra ``labels`` are added to (and override) the well-known ones; ``max_pods`` is
+        the kubelet's ``--max-pods``: pods beyond it wait, whatever they request."""
         self.name = name
+        self.max_pods = max_pods
         self.gpu_allocator = GPUAllocator(gpus or [])
         self.capacity = Resources(_round_cpu(cpu), memory, self.gpu_allocator.capacity())
         self.labels: dict[str, str] = {
@@ -287,7 +293,7 @@ class Node:
         """The host as configured: detected capacity unless overridden by ``TRIMARAN_NODE_CPU``
         and ``TRIMARAN_NODE_MEMORY`` (quantities); GPUs from ``TRIMARAN_GPUS`` or nvidia-smi;
         ``TRIMARAN_NODE_NAME``, ``TRIMARAN_NODE_LABELS`` ("k=v,…"), ``TRIMARAN_NODE_TAINTS``
-        ("key=value:NoSchedule,…")."""
+        ("key=value:NoSchedule,…"), ``TRIMARAN_NODE_MAX_PODS`` (the kubelet's 110 by default)."""
         env = os.environ if env is None else env
         cpu_text = env.get("TRIMARAN_NODE_CPU")
         memory_text = env.get("TRIMARAN_NODE_MEMORY")
@@ -298,6 +304,7 @@ class Node:
             gpus=discover_gpus(env),
             labels=parse_labels(env.get("TRIMARAN_NODE_LABELS", "")),
             taints=parse_taints(env.get("TRIMARAN_NODE_TAINTS", "")),
+            max_pods=int(env.get("TRIMARAN_NODE_MAX_PODS") or DEFAULT_MAX_PODS),
         )
 
     # -- accounting ---------------------------------------------------------------------
@@ -376,6 +383,11 @@ class Node:
                     existing[uid] = self._allocations[uid]
                 else:
                     new.append((uid, pod_requests(pod)))
+            if len(self._allocations) + len(new) > self.max_pods:
+                # The scheduler's words; a gang larger than the node can never run: say so.
+                never = f" (the gang has {len(pods)} pods, the node runs at most {self.max_pods})" \
+                    if len(pods) > self.max_pods else ""
+                return f"{prefix}1 Too many pods{never}"
             total = Resources()
             for _, requests in new:
                 total = total + requests
