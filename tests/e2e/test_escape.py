@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -127,19 +128,28 @@ def _digest(path: Path) -> str | None:
 
 def _start_as_nobody(home: Path) -> ControlPlaneHandle:
     drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=path, HOME=str(home))
-    # Through env(1), as the CLI spawns the server: exec by path, directories searched as that user.
-    reach = subprocess.run([*drop, "env", sys.executable, "-c", "import trimaran.server"], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=60)
-    if reach.returncode != 0:
-        pytest.skip(f"uid {NOBODY} cannot run this checkout's Python ({sys.executable}: its directories are "
-                    f"not readable by other users, e.g. a pyenv under /root, mode 0700): "
-                    f"{reach.stderr.strip().splitlines()[-1] if reach.stderr.strip() else reach.returncode}")
-    started = subprocess.run([*drop, sys.executable, "-m", "trimaran.cli", "server", "start"], cwd=REPO, env=env,
+    python, env = _interpreter_for_nobody(drop, dict(os.environ, TRIMARAN_HOME=str(home), HOME=str(home)))
+    started = subprocess.run([*drop, python, "-m", "trimaran.cli", "server", "start"], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr + (home / "server.log").read_text(errors="replace")
     return ControlPlaneHandle(home=home, env=env)
+
+
+def _interpreter_for_nobody(drop: list[str], env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """This checkout's Python as uid 65534 can run it: ours, else (a pyenv under /root, mode 0700)
+    the system's interpreter of the same version with our environment's packages on its path."""
+    same_version = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    tried = []
+    for python, packages in ((sys.executable, []), (same_version, [sysconfig.get_paths()["purelib"]])):
+        path = os.pathsep.join(p for p in (str(REPO), *packages, os.environ.get("PYTHONPATH")) if p)
+        candidate = dict(env, PYTHONPATH=path)
+        # Through env(1), as the CLI spawns the server: exec by path, directories searched as that user.
+        reach = subprocess.run([*drop, "env", python, "-c", "import trimaran.server"], cwd=REPO, env=candidate,
+                               capture_output=True, text=True, timeout=60)
+        if reach.returncode == 0:
+            return python, candidate
+        tried.append(f"{python}: {reach.stderr.strip().splitlines()[-1] if reach.stderr.strip() else reach.returncode}")
+    pytest.skip(f"uid {NOBODY} can run no Python with this checkout's packages ({'; '.join(tried)})")
 
 
 @pytest.fixture(params=["this-user", "nobody"])
@@ -180,7 +190,7 @@ def test_a_pod_cannot_escape(escape_plane: ControlPlaneHandle, tmp_path: Path) -
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "escape", "namespace": NAMESPACE},
            "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [{
                "name": "main", "image": "python",
-               "command": ["python", "-c", PROBE, str(info["pid"]), json.dumps(HOME_SECRETS),
+               "command": ["python3", "-c", PROBE, str(info["pid"]), json.dumps(HOME_SECRETS),
                            json.dumps(HOST_WRITES)],
                "volumeMounts": [{"name": "rw", "mountPath": "/rw"},
                                 {"name": "ro", "mountPath": "/ro", "readOnly": True}]}],
