@@ -164,6 +164,7 @@ class GarbageCollector(Reconciler):
         # The uid each key had at its latest event: a deleted object's dependents are found by it.
         # Entries go when the reconcile of a key finds the object gone.
         self._uids: dict[Key, str] = {}
+        self._owner_uids: set[str | None] = set()  # uids some object has named as its owner
         self._uids_lock = threading.Lock()
 
     # -- what wakes it ---------------------------------------------------------------------------
@@ -176,6 +177,7 @@ class GarbageCollector(Reconciler):
         key = key_of(obj)
         with self._uids_lock:
             self._uids[key] = meta["uid"]
+            self._owner_uids.update(ref.get("uid") for ref in meta.get("ownerReferences") or [])
         if event.type == "MODIFIED" and not meta.get("deletionTimestamp"):
             return []
         if event.type == "ADDED" and not (meta.get("ownerReferences") or meta.get("deletionTimestamp")):
@@ -218,9 +220,12 @@ class GarbageCollector(Reconciler):
     def _wake_dependents_of(self, key: Key) -> None:
         with self._uids_lock:
             uid = self._uids.pop(key, None)
+            # Most objects that go own nothing (a trial's pods): no look through every kind for them.
+            owned = uid in self._owner_uids
+            self._owner_uids.discard(uid)
         # Without a uid (no event seen since the start) there is nothing to look up by; the
         # dependents, if any, carry their references and are queued by the start and every resync.
-        if uid is not None:
+        if uid is not None and owned:
             for dependent in self._dependents(key.namespace, uid):
                 self.wake(key_of(dependent))
 
