@@ -18,8 +18,9 @@ second of a CLI command.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trimaran._lazy import lazy_getattr
 
 _EXPORTS = {
     "batch": [
@@ -178,8 +179,4 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trimaran.api' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"trimaran.api.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _MODULE_OF)

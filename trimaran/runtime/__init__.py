@@ -6,8 +6,9 @@ only the standard-library shim, not the rest of the runtime: the shim must start
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trimaran._lazy import lazy_getattr
 
 _EXPORTS = {
     "gpus": ["GPUDevice", "GPUAllocator", "discover_gpus", "parse_fake_inventory", "gpu_env",
@@ -50,8 +51,4 @@ if TYPE_CHECKING:
     from trimaran.runtime.volumes import Mount, PodVolume, VolumeError, container_mounts, prepare_volumes
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trimaran.runtime' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"trimaran.runtime.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _MODULE_OF)

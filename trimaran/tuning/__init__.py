@@ -22,9 +22,9 @@ subpackage) does not import Optuna.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from trimaran._lazy import lazy_getattr
 from trimaran.tuning._labels import PBT_GENERATION_LABEL, PBT_MEMBER_LABEL, PBT_PARENT_LABEL
 from trimaran.tuning._space import Domain, Parameter, SearchSpace
 from trimaran.tuning._trial import (
@@ -91,8 +91,4 @@ if TYPE_CHECKING:
     from trimaran.tuning.early_stopping import EarlyStopper, available_early_stoppers, get_early_stopper
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trimaran.tuning' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"trimaran.tuning.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
