@@ -5,13 +5,14 @@ no Optuna)."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
-def lazy_getattr(package: str, module_of: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package`` that imports ``package.<module_of[name]>`` when
-    ``name`` is first asked for."""
+def lazy_exports(package: str, exports: Mapping[str, Sequence[str]]) -> tuple[Callable[[str], Any], list[str]]:
+    """A module ``__getattr__`` for ``package`` and the sorted names it serves: ``exports`` maps
+    each submodule to its names, imported from ``package.<submodule>`` when first asked for."""
+    module_of = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         module = module_of.get(name)
@@ -19,4 +20,4 @@ def lazy_getattr(package: str, module_of: Mapping[str, str]) -> Callable[[str], 
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(f"{package}.{module}"), name)
 
-    return __getattr__
+    return __getattr__, sorted(module_of)

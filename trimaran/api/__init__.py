@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trimaran._lazy import lazy_getattr
+from trimaran._lazy import lazy_exports
 
 _EXPORTS = {
     "batch": [
@@ -67,9 +67,7 @@ _EXPORTS = {
         "trial_parameter_refs", "trial_parameter_values"
     ],
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from trimaran.api.batch import BatchJobStatus, Job, JobSpec, format_indexes, parse_index_ranges, parse_indexes
@@ -178,5 +176,3 @@ if TYPE_CHECKING:
         trial_parameter_values,
     )
 
-
-__getattr__ = lazy_getattr(__name__, _MODULE_OF)

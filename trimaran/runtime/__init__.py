@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trimaran._lazy import lazy_getattr
+from trimaran._lazy import lazy_exports
 
 _EXPORTS = {
     "gpus": ["GPUDevice", "GPUAllocator", "discover_gpus", "parse_fake_inventory", "gpu_env",
@@ -20,9 +20,7 @@ _EXPORTS = {
     "serviceaccount": ["ServiceAccountAccess"],
     "local": ["LocalRuntime", "PodProcessStatus", "ContainerStatus", "PodNotFound"],
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from trimaran.runtime.env import ConfigError, Lookup, expand, expand_command, resolve_env
@@ -50,5 +48,3 @@ if TYPE_CHECKING:
     from trimaran.runtime.serviceaccount import ServiceAccountAccess
     from trimaran.runtime.volumes import Mount, PodVolume, VolumeError, container_mounts, prepare_volumes
 
-
-__getattr__ = lazy_getattr(__name__, _MODULE_OF)

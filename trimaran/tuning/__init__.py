@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trimaran._lazy import lazy_getattr
+from trimaran._lazy import lazy_exports
 from trimaran.tuning._labels import PBT_GENERATION_LABEL, PBT_MEMBER_LABEL, PBT_PARENT_LABEL
 from trimaran.tuning._space import Domain, Parameter, SearchSpace
 from trimaran.tuning._trial import (
@@ -39,16 +39,11 @@ from trimaran.tuning._trial import (
 from trimaran.tuning.errors import SearchSpaceError, SettingsError, TuningError, UnknownAlgorithmError
 
 _LAZY = {
-    "Algorithm": "algorithms",
-    "Suggestions": "algorithms",
-    "get_algorithm": "algorithms",
-    "available_algorithms": "algorithms",
-    "register_algorithm": "algorithms",
-    "MULTI_OBJECTIVE_DEFAULT": "algorithms",
-    "EarlyStopper": "early_stopping",
-    "get_early_stopper": "early_stopping",
-    "available_early_stoppers": "early_stopping",
+    "algorithms": ["Algorithm", "Suggestions", "get_algorithm", "available_algorithms", "register_algorithm",
+                   "MULTI_OBJECTIVE_DEFAULT"],
+    "early_stopping": ["EarlyStopper", "get_early_stopper", "available_early_stoppers"],
 }
+__getattr__, _ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "FINISHED_STATES",
@@ -90,5 +85,3 @@ if TYPE_CHECKING:
     )
     from trimaran.tuning.early_stopping import EarlyStopper, available_early_stoppers, get_early_stopper
 
-
-__getattr__ = lazy_getattr(__name__, _LAZY)
