@@ -329,13 +329,11 @@ WATCH_PATHS = [
 ]
 
 
-async def hold_watches(kubeconfig: Path, count: int, seconds: float) -> None:
-    """Open ``count`` watches, print ``ready OK FAILED``, hold them until stdin closes (or ``seconds``)."""
-    ep = Endpoint.of(kubeconfig)
+async def hold_streams(ep: Endpoint, paths: list[str], seconds: float | None = None, head_timeout: float = 30
+                       ) -> None:
+    """Open a streaming GET of each path (16 at a time), print ``ready OK FAILED``, read them idly
+    until stdin closes (or ``seconds``), then close them."""
     context = ep.ssl_context()
-    probe = await Conn.open(ep, context)
-    rv = revision_of(await probe.request("GET", f"{PT}/pytorchjobs?limit=1"))
-    probe.close()
     gate = asyncio.Semaphore(16)
     conns: list[Conn] = []
     failed = 0
@@ -346,15 +344,13 @@ async def hold_watches(kubeconfig: Path, count: int, seconds: float) -> None:
             while await conn.reader.read(65536):
                 pass
 
-    async def open_one(i: int) -> None:
+    async def open_one(path: str) -> None:
         nonlocal failed
-        path = (f"{WATCH_PATHS[i % len(WATCH_PATHS)]}?watch=true&resourceVersion={rv}&allowWatchBookmarks=true"
-                f"&timeoutSeconds={int(seconds)}")
         async with gate:
             try:
                 conn = await Conn.open(ep, context)
                 conn._send("GET", path, None, "")
-                status, _ = await asyncio.wait_for(conn._head(), 30)
+                status, _ = await asyncio.wait_for(conn._head(), head_timeout)
             except (OSError, asyncio.TimeoutError, ssl.SSLError, ConnectionError):
                 failed += 1
                 return
@@ -365,7 +361,7 @@ async def hold_watches(kubeconfig: Path, count: int, seconds: float) -> None:
         conns.append(conn)
         drains.append(asyncio.create_task(drain(conn)))
 
-    await asyncio.gather(*(open_one(i) for i in range(count)))
+    await asyncio.gather(*(open_one(p) for p in paths))
     print(f"ready {len(conns)} {failed}", flush=True)
     loop = asyncio.get_running_loop()
     with contextlib.suppress(asyncio.TimeoutError):
@@ -374,6 +370,17 @@ async def hold_watches(kubeconfig: Path, count: int, seconds: float) -> None:
         conn.close()
     for task in drains:
         task.cancel()
+
+
+async def hold_watches(kubeconfig: Path, count: int, seconds: float) -> None:
+    """Open ``count`` watches, print ``ready OK FAILED``, hold them until stdin closes (or ``seconds``)."""
+    ep = Endpoint.of(kubeconfig)
+    probe = await Conn.open(ep, ep.ssl_context())
+    rv = revision_of(await probe.request("GET", f"{PT}/pytorchjobs?limit=1"))
+    probe.close()
+    paths = [f"{WATCH_PATHS[i % len(WATCH_PATHS)]}?watch=true&resourceVersion={rv}&allowWatchBookmarks=true"
+             f"&timeoutSeconds={int(seconds)}" for i in range(count)]
+    await hold_streams(ep, paths, seconds)
 
 
 class IdleWatches:

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
-import ssl
 import statistics
 import subprocess
 import sys
@@ -30,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kube_api import Conn, Endpoint  # noqa: E402 - the bench's own HTTP client
+from bench_kube_api import Conn, Endpoint, hold_streams  # noqa: E402 - the bench's own HTTP client
 
 PY = sys.executable
 LIST = "/api/v1/namespaces/default/configmaps"
@@ -42,47 +40,12 @@ WATCHED = ["/api/v1/namespaces/default/pods", "/api/v1/configmaps", "/apis/batch
 async def hold(kubeconfig: Path, watches: int, follows: int) -> None:
     """Open the streams, print ``ready OPENED FAILED``, hold them until stdin closes."""
     ep = Endpoint.of(kubeconfig)
-    context = ep.ssl_context()
-    probe = await Conn.open(ep, context)
+    probe = await Conn.open(ep, ep.ssl_context())
     status, body = await probe.request("GET", LIST)
     probe.close()
     rv = body["metadata"]["resourceVersion"]
     paths = [f"{WATCHED[i % len(WATCHED)]}?watch=true&resourceVersion={rv}" for i in range(watches)]
-    paths += [FOLLOW] * follows
-    gate = asyncio.Semaphore(16)
-    conns: list[Conn] = []
-    drains: list[asyncio.Task] = []
-    failed = 0
-
-    async def drain(conn: Conn) -> None:
-        with contextlib.suppress(Exception):
-            while await conn.reader.read(65536):
-                pass
-
-    async def open_one(path: str) -> None:
-        nonlocal failed
-        async with gate:
-            try:
-                conn = await Conn.open(ep, context)
-                conn._send("GET", path, None, "")
-                status, _ = await asyncio.wait_for(conn._head(), 60)
-            except (OSError, asyncio.TimeoutError, ssl.SSLError, ConnectionError):
-                failed += 1
-                return
-        if status != 200:
-            failed += 1
-            conn.close()
-            return
-        conns.append(conn)
-        drains.append(asyncio.create_task(drain(conn)))
-
-    await asyncio.gather(*(open_one(p) for p in paths))
-    print(f"ready {len(conns)} {failed}", flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    for conn in conns:
-        conn.close()
-    for task in drains:
-        task.cancel()
+    await hold_streams(ep, paths + [FOLLOW] * follows, head_timeout=60)
 
 
 async def measure(ep: Endpoint, requests: int) -> list[float]:
