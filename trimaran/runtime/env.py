@@ -15,7 +15,7 @@ import math
 import os
 import re
 from collections import ChainMap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 
 from trimaran.api.quantity import QuantityError, parse_quantity
@@ -286,18 +286,38 @@ def resolve_env(
     return {**services, **env}
 
 
-def expand_command(container: Mapping[str, object], env: Mapping[str, str]) -> list[str]:
-    """``command`` + ``args`` with ``$(VAR)`` expanded against the container's environment.
+def expand_command(
+    container: Mapping[str, object],
+    env: Mapping[str, str],
+    image_entrypoint: Sequence[str] | None = None,
+    image_cmd: Sequence[str] | None = None,
+) -> list[str]:
+    """The process to run, with ``$(VAR)`` expanded against the container's environment.
 
-    There is no image entrypoint to fall back on (processes run from the host's filesystem),
-    so a container without ``command`` is a configuration error.
+    With an image (``image_entrypoint``/``image_cmd`` not None), the kubelet's rules: no
+    ``command`` and no ``args`` runs Entrypoint + Cmd; ``command`` runs command + args (the
+    image's Cmd is dropped too); ``args`` alone runs Entrypoint + args. Only the pod's own parts
+    are expanded, as upstream. Without an image (a host process) there is no entrypoint to fall
+    back on, so a container without ``command`` is a configuration error.
     """
     command = [str(part) for part in container.get("command") or []]  # type: ignore[union-attr]
     args = [str(part) for part in container.get("args") or []]  # type: ignore[union-attr]
-    if not command:
-        what = "args but no command" if args else "no command"
-        raise ConfigError(
-            f"container {container.get('name')!r} has {what}: trimaran runs host programs, "
-            f"not image entrypoints, so set command (e.g. [python, train.py])"
-        )
-    return [expand(part, env) for part in command + args]
+    command = [expand(part, env) for part in command]
+    args = [expand(part, env) for part in args]
+    if image_entrypoint is None and image_cmd is None:
+        if not command:
+            what = "args but no command" if args else "no command"
+            raise ConfigError(
+                f"container {container.get('name')!r} has {what}: it runs as a host process, "
+                f"which has no image entrypoint, so set command (e.g. [python, train.py]) or "
+                f"run its image (annotation trimaran.io/image-policy: image)"
+            )
+        return command + args
+    if command:
+        argv = command + args
+    else:
+        argv = list(image_entrypoint or []) + (args if args else list(image_cmd or []))
+    if not argv:
+        raise ConfigError(f"container {container.get('name')!r}: no command specified: the image "
+                          f"has no Entrypoint or Cmd and the container sets no command")
+    return argv

@@ -13,8 +13,10 @@ e.g. ``"4"``, ``"NVIDIA-A100-SXM4-80GB:2"``, ``"A100:1,mig-3g.20gb:2"``. An empt
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import shutil
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -30,6 +32,10 @@ __all__ = [
     "gpu_env",
     "gpu_labels",
     "is_gpu_resource",
+    "DriverFiles",
+    "parse_container_cli_list",
+    "parse_ldconfig",
+    "driver_files",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -279,3 +285,105 @@ class GPUAllocator:
 def is_gpu_resource(resource: str) -> bool:
     """Whether a resource name is a GPU or MIG resource this module assigns."""
     return resource == GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+# -- the driver inside image containers ------------------------------------------------------------
+
+# The host driver's user-space files an image container needs, as the NVIDIA container toolkit
+# mounts them: libraries found by ldconfig when nvidia-container-cli is absent.
+_DRIVER_LIBRARY = re.compile(r"^lib(cuda|nvidia-[\w.-]+|nvcuvid|nvoptix|nvidia)\.so")
+_DRIVER_BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
+                    "nvidia-cuda-mps-server")
+
+
+@dataclass(frozen=True)
+class DriverFiles:
+    """What a GPU pod running its image gets from the host, each bound read-only at its own path:
+    ``devices`` (``/dev/nvidia*``) and ``files`` as ``(host path, path in the container)``."""
+
+    devices: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
+
+
+def _soname_link(path: str) -> str | None:
+    """Where the loader looks for a versioned library (``libcuda.so.1`` for
+    ``libcuda.so.535.104.05``: its ELF SONAME), when that differs from its own name. The toolkit
+    runs ldconfig in the container to make these links; binding the file there gives the same."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as handle:
+            for section in ELFFile(handle).iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags("DT_SONAME"):
+                        soname = tag.soname
+                        directory, _, name = path.rpartition("/")
+                        return f"{directory}/{soname}" if soname != name else None
+    except (OSError, ELFError):
+        pass
+    return None
+
+
+def parse_container_cli_list(listing: str) -> DriverFiles:
+    """``nvidia-container-cli list``'s output (one absolute path per line: device nodes, binaries,
+    libraries, firmware, IPC sockets) as the files to bind."""
+    devices: list[str] = []
+    files: list[tuple[str, str]] = []
+    for line in listing.splitlines():
+        path = line.strip()
+        if not path.startswith("/"):
+            continue
+        if path.startswith("/dev/"):
+            devices.append(path)
+            continue
+        files.append((path, path))
+        link = _soname_link(path) if ".so" in path.rpartition("/")[2] else None
+        if link is not None:
+            files.append((path, link))
+    return DriverFiles(tuple(dict.fromkeys(devices)), tuple(dict.fromkeys(files)))
+
+
+def parse_ldconfig(cache: str, binaries: Mapping[str, str] | None = None,
+                   devices: tuple[str, ...] = ()) -> DriverFiles:
+    """The documented fallback without nvidia-container-cli: the driver's libraries from
+    ``ldconfig -p`` (each name the cache lists, bound from the file it leads to), the driver's
+    tools found on PATH (``binaries``: name -> path) and the device nodes."""
+    files: list[tuple[str, str]] = []
+    for line in cache.splitlines():
+        name, sep, path = line.strip().partition(" => ")
+        if not sep:
+            continue
+        library = name.split(" ", 1)[0]
+        if "x86-64" not in name and "64bit" not in name and "AArch64" not in name:
+            continue  # the 32-bit copies are of no use to a 64-bit container
+        if _DRIVER_LIBRARY.match(library):
+            files.append((os.path.realpath(path), path.strip()))
+    files += [(path, path) for path in (binaries or {}).values()]
+    return DriverFiles(tuple(devices), tuple(dict.fromkeys(files)))
+
+
+@functools.cache
+def driver_files() -> DriverFiles:
+    """This host's driver files for GPU containers (looked up once per process): from
+    ``nvidia-container-cli list`` when installed, else ``ldconfig -p`` and PATH."""
+    import glob
+
+    devices = tuple(sorted(glob.glob("/dev/nvidia*")))
+    cli = shutil.which("nvidia-container-cli")
+    if cli is not None:
+        try:
+            listing = subprocess.run([cli, "list"], capture_output=True, text=True, timeout=_NVIDIA_SMI_TIMEOUT_S,
+                                     check=True).stdout
+            found = parse_container_cli_list(listing)
+            # Every GPU's node, as host pods get them: CUDA_VISIBLE_DEVICES selects by host index.
+            return DriverFiles(tuple(dict.fromkeys((*found.devices, *devices))), found.files)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=_NVIDIA_SMI_TIMEOUT_S).stdout
+    except (OSError, subprocess.SubprocessError):
+        cache = ""
+    binaries = {name: path for name in _DRIVER_BINARIES if (path := shutil.which(name))}
+    return parse_ldconfig(cache, binaries, devices)

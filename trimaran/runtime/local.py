@@ -47,14 +47,21 @@ from trimaran.api.meta import pod_hostname
 from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime import shim as _shim
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
-from trimaran.runtime.gpus import is_gpu_resource
+from trimaran.runtime.gpus import driver_files, is_gpu_resource
 from trimaran.runtime.node import Node, container_requests
-from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, find_bwrap, gpu_device_paths, hosts_file
+from trimaran.runtime.sandbox import (
+    SandboxUnavailable,
+    build_argv,
+    build_image_argv,
+    find_bwrap,
+    gpu_device_paths,
+    hosts_file,
+)
 from trimaran.runtime.security import container_security, seccomp_program
 from trimaran.runtime.serviceaccount import MOUNT_PATH, ServiceAccountAccess, automounts_token, write_service_account
 from trimaran.runtime.volumes import Mount, container_mounts, prepare_volumes
 
-__all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "LocalRuntime"]
+__all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user"]
 
 _SHIM = str(Path(_shim.__file__).resolve())
 _STOP_SLACK_S = 5.0  # beyond the grace period, before the runtime kills what the shim did not
@@ -63,6 +70,66 @@ _POLL_S = 0.01
 
 class PodNotFound(LookupError):
     """The runtime has no state for this pod uid."""
+
+
+@dataclass(frozen=True)
+class ImageRun:
+    """A container's image, pulled and unpacked: what the container runs instead of a host
+    process. ``reference`` is the image as resolved (``docker.io/library/busybox:latest``),
+    ``image_id`` what the kubelet reports as ``imageID`` (``docker.io/library/busybox@sha256:…``);
+    ``rootfs`` the unpacked root filesystem (shared by every container of the image, never
+    written); the rest is the image's config (``env`` as ``K=V``)."""
+
+    reference: str
+    image_id: str
+    rootfs: Path
+    entrypoint: tuple[str, ...] | None = None
+    cmd: tuple[str, ...] | None = None
+    env: tuple[str, ...] = ()
+    working_dir: str = ""
+    user: str = ""
+
+
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # containerd's
+
+
+def _passwd_entries(path: Path) -> list[list[str]]:
+    try:
+        return [line.split(":") for line in path.read_text(errors="replace").splitlines() if line and line[0] != "#"]
+    except OSError:
+        return []
+
+
+def image_user(rootfs: Path, user: str) -> tuple[int, int]:
+    """The image config's ``User`` (``uid``, ``uid:gid``, ``name``, ``name:group``) as numbers,
+    names looked up in the image's own /etc/passwd and /etc/group as the runtimes do; the group
+    defaults to the user's primary group there (0 when the image does not list the uid).
+    Raises ``ConfigError`` for a name the image does not know."""
+    name, _, group = user.partition(":")
+    passwd = _passwd_entries(rootfs / "etc" / "passwd")
+    if name.isdigit():
+        uid = int(name)
+        entry = next((e for e in passwd if len(e) > 3 and e[2] == name), None)
+    else:
+        entry = next((e for e in passwd if len(e) > 3 and e[0] == name), None)
+        if entry is None or not entry[2].isdigit():
+            raise ConfigError(f"unable to find user {name}: no matching entries in passwd file")
+        uid = int(entry[2])
+    if not group:
+        gid = int(entry[3]) if entry is not None and entry[3].isdigit() else 0
+    elif group.isdigit():
+        gid = int(group)
+    else:
+        found = next((e for e in _passwd_entries(rootfs / "etc" / "group") if len(e) > 2 and e[0] == group), None)
+        if found is None or not found[2].isdigit():
+            raise ConfigError(f"unable to find group {group}: no matching entries in group file")
+        gid = int(found[2])
+    return uid, gid
+
+
+def _image_home(rootfs: Path, uid: int) -> str:
+    entry = next((e for e in _passwd_entries(rootfs / "etc" / "passwd") if len(e) > 5 and e[2] == str(uid)), None)
+    return entry[5] if entry is not None and entry[5] else "/"
 
 
 @dataclass(frozen=True)
@@ -187,6 +254,7 @@ class LocalRuntime:
         lookup: Lookup | None = None,
         containers: Sequence[str] | None = None,
         on_exit: Callable[[], None] | None = None,
+        images: Mapping[str, ImageRun] | None = None,
     ) -> None:
         """Start a run of the pod and return once its shim process exists (milliseconds).
 
@@ -198,7 +266,9 @@ class LocalRuntime:
         ``env_extra`` overrides the pod's environment (GPU assignment from ``Node.admit``);
         ``hosts`` (name → IP) goes into the sandbox's /etc/hosts; ``lookup(kind, namespace,
         name)`` reads ConfigMaps and Secrets. ``on_exit`` is called (from a helper thread) when
-        this run's shim ends, so a caller can react at once instead of polling.
+        this run's shim ends, so a caller can react at once instead of polling. ``images``
+        (container name → :class:`ImageRun`) names the containers that run their image; the
+        others run as host processes.
 
         Raises ``SandboxUnavailable`` (bubblewrap missing), ``ConfigError`` (env, command)
         or ``VolumeError`` before anything is started.
@@ -224,13 +294,18 @@ class LocalRuntime:
                 f"pod {namespace}/{name}: {', '.join(sorted(busy))} still running; "
                 f"stop_pod first or restart only finished containers"
             )
+        # Runs whose shim was killed leave their containers' overlays mounted.
+        for old_run in self._runs(uid):
+            if not self._run_alive(old_run):
+                _shim.release_overlays_under(str(old_run))
         if run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
         _shim.write_json(str(pod_dir / "pod.json"), {"namespace": namespace, "name": name, "uid": uid})
         try:
             run_spec = self._run_spec(pod, uid, namespace, name, attempt, run_dir, bwrap,
-                                      env_extra or {}, hosts or {}, lookup or _no_lookup, containers)
+                                      env_extra or {}, hosts or {}, lookup or _no_lookup, containers,
+                                      images or {})
             log_dir = self._pod_log_dir(namespace, name)
             log_dir.mkdir(parents=True, exist_ok=True)
             _shim.write_json(str(log_dir / "containers.json"),
@@ -258,6 +333,7 @@ class LocalRuntime:
         hosts: Mapping[str, str],
         lookup: Lookup,
         only: Sequence[str] | None,
+        images: Mapping[str, ImageRun],
     ) -> dict:
         spec: Mapping = pod.get("spec") or {}
         status: Mapping = pod.get("status") or {}
@@ -291,11 +367,16 @@ class LocalRuntime:
 
         def container_spec(container: Mapping, index: int, init: bool) -> dict:
             cname = str(container.get("name"))
-            security = container_security(pod, container, index, init=init)
+            image = images.get(cname)
+            user = image_user(image.rootfs, image.user) if image is not None and image.user else None
+            security = container_security(pod, container, index, init=init, image_user=user)
             if security.seccomp is not None and not seccomp_path.exists():
                 seccomp_path.write_bytes(seccomp_program(security.seccomp))
             own_env = resolve_env(pod, container, lookup, service_env=service_env, **node_kwargs)
-            command = expand_command(container, own_env)
+            if image is None:
+                command = expand_command(container, own_env)
+            else:
+                command = expand_command(container, own_env, image.entrypoint or (), image.cmd or ())
             mounts = container_mounts(container, volumes, own_env)
             # A container that mounts a volume of its own there keeps it, as on a cluster.
             if token_dir is not None and all(PurePosixPath(m.target) != PurePosixPath(MOUNT_PATH) for m in mounts):
@@ -309,30 +390,49 @@ class LocalRuntime:
             termination_log.touch()
             termination_log.chmod(0o666)  # writable by any runAsUser
             wants_gpu = any(is_gpu_resource(r) for r in container_requests(container).gpus)
-            argv = build_argv(
-                command,
-                mounts=mounts,
-                hostname=hostname,
-                hosts_path=hosts_path,
-                hostname_path=hostname_path,
-                working_dir=container.get("workingDir"),
-                devices=gpu_device_paths() if wants_gpu else (),
-                termination_log=(termination_log,
-                                 str(container.get("terminationMessagePath") or "/dev/termination-log")),
-                bwrap=bwrap,
-                hidden=hidden,
-                security=security,
-            )
+            log_target = str(container.get("terminationMessagePath") or "/dev/termination-log")
+            overlay = None
+            if image is None:
+                argv = build_argv(
+                    command, mounts=mounts, hostname=hostname, hosts_path=hosts_path,
+                    hostname_path=hostname_path, working_dir=container.get("workingDir"),
+                    devices=gpu_device_paths() if wants_gpu else (),
+                    termination_log=(termination_log, log_target), bwrap=bwrap, hidden=hidden,
+                    security=security,
+                )
+                env = {**_image_env(hostname, security.uid), **own_env, **env_extra}
+            else:
+                layer = run_dir / "rootfs" / cname
+                overlay = {"lower": str(image.rootfs), "upper": str(layer / "upper"),
+                           "work": str(layer / "work"), "merged": str(layer / "merged")}
+                for key in ("upper", "work", "merged"):
+                    Path(overlay[key]).mkdir(parents=True)
+                driver = driver_files() if wants_gpu else None
+                try:
+                    argv = build_image_argv(
+                        command, image_root=image.rootfs, root=layer / "merged", mounts=mounts,
+                        hostname=hostname, hosts_path=hosts_path, hostname_path=hostname_path,
+                        working_dir=str(container.get("workingDir") or image.working_dir or "/"),
+                        devices=driver.devices if driver else (), read_only_files=driver.files if driver else (),
+                        termination_log=(termination_log, log_target), bwrap=bwrap, security=security,
+                    )
+                except ValueError as exc:
+                    raise ConfigError(f"container {cname!r}: {exc}") from None
+                image_env = dict(item.partition("=")[::2] for item in image.env)
+                # As containerd: PATH and HOME from the image when it sets them.
+                base = {"PATH": _DEFAULT_PATH, "HOME": _image_home(image.rootfs, security.uid)}
+                env = {**base, **image_env, "HOSTNAME": hostname, **own_env, **env_extra}
             return {
                 "name": cname,
                 "argv": argv,
                 "seccomp": None if security.seccomp is None else str(seccomp_path),
-                "env": {**_image_env(hostname, security.uid), **own_env, **env_extra},
+                "env": env,
                 "log": str(log_dir / cname / f"{attempt}.log"),
                 "memory_limit": memory_limit,
                 "use_cgroups": self.use_cgroups,
                 "termination_log": str(termination_log),
                 "termination_message_policy": container.get("terminationMessagePolicy") or "File",
+                **({"overlay": overlay} if overlay else {}),
             }
 
         app = [(i, c) for i, c in enumerate(spec.get("containers") or []) if only is None or c.get("name") in only]
@@ -577,6 +677,8 @@ class LocalRuntime:
         while True:
             left = [(p, t) for p, t in doomed if _shim.process_alive(p, t)]
             if not left and not any(self._shim_alive(s) for s in shims):
+                # A shim killed before it unmounted leaves its containers' overlays behind.
+                _shim.release_overlays_under(str(self._pod_dir(pod_uid)))
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"pod {pod_uid}: processes {[p for p, _ in left]} survived SIGKILL")
@@ -593,6 +695,8 @@ class LocalRuntime:
         stay until ``delete_logs``; PVC volumes stay."""
         if self.is_alive(pod_uid):
             self.stop_pod(pod_uid, grace_seconds=0)
+        # Never delete through a mounted overlay (its writes would land in nothing).
+        _shim.release_overlays_under(str(self._pod_dir(pod_uid)))
         shutil.rmtree(self._pod_dir(pod_uid), ignore_errors=True)
 
     # -- logs ---------------------------------------------------------------------------

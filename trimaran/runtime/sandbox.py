@@ -26,6 +26,9 @@ The container runs in user, pid, IPC, mount and UTS namespaces of its own, as
 user namespace can be made and the control plane is root, it runs as an unprivileged uid
 instead (``setpriv``). The network is the host's: replicas reach each other over loopback.
 
+A container that runs its image sees none of this host's filesystem: its root is the image's
+root filesystem, writable through an overlay made per container (see :func:`build_image_argv`).
+
 A mount point whose parent is a read-only host directory (``/etc/config`` with /etc from the
 host) cannot be created in that directory; the directories on its way are rebuilt as tmpfs
 directories whose entries are bound one by one instead.
@@ -58,6 +61,8 @@ __all__ = [
     "gpu_device_paths",
     "hosts_file",
     "build_argv",
+    "build_image_argv",
+    "path_in_root",
 ]
 
 DEFAULT_SHM_SIZE = 64 * 1024 * 1024
@@ -390,3 +395,121 @@ def build_argv(
         *command,
     ]
     return args
+
+
+def path_in_root(root: Path, path: str) -> str:
+    """``path`` inside the container whose root filesystem is ``root``, with the symlinks on its
+    way followed as the container would (``/var/run`` -> ``/run`` in Debian images), never out of
+    ``root``: bubblewrap would follow an absolute link out of the new root while it sets it up.
+    Components past one that does not exist are kept as written."""
+    resolved: list[str] = []
+    pending = list(reversed(PurePosixPath(path).parts[1:]))
+    hops = 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        candidate = root.joinpath(*resolved, part)
+        if not candidate.is_symlink():
+            resolved.append(part)
+            continue
+        hops += 1
+        if hops > 40:  # the kernel's limit on links in one lookup
+            raise ValueError(f"{path}: too many levels of symbolic links in the image")
+        target = PurePosixPath(os.readlink(candidate))
+        if target.is_absolute():
+            resolved = []
+            pending.extend(reversed(target.parts[1:]))
+        else:
+            pending.extend(reversed(target.parts))
+    return "/" + "/".join(resolved)
+
+
+def build_image_argv(
+    command: Sequence[str],
+    *,
+    image_root: Path,
+    root: Path,
+    mounts: Sequence[Mount],
+    hostname: str,
+    hosts_path: Path,
+    hostname_path: Path,
+    working_dir: str = "/",
+    devices: Sequence[str] = (),
+    read_only_files: Sequence[tuple[str, str]] = (),
+    termination_log: tuple[Path, str] | None = None,
+    bwrap: str | None = None,
+    security: ContainerSecurity | None = None,
+    userns: bool | None = None,
+) -> list[str]:
+    """The argv (bwrap … -- command) for a container that runs its image.
+
+    ``root`` is the container's own writable view of the image (an overlay over
+    ``image_root``, mounted by whoever starts it), bound at ``/``; nothing else of the host is
+    visible but the volumes, ``devices`` and ``read_only_files`` (``(host path, path inside)``:
+    the GPU driver's files). The rest is as :func:`build_argv`: fresh ``/dev``, ``/proc`` and
+    ``/dev/shm``, the generated ``/etc/hosts`` and ``/etc/hostname``, the host's
+    ``/etc/resolv.conf``, the termination log, the namespaces, capabilities and user of
+    ``security``. Mount points are resolved through the image's symlinks
+    (:func:`path_in_root`). Raises :class:`SandboxUnavailable` without bwrap, ``ValueError``
+    where no user namespace can be made (the image has no ``setpriv`` to drop root with).
+    """
+    bwrap = bwrap or find_bwrap()
+    if bwrap is None:
+        raise SandboxUnavailable()
+    if len(hostname) > 64:
+        raise ValueError(f"hostname {hostname!r} is longer than 64 characters")
+    if security is None:
+        security = ContainerSecurity(0, 0, DEFAULT_CAPABILITIES, None, read_only_root=False, privileged=False)
+    if userns is None:
+        userns = userns_available(bwrap)
+    if not userns:
+        raise ValueError("running a container image needs user namespaces, which bubblewrap cannot "
+                         "create here (kernel.unprivileged_userns_clone or user.max_user_namespaces)")
+
+    def inside(path: str) -> str:
+        return path_in_root(image_root, path)
+
+    cwd = inside(working_dir or "/")
+    args = [bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc"]
+    for device in devices:
+        args += ["--dev-bind-try", device, device]
+    for source, target in read_only_files:
+        args += ["--ro-bind-try", source, inside(target)]
+    # Parents before children, so a mount inside another volume lands in that volume.
+    for mount in sorted(mounts, key=lambda m: len(PurePosixPath(m.target).parts)):
+        target = inside(mount.target)
+        if mount.source is None:
+            if mount.size is not None:
+                args += ["--size", str(mount.size)]
+            args += ["--perms", "1777", "--tmpfs", target]
+        else:
+            args += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), target]
+    if "/dev/shm" not in {m.target for m in mounts}:
+        args += ["--size", str(DEFAULT_SHM_SIZE), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    args += ["--ro-bind", str(hosts_path), inside("/etc/hosts")]
+    args += ["--ro-bind", str(hostname_path), inside("/etc/hostname")]
+    args += ["--ro-bind-try", "/etc/resolv.conf", inside("/etc/resolv.conf")]
+    if termination_log:
+        args += ["--bind", str(termination_log[0]), inside(termination_log[1])]
+    args += ["--dir", cwd]
+    if security.read_only_root:
+        # Volumes, /dev/shm and the termination log are mounts of their own and stay writable.
+        args += ["--remount-ro", "/"]
+    user_args, _ = _security_args(security, userns)
+    return [
+        *args,
+        *user_args,
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--hostname", hostname,
+        "--die-with-parent",
+        "--chdir", cwd,
+        "--",
+        *command,
+    ]

@@ -132,10 +132,13 @@ def _int_field(context: Mapping, key: str, field: str) -> int | None:
     return value
 
 
-def container_security(pod: Mapping, container: Mapping, index: int, *, init: bool = False) -> ContainerSecurity:
+def container_security(pod: Mapping, container: Mapping, index: int, *, init: bool = False,
+                       image_user: tuple[int, int] | None = None) -> ContainerSecurity:
     """The container's effective security context: its own ``securityContext`` over the
     pod's. ``index`` is its position in ``containers`` (or ``initContainers`` when ``init``),
-    for the field paths of errors. Raises ``ConfigError`` with the kubelet's message when the
+    for the field paths of errors. ``image_user`` is the image's ``User`` as (uid, gid), used
+    where ``runAsUser`` (and then ``runAsGroup``) is unset, as the kubelet does. Raises
+    ``ConfigError`` with the kubelet's message when the
     container must not start."""
     spec: Mapping = pod.get("spec") or {}
     meta: Mapping = pod.get("metadata") or {}
@@ -145,10 +148,14 @@ def container_security(pod: Mapping, container: Mapping, index: int, *, init: bo
 
     uid = _int_field(own, "runAsUser", where)
     if uid is None:
-        uid = _int_field(pod_context, "runAsUser", "spec.securityContext") or 0
+        uid = _int_field(pod_context, "runAsUser", "spec.securityContext")
     gid = _int_field(own, "runAsGroup", where)
     if gid is None:
-        gid = _int_field(pod_context, "runAsGroup", "spec.securityContext") or 0
+        gid = _int_field(pod_context, "runAsGroup", "spec.securityContext")
+    if uid is None and image_user is not None:
+        uid, gid = image_user[0], image_user[1] if gid is None else gid
+    uid = uid or 0
+    gid = gid or 0
     non_root = own.get("runAsNonRoot")
     if non_root is None:
         non_root = pod_context.get("runAsNonRoot")

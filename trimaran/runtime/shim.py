@@ -12,6 +12,12 @@ It reads ``<state_dir>/spec.json``::
          "memory_limit": int | null, "use_cgroups": bool, "seccomp": path | null,
          "termination_log": path | null, "termination_message_policy": "File" | ...}
 
+    C may also hold ``"overlay": {"lower", "upper", "work", "merged"}`` (a container that runs
+    its image): the shim mounts the image's root filesystem (``lower``, shared, never written)
+    under a writable layer of this container's own at ``merged`` before it starts bubblewrap,
+    and unmounts it once the container has ended. fuse-overlayfs when installed (no copy of the
+    image, no privilege needed), else the kernel's overlayfs when running as root.
+
 ``seccomp`` is a compiled seccomp program for bubblewrap (``argv[0]``): the shim opens it and
 passes it on a file descriptor (``--seccomp FD``).
 
@@ -61,6 +67,10 @@ __all__ = [
     "utc_now",
     "cgroup_procs",
     "kill_cgroup",
+    "mount_overlay",
+    "unmount_overlay",
+    "overlay_mounts_under",
+    "release_overlays_under",
     "main",
 ]
 
@@ -184,6 +194,98 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# -- the root filesystem of a container that runs its image -----------------------------------
+
+
+def _which(name: str) -> str | None:
+    for directory in (os.environ.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin").split(os.pathsep):
+        path = os.path.join(directory, name)
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _quiet(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+
+
+def mount_overlay(overlay: dict) -> str:
+    """Mount ``overlay`` (``lower``, ``upper``, ``work``, ``merged``); return which overlay
+    was used. Raises ``OSError`` with the mounter's message."""
+    for key in ("lower", "upper", "work"):
+        if "," in overlay[key] or ":" in overlay[key]:
+            raise OSError(f"overlay {key} directory {overlay[key]!r} has a ',' or ':' in its path")
+    options = f"lowerdir={overlay['lower']},upperdir={overlay['upper']},workdir={overlay['work']}"
+    fuse = _which("fuse-overlayfs")
+    if fuse is not None and os.environ.get("TRIMARAN_OVERLAY") != "kernel":
+        # allow_other: a pod run without a user namespace (setpriv) is not the mounting user.
+        argv = [fuse, "-o", options + (",allow_other" if os.geteuid() == 0 else ""), overlay["merged"]]
+        kind = "fuse-overlayfs"
+    elif os.geteuid() == 0:
+        argv = ["mount", "-t", "overlay", "overlay", "-o", options, overlay["merged"]]
+        kind = "overlayfs"
+    else:
+        raise OSError("a container that runs its image needs fuse-overlayfs (apt-get install fuse-overlayfs)")
+    done = _quiet(argv)
+    if done.returncode != 0:
+        raise OSError(f"{kind} failed: {done.stderr.decode(errors='replace').strip()}")
+    return kind
+
+
+def _mount_points() -> list[str]:
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            fields = line.split(" ", 5)
+            if len(fields) > 4:
+                # Spaces and the like are written as octal escapes.
+                points.append(fields[4].encode().decode("unicode_escape"))
+    return points
+
+
+def overlay_mounts_under(directory: str) -> list[str]:
+    """Mount points at or below ``directory`` (deepest first)."""
+    prefix = os.path.realpath(directory).rstrip("/") + "/"
+    return sorted((p for p in _mount_points() if (p + "/").startswith(prefix)), key=len, reverse=True)
+
+
+def unmount_overlay(merged: str) -> None:
+    """Unmount a container's root filesystem if it is mounted; lazily when it is busy."""
+    if os.path.realpath(merged) not in _mount_points():
+        return
+    fusermount = _which("fusermount3") or _which("fusermount")
+    for argv in ([fusermount, "-u", merged] if fusermount else None, ["umount", merged],
+                 [fusermount, "-u", "-z", merged] if fusermount else None, ["umount", "-l", merged]):
+        if argv is not None and _quiet(argv).returncode == 0:
+            return
+
+
+def _overlay_daemons(directory: str) -> list[int]:
+    """fuse-overlayfs processes serving a mount below ``directory``."""
+    needle = os.path.realpath(directory).encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"fuse-overlayfs" and any(needle in a for a in argv[1:]):
+            found.append(int(name))
+    return found
+
+
+def release_overlays_under(directory: str) -> None:
+    """Unmount every overlay below ``directory`` and end its fuse-overlayfs: for runs whose shim
+    did not get to (killed, or the machine's control plane stopped it)."""
+    for point in overlay_mounts_under(directory):
+        unmount_overlay(point)
+    for pid in _overlay_daemons(directory):
+        _signal(pid, signal.SIGTERM)
 
 
 # -- cgroups ------------------------------------------------------------------------------
@@ -320,6 +422,13 @@ class _Container:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         self.started_at = utc_now()
         argv = list(self.spec["argv"])
+        overlay = self.spec.get("overlay")
+        if overlay:
+            try:
+                mount_overlay(overlay)
+            except (OSError, subprocess.SubprocessError) as exc:
+                self._record(128, None, "StartError", f"mounting the image's root filesystem: {exc}")
+                return
         seccomp_fd: int | None = None
         with open(log_path, "ab") as log:
             self.log_offset = log.tell()
@@ -454,6 +563,9 @@ class _Container:
 
     def _record(self, exit_code: int, signum: int | None, reason: str, message: str | None) -> None:
         self.exit_code = exit_code
+        if self.spec.get("overlay"):
+            # Before the exit is recorded: whoever sees the exit sees no mount left.
+            unmount_overlay(self.spec["overlay"]["merged"])
         write_json(self._file(".exit.json"), {
             "exitCode": exit_code,
             "signal": signum,
