@@ -1,0 +1,92 @@
+"""Models and artifacts from where users keep them: ``s3://``, ``gs://``, ``http(s)://``, ``hf://``.
+
+One module per scheme behind :class:`Storage`; :func:`fetch` is what the rest of Trimaran calls
+(the InferenceService controller today; Seldon's ``modelUri`` and training initializers can use
+it the same way)::
+
+    from trimaran.serving.storage import Credentials, fetch
+
+    path = fetch("s3://models/iris", home / "storage", Credentials.from_env(os.environ))
+
+Downloads land in a :class:`DownloadCache` keyed by URI and version, so a second fetch of an
+unchanged source only asks the source for its version. Importing this package imports no client
+library: boto3, google-cloud-storage and huggingface_hub load when their scheme is used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trimaran.serving.storage._base import (
+    Credentials,
+    InvalidStorageUri,
+    Progress,
+    Snapshot,
+    Storage,
+    StorageError,
+    secret_env,
+)
+from trimaran.serving.storage._cache import DownloadCache
+from trimaran.serving.storage._gcs import GCSStorage
+from trimaran.serving.storage._hf import HFStorage
+from trimaran.serving.storage._http import HTTPStorage
+from trimaran.serving.storage._s3 import S3Storage
+
+__all__ = [
+    "SCHEMES",
+    "Credentials",
+    "DownloadCache",
+    "GCSStorage",
+    "HFStorage",
+    "HTTPStorage",
+    "InvalidStorageUri",
+    "Progress",
+    "S3Storage",
+    "Snapshot",
+    "Storage",
+    "StorageError",
+    "fetch",
+    "secret_env",
+    "storage_for",
+]
+
+_REGISTRY: dict[str, type[Storage]] = {
+    scheme: cls for cls in (S3Storage, GCSStorage, HTTPStorage, HFStorage) for scheme in cls.schemes}
+#: The schemes that download.
+SCHEMES = tuple(_REGISTRY)
+
+
+def storage_for(uri: str) -> Storage:
+    """The scheme's handler for ``uri``, checked without any request. Raises InvalidStorageUri,
+    with KServe's wording for a scheme nobody handles."""
+    scheme, sep, _ = uri.partition("://")
+    cls = _REGISTRY.get(scheme.lower()) if sep else None
+    if cls is None:
+        raise InvalidStorageUri(f"Cannot recognize storage type for {uri}")
+    return cls(uri)
+
+
+def _ignore(done: int, total: int | None) -> None:
+    pass
+
+
+def fetch(uri: str, cache_dir: Path, credentials: Credentials | None = None, progress: Progress | None = None) -> Path:
+    """The local directory holding what ``uri`` names now, downloading it only when the cache has no
+    copy of its current version.
+
+    Args:
+        uri: ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``http(s)://host/file`` (an archive is
+            unpacked) or ``hf://owner/repo[:revision]``.
+        cache_dir: the cache's root (the control plane uses ``$TRIMARAN_HOME/storage``).
+        credentials: what to authenticate with; None reads the process environment (`Credentials.from_env`).
+        progress: called with ``(done_bytes, total_bytes)`` as bytes arrive (total None when unknown).
+
+    Raises InvalidStorageUri for a URI no scheme takes, StorageError when the source is unreachable,
+    refuses, has nothing there or sends something unsafe; nothing is left in the cache then.
+    """
+    storage = storage_for(uri)
+    creds = credentials if credentials is not None else Credentials.from_env(os.environ)
+    snap = storage.snapshot(creds)
+    cache = DownloadCache(cache_dir)
+    return cache.get(uri, snap.version, lambda dest: storage.download(snap, dest, creds, progress or _ignore))
