@@ -8,7 +8,7 @@ image holds and bump it. Fixtures, session-scoped, for any test module or confte
 
     from tests.imagekit import auth_registry, registry, test_images  # noqa: F401 (fixtures)
 
-``test_images`` is a :class:`TestImages`; ``registry`` and ``auth_registry`` are :class:`Registry`
+``test_images`` is a :class:`BuiltImages`; ``registry`` and ``auth_registry`` are :class:`Registry`
 objects with :meth:`Registry.push`. :func:`start_registry` gives a test a registry of its own (e.g.
 to tamper with its storage).
 """
@@ -296,7 +296,7 @@ def debootstrap_rootfs(target: Path) -> None:
 
 
 @dataclass
-class TestImages:
+class BuiltImages:
     """The built images, tags of one OCI layout: ``busybox``, ``debian-python``, and what tests add."""
 
     layout: OCILayout
@@ -306,7 +306,7 @@ class TestImages:
         return self.layout.path
 
 
-def build_test_images(root: Path | None = None) -> TestImages:
+def build_test_images(root: Path | None = None) -> BuiltImages:
     """Build (or reuse) the base images in ``root`` (default: the cache); safe beside another run."""
     root = (root or cache_dir()) / BUILDER_VERSION
     root.mkdir(parents=True, exist_ok=True)
@@ -322,7 +322,7 @@ def build_test_images(root: Path | None = None) -> TestImages:
             tree = Layer(tree=rootfs, tree_excludes=["dev", "proc", "sys", "run", "var/cache/apt/archives",
                                                      "var/lib/apt/lists", "var/log"])
             layout.build("debian-python", [tree], ImageSpec(cmd=["python3"]))
-    return TestImages(layout)
+    return BuiltImages(layout)
 
 
 # -- registries ------------------------------------------------------------------------------------
@@ -344,10 +344,10 @@ class Registry:
     credentials: tuple[str, str] | None = None
     pushed: dict[str, str] = field(default_factory=dict)
 
-    def push(self, images: TestImages | OCILayout | Path, tag: str, repository: str, *, zstd: bool = False) -> str:
+    def push(self, images: BuiltImages | OCILayout | Path, tag: str, repository: str, *, zstd: bool = False) -> str:
         """Copy the image ``tag`` (an index with all its platforms) to ``host/repository`` and return
         the reference; ``zstd`` recompresses its layers with zstd on the way."""
-        path = images.path if isinstance(images, (TestImages, OCILayout)) else Path(images)
+        path = images.path if isinstance(images, (BuiltImages, OCILayout)) else Path(images)
         reference = f"{self.host}/{repository}"
         argv = ["skopeo", "--insecure-policy", "copy", "--quiet", "--all", "--dest-tls-verify=false"]
         if self.credentials:
@@ -494,7 +494,7 @@ def start_registry(directory: Path, token_server: TokenServer | None = None, dea
 
 
 @pytest.fixture(scope="session")
-def test_images() -> TestImages:
+def test_images() -> BuiltImages:
     """The base images (``busybox``, ``debian-python``), built once and cached between runs."""
     return build_test_images()
 

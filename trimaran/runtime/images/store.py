@@ -17,6 +17,7 @@ therefore sees an image whole or not at all, and a failed or killed pull leaves 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -133,15 +134,15 @@ class ImageStore:
     """
 
     def __init__(self, root: Path, insecure_registries: Iterable[str] = (), *, timeout: float = 1800.0,
-                 platform: tuple[str, str] | None = None, skopeo: str = "skopeo", umoci: str = "umoci") -> None:
+                 platform: tuple[str, str] | None = None) -> None:
         self.root = Path(root)
         self.insecure_registries = frozenset(insecure_registries)
         self.timeout = timeout
         self.platform = platform or host_platform()
-        self._skopeo = skopeo
-        self._umoci = umoci
+        self._skopeo, self._umoci, self._zstd = "skopeo", "umoci", "zstd"
         self._lock = threading.Lock()
         self._pulls: dict[str, Future[Image]] = {}
+        self._callers: dict[str, int] = {}
 
     # -- paths --------------------------------------------------------------------------------------
 
@@ -201,8 +202,12 @@ class ImageStore:
             owner = future is None
             if owner:
                 future = self._pulls[key] = Future()
+            self._callers[key] = self._callers.get(key, 0) + 1
         if not owner:
-            return future.result()
+            try:
+                return future.result()
+            finally:
+                self._leave(key)
         try:
             image = self._pull(ref, credentials, progress or (lambda _message: None))
         except BaseException as error:
@@ -214,6 +219,18 @@ class ImageStore:
         finally:
             with self._lock:
                 del self._pulls[key]
+            self._leave(key)
+
+    def _leave(self, key: str) -> None:
+        with self._lock:
+            self._callers[key] -= 1
+            if not self._callers[key]:
+                del self._callers[key]
+
+    def pulls_in_flight(self) -> dict[str, int]:
+        """For each reference being pulled, how many callers wait on that one pull."""
+        with self._lock:
+            return dict(self._callers)
 
     def _pull(self, ref: ImageReference, credentials: Sequence[RegistryCredential], progress: Progress) -> Image:
         if ref.digest is not None and (image := self.lookup(ref)) is not None:
@@ -288,7 +305,9 @@ class ImageStore:
         path = work / "auth.json"
         auths = {}
         if credential is not None:
-            auths[credential.registry] = {"username": credential.username, "password": credential.password}
+            # containers/image reads only ``auth`` (base64 of user:password) from an authfile.
+            token = base64.b64encode(f"{credential.username}:{credential.password}".encode()).decode()
+            auths[credential.registry] = {"auth": token}
         fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as stream:
             json.dump({"auths": auths}, stream)
@@ -366,13 +385,15 @@ class ImageStore:
         if result.returncode != 0:
             raise ImagePullError(_describe_failure(result.stderr.decode(errors="replace"), ref, credential is not None))
         manifest = self._layout_manifest(layout)
+        size = sum(int(layer.get("size", 0)) for layer in manifest.get("layers") or [])
+        if any(layer.get("mediaType", "").endswith("+zstd") for layer in manifest.get("layers") or []):
+            layout = self._decompressed(ref, layout, work, manifest["config"]["digest"])
         config = json.loads(self._blob(manifest["config"]["digest"]).read_bytes())
         image_id = manifest["config"]["digest"]
         os_name, arch = self.platform
         if (config.get("os"), config.get("architecture")) != (os_name, arch):
             raise ImagePullError(f'failed to pull image "{ref}": the image is for {config.get("os")}/'
                                  f"{config.get('architecture')}, this node runs {os_name}/{arch}")
-        size = sum(int(layer.get("size", 0)) for layer in manifest.get("layers") or [])
         target = self._image_dir(image_id)
         if not target.is_dir():
             progress(f"Unpacking {len(manifest.get('layers') or [])} layers ({size} bytes)")
@@ -382,6 +403,42 @@ class ImageStore:
         if image is None:
             raise ImagePullError(f'failed to pull image "{ref}": the unpacked image vanished from {target}')
         return image
+
+    def _decompressed(self, ref: ImageReference, layout: Path, work: Path, config_digest: str) -> Path:
+        """``layout`` with its zstd layers uncompressed (the ``zstd`` tool), for umoci 0.4, which
+        unpacks gzip and plain layers only (and skopeo 1.9's ``--dest-decompress`` keeps zstd).
+        Each result must hash to the config's diff id; the copies live in the pull's workspace."""
+        manifest = self._layout_manifest(layout)
+        diff_ids = json.loads(self._blob(config_digest).read_bytes())["rootfs"]["diff_ids"]
+        plain = work / "layout-uncompressed"
+        (plain / "blobs" / "sha256").mkdir(parents=True)
+        layers = []
+        if len(diff_ids) != len(manifest["layers"]):
+            raise ImagePullError(f'failed to unpack image "{ref}": its config lists {len(diff_ids)} layers, '
+                                 f'its manifest {len(manifest["layers"])}')
+        for layer, diff_id in zip(manifest["layers"], diff_ids, strict=True):
+            if not layer.get("mediaType", "").endswith("+zstd"):
+                layers.append(layer)
+                (plain / "blobs" / "sha256" / layer["digest"].split(":", 1)[1]).symlink_to(self._blob(layer["digest"]))
+                continue
+            target = plain / "blobs" / "sha256" / diff_id.split(":", 1)[1]
+            argv = [self._zstd, "-d", "-q", "-f", str(self._blob(layer["digest"])), "-o", str(target)]
+            result = self._run(argv, work, f'decompress a zstd layer of "{ref}"')
+            if result.returncode != 0 or _sha256_file(target) != diff_id:
+                detail = result.stderr.decode(errors="replace").strip() or "its content does not match the diff id"
+                raise ImagePullError(f'failed to unpack image "{ref}": zstd layer {layer["digest"]}: {detail}')
+            layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": diff_id,
+                           "size": target.stat().st_size})
+        (plain / "blobs" / "sha256" / config_digest.split(":", 1)[1]).symlink_to(self._blob(config_digest))
+        manifest_bytes = json.dumps({**manifest, "layers": layers}).encode()
+        manifest_digest = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+        (plain / "blobs" / "sha256" / manifest_digest.split(":", 1)[1]).write_bytes(manifest_bytes)
+        (plain / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+        (plain / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
+            {"mediaType": manifest.get("mediaType", "application/vnd.oci.image.manifest.v1+json"),
+             "digest": manifest_digest, "size": len(manifest_bytes),
+             "annotations": {"org.opencontainers.image.ref.name": _LAYOUT_TAG}}]}))
+        return plain
 
     def _layout_manifest(self, layout: Path) -> dict[str, Any]:
         index = json.loads((layout / "index.json").read_text())
