@@ -30,7 +30,7 @@ _EXPORTS = {
         "Affinity", "ConfigMap", "Container", "ContainerPort", "ContainerState", "ContainerStatus", "EnvVar",
         "EnvVarSource", "Namespace", "NodeAffinity", "NodeSelector", "NodeSelectorRequirement",
         "NodeSelectorTerm", "PersistentVolumeClaim", "Pod", "PodSpec", "PodStatus", "PodTemplateSpec",
-        "Quantity", "ResourceRequirements", "Secret", "Toleration", "Volume", "VolumeMount",
+        "Quantity", "ResourceRequirements", "Secret", "ServiceAccount", "Toleration", "Volume", "VolumeMount",
         "is_extended_resource", "parse_cpu", "parse_memory", "parse_quantity"
     ],
     "errors": [
@@ -93,6 +93,7 @@ if TYPE_CHECKING:
         Quantity,
         ResourceRequirements,
         Secret,
+        ServiceAccount,
         Toleration,
         Volume,
         VolumeMount,

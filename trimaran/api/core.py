@@ -58,6 +58,7 @@ __all__ = [
     "Quantity",
     "ResourceRequirements",
     "Secret",
+    "ServiceAccount",
     "Toleration",
     "Volume",
     "VolumeMount",
@@ -1010,6 +1011,15 @@ class NamespaceStatus(ApiModel):
 
     phase: Literal["Active", "Terminating"] | None = None
     conditions: list[Condition] | None = None
+
+
+class ServiceAccount(Resource):
+    """core/v1 ServiceAccount: the Secrets it names are where KServe's storage initializer finds
+    storage credentials (``secrets``), and pull secrets for its pods (``imagePullSecrets``)."""
+
+    secrets: list[dict[str, Any]] | None = None
+    image_pull_secrets: list[LocalObjectReference] | None = None
+    automount_service_account_token: bool | None = None
 
 
 class Namespace(Resource):

@@ -13,7 +13,7 @@ from typing import Any
 
 from trimaran.api import printers
 from trimaran.api.batch import Job
-from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret
+from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.meta import Resource
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
@@ -241,6 +241,9 @@ for _info in (
     KindInfo("ConfigMap", "v1", "", "v1", "configmaps", ("cm",), True, ConfigMap,
              printer_columns=printers.CONFIGMAP, status_subresource=False),
     KindInfo("Secret", "v1", "", "v1", "secrets", (), True, Secret, printer_columns=printers.SECRET,
+             status_subresource=False),
+    KindInfo("ServiceAccount", "v1", "", "v1", "serviceaccounts", ("sa",), True, ServiceAccount,
+             printer_columns=(PrinterColumn("Secrets", "integer", value=lambda o: len(o.get("secrets") or [])), AGE),
              status_subresource=False),
     KindInfo("Namespace", "v1", "", "v1", "namespaces", ("ns",), False, Namespace,
              printer_columns=printers.NAMESPACE),
