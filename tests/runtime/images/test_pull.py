@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.imagekit import BuiltImages, ImageSpec, Layer, Registry, docker_config_secret, free_port, start_registry
+from tests.runtime.helpers import wait_for
 from trimaran.runtime.images import ImagePullError, ImageStore, credentials_from_secrets, parse_reference
 
 AMD64 = ("linux", "amd64")
@@ -180,13 +180,9 @@ def test_concurrent_pulls_of_one_reference_share_one_fetch(registry: Registry, l
     first = threading.Thread(target=lambda: results.__setitem__("first", store.pull(ref, progress=first_progress)))
     second = threading.Thread(target=lambda: results.__setitem__("second", store.pull(ref, progress=messages.append)))
     first.start()
-    deadline = time.monotonic() + 30
-    while not messages and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: messages, timeout=30, what="the first pull to start copying")
     second.start()
-    while store.pulls_in_flight().get(str(ref)) != 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert store.pulls_in_flight() == {str(ref): 2}
+    wait_for(lambda: store.pulls_in_flight() == {str(ref): 2}, timeout=30, what="the second pull to join the first")
     second_waiting.set()
     first.join(timeout=60)
     second.join(timeout=60)
