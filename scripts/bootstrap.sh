@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+# Container images (trimaran/runtime/images): skopeo pulls, umoci unpacks, zstd opens zstd layers
+# (umoci 0.4 cannot), fuse-overlayfs gives each container a writable root over the shared image.
+for tool in skopeo umoci zstd fuse-overlayfs; do
+  command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
+done
 command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || need_apt+=(libseccomp2)
 if [ ${#need_apt[@]} -gt 0 ]; then

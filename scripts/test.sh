@@ -4,6 +4,18 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh || exit 1
+# The image tests (tests/imagekit.py): the distribution's registry, debootstrap for the Debian
+# python3 image, busybox-static for the busybox one.
+need_apt=()
+command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+busybox --list 2>/dev/null | grep -qx sh && ldd "$(command -v busybox)" 2>&1 | grep -q 'not a dynamic' \
+  || need_apt+=(busybox-static)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null \
+    || exit 1
+fi
 # kubectl for tests/server/test_kubectl.py: the one on PATH, else Debian's.
 if ! command -v kubectl >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
