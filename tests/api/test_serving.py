@@ -68,12 +68,19 @@ def test_framework_shortcuts_are_served_as_model_formats(shortcut: str) -> None:
     ({"sklearn": {"storageUri": "a"}, "scaleMetric": "latency"}, "spec.predictor.scaleMetric"),
     ({"sklearn": {"storageUri": "a"}, "scaleMetric": "cpu", "minReplicas": 0},
      "spec.predictor.minReplicas: Invalid value: 0: scaleMetric cpu (HPA) cannot scale to zero"),
-    ({"sklearn": {"storageUri": "gs://bucket/model"}},
-     "spec.predictor.sklearn.storageUri: Invalid value: \"gs://bucket/model\": gs:// needs a cloud download, "
-     "not available locally; copy the model to a local path or a PVC"),
+    ({"sklearn": {"storageUri": "hdfs://nn/model"}},
+     "spec.predictor.sklearn.storageUri: Invalid value: \"hdfs://nn/model\": hdfs:// is not supported locally; "
+     "use s3://, gs://, http://, https://, hf://"),
+    ({"sklearn": {"storageUri": "s3://"}}, "spec.predictor.sklearn.storageUri: Invalid value: \"s3://\": "
+     "s3:// needs a bucket"),
     ({"sklearn": {"storageUri": "pvc://claim/../../x"}}, "must stay inside its root"),
     ({"sklearn": {"storageUri": "../outside"}}, "must stay inside its root"),
     ({"sklearn": {"storageUri": "ftp://host/m"}}, "Cannot recognize storage type for ftp://host/m"),
+    ({"sklearn": {"storage": {"key": "minio"}}}, "spec.predictor.sklearn.storage.path: Required value"),
+    ({"sklearn": {"storageUri": "s3://b/m", "storage": {"path": "m"}}},
+     "spec.predictor.sklearn.storageUri: Forbidden: cannot co-exist with storage"),
+    ({"sklearn": {"storage": {"path": "m", "parameters": {"type": "hdfs"}}}},
+     "spec.predictor.sklearn.storage.parameters.type: Unsupported value: \"hdfs\""),
 ])
 def test_webhook_rules(predictor: dict[str, Any], expected: str) -> None:
     problems = errors(isvc(predictor))
@@ -144,6 +151,10 @@ def test_accepted_manifests_validate_against_the_crd_schema() -> None:
     ("file:///srv/models/iris", "path", "/srv/models/iris", ""),
     ("/srv/models/iris/", "path", "/srv/models/iris", ""),
     ("iris/v1", "relative", "iris/v1", ""),
+    ("s3://models/iris", "remote", "s3://models/iris", ""),
+    ("gs://models/iris", "remote", "gs://models/iris", ""),
+    ("https://host/iris.tar.gz", "remote", "https://host/iris.tar.gz", ""),
+    ("hf://acme/iris:v1", "remote", "hf://acme/iris:v1", ""),
 ])
 def test_parse_storage_uri(uri: str, kind: str, path: str, claim: str) -> None:
     loc = parse_storage_uri(uri)

@@ -141,12 +141,13 @@ def test_empty_model_dir_is_not_ready_and_says_why(plane, tmp_path):
     assert obj["status"]["modelStatus"]["transitionStatus"] == "BlockedByFailedLoad"
 
 
-def test_cloud_storage_uri_is_rejected_with_a_hint(plane, tmp_path):
-    path = tmp_path / "gs.json"
-    path.write_text(isvc_manifest("cloudy", "gs://kfserving-examples/models/sklearn/1.0/model"))
+def test_unsupported_storage_scheme_is_rejected_with_the_supported_ones(plane, tmp_path):
+    path = tmp_path / "hdfs.json"
+    path.write_text(isvc_manifest("cloudy", "hdfs://namenode/models/sklearn/1.0/model"))
     proc = plane.cli("apply", "-f", str(path), check=False)
     assert proc.returncode != 0
-    assert "spec.predictor.model.storageUri" in proc.stderr and "copy the model to a local path or a PVC" in proc.stderr
+    assert "spec.predictor.model.storageUri" in proc.stderr and "hdfs:// is not supported locally" in proc.stderr
+    assert "s3://, gs://" in proc.stderr
 
 
 def _share(client: Predictor, n: int) -> Counter:
@@ -185,8 +186,8 @@ def test_canary_split_promote_and_rollback(plane, tmp_path):
     assert _share(client, 100) == Counter({1: 100})
 
 
-@pytest.mark.parametrize("bad", ["pvc://claim/../../etc", "s3://bucket/model", "hf://org/model"])
-def test_storage_uris_that_leave_their_root_or_need_a_download_are_rejected(plane, tmp_path, bad):
+@pytest.mark.parametrize("bad", ["pvc://claim/../../etc", "s3://", "hf://org-only", "oci://registry/model:1"])
+def test_storage_uris_that_leave_their_root_or_are_malformed_or_unsupported_are_rejected(plane, tmp_path, bad):
     path = tmp_path / "bad.json"
     path.write_text(isvc_manifest("bad", bad))
     proc = plane.cli("apply", "-f", str(path), "--dry-run", check=False)

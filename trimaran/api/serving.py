@@ -5,8 +5,7 @@ the framework shortcuts (``sklearn``, ``xgboost``, ``lightgbm``, ``tensorflow``,
 ``onnx``), or custom ``containers``; exactly one. A shortcut is served exactly like ``model``
 with ``modelFormat.name`` set to the shortcut's name (`Predictor.model_view`).
 
-Where a model may live (``storageUri``) — nothing is downloaded, the model server reads the
-directory in place:
+Where a model may live (``storageUri``). Local ones are read in place by the model server:
 
 - ``pvc://<claim>/<path>``: ``$TRIMARAN_HOME/volumes/<namespace>/<claim>/<path>``, the local
   volume a training Job wrote to; ``<path>`` may not leave the claim (no ``..``);
@@ -14,11 +13,15 @@ directory in place:
   the allowed roots (`model_roots`: ``$TRIMARAN_MODEL_ROOTS``, ``os.pathsep``-separated, else the
   user's home, the system temp directory and ``$TRIMARAN_HOME``);
 - ``relative/path``: ``$TRIMARAN_HOME/models/relative/path`` (no ``..``);
-- ``gs://``, ``s3://``, ``hf://``, ``http(s)://``, ... need a download: rejected with a hint.
+- ``s3://``, ``gs://``, ``http(s)://`` and ``hf://`` are downloaded by the controller into a
+  cache (`trimaran.serving.storage`) and the cached directory is mounted like a local path; the
+  other KServe schemes (``hdfs://``, ``oci://``, Azure, ...) are refused with the supported list;
+- KServe's ``storage: {key, path, parameters}`` instead of a URI: an S3 bucket named by an entry of
+  the namespace's ``storage-config`` Secret (`trimaran.serving.storage.resolve_storage_spec`).
 
 Lexical rules are checked here (at admission); the root check needs the control plane's
-environment and the file system, so the controller applies it (`resolve_storage_uri`) and
-reports a failure in the InferenceService's status.
+environment and the file system, and a download needs the network, so the controller does those
+(`resolve_storage_uri`, the download) and reports a failure in the InferenceService's status.
 """
 
 # Annotations are evaluated eagerly (no `from __future__ import annotations`): pydantic would
@@ -65,8 +68,9 @@ FRAMEWORK_SHORTCUTS = ("sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch"
 #: Shortcuts KServe has whose runtimes do not exist here.
 UNAVAILABLE_SHORTCUTS = ("triton", "huggingface", "pmml", "paddle")
 _PREDICTOR_KEYS = ("model", *FRAMEWORK_SHORTCUTS, *UNAVAILABLE_SHORTCUTS, "containers")
-_CLOUD_SCHEMES = ("gs", "s3", "hf", "http", "https", "hdfs", "webhdfs", "oci", "oci+native", "oci+fetch",
-                  "modelscope", "azure", "abfs", "wasb", "wasbs")
+# KServe's schemes that no download here handles.
+_UNSUPPORTED_SCHEMES = ("hdfs", "webhdfs", "oci", "oci+native", "oci+fetch", "modelscope", "azure", "abfs", "wasb",
+                        "wasbs")
 # KServe's name rule for an InferenceService (its webhook's regex), stricter than DNS-1123.
 _ISVC_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _ISVC_NAME_MAX = 63 - len("-predictor-00001")
@@ -98,9 +102,10 @@ def parse_duration(text: str) -> float:
 @dataclass(frozen=True)
 class StorageLocation:
     """Where a storageUri points: a claim (``pvc``), a path under ``$TRIMARAN_HOME/models``
-    (``relative``) or an absolute path (``path``); ``path`` is relative for the first two."""
+    (``relative``), an absolute path (``path``), or a source to download (``remote``: ``path`` is
+    the URI); ``path`` is relative for the first two."""
 
-    kind: Literal["pvc", "relative", "path"]
+    kind: Literal["pvc", "relative", "path", "remote"]
     path: str
     claim: str = ""
 
@@ -130,11 +135,42 @@ def parse_storage_uri(uri: str) -> StorageLocation:
         if not rest.startswith("/"):
             raise StorageUriError("file:// needs an absolute path: file:///abs/path")
         return StorageLocation("path", _normal_absolute(rest))
-    if scheme in _CLOUD_SCHEMES:
-        raise StorageUriError(f"{scheme}:// needs a cloud download, not available locally; copy the model to a "
-                              "local path or a PVC (pvc://<claim>/<path>)")
-    raise StorageUriError(f"Cannot recognize storage type for {uri}; use pvc://<claim>/<path>, file:///abs/path, "
-                          "an absolute path or a path relative to $TRIMARAN_HOME/models")
+    from trimaran.serving.storage import SCHEMES, InvalidStorageUri, storage_for
+
+    if scheme in SCHEMES:
+        try:
+            storage_for(uri)
+        except InvalidStorageUri as exc:
+            raise StorageUriError(str(exc)) from None
+        return StorageLocation("remote", uri)
+    supported = ", ".join(f"{s}://" for s in SCHEMES)
+    if scheme in _UNSUPPORTED_SCHEMES:
+        raise StorageUriError(f"{scheme}:// is not supported locally; use {supported}, pvc://<claim>/<path>, "
+                              "file:///abs/path or a local path")
+    raise StorageUriError(f"Cannot recognize storage type for {uri}; use {supported}, pvc://<claim>/<path>, "
+                          "file:///abs/path, an absolute path or a path relative to $TRIMARAN_HOME/models")
+
+
+def _check_storage_spec(path: str, spec: "ModelSpec") -> list[FieldError]:
+    """KServe's ``storage:`` form (a key of the ``storage-config`` Secret and a path in its bucket)."""
+    errs: list[FieldError] = []
+    storage = spec.storage or {}
+    where = join_path(path, "storage")
+    if spec.storage_uri:
+        errs.append(FieldError.forbidden(join_path(path, "storageUri"), "cannot co-exist with storage"))
+    if not isinstance(storage.get("path"), str) or not storage["path"]:
+        errs.append(FieldError.required(join_path(where, "path"), "the path of the model in the storage"))
+    else:
+        try:
+            _inside(storage["path"], "the path")
+        except StorageUriError as exc:
+            errs.append(FieldError.invalid(join_path(where, "path"), storage["path"], str(exc)))
+    params = storage.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        errs.append(FieldError.invalid(join_path(where, "parameters"), str(params), "must be a map of strings"))
+    elif params and params.get("type", "s3") != "s3":
+        errs.append(FieldError.not_supported(join_path(where, "parameters", "type"), str(params["type"]), ["s3"]))
+    return errs
 
 
 def _inside(path: str, what: str, allow_empty: bool = False) -> str:
@@ -168,6 +204,8 @@ def resolve_storage_uri(uri: str, home: Path, namespace: str) -> Path:
     Raises StorageUriError when the URI is not local or leaves its root.
     """
     loc = parse_storage_uri(uri)
+    if loc.kind == "remote":
+        raise StorageUriError(f"{uri} is downloaded, not resolved to a local directory")
     if loc.kind == "pvc":
         roots = [(home / "volumes" / namespace / loc.claim).resolve()]
         target = roots[0] / loc.path
@@ -336,7 +374,9 @@ class PredictorSpec(_ComponentPod):
                     errs.append(FieldError.required(join_path(p, "modelFormat")))
                 if key == "model" and spec.model_format is not None and not spec.model_format.name:
                     errs.append(FieldError.required(join_path(p, "modelFormat", "name")))
-                if not spec.storage_uri:
+                if spec.storage is not None:
+                    errs.extend(_check_storage_spec(p, spec))
+                elif not spec.storage_uri:
                     errs.append(FieldError.required(join_path(p, "storageUri"),
                                                     "the local model server needs a model directory"))
                 else:

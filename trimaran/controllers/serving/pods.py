@@ -2,7 +2,8 @@
 and the router.
 
 A model replica runs ``python -m trimaran.serving`` on a port of its own, with the model mounted
-read-only where KServe's storage initializer would put it: ``/mnt/models`` (a local path) or
+read-only where KServe's storage initializer would put it: ``/mnt/models`` (a local path, or the
+cached copy of a downloaded one) or
 ``/mnt/pvc`` (a claim, read-only, as KServe mounts it). Custom containers (a custom predictor, a
 transformer) get Knative's ``PORT`` and KServe's ``MODEL_NAME``, plus ``PREDICTOR_HOST`` and
 ``PREDICTOR_PROTOCOL`` in a transformer; their ``args`` may refer to them as ``$(PORT)``.

@@ -13,8 +13,14 @@ Each pass, for each component (predictor, and transformer when present):
    shared ingress port; V2 gRPC on a port of its own for the predictor, ``grpcUrl`` in status), then
    status and events.
 
+A model at ``s3://``, ``gs://``, ``http(s)://`` or ``hf://`` is downloaded on a worker thread
+(`downloads`) into ``$TRIMARAN_HOME/storage``; meanwhile the component's condition says
+``ModelDownloading`` with the bytes so far, and events tell the start, progress and end. The
+cached directory is then pinned in the revision's record (``storagePath``) and mounted as a
+local path would be.
+
 Why a revision is not ready is found each pass: its storage (a path that does not exist yet, or
-outside the allowed roots: no replica is started), else the model server's own account of its
+outside the allowed roots, or a download that failed: no replica is started), else the model server's own account of its
 versions (``GET /v1/models/NAME``) once a replica has had a few seconds to load, else the end of a
 restarting replica's log. It goes to the component's condition and ``modelStatus.lastFailureInfo``.
 Besides KServe's fields, status carries ``revisions`` (see `revisions`) and, per component,
@@ -32,15 +38,17 @@ from __future__ import annotations
 import copy
 import http.client
 import json
+import os
 import time
 from pathlib import Path
 
-from trimaran.api.serving import InferenceService, StorageUriError, resolve_storage_uri
+from trimaran.api.serving import InferenceService, StorageUriError, parse_storage_uri, resolve_storage_uri
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import is_terminating, owned_pods, phase, request_deletion, restart_count
 from trimaran.controllers.ports import PortAllocator
 from trimaran.controllers.serving.autoscaling import ResourceSampler, RevisionScaler
+from trimaran.controllers.serving.downloads import ModelDownloads, human_bytes
 from trimaran.controllers.serving.pods import (
     COMPONENT_LABEL,
     HEALTH_PATH,
@@ -56,6 +64,13 @@ from trimaran.controllers.serving.pods import (
 )
 from trimaran.controllers.serving.revisions import Rollout, plan_traffic, revision_name, spec_hash
 from trimaran.controllers.serving.routes import DOMAIN, RouterClient, RoutesFile, fixed_ingress_port
+from trimaran.serving.storage import (
+    STORAGE_CONFIG_SECRET,
+    Credentials,
+    StorageError,
+    resolve_storage_spec,
+    secret_env,
+)
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
 DRAINING_ANNOTATION = "serving.trimaran.io/draining-since"
@@ -65,6 +80,7 @@ LOG_TAIL_LINES = 5
 KEPT_REVISIONS = 10
 # A replica younger than this may still be scanning its model directory: its "no version" is not a failure.
 LOAD_GRACE_SECONDS = 3.0
+PROGRESS_EVENT_SECONDS = 2.0  # at most one progress event a download this often
 
 
 class InferenceServiceReconciler(Reconciler):
@@ -82,6 +98,7 @@ class InferenceServiceReconciler(Reconciler):
         self.routes = RoutesFile(home / "serving", self.ports)
         self.scalers: dict[tuple[str, str, str], RevisionScaler] = {}  # (namespace, isvc, revision)
         self.usage = ResourceSampler(runtime)
+        self.downloads = ModelDownloads(home / "storage")
         for pod in store.list("Pod"):
             self.ports.reserve(_pod_ports(pod))
         existing = {f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in store.list("InferenceService")}
@@ -230,11 +247,28 @@ class InferenceServiceReconciler(Reconciler):
         for rev in mine:
             rev.pop("failure", None)  # found again below while it lasts
             if rev.get("model"):
+                if rev["model"].get("storage") is not None and not rev["model"].get("storageUri"):
+                    # KServe's storage: form names its bucket in a Secret; the revision keeps the URI it found.
+                    try:
+                        rev["model"]["storageUri"] = self._storage_spec(ns, rev["model"]["storage"])[0]
+                    except StorageError as exc:
+                        rev["failure"] = {"reason": "InvalidStorageSpec", "message": str(exc)}
+                        continue
                 try:
-                    host_paths[rev["name"]] = resolve_storage_uri(rev["model"]["storageUri"], self.home, ns)
+                    remote = parse_storage_uri(rev["model"]["storageUri"]).kind == "remote"
+                    if not remote:
+                        host_paths[rev["name"]] = resolve_storage_uri(rev["model"]["storageUri"], self.home, ns)
                 except StorageUriError as exc:
                     rev["failure"] = {"reason": "InvalidStorageUri", "message": str(exc)}
                     continue
+                if remote:
+                    # Only what may serve is downloaded: the latest revision, and one that served before.
+                    found = None
+                    if rev is latest or rev.get("ready"):
+                        found = self._remote_model(obj, spec, rev, outcome, is_latest=rev is latest)
+                    if found is None:
+                        continue
+                    host_paths[rev["name"]] = found
                 if not host_paths[rev["name"]].exists():
                     rev["failure"] = {"reason": "ModelNotFound",
                                       "message": f"{rev['model']['storageUri']}: {host_paths[rev['name']]} "
@@ -304,6 +338,8 @@ class InferenceServiceReconciler(Reconciler):
                 if failure:
                     rev["failure"] = failure
         outcome.latest_failure = latest.get("failure")
+        if outcome.latest_failure:
+            outcome.latest_pending = None
         # Knative keeps old revisions around but not forever: beyond the newest KEPT_REVISIONS, one that
         # no traffic, rollout record or replica refers to any more is forgotten.
         keep = wanted | {rollout.latest_rolledout, rollout.previous_rolledout} | {
@@ -312,6 +348,83 @@ class InferenceServiceReconciler(Reconciler):
             if rev["name"] not in keep:
                 revisions.remove(rev)
         return outcome
+
+    def _remote_model(self, obj: dict, spec: dict, rev: dict, outcome: _Outcome, is_latest: bool) -> Path | None:
+        """The cached directory of a revision's downloaded model, once it is there. Until then the
+        download runs on a worker (`ModelDownloads`) and this says how far it got (``outcome``, events)
+        or why it failed (``rev["failure"]``). A finished download is pinned in the revision's record,
+        so new replicas and a restarted control plane use that copy without asking the source again."""
+        uri = rev["model"]["storageUri"]
+        pinned = rev.get("storagePath")
+        if pinned and Path(pinned).is_dir():
+            return Path(pinned)
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        account = spec.get("serviceAccountName") or "default"
+        dl = self.downloads.ensure((ns, name, rev["name"]), uri,
+                                   lambda: self._storage_credentials(ns, account, rev["model"].get("storage")))
+        if dl.reported_attempt != dl.attempts:
+            dl.reported_attempt = dl.attempts
+            again = f" (attempt {dl.attempts})" if dl.attempts > 1 else ""
+            self._event("Normal", "Downloading", f"Downloading {uri} for revision {rev['name']}{again}")
+        if dl.state == "Done" and dl.path is not None:
+            rev["storagePath"] = str(dl.path)
+            self._event("Normal", "Downloaded", f"Downloaded {uri} ({human_bytes(dl.done_bytes)}) in "
+                                                f"{dl.finished - dl.started:.1f}s; cached in {dl.path}")
+            self.downloads.forget(lambda key: key == (ns, name, rev["name"]))
+            return dl.path
+        if dl.state == "Failed":
+            when = (f"retrying in {max(0.0, dl.retry_at - time.time()):.0f}s" if dl.retriable
+                    else "not retried: fix the source or the URI")
+            rev["failure"] = {"reason": "ModelDownloadFailed", "message": f"{dl.error} ({when})"}
+            if dl.reported_failure != dl.attempts:
+                dl.reported_failure = dl.attempts
+                self._event("Warning", "DownloadFailed", dl.error)
+            outcome.busy = outcome.busy or dl.retriable and dl.retry_at - time.time() < 1.0
+            return None
+        outcome.busy = True
+        if is_latest:
+            outcome.latest_pending = f"downloading {uri}: {dl.progress()}"
+        now = time.time()
+        if dl.done_bytes and now - dl.reported_progress_at >= PROGRESS_EVENT_SECONDS:
+            dl.reported_progress_at = now
+            self._event("Normal", "DownloadProgress", f"{uri}: {dl.progress()}")
+        return None
+
+    def _storage_spec(self, namespace: str, storage: dict) -> tuple[str, dict[str, str]]:
+        """The URI and credential variables of KServe's ``storage:`` form, from the namespace's
+        ``storage-config`` Secret. Raises StorageError."""
+        try:
+            secret: dict | None = self.store.get("Secret", namespace, STORAGE_CONFIG_SECRET)
+        except NotFound:
+            secret = None
+        return resolve_storage_spec(storage, secret)
+
+    def _storage_credentials(self, namespace: str, account: str, storage: dict | None) -> Credentials:
+        """What KServe's storage initializer would see: the control plane's environment, overlaid
+        with the variables of each Secret the ServiceAccount names (as KServe's webhook sets them),
+        and for the ``storage:`` form, with its ``storage-config`` entry."""
+        env = dict(os.environ)
+        sources: list[str] = []
+        try:
+            refs = self.store.get("ServiceAccount", namespace, account).get("secrets") or []
+            names = [ref.get("name") for ref in refs]
+            where = f"ServiceAccount {namespace}/{account} names no Secret with storage credentials"
+        except NotFound:
+            names, where = [], f"there is no ServiceAccount {namespace}/{account}"
+        for secret_name in names:
+            try:
+                extra = secret_env(self.store.get("Secret", namespace, secret_name or ""))
+            except NotFound:
+                continue
+            if extra:
+                env.update(extra)
+                sources.append(f"Secret {namespace}/{secret_name}")
+        if storage is not None:
+            env.update(self._storage_spec(namespace, storage)[1])
+            sources.append(f"Secret {namespace}/{STORAGE_CONFIG_SECRET}")
+        origin = (f"the control plane's environment and {', '.join(sources)}" if sources
+                  else f"the control plane's environment ({where})")
+        return Credentials.from_env(env, origin=origin)
 
     def _scale(self, obj: dict, component: str, rev: dict, pods: list[dict], desired: int, ready: set[str],
                draining_in_router: set[str], host_path: Path | None, predictor_host: str | None,
@@ -418,9 +531,11 @@ class InferenceServiceReconciler(Reconciler):
             ctype = "PredictorReady" if component == "predictor" else "TransformerReady"
             r = outcome.rollout
             failure = outcome.latest_failure
+            serving = f"; revision {r.latest_ready} keeps serving" if r.latest_ready else ""
             if failure:
-                serving = f"; revision {r.latest_ready} keeps serving" if r.latest_ready else ""
                 set_condition(status, ctype, "False", failure["reason"], failure["message"] + serving)
+            elif outcome.latest_pending:
+                set_condition(status, ctype, "False", "ModelDownloading", outcome.latest_pending + serving)
             elif r.latest_ready and r.latest_ready == r.latest_created:
                 set_condition(status, ctype, "True", "", "")
             elif r.latest_created:
@@ -478,6 +593,7 @@ class InferenceServiceReconciler(Reconciler):
         self.routes.set_services(owner, {})
         for scaler_key in [k for k in self.scalers if k[:2] == (key.namespace, key.name)]:
             del self.scalers[scaler_key]
+        self.downloads.forget(lambda k: k[:2] == (key.namespace, key.name))
         # The garbage collector stops the replicas; their ports are free once they are gone.
         for pod in self.store.list("Pod", key.namespace, {ISVC_LABEL: key.name}):
             if not any(ref.get("kind") == "InferenceService" for ref in pod["metadata"].get("ownerReferences") or []):
@@ -498,6 +614,8 @@ class _Outcome:
         self.routes: dict[str, dict] = {}
         self.replicas: dict[str, tuple[int, int]] = {}
         self.latest_failure: dict | None = None
+        #: What the latest revision waits for before a replica can start (its model's download).
+        self.latest_pending: str | None = None
         self.busy = False
 
 
@@ -518,7 +636,7 @@ def _model_status(status: dict, outcome: _Outcome) -> None:
     total = sum(t for _, t in outcome.replicas.values())
     model: dict = {"copies": {"totalCopies": total, "failedCopies": 0}}
     if failure:
-        invalid = failure["reason"] in ("InvalidStorageUri",)
+        invalid = failure["reason"] in ("InvalidStorageUri", "InvalidStorageSpec")
         model["transitionStatus"] = "InvalidSpec" if invalid else "BlockedByFailedLoad"
         model["states"] = {"activeModelState": "Loaded" if r.latest_ready else "FailedToLoad",
                            "targetModelState": "FailedToLoad"}

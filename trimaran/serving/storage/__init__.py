@@ -32,9 +32,11 @@ from trimaran.serving.storage._gcs import GCSStorage
 from trimaran.serving.storage._hf import HFStorage
 from trimaran.serving.storage._http import HTTPStorage
 from trimaran.serving.storage._s3 import S3Storage
+from trimaran.serving.storage._storage_config import STORAGE_CONFIG_SECRET, resolve_storage_spec
 
 __all__ = [
     "SCHEMES",
+    "STORAGE_CONFIG_SECRET",
     "Credentials",
     "DownloadCache",
     "GCSStorage",
@@ -47,6 +49,7 @@ __all__ = [
     "Storage",
     "StorageError",
     "fetch",
+    "resolve_storage_spec",
     "secret_env",
     "storage_for",
 ]
