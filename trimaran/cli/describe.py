@@ -108,6 +108,10 @@ def _describe_pod(console: Console, pod: dict) -> None:
         console.print(f"  {c['name']}:", highlight=False)
         _kv(console, "Command", " ".join(c.get("command") or []) + " " + " ".join(c.get("args") or []), 4)
         cs = statuses.get(c["name"], {})
+        if cs.get("imageID"):
+            _kv(console, "Runs", f"image {cs.get('image')} ({cs['imageID'].rpartition('@')[2]})", 4)
+        elif cs.get("state", {}).get("running") or cs.get("state", {}).get("terminated"):
+            _kv(console, "Runs", "host process", 4)
         state = cs.get("state") or {}
         for name, detail in state.items():
             _kv(console, "State", f"{name.capitalize()} {detail}", 4)

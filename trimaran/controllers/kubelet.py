@@ -9,6 +9,15 @@ short exponential back-off. Each pod runs under a shim process that outlives the
 after a restart, pods still running are re-adopted, pods that ended meanwhile are handled as if
 their exit had just been seen (so they restart per their policy), and processes whose pods are
 gone from the store are stopped.
+
+Which path a container takes: one without ``command`` runs its image; otherwise the node's image
+policy decides (``host``: a host process, the default; ``image``: its image), set by
+``trimaran server start --image-policy`` (``TRIMARAN_IMAGE_POLICY``) and per pod by the
+annotation ``trimaran.io/image-policy``. Images are pulled off the reconcile thread while the pod
+waits in ``ContainerCreating``, with the kubelet's events (``Pulling``, ``Pulled``, ``Failed``,
+``BackOff``) and waiting reasons (``ErrImagePull``, then ``ImagePullBackOff`` with a back-off of
+``TRIMARAN_IMAGE_PULL_BACKOFF`` seconds (10) doubling to 300, ``ErrImageNeverPull``,
+``InvalidImageName``). The admitted pod keeps its resources meanwhile, as a bound pod does.
 """
 
 from __future__ import annotations
@@ -18,7 +27,8 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.conditions import now_rfc3339, set_condition
@@ -34,6 +44,7 @@ from trimaran.controllers.pods import (
 )
 from trimaran.runtime import (
     ConfigError,
+    ImageRun,
     LocalRuntime,
     Node,
     PodNotFound,
@@ -41,6 +52,15 @@ from trimaran.runtime import (
     SandboxUnavailable,
     VolumeError,
     pod_requests,
+)
+from trimaran.runtime.images import (
+    Image,
+    ImagePullError,
+    ImageReference,
+    ImageStore,
+    InvalidImageName,
+    credentials_from_secrets,
+    parse_reference,
 )
 from trimaran.store import Conflict, NotFound, Store
 
@@ -52,16 +72,70 @@ SCHEDULE_KEY = Key("Pod", "", "")
 POLL_SECONDS = 0.5
 BACKOFF_BASE = float(os.environ.get("TRIMARAN_RESTART_BACKOFF", "1.0"))
 BACKOFF_CAP = 30.0
+IMAGE_POLICY_ANNOTATION = "trimaran.io/image-policy"
+IMAGE_POLICIES = ("host", "image")
+IMAGE_PULL_BACKOFF_BASE = float(os.environ.get("TRIMARAN_IMAGE_PULL_BACKOFF", "10"))
+IMAGE_PULL_BACKOFF_CAP = 300.0
+
+
+def default_pull_policy(image: str) -> str:
+    """The API server's default ``imagePullPolicy``: Always for ``:latest`` or no tag (a digest
+    pins the content: IfNotPresent), IfNotPresent for any other tag."""
+    name = image.split("@", 1)[0]
+    if "@" in image:
+        return "IfNotPresent"
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else None
+    return "Always" if tag in (None, "latest") else "IfNotPresent"
+
+
+def runs_image(pod: dict, container: dict, node_policy: str) -> bool:
+    """Whether the container runs its image rather than a host process. Raises ``ConfigError``
+    for an annotation that names no policy."""
+    if not container.get("image"):
+        return False
+    if not container.get("command"):
+        return True
+    annotations = pod["metadata"].get("annotations") or {}
+    policy = annotations.get(IMAGE_POLICY_ANNOTATION, node_policy)
+    if policy not in IMAGE_POLICIES:
+        raise ConfigError(f"metadata.annotations[{IMAGE_POLICY_ANNOTATION}]: must be one of "
+                          f"{', '.join(IMAGE_POLICIES)}, not {policy!r}")
+    return policy == "image"
+
+
+@dataclass
+class _Preparing:
+    """An admitted pod whose images are being pulled (or waiting to be pulled again)."""
+
+    gpu_env: dict[str, str]
+    gpus: list[str]
+    key: Key
+    images: dict[str, ImageRun] = field(default_factory=dict)
+    pull: Future | None = None
+    failures: int = 0
+    failed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    retry_at: float = 0.0
+    reported_backoff: bool = False
 
 
 class Kubelet(Reconciler):
     name = "kubelet"
     kinds = ("Pod",)
 
-    def __init__(self, store: Store, runtime: LocalRuntime, node: Node) -> None:
+    def __init__(self, store: Store, runtime: LocalRuntime, node: Node, image_policy: str | None = None) -> None:
+        """``image_policy`` (``host`` or ``image``; default ``TRIMARAN_IMAGE_POLICY``, else host)
+        decides the path of containers that set a command."""
         super().__init__(store)
         self.runtime = runtime
         self.node = node
+        self.image_policy = image_policy or os.environ.get("TRIMARAN_IMAGE_POLICY") or "host"
+        if self.image_policy not in IMAGE_POLICIES:
+            raise ValueError(f"image policy must be one of {', '.join(IMAGE_POLICIES)}, not {self.image_policy!r}")
+        insecure = [r for r in os.environ.get("TRIMARAN_INSECURE_REGISTRIES", "").split(",") if r]
+        self.images = ImageStore(runtime.home / "images", insecure_registries=insecure)
+        self._preparing: dict[str, _Preparing] = {}  # pod uid -> its pulls
+        self._pod_images: dict[str, dict[str, ImageRun]] = {}  # pod uid -> what its containers run
+        self._puller = ThreadPoolExecutor(max_workers=3, thread_name_prefix="image-pull")
         self._lock = threading.RLock()
         self._started: dict[str, Key] = {}  # pod uid -> key, for pods whose processes we own
         self._restart_at: dict[str, float] = {}
@@ -109,6 +183,8 @@ class Kubelet(Reconciler):
         if self._owner_gone(pod):
             request_deletion(self.store, pod)
             return None
+        if uid in self._preparing:
+            return self._sync_preparing(pod)
         if phase(pod) != "Running" or uid not in self._started:
             return None
         return self._sync_running(pod)
@@ -125,6 +201,10 @@ class Kubelet(Reconciler):
 
     def _forget(self, key: Key) -> None:
         with self._lock:
+            for uid, prep in list(self._preparing.items()):
+                if prep.key == key:
+                    del self._preparing[uid]
+                    self.node.release(uid)
             for uid, k in list(self._started.items()):
                 if k == key and uid not in self._stopping:
                     self._stopping.add(uid)
@@ -133,7 +213,7 @@ class Kubelet(Reconciler):
     # -- scheduling -----------------------------------------------------------------------------
     def _schedule(self) -> None:
         pending = [p for p in self.store.list("Pod") if phase(p) == "Pending" and not is_terminating(p)
-                   and p["metadata"]["uid"] not in self._started]
+                   and p["metadata"]["uid"] not in self._started and p["metadata"]["uid"] not in self._preparing]
         groups: dict[str, list[dict]] = {}
         for pod in pending:
             ann = pod["metadata"].get("annotations") or {}
@@ -155,7 +235,7 @@ class Kubelet(Reconciler):
                 continue
             for pod in pods:
                 uid = pod["metadata"]["uid"]
-                self._start(pod, admission.env(uid), admission.allocations[uid].gpu_ids, attempt=0)
+                self._prepare(pod, admission.env(uid), admission.allocations[uid].gpu_ids)
 
     def _could_ever_fit(self, pods: list[dict]) -> bool:
         total = Resources()
@@ -193,10 +273,14 @@ class Kubelet(Reconciler):
         try:
             env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
             key = key_of(pod)
+            images = self._pod_images.get(uid)
+            if images is None:
+                images = self._pod_images[uid] = self._present_images(pod)
             self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup,
-                                   on_exit=lambda: self.wake(key))
+                                   on_exit=lambda: self.wake(key), images=images)
         except (ConfigError, SandboxUnavailable, VolumeError) as exc:
             self.node.release(uid)
+            self._pod_images.pop(uid, None)
             reason = "SandboxUnavailable" if isinstance(exc, SandboxUnavailable) else "CreateContainerConfigError"
             self._set_waiting(pod, reason, str(exc), failed=isinstance(exc, SandboxUnavailable))
             self.store.record_event(self._owner(pod) or pod, "Warning", reason, f"{pod['metadata']['name']}: {exc}")
@@ -210,7 +294,8 @@ class Kubelet(Reconciler):
         status.update(phase="Running", podIP=LOOPBACK, hostIP=LOOPBACK, startTime=status.get("startTime") or now,
                       allocation={"gpus": gpus, "env": gpu_env})
         status["containerStatuses"] = [
-            {"name": c["name"], **_image_fields(c), "restartCount": prior.get(c["name"], {}).get("restartCount", 0),
+            {"name": c["name"], **_image_fields(c, images.get(c["name"])),
+             "restartCount": prior.get(c["name"], {}).get("restartCount", 0),
              "state": {"running": {"startedAt": now}}, "ready": True, "started": True,
              **({"lastState": prior[c["name"]]["lastState"]} if prior.get(c["name"], {}).get("lastState") else {})}
             for c in pod["spec"].get("containers") or []
@@ -219,6 +304,186 @@ class Kubelet(Reconciler):
         pod["status"] = status
         self._write_status(pod)
         self.store.record_event(pod, "Normal", "Started", f"Started pod {pod['metadata']['name']} (attempt {attempt})")
+
+    # -- images ---------------------------------------------------------------------------------
+    def _wanted_images(self, pod: dict) -> dict[str, tuple[str, ImageReference, str]]:
+        """The containers that run their image: name -> (image as written, reference, pull policy).
+        Raises ``ConfigError`` (a bad policy annotation) or ``InvalidImageName``."""
+        wanted = {}
+        spec = pod.get("spec") or {}
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            if not runs_image(pod, container, self.image_policy):
+                continue
+            image = container["image"]
+            try:
+                ref = parse_reference(image)
+            except InvalidImageName as exc:
+                raise InvalidImageName(f'Failed to apply default image tag "{image}": {exc}') from None
+            wanted[container["name"]] = (image, ref, container.get("imagePullPolicy") or default_pull_policy(image))
+        return wanted
+
+    def _pull_credentials(self, pod: dict) -> list:
+        """From the pod's ``imagePullSecrets`` and its ServiceAccount's, read at each attempt (a
+        Secret fixed meanwhile counts at the next retry)."""
+        namespace = pod["metadata"]["namespace"]
+        spec = pod.get("spec") or {}
+        names = [ref.get("name") for ref in spec.get("imagePullSecrets") or []]
+        account = self._lookup("ServiceAccount", namespace, spec.get("serviceAccountName") or "default")
+        names += [ref.get("name") for ref in (account or {}).get("imagePullSecrets") or []]
+        secrets = [s for name in dict.fromkeys(n for n in names if n) if (s := self._lookup("Secret", namespace, name))]
+        return credentials_from_secrets(secrets)
+
+    def _prepare(self, pod: dict, gpu_env: dict[str, str], gpus: list[str]) -> None:
+        """Start an admitted pod, once the images its containers run are on this node."""
+        uid = pod["metadata"]["uid"]
+        try:
+            wanted = self._wanted_images(pod)
+        except (ConfigError, InvalidImageName) as exc:
+            self.node.release(uid)
+            reason = "InvalidImageName" if isinstance(exc, InvalidImageName) else "CreateContainerConfigError"
+            self._set_waiting(pod, reason, str(exc), failed=False)
+            self.store.record_event(pod, "Warning", "InspectFailed" if reason == "InvalidImageName" else reason,
+                                    str(exc))
+            if reason == "InvalidImageName":
+                self.store.record_event(pod, "Warning", "Failed", "Error: InvalidImageName")
+            return
+        if not wanted:
+            self._pod_images[uid] = {}
+            self._start(pod, gpu_env, gpus, attempt=0)
+            return
+        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod))
+        with self._lock:
+            self._preparing[uid] = prep
+        status = {"phase": "Pending", **(pod.get("status") or {})}
+        set_condition(status, "PodScheduled", "True", "", "")
+        status["containerStatuses"] = [
+            {"name": c["name"], **_image_fields(c), "restartCount": 0, "ready": False, "started": False,
+             "state": {"waiting": {"reason": "ContainerCreating"}}}
+            for c in pod["spec"].get("containers") or []
+        ]
+        _set_readiness(status)
+        pod["status"] = status
+        self._write_status(pod)
+        self._submit_pull(pod, prep, wanted)
+
+    def _submit_pull(self, pod: dict, prep: _Preparing, wanted: dict) -> None:
+        credentials = self._pull_credentials(pod)
+        prep.pull = self._puller.submit(self._pull_images, pod, wanted, credentials)
+        prep.pull.add_done_callback(lambda _future: self.wake(prep.key))
+
+    def _pull_images(self, pod: dict, wanted: dict, credentials: list) -> dict[str, ImageRun | tuple[str, str]]:
+        """In a pull thread: each container's image, or (reason, message) where it cannot be had."""
+        results: dict[str, ImageRun | tuple[str, str]] = {}
+        for name, (image, ref, policy) in wanted.items():
+            try:
+                found = self._image_for(pod, image, ref, policy, credentials)
+            except ImagePullError as exc:
+                self.store.record_event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {exc}')
+                self.store.record_event(pod, "Warning", "Failed", "Error: ErrImagePull")
+                results[name] = ("ErrImagePull", str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - skopeo missing, cache unwritable: the pod says why
+                log.exception("pulling %s", image)
+                message = f'failed to pull image "{image}": {exc}'
+                self.store.record_event(pod, "Warning", "Failed", message)
+                results[name] = ("ErrImagePull", message)
+                continue
+            if found is None:
+                message = f'Container image "{image}" is not present with pull policy of Never'
+                self.store.record_event(pod, "Warning", "ErrImageNeverPull", message)
+                results[name] = ("ErrImageNeverPull", message)
+                continue
+            results[name] = _image_run(found, ref)
+        return results
+
+    def _image_for(self, pod: dict, image: str, ref: ImageReference, policy: str, credentials: list) -> Image | None:
+        if policy != "Always":
+            present = self.images.lookup(ref)
+            if present is not None or policy == "Never":
+                if present is not None:
+                    self.store.record_event(pod, "Normal", "Pulled",
+                                            f'Container image "{image}" already present on machine')
+                return present
+        self.store.record_event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+        started = time.monotonic()
+        pulled = self.images.pull(ref, credentials=credentials)
+        took = time.monotonic() - started
+        self.store.record_event(pod, "Normal", "Pulled",
+                                f'Successfully pulled image "{image}" in {took:.3g}s ({took:.3g}s including '
+                                f"waiting). Image size: {pulled.size} bytes.")
+        return pulled
+
+    def _sync_preparing(self, pod: dict) -> float | None:
+        uid = pod["metadata"]["uid"]
+        prep = self._preparing[uid]
+        if prep.pull is not None:
+            if not prep.pull.done():
+                return None  # its end wakes this pod
+            results, prep.pull = prep.pull.result(), None
+            failed = {name: r for name, r in results.items() if isinstance(r, tuple)}
+            if not failed:
+                with self._lock:
+                    self._preparing.pop(uid, None)
+                self._pod_images[uid] = results  # type: ignore[assignment]
+                self._start(pod, prep.gpu_env, prep.gpus, attempt=0)
+                return None
+            prep.failures += 1
+            delay = min(IMAGE_PULL_BACKOFF_CAP, IMAGE_PULL_BACKOFF_BASE * 2 ** (prep.failures - 1))
+            prep.retry_at = time.monotonic() + delay
+            prep.failed = failed
+            prep.reported_backoff = False
+            self._set_containers_waiting(pod, failed)
+            # The pull's own reason shows for a moment, then the back-off's.
+            return min(delay, 1.0)
+        now = time.monotonic()
+        if now < prep.retry_at:
+            if not prep.reported_backoff:
+                prep.reported_backoff = True
+                waiting = {}
+                for name, (reason, message) in prep.failed.items():
+                    if reason == "ErrImagePull":
+                        image = _container(pod, name).get("image")
+                        waiting[name] = ("ImagePullBackOff",
+                                         f'Back-off pulling image "{image}": ErrImagePull: {message}')
+                        self.store.record_event(pod, "Normal", "BackOff", f'Back-off pulling image "{image}"')
+                    else:
+                        waiting[name] = (reason, message)
+                self._set_containers_waiting(pod, waiting)
+            return prep.retry_at - now
+        try:
+            wanted = self._wanted_images(pod)
+        except (ConfigError, InvalidImageName):
+            return None  # a pod's spec does not change; it was valid when admitted
+        self._submit_pull(pod, prep, wanted)
+        return None
+
+    def _present_images(self, pod: dict) -> dict[str, ImageRun]:
+        """The images of a pod started before this control plane did (a restart in place)."""
+        images: dict[str, ImageRun] = {}
+        for name, (image, ref, _policy) in self._wanted_images(pod).items():
+            found = self.images.lookup(ref)
+            if found is None:
+                raise ConfigError(f'container image "{image}" is no longer present on this node')
+            images[name] = _image_run(found, ref)
+        return images
+
+    def _set_containers_waiting(self, pod: dict, waiting: dict[str, tuple[str, str]]) -> None:
+        status = dict(pod.get("status") or {})
+        status["containerStatuses"] = [
+            {"name": c["name"], **_image_fields(c), "restartCount": 0, "ready": False, "started": False,
+             "state": {"waiting": {"reason": waiting[c["name"]][0], "message": waiting[c["name"]][1]}
+                       if c["name"] in waiting else {"reason": "ContainerCreating"}}}
+            for c in pod["spec"].get("containers") or []
+        ]
+        init_waiting = [(name, w) for name, w in waiting.items()
+                        if name not in {c["name"] for c in pod["spec"].get("containers") or []}]
+        if init_waiting:
+            # An init container's image holds up every container: say so on the first.
+            name, (reason, message) = init_waiting[0]
+            status["containerStatuses"][0]["state"] = {"waiting": {"reason": reason, "message": f"{name}: {message}"}}
+        _set_readiness(status)
+        pod["status"] = status
+        self._write_status(pod)
 
     def _lookup(self, kind: str, namespace: str, name: str) -> dict | None:
         try:
@@ -284,6 +549,7 @@ class Kubelet(Reconciler):
         self.node.release(uid)
         with self._lock:
             self._started.pop(uid, None)
+            self._pod_images.pop(uid, None)
         return None
 
     def _set_waiting(self, pod: dict, reason: str, message: str, failed: bool) -> None:
@@ -334,6 +600,8 @@ class Kubelet(Reconciler):
         with self._lock:
             self._started.pop(uid, None)
             self._restart_at.pop(uid, None)
+            self._preparing.pop(uid, None)
+            self._pod_images.pop(uid, None)
             self._stopping.discard(uid)
         if pod is not None:
             # Logs go with the pod object, as on a cluster; a recreated pod of the same name starts clean.
@@ -346,6 +614,7 @@ class Kubelet(Reconciler):
 
     def shutdown(self) -> None:
         """Stop watching; pods keep running under their shims and are re-adopted on the next start."""
+        self._puller.shutdown(wait=False, cancel_futures=True)
         self._stopper.shutdown(wait=True)
 
 
@@ -354,10 +623,25 @@ def _queued_at(pod: dict) -> tuple[float, str]:
     return float(ann.get(QUEUED_ANNOTATION, "inf")), pod["metadata"].get("creationTimestamp", "")
 
 
-def _image_fields(container: dict) -> dict[str, str]:
-    """``image`` and ``imageID``, which Kubernetes' typed clients require of a container status.
-    A pod that runs this machine's Python has no image digest to report."""
+def _image_fields(container: dict, image: ImageRun | None = None) -> dict[str, str]:
+    """``image`` and ``imageID``, which Kubernetes' typed clients require of a container status:
+    for a container that runs its image, the reference and ``registry/repository@digest`` as the
+    kubelet reports them; a host process has no image digest to report."""
+    if image is not None:
+        return {"image": image.reference, "imageID": image.image_id}
     return {"image": container.get("image") or "", "imageID": ""}
+
+
+def _image_run(image: Image, ref: ImageReference) -> ImageRun:
+    return ImageRun(reference=image.reference, image_id=f"{ref.name}@{image.digest}", rootfs=image.rootfs,
+                    entrypoint=tuple(image.config.entrypoint), cmd=tuple(image.config.cmd),
+                    env=tuple(image.config.env), working_dir=image.config.working_dir, user=image.config.user)
+
+
+def _container(pod: dict, name: str) -> dict:
+    spec = pod.get("spec") or {}
+    return next(c for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                if c.get("name") == name)
 
 
 def _set_readiness(status: dict) -> None:

@@ -18,7 +18,7 @@ _EXPORTS = {
     "volumes": ["VolumeError", "Mount", "PodVolume", "prepare_volumes", "container_mounts"],
     "sandbox": ["SandboxUnavailable", "sandbox_available", "build_argv", "hosts_file"],
     "serviceaccount": ["ServiceAccountAccess"],
-    "local": ["LocalRuntime", "PodProcessStatus", "ContainerStatus", "PodNotFound"],
+    "local": ["LocalRuntime", "PodProcessStatus", "ContainerStatus", "PodNotFound", "ImageRun"],
 }
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         is_gpu_resource,
         parse_fake_inventory,
     )
-    from trimaran.runtime.local import ContainerStatus, LocalRuntime, PodNotFound, PodProcessStatus
+    from trimaran.runtime.local import ContainerStatus, ImageRun, LocalRuntime, PodNotFound, PodProcessStatus
     from trimaran.runtime.node import (
         Admission,
         Allocation,

@@ -1,0 +1,119 @@
+"""Pods that run their container images, through a real control plane and a registry on loopback:
+the kubelet's pull policies, events and waiting reasons, pull secrets, and which path a container
+takes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import poll
+from tests.imagekit import (  # noqa: F401 (fixtures)
+    auth_registry,
+    docker_config_secret,
+    registry,
+    test_images,
+)
+from tests.runtime.test_image_run import overlay_daemons
+from trimaran.runtime.shim import overlay_mounts_under
+
+
+@pytest.fixture(scope="module")
+def busybox(registry, test_images) -> str:  # noqa: F811 (fixtures)
+    return registry.push(test_images, "busybox", "test/busybox:1.0")
+
+
+def apply(plane, *objects: dict) -> None:
+    plane.cli("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+
+
+def pod(name: str, image: str, *, annotations: dict | None = None, **container: object) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image, **container}]}}
+
+
+def events(plane, name: str) -> list[tuple[str, str]]:
+    listed = json.loads(plane.cli("get", "events", "-o", "json").stdout)["items"]
+    return [(e["reason"], e["message"]) for e in listed if e["involvedObject"]["name"] == name]
+
+
+def waiting(plane, name: str, reason: str, timeout: float = 60) -> dict:
+    def found() -> dict | None:
+        statuses = (plane.get("pod", name).get("status") or {}).get("containerStatuses") or []
+        state = (statuses[0].get("state") or {}).get("waiting") or {} if statuses else {}
+        return state if state.get("reason") == reason else None
+    return poll(found, timeout=timeout, interval=0.1, what=f"{name} waiting with {reason}")
+
+
+def finished(plane, name: str, timeout: float = 60) -> dict:
+    return poll(lambda: (p := plane.get("pod", name))["status"].get("phase") in ("Succeeded", "Failed") and p,
+                timeout=timeout, interval=0.1, what=f"{name} to finish")
+
+
+def test_a_pod_without_command_runs_its_image_and_reports_it(plane, busybox):
+    apply(plane, pod("hello", busybox, args=["sh", "-c", "echo hello from $(hostname); test ! -e /usr/lib/python3"]))
+    done = finished(plane, "hello")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert plane.cli("logs", "hello").stdout.strip() == "hello from hello"
+    status = done["status"]["containerStatuses"][0]
+    assert status["image"] == busybox
+    assert status["imageID"].startswith(busybox.rsplit(":", 1)[0] + "@sha256:")
+    reasons = events(plane, "hello")
+    assert ("Pulling", f'Pulling image "{busybox}"') in reasons
+    pulled = [m for r, m in reasons if r == "Pulled"]
+    assert pulled and pulled[0].startswith(f'Successfully pulled image "{busybox}" in ') and "Image size: " in pulled[0]
+    described = " ".join(plane.cli("describe", "pod", "hello").stdout.split())
+    assert f"Runs: image {busybox} ({status['imageID'].split('@')[1]})" in described
+
+    # IfNotPresent (a tag other than latest): present now, so no second pull.
+    apply(plane, pod("again", busybox, command=["true"], annotations={"trimaran.io/image-policy": "image"}))
+    assert finished(plane, "again")["status"]["phase"] == "Succeeded"
+    assert ("Pulled", f'Container image "{busybox}" already present on machine') in events(plane, "again")
+    assert not any(r == "Pulling" for r, _ in events(plane, "again"))
+
+    # A command under the node's default policy (host) runs as a host process.
+    apply(plane, pod("host", busybox, command=["sh", "-c", "test -d /usr/lib"]))
+    host = finished(plane, "host")
+    assert host["status"]["phase"] == "Succeeded"
+    assert host["status"]["containerStatuses"][0]["imageID"] == ""
+    assert "Runs: host process" in " ".join(plane.cli("describe", "pod", "host").stdout.split())
+    poll(lambda: not overlay_mounts_under(str(plane.home)) and not overlay_daemons(plane.home),
+         timeout=30, what="no overlay left once the containers ended")
+
+
+def test_never_and_invalid_images_wait_with_the_kubelets_reasons(plane, registry):  # noqa: F811 (fixture)
+    missing = f"{registry.host}/test/absent:1"
+    apply(plane, pod("never", missing, imagePullPolicy="Never"))
+    state = waiting(plane, "never", "ErrImageNeverPull")
+    assert state["message"] == f'Container image "{missing}" is not present with pull policy of Never'
+    apply(plane, pod("nowhere", missing))
+    state = waiting(plane, "nowhere", "ImagePullBackOff")
+    assert state["message"].startswith(f'Back-off pulling image "{missing}": ErrImagePull: ')
+    assert ("BackOff", f'Back-off pulling image "{missing}"') in events(plane, "nowhere")
+    assert plane.get("pod", "nowhere")["status"]["phase"] == "Pending"
+
+
+def test_a_private_image_runs_once_its_pull_secret_exists(plane_with, auth_registry, test_images):  # noqa: F811
+    plane = plane_with(TRIMARAN_IMAGE_PULL_BACKOFF="0.5")
+    private = auth_registry.push(test_images, "busybox", "team/private:2")
+    manifest = pod("secret-pod", private, args=["echo", "in"])
+    manifest["spec"]["imagePullSecrets"] = [{"name": "pull-secret"}]
+    apply(plane, manifest)
+    # ErrImagePull shows between a failed pull and its back-off, too briefly to poll for: its events stay.
+    waiting(plane, "secret-pod", "ImagePullBackOff", timeout=90)
+    seen = events(plane, "secret-pod")
+    assert ("Failed", "Error: ErrImagePull") in seen
+    assert any(r == "Failed" and "authentication required" in m for r, m in seen)
+    user, password = auth_registry.credentials
+    apply(plane, docker_config_secret(auth_registry.host, user, password))
+    done = finished(plane, "secret-pod", timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert plane.cli("logs", "secret-pod").stdout.strip() == "in"
+
+
+def test_an_unknown_image_policy_annotation_is_a_config_error(plane, busybox):
+    apply(plane, pod("odd", busybox, command=["true"], annotations={"trimaran.io/image-policy": "vm"}))
+    state = waiting(plane, "odd", "CreateContainerConfigError")
+    assert "metadata.annotations[trimaran.io/image-policy]" in state["message"]
