@@ -3,9 +3,12 @@ way a pull fails leaving nothing half-written."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +89,7 @@ def test_an_index_gives_the_amd64_image_and_a_digest_reference_pins_it(registry:
     image = store.pull(ref)
     assert (image.rootfs / "platform").read_text() == "amd64"
     by_digest = parse_reference(f"{ref.name}@{image.digest}")
+    assert store.lookup(by_digest).rootfs == image.rootfs  # the digest is known here: no registry needed
     pinned = ImageStore(store.root.parent / "other", platform=AMD64).pull(by_digest)
     assert (pinned.id, pinned.digest, pinned.reference) == (image.id, image.digest, str(by_digest))
     arm = ImageStore(store.root.parent / "arm", platform=("linux", "arm64")).pull(ref)
@@ -198,3 +202,28 @@ def test_lookups_share_one_rootfs(registry: Registry, layered: BuiltImages, stor
     assert len(rootfs) == 1 and len(store.images()) == 1
     meta = json.loads((store.images()[0] / "image.json").read_text())
     assert meta["id"] == store.lookup(ref).id
+
+
+def test_a_dead_pulls_workspace_is_removed_and_a_live_ones_kept(registry: Registry, layered: BuiltImages,
+                                                               store: ImageStore) -> None:
+    ref = parse_reference(registry.push(layered, "busybox", "pull/busybox:1"))
+    dead, live = store.root / "tmp" / "pull-dead", store.root / "tmp" / "pull-live"
+    for workspace in (dead, live):
+        (workspace / "bundle" / "rootfs").mkdir(parents=True)
+        (workspace / ".lock").touch()
+    with open(live / ".lock") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a pull in another process holds its workspace
+        store.pull(ref)
+        assert not dead.exists() and live.is_dir()
+
+
+def test_a_registry_that_never_answers_times_out(tmp_path: Path) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections complete in the backlog and are never answered
+        store = ImageStore(tmp_path / "images", timeout=3)
+        started = time.monotonic()
+        with pytest.raises(ImagePullError, match="ran past 3 s"):
+            store.pull(parse_reference(f"127.0.0.1:{silent.getsockname()[1]}/team/app:1"))
+    assert time.monotonic() - started < 30
+    assert_nothing_half_written(store)

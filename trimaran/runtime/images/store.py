@@ -105,8 +105,7 @@ def _describe_failure(stderr: str, ref: ImageReference, had_credentials: bool) -
     detail = text.split("msg=", 1)[-1].strip('" ') if "msg=" in text else text
     lowered = detail.lower()
     prefix = f'failed to pull image "{ref}"'
-    if any(s in lowered for s in ("unauthorized", "authentication required", "denied", "invalid username/password",
-                                  "401")):
+    if any(s in lowered for s in ("unauthorized", "authentication required", "denied", "invalid username/password")):
         hint = "the credentials of the pod's imagePullSecrets were refused" if had_credentials else \
             "the registry needs credentials: add an imagePullSecrets Secret of type kubernetes.io/dockerconfigjson"
         return f"{prefix}: unauthorized: authentication required ({hint})"
@@ -167,7 +166,9 @@ class ImageStore:
         try:
             record = json.loads(self._ref_file(ref).read_text())
         except (OSError, ValueError):
-            return None
+            # A digest names its content wherever it was pulled from under another reference.
+            known = self._known_image(ref.digest) if ref.digest is not None else None
+            return self._load(str(ref), ref.digest, known) if known else None
         return self._load(str(ref), record.get("digest", ""), record.get("id", ""))
 
     def _load(self, reference: str, digest: str, image_id: str) -> Image | None:
