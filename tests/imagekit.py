@@ -344,9 +344,11 @@ class Registry:
     credentials: tuple[str, str] | None = None
     pushed: dict[str, str] = field(default_factory=dict)
 
-    def push(self, images: BuiltImages | OCILayout | Path, tag: str, repository: str, *, zstd: bool = False) -> str:
+    def push(self, images: BuiltImages | OCILayout | Path, tag: str, repository: str, *, zstd: bool = False,
+             docker_format: bool = False) -> str:
         """Copy the image ``tag`` (an index with all its platforms) to ``host/repository`` and return
-        the reference; ``zstd`` recompresses its layers with zstd on the way."""
+        the reference; ``zstd`` recompresses its layers with zstd on the way; ``docker_format``
+        stores Docker's schema 2 manifests (a manifest list for an index) instead of OCI's."""
         path = images.path if isinstance(images, (BuiltImages, OCILayout)) else Path(images)
         reference = f"{self.host}/{repository}"
         argv = ["skopeo", "--insecure-policy", "copy", "--quiet", "--all", "--dest-tls-verify=false"]
@@ -354,6 +356,8 @@ class Registry:
             argv += ["--dest-creds", ":".join(self.credentials)]
         if zstd:
             argv += ["--dest-compress", "--dest-compress-format", "zstd"]
+        if docker_format:
+            argv += ["--format", "v2s2"]
         argv += [f"oci:{path}:{tag}", f"docker://{reference}"]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
         if result.returncode != 0:

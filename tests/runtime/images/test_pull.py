@@ -96,6 +96,13 @@ def test_an_index_gives_the_amd64_image_and_a_digest_reference_pins_it(registry:
     assert (arm.rootfs / "platform").read_text() == "arm64" and arm.id != image.id
 
 
+def test_a_docker_manifest_list_gives_the_amd64_image(registry: Registry, layered: BuiltImages,
+                                                     store: ImageStore) -> None:
+    ref = parse_reference(registry.push(layered, "multi", "pull/docker-list:1", docker_format=True))
+    image = store.pull(ref)
+    assert (image.rootfs / "platform").read_text() == "amd64" and image.config.cmd == ["sh"]
+
+
 def test_no_amd64_image_is_a_clear_error(registry: Registry, layered: BuiltImages, store: ImageStore) -> None:
     index = parse_reference(registry.push(layered, "multi-arm64-only", "pull/arm-index:1"))
     with pytest.raises(ImagePullError, match=r"no matching manifest for linux/amd64 .*linux/arm64"):
