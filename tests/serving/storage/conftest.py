@@ -66,6 +66,9 @@ class FileServer:
     root: Path
     url: str
     requests: list[tuple[str, str]] = field(default_factory=list)
+    #: Paths whose body stops halfway until ``gate`` is set (a download caught in the middle).
+    gated: set[str] = field(default_factory=set)
+    gate: threading.Event = field(default_factory=threading.Event)
 
     def gets(self, path: str) -> int:
         return sum(1 for method, p in self.requests if method == "GET" and p == path)
@@ -76,6 +79,7 @@ def file_server(tmp_path: Path) -> Iterator[FileServer]:
     root = tmp_path / "www"
     root.mkdir()
     log: list[tuple[str, str]] = []
+    served = FileServer(root, "", log)
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args, **kwargs) -> None:
@@ -85,15 +89,26 @@ def file_server(tmp_path: Path) -> Iterator[FileServer]:
             log.append((self.command, self.path))
             return super().send_head()
 
+        def copyfile(self, source, outputfile) -> None:  # noqa: ANN001
+            if self.path not in served.gated:
+                return super().copyfile(source, outputfile)
+            data = source.read()
+            outputfile.write(data[: len(data) // 2])
+            outputfile.flush()
+            served.gate.wait(120)
+            outputfile.write(data[len(data) // 2:])
+
         def log_message(self, *args: object) -> None:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    served.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        yield FileServer(root, f"http://127.0.0.1:{server.server_address[1]}", log)
+        yield served
     finally:
+        served.gate.set()
         server.shutdown()
         server.server_close()
 

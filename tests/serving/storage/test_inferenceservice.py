@@ -89,14 +89,32 @@ def test_s3_example_serves_with_credentials_from_the_service_accounts_secret_and
     assert "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY missing" in cond["message"]
     assert "there is no ServiceAccount default/default" in cond["message"]
     assert condition(isvc(plane, "no-creds"), "Ready")["status"] == "False"
+    assert ("DownloadFailed", cond["message"].rsplit(" (retrying", 1)[0]) in events(plane, "no-creds")
+    # Retried with back-off: attaching the Secret to the default ServiceAccount is enough.
+    apply_docs(plane, tmp_path, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"},
+                                 "secrets": [{"name": "s3creds"}]})
+    assert predict(wait_ready(plane, "no-creds", timeout=120), "no-creds", rows) == [0, 1, 2]
 
 
-def test_https_archive_serves_and_a_missing_one_says_404(plane, file_server: FileServer, tmp_path: Path) -> None:
+def test_https_archive_downloads_with_progress_then_serves_from_the_cache_across_services_and_a_restart(
+        plane, file_server: FileServer, tmp_path: Path) -> None:
+    from trimaran.server.daemon import start_server, stop_server
+
     model = iris_model(tmp_path / "iris") / "model.joblib"
     with tarfile.open(file_server.root / "iris.tar.gz", "w:gz") as tar:
         tar.add(model, arcname="model.joblib")
-    apply_docs(plane, tmp_path, inference_service("iris-http", f"{file_server.url}/iris.tar.gz"),
+    size = (file_server.root / "iris.tar.gz").stat().st_size
+    file_server.gated.add("/iris.tar.gz")
+    url = f"{file_server.url}/iris.tar.gz"
+    apply_docs(plane, tmp_path, inference_service("iris-http", url),
                inference_service("missing", f"{file_server.url}/absent.tar.gz"))
+    # Held halfway by the server: the status says how far the download got.
+    half = f"downloading {url}: {size // 2} B of {size} B"
+    poll(lambda: condition(isvc(plane, "iris-http"), "PredictorReady").get("message") == half, timeout=60,
+         interval=0.3, what=half)
+    assert condition(isvc(plane, "iris-http"), "Ready")["reason"] == "ModelDownloading"
+    assert ("DownloadProgress", f"{url}: {size // 2} B of {size} B") in events(plane, "iris-http")
+    file_server.gate.set()
     obj = wait_ready(plane, "iris-http", timeout=120)
     rows, expected = iris_rows(model)
     assert predict(obj, "iris-http", rows) == expected == [0, 1, 2]
@@ -104,6 +122,15 @@ def test_https_archive_serves_and_a_missing_one_says_404(plane, file_server: Fil
     assert f"{file_server.url}/absent.tar.gz: not found (HTTP 404)" in cond["message"]
     assert file_server.gets("/iris.tar.gz") == 1
     # A second InferenceService of the same URI uses the cached copy: a HEAD for the version, no GET.
-    apply_docs(plane, tmp_path, inference_service("iris-http-again", f"{file_server.url}/iris.tar.gz"))
+    apply_docs(plane, tmp_path, inference_service("iris-http-again", url))
     assert predict(wait_ready(plane, "iris-http-again", timeout=120), "iris-http-again", rows) == expected
     assert file_server.gets("/iris.tar.gz") == 1, file_server.requests
+    # A restarted control plane serves the revisions' pinned copies without asking the server again.
+    asked = sum(1 for _, path in file_server.requests if path == "/iris.tar.gz")
+    stop_server(plane.home)
+    start_server(home=plane.home)
+    apply_docs(plane, tmp_path, inference_service("iris-http-third", url))  # new: one HEAD, no GET
+    assert predict(wait_ready(plane, "iris-http-third", timeout=120), "iris-http-third", rows) == expected
+    assert predict(wait_ready(plane, "iris-http"), "iris-http", rows) == expected
+    assert sum(1 for _, path in file_server.requests if path == "/iris.tar.gz") == asked + 1
+    assert file_server.gets("/iris.tar.gz") == 1

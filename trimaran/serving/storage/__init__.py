@@ -91,5 +91,10 @@ def fetch(uri: str, cache_dir: Path, credentials: Credentials | None = None, pro
     storage = storage_for(uri)
     creds = credentials if credentials is not None else Credentials.from_env(os.environ)
     snap = storage.snapshot(creds)
-    cache = DownloadCache(cache_dir)
-    return cache.get(uri, snap.version, lambda dest: storage.download(snap, dest, creds, progress or _ignore))
+    report = progress or _ignore
+
+    def download(dest: Path) -> None:
+        report(0, snap.total_bytes)
+        storage.download(snap, dest, creds, report)
+
+    return DownloadCache(cache_dir).get(uri, snap.version, download)

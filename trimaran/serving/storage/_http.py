@@ -78,7 +78,8 @@ class HTTPStorage(Storage):
                 if total is not None and total > limit:
                     raise StorageError(f"{self.uri}: {total} bytes is more than TRIMARAN_STORAGE_MAX_BYTES ({limit})",
                                        retriable=False)
-                while chunk := response.read(_CHUNK):
+                # read1: what has arrived, so progress moves with the bytes (read(n) waits for all n).
+                while chunk := response.read1(_CHUNK):
                     done += len(chunk)
                     if done > limit:
                         raise StorageError(f"{self.uri}: more than TRIMARAN_STORAGE_MAX_BYTES ({limit})",
