@@ -167,8 +167,10 @@ class OCILayout:
         self.path = path
         (path / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
         (path / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-        if not (path / "index.json").exists():
-            self._write_index([])
+        with open(path / ".index.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (path / "index.json").exists():
+                self._write_index([])
 
     def blob(self, digest: str) -> Path:
         return self.path / "blobs" / "sha256" / digest.split(":", 1)[1]
@@ -177,15 +179,15 @@ class OCILayout:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         path = self.blob(digest)
         if not path.exists():
-            temporary = path.with_suffix(".tmp")
-            temporary.write_bytes(data)
-            temporary.replace(path)
+            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as temporary:
+                temporary.write(data)
+            os.replace(temporary.name, path)
         return digest
 
     def _write_index(self, manifests: list[dict]) -> None:
-        temporary = self.path / "index.json.tmp"
-        temporary.write_text(json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}))
-        temporary.replace(self.path / "index.json")
+        with tempfile.NamedTemporaryFile("w", dir=self.path, delete=False) as temporary:
+            json.dump({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}, temporary)
+        os.replace(temporary.name, self.path / "index.json")
 
     def _index(self) -> list[dict]:
         return json.loads((self.path / "index.json").read_text())["manifests"]
@@ -194,9 +196,12 @@ class OCILayout:
         return next((d for d in self._index() if d.get("annotations", {}).get(REF_NAME) == tag), None)
 
     def tag(self, tag: str, descriptor: dict) -> None:
-        manifests = [d for d in self._index() if d.get("annotations", {}).get(REF_NAME) != tag]
-        manifests.append({**descriptor, "annotations": {REF_NAME: tag}})
-        self._write_index(manifests)
+        # Another test run may tag images in the cached layout at the same time.
+        with open(self.path / ".index.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            manifests = [d for d in self._index() if d.get("annotations", {}).get(REF_NAME) != tag]
+            manifests.append({**descriptor, "annotations": {REF_NAME: tag}})
+            self._write_index(manifests)
 
     def manifest(self, tag: str) -> dict:
         descriptor = self.descriptor(tag)
