@@ -25,7 +25,8 @@ def busybox(registry, test_images) -> str:  # noqa: F811 (fixtures)
 
 
 def apply(plane, *objects: dict) -> None:
-    plane.cli("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+    for obj in objects:
+        plane.cli("apply", "-f", "-", input=json.dumps(obj))
 
 
 def pod(name: str, image: str, *, annotations: dict | None = None, **container: object) -> dict:
@@ -117,3 +118,30 @@ def test_an_unknown_image_policy_annotation_is_a_config_error(plane, busybox):
     apply(plane, pod("odd", busybox, command=["true"], annotations={"trimaran.io/image-policy": "vm"}))
     state = waiting(plane, "odd", "CreateContainerConfigError")
     assert "metadata.annotations[trimaran.io/image-policy]" in state["message"]
+
+
+def test_the_node_image_policy_runs_commands_in_their_image(plane_with, busybox):
+    plane = plane_with(TRIMARAN_IMAGE_POLICY="image")
+    apply(plane, pod("in-image", busybox, command=["sh", "-c", "test ! -e /usr/lib/python3"]),
+          pod("on-host", busybox, command=["sh", "-c", "test -e /usr/lib/python3"],
+              annotations={"trimaran.io/image-policy": "host"}))
+    in_image, on_host = finished(plane, "in-image"), finished(plane, "on-host")
+    assert in_image["status"]["phase"] == on_host["status"]["phase"] == "Succeeded"
+    assert in_image["status"]["containerStatuses"][0]["imageID"].startswith(busybox.rsplit(":", 1)[0] + "@sha256:")
+    assert on_host["status"]["containerStatuses"][0]["imageID"] == ""
+
+
+def test_a_training_job_whose_image_cannot_be_pulled_says_so(plane, registry):  # noqa: F811 (fixture)
+    missing = f"{registry.host}/test/absent-trainer:1"
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "unpulled"},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "restartPolicy": "Never", "template": {
+               "spec": {"containers": [{"name": "pytorch", "image": missing}]}}}}}}
+    apply(plane, job)
+
+    def created_message() -> str | None:
+        conditions = (plane.get("pytorchjob", "unpulled").get("status") or {}).get("conditions") or []
+        message = conditions[-1].get("message", "") if conditions else ""
+        return message if conditions[-1]["type"] == "Created" and "ImagePullBackOff" in message else None
+    message = poll(created_message, timeout=60, interval=0.2, what="the job to show the pull back-off")
+    assert message.startswith("PyTorchJob unpulled is created. Waiting: pod unpulled-master-0 is waiting: "
+                              f'ImagePullBackOff: Back-off pulling image "{missing}"')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -484,12 +485,20 @@ def server_start(
     pod_security: str = typer.Option("baseline", "--pod-security", help="The Pod Security level (privileged, "
                                      "baseline, restricted) enforced in namespaces without a "
                                      "pod-security.kubernetes.io/enforce label."),
+    image_policy: str = typer.Option(None, "--image-policy", help="What a container that sets a command runs: "
+                                     "host (a host process, the default) or image (its image); a container "
+                                     "without command always runs its image. Pods choose with the annotation "
+                                     "trimaran.io/image-policy. Default: $TRIMARAN_IMAGE_POLICY, else host."),
 ) -> None:
     """Start the control plane in the background (apply starts one when none runs)."""
     from trimaran.api.podsecurity import LEVELS
 
     if pod_security not in LEVELS:
         _fail(f"--pod-security must be one of {', '.join(LEVELS)}, not {pod_security!r}")
+    if image_policy is not None:
+        if image_policy not in ("host", "image"):
+            _fail(f"--image-policy must be host or image, not {image_policy!r}")
+        os.environ["TRIMARAN_IMAGE_POLICY"] = image_policy  # the control plane inherits it
     from trimaran.server.daemon import HomeLocked, home_dir, lock_holder, read_server_info, start_server
 
     holder = lock_holder()

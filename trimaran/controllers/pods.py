@@ -44,6 +44,27 @@ def phase(pod: dict) -> str:
     return (pod.get("status") or {}).get("phase") or "Pending"
 
 
+def waiting_reason(pods: list[dict]) -> str | None:
+    """Why a pending pod among ``pods`` is not running yet: the scheduler's Unschedulable message
+    (too few cores, memory or GPUs), or a container's waiting reason (a missing ConfigMap, an
+    image being pulled or in ImagePullBackOff), so that its owner says so instead of a silent
+    Running or Created."""
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        status = pod.get("status") or {}
+        if status.get("phase", "Pending") != "Pending":
+            continue
+        name = pod["metadata"]["name"]
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                return f"pod {name} cannot be scheduled: {cond.get('message') or cond.get('reason')}"
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason"):
+                detail = f": {waiting['message']}" if waiting.get("message") else ""
+                return f"pod {name} is waiting: {waiting['reason']}{detail}"
+    return None
+
+
 def is_terminating(pod: dict) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 

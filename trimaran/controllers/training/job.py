@@ -40,6 +40,7 @@ from trimaran.controllers.pods import (
     request_deletion,
     restart_count,
     set_gang,
+    waiting_reason,
 )
 from trimaran.controllers.ports import PortAllocator
 from trimaran.controllers.training.framework import (
@@ -114,6 +115,13 @@ class TrainingJobReconciler(Reconciler):
                     requeue = self._run(job, fw, status, pods, run_policy)
                 except Conflict:
                     return 0.05
+                conditions = status.get("conditions") or []
+                if conditions and conditions[-1].get("type") == "Created":
+                    # Not yet running: a replica pulling its image or in ImagePullBackOff says so here.
+                    waiting = waiting_reason(pods)
+                    set_training_condition(status, "Created", f"{fw.kind}Created",
+                                           f"{fw.kind} {key.name} is created."
+                                           + (f" Waiting: {waiting}" if waiting else ""))
 
         if status != before:
             status["lastReconcileTime"] = now_rfc3339()

@@ -17,7 +17,7 @@ from trimaran.api import kinds, podsecurity
 from trimaran.api.tuning import METRICS_LOGS_ANNOTATION
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
-from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion
+from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion, waiting_reason
 from trimaran.controllers.tuning.checkpoints import CheckpointMount, checkpoint_mount, prepare_checkpoint
 from trimaran.controllers.tuning.records import experiment_of, trial_records
 from trimaran.runtime import LocalRuntime
@@ -101,7 +101,7 @@ class TrialReconciler(Reconciler):
         if job_state is None:
             # Running as in Katib (the job exists and has not ended), but a job whose pods wait for room
             # or cannot start says why, or the trial looks as if it ran.
-            waiting = _waiting_reason(owned_pods(self.store, job))
+            waiting = waiting_reason(owned_pods(self.store, job))
             if waiting:
                 set_condition(status, "Running", "True", PENDING_REASON, f"Trial is pending: {waiting}")
             else:
@@ -393,25 +393,6 @@ def _condition_type(query: str | None) -> str | None:
     if not query or '#(type=="' not in query:
         return None
     return query.split('#(type=="', 1)[1].split('"', 1)[0]
-
-
-def _waiting_reason(pods: list[dict]) -> str | None:
-    """Why a pod of the trial's job is not running yet: the scheduler's Unschedulable message (too
-    few cores, memory or GPUs), or a container's waiting reason (e.g. a missing ConfigMap)."""
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        status = pod.get("status") or {}
-        if status.get("phase", "Pending") != "Pending":
-            continue
-        name = pod["metadata"]["name"]
-        for cond in status.get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                return f"pod {name} cannot be scheduled: {cond.get('message') or cond.get('reason')}"
-        for cs in status.get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason"):
-                detail = f": {waiting['message']}" if waiting.get("message") else ""
-                return f"pod {name} is waiting: {waiting['reason']}{detail}"
-    return None
 
 
 def _job_message(job: dict) -> str:
