@@ -15,12 +15,11 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, bindparam, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Dialect, Engine, Executable, and_, bindparam, delete, insert, select, update
 
 from trimaran.store import _codec
 from trimaran.store._objects import (
@@ -51,6 +50,9 @@ from trimaran.store.schema import (
 # know that up front (SQLite: BEGIN IMMEDIATE, or two writers deadlock upgrading read locks)
 # reads it in its "begin" hook.
 WRITE_OPTION = "trimaran_write"
+# Execution option set on connections that run one read statement: a dialect whose driver can run
+# it outside a transaction (the statement then sees one snapshot by itself) skips BEGIN for it.
+SINGLE_STATEMENT_OPTION = "trimaran_single_statement"
 
 # Changes one watch query fetches at most, so a far-behind watcher does not load the whole log.
 _WATCH_BATCH = 500
@@ -70,17 +72,50 @@ _BY_KEY = and_(
     objects.c.namespace == bindparam("key_namespace"),
     objects.c.name == bindparam("key_name"),
 )
-# Built once: the hot statements then skip SQLAlchemy's per-call construction and cache-key work.
+# The hot statements, compiled once per store (see _Prepared).
 _SELECT_BODY = select(objects.c.body).where(_BY_KEY)
 _SELECT_BODY_FOR_UPDATE = _SELECT_BODY.with_for_update()
 _SELECT_UID = select(objects.c.uid).where(_BY_KEY)
 _DELETE_OBJECT = delete(objects).where(_BY_KEY)
 _UPDATE_BODY = update(objects).where(_BY_KEY).values(
     resource_version=bindparam("new_revision"), body=bindparam("new_body"))
+_INSERT_OBJECT = insert(objects)
 _INSERT_CHANGE = insert(changes)
 _NEXT_REVISION = (
     update(meta).where(meta.c.key == META_REVISION).values(value=meta.c.value + 1).returning(meta.c.value)
 )
+_SELECT_REVISION = select(meta.c.value).where(meta.c.key == META_REVISION)
+_SAME_EVENT = and_(
+    events.c.involved_kind == bindparam("event_kind"),
+    events.c.namespace == bindparam("event_namespace"),
+    events.c.involved_name == bindparam("event_name"),
+    events.c.involved_uid == bindparam("event_uid"),
+    events.c.type == bindparam("event_type"),
+    events.c.reason == bindparam("event_reason"),
+    events.c.message == bindparam("event_message"),
+)
+_FOLD_EVENT = update(events).where(_SAME_EVENT).values(
+    count=events.c.count + 1, last_timestamp=bindparam("event_now"), last_seen=bindparam("event_seen"))
+_INSERT_EVENT = insert(events)
+_EVENT_COLUMNS = [column.name for column in events.columns if column.name != "id"]
+_DELETE_EVENTS_OF = delete(events).where(events.c.involved_uid == bindparam("event_uid"))
+_DELETE_EVENTS_FOR = delete(events).where(
+    events.c.involved_kind == bindparam("event_kind"),
+    events.c.namespace == bindparam("event_namespace"),
+    events.c.involved_name == bindparam("event_name"),
+)
+_SELECT_COUNTER = select(meta.c.value).where(meta.c.key == bindparam("counter"))
+_COMPACT_CHANGES = delete(changes).where(changes.c.revision <= bindparam("upto"))
+_MARK_COMPACTED = update(meta).where(meta.c.key == META_COMPACTED, meta.c.value < bindparam("upto")).values(
+    value=bindparam("upto"))
+_INSERT_OBSERVATION = insert(observations)
+_OBSERVATION_COLUMNS = [column.name for column in observations.columns if column.name != "id"]
+_DELETE_OBSERVATIONS = delete(observations).where(
+    observations.c.namespace == bindparam("observation_namespace"),
+    observations.c.trial == bindparam("observation_trial"),
+)
+_OBJECT_COLUMNS = [column.name for column in objects.columns]
+_CHANGE_COLUMNS = [column.name for column in changes.columns]
 
 
 def _key_params(key: tuple[str, str, str]) -> dict[str, str]:
@@ -93,6 +128,40 @@ def _needles(label_selector: dict[str, str] | None, owner_uid: str | None) -> li
     if owner_uid is not None:
         needles.append(f'"uid":{_codec.dumps(owner_uid)}')
     return needles
+
+
+def _contains_pattern(needle: str) -> str:
+    """A LIKE pattern (escape character ``/``) for text that contains ``needle``."""
+    return "%" + needle.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+
+
+class _Prepared:
+    """A statement compiled once for the engine's dialect, run on the driver's connection.
+
+    SQLAlchemy's work on every execution (cache key, execution context, events, result rows) cost
+    ten times what SQLite spends on a small indexed read; the store's hot statements skip it. Only
+    for statements whose columns need no conversion (text, integers, floats): the driver's values
+    are used as they are.
+    """
+
+    __slots__ = ("_defaults", "_order", "sql")
+
+    def __init__(self, statement: Executable, dialect: Dialect, columns: Sequence[str] | None = None) -> None:
+        compiled = statement.compile(dialect=dialect, column_keys=columns)
+        self.sql = compiled.string
+        # Literal values in the statement (META_REVISION) are bound parameters with their value.
+        self._defaults = {name: value for name, value in compiled.params.items() if value is not None}
+        self._order = compiled.positiontup  # the parameters' order for a positional paramstyle
+
+    def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
+        merged = {**self._defaults, **values} if self._defaults else values
+        return merged if self._order is None else tuple(merged[name] for name in self._order)
+
+    def run(self, dbapi_connection: Any, values: Mapping[str, Any]) -> Any:
+        """Execute on ``dbapi_connection`` (a driver's connection) and return the cursor."""
+        cursor = dbapi_connection.cursor()
+        cursor.execute(self.sql, self.parameters(values))
+        return cursor
 
 
 class SQLStore(Store):
@@ -111,6 +180,34 @@ class SQLStore(Store):
             raise ValueError("keep_revisions must be at least 1")
         self._engine = engine
         self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+        self._single_statement_engine = engine.execution_options(**{SINGLE_STATEMENT_OPTION: True})
+        dialect = engine.dialect
+        self._integrity_error = dialect.loaded_dbapi.IntegrityError
+        self._sql = {
+            name: _Prepared(statement, dialect, columns)
+            for name, statement, columns in (
+                ("select_body", _SELECT_BODY, None),
+                ("select_body_for_update", _SELECT_BODY_FOR_UPDATE, None),
+                ("select_uid", _SELECT_UID, None),
+                ("delete_object", _DELETE_OBJECT, None),
+                ("update_body", _UPDATE_BODY, None),
+                ("insert_object", _INSERT_OBJECT, _OBJECT_COLUMNS),
+                ("insert_change", _INSERT_CHANGE, _CHANGE_COLUMNS),
+                ("next_revision", _NEXT_REVISION, None),
+                ("select_revision", _SELECT_REVISION, None),
+                ("fold_event", _FOLD_EVENT, None),
+                ("insert_event", _INSERT_EVENT, _EVENT_COLUMNS),
+                ("delete_events_of", _DELETE_EVENTS_OF, None),
+                ("delete_events_for", _DELETE_EVENTS_FOR, None),
+                ("select_counter", _SELECT_COUNTER, None),
+                ("compact_changes", _COMPACT_CHANGES, None),
+                ("mark_compacted", _MARK_COMPACTED, None),
+                ("insert_observation", _INSERT_OBSERVATION, _OBSERVATION_COLUMNS),
+                ("delete_observations", _DELETE_OBSERVATIONS, None),
+            )
+        }
+        # list()'s statements by (shared, by namespace, number of needles), compiled when first used.
+        self._list_sql: dict[tuple[bool, bool, int], _Prepared] = {}
         self._keep_revisions = keep_revisions
         # Compact in steps of a tenth of what is kept, so a delete is rare and small.
         self._compact_every = max(1, keep_revisions // 10)
@@ -131,24 +228,62 @@ class SQLStore(Store):
     # -- transactions -------------------------------------------------------------------
 
     @contextmanager
-    def _writing(self) -> Iterator[Connection]:
+    def _writing(self) -> Iterator[Any]:
+        """A write transaction on a pooled driver connection, for prepared statements (``_run``);
+        this process's watchers hear of its changes once it has committed."""
         if self._closed:
             raise StoreError("the store is closed")
         with self._write_lock:
             self._pending = []
-            with self._write_engine.begin() as conn:
+            conn = self._engine.raw_connection()
+            try:
+                self._begin_write(conn)
                 yield conn
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.close()
             if self._pending:
                 self._publish(self._pending)
 
+    def _begin_write(self, dbapi_connection: Any) -> None:
+        """Begin a write transaction; a driver that follows PEP 249 begins one with the first statement.
+        A dialect whose writers must take the write lock up front overrides this."""
+
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
-        # A transaction even for reads: a multi-statement read then sees one snapshot.
+        # A transaction: the statements of a multi-statement read see one snapshot.
         with self._engine.connect() as conn:
             yield conn
 
+    @contextmanager
+    def _reading_one(self) -> Iterator[Connection]:
+        """A connection for a single read statement, which sees one snapshot without a transaction."""
+        with self._single_statement_engine.connect() as conn:
+            yield conn
+
+    def _fetch(self, prepared: _Prepared, values: Mapping[str, Any]) -> list[Any]:
+        """The rows of one prepared read statement, run on a pooled connection outside a transaction."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        conn = self._engine.raw_connection()
+        try:
+            cursor = prepared.run(conn, values)
+            try:
+                return cursor.fetchall()
+            finally:
+                cursor.close()
+        finally:
+            conn.close()
+
+    def _run(self, conn: Any, name: str, values: Mapping[str, Any]) -> Any:
+        """Execute the prepared statement ``name`` on a driver connection (``_writing``'s); return the cursor."""
+        return self._sql[name].run(conn, values)
+
     def _initialize(self) -> None:
-        with self._writing() as conn:
+        with self._write_lock, self._write_engine.begin() as conn:
             metadata.create_all(conn)
             counters = dict(conn.execute(select(meta.c.key, meta.c.value)).all())
             version = counters.get(META_SCHEMA_VERSION)
@@ -166,29 +301,25 @@ class SQLStore(Store):
                     f"the database has schema version {version}; this Trimaran reads version {SCHEMA_VERSION}"
                 )
 
-    def _next_revision(self, conn: Connection) -> int:
-        return conn.execute(_NEXT_REVISION).scalar_one()
+    def _next_revision(self, conn: Any) -> int:
+        return self._run(conn, "next_revision", {}).fetchone()[0]
 
     def _log_change(
-        self, conn: Connection, revision: int, type: WatchEventType, key: tuple[str, str, str], body: str
+        self, conn: Any, revision: int, type: WatchEventType, key: tuple[str, str, str], body: str
     ) -> None:
         kind, namespace, name = key
-        conn.execute(
-            _INSERT_CHANGE, {"revision": revision, "kind": kind, "namespace": namespace, "name": name,
-                             "type": type, "body": body}
-        )
+        self._run(conn, "insert_change", {"revision": revision, "kind": kind, "namespace": namespace,
+                                          "name": name, "type": type, "body": body})
         self._pending.append((revision, kind, type, body))
         # Decided by the revision alone, so every process compacts on the same schedule.
         if revision % self._compact_every == 0:
             self._compact(conn, revision - self._keep_revisions)
 
-    def _compact(self, conn: Connection, upto: int) -> None:
+    def _compact(self, conn: Any, upto: int) -> None:
         if upto <= 0:
             return
-        conn.execute(delete(changes).where(changes.c.revision <= upto))
-        conn.execute(
-            update(meta).where(meta.c.key == META_COMPACTED, meta.c.value < upto).values(value=upto)
-        )
+        self._run(conn, "compact_changes", {"upto": upto})
+        self._run(conn, "mark_compacted", {"upto": upto})
 
     def _publish(self, committed: list[tuple[int, str, str, str]]) -> None:
         """Add committed changes to the feed and wake this process's watchers."""
@@ -220,13 +351,12 @@ class SQLStore(Store):
         rows = [(rev, type, body) for rev, kind, type, body in newer if kinds is None or kind in kinds]
         return rows[:_WATCH_BATCH], (head if len(rows) <= _WATCH_BATCH else rows[_WATCH_BATCH - 1][0])
 
-    def _stored(self, conn: Connection, key: tuple[str, str, str], *, lock: bool = False) -> dict[str, Any]:
+    def _stored(self, conn: Any, key: tuple[str, str, str]) -> dict[str, Any]:
         # Row lock where the database has them; SQLite's BEGIN IMMEDIATE already excludes writers.
-        query = _SELECT_BODY_FOR_UPDATE if lock else _SELECT_BODY
-        body = conn.execute(query, _key_params(key)).scalar_one_or_none()
-        if body is None:
+        row = self._run(conn, "select_body_for_update", _key_params(key)).fetchone()
+        if row is None:
             raise NotFound(*key)
-        return _codec.loads(body)
+        return _codec.loads(row[0])
 
     # -- objects ------------------------------------------------------------------------
 
@@ -244,31 +374,26 @@ class SQLStore(Store):
             body = prepare_create(obj, revision)
             text = _codec.dumps(body)
             try:
-                conn.execute(
-                    insert(objects).values(
-                        kind=key[0],
-                        namespace=key[1],
-                        name=key[2],
-                        uid=body["metadata"]["uid"],
-                        resource_version=revision,
-                        body=text,
-                    )
-                )
-            except IntegrityError:
+                self._run(conn, "insert_object", {"kind": key[0], "namespace": key[1], "name": key[2],
+                                                  "uid": body["metadata"]["uid"], "resource_version": revision,
+                                                  "body": text})
+            except self._integrity_error:
                 raise AlreadyExists(*key) from None
             self._log_change(conn, revision, "ADDED", key, text)
         return body
 
-    def _free_generated_key(self, conn: Connection, kind: str, namespace: str, prefix: str) -> tuple[str, str, str]:
+    def _free_generated_key(self, conn: Any, kind: str, namespace: str, prefix: str) -> tuple[str, str, str]:
         for _ in range(_GENERATE_NAME_TRIES):
             key = (kind, namespace, generated_name(prefix))
-            if conn.execute(_SELECT_UID, _key_params(key)).first() is None:
+            if self._run(conn, "select_uid", _key_params(key)).fetchone() is None:
                 return key
         raise AlreadyExists(kind, namespace, prefix + "*")
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
-        with self._reading() as conn:
-            return self._stored(conn, (kind, namespace, name))
+        rows = self._fetch(self._sql["select_body"], _key_params((kind, namespace, name)))
+        if not rows:
+            raise NotFound(kind, namespace, name)
+        return _codec.loads(rows[0][0])
 
     def list(
         self,
@@ -278,26 +403,33 @@ class SQLStore(Store):
         owner_uid: str | None = None,
         shared: bool = False,
     ) -> list[dict[str, Any]]:
-        columns = (objects.c.namespace, objects.c.name, objects.c.resource_version, objects.c.body)
-        query = select(*columns) if shared else select(objects.c.body)
-        query = query.where(objects.c.kind == kind)
-        if namespace is not None:
-            query = query.where(objects.c.namespace == namespace)
         # Narrow the rows in SQL by text the JSON body must contain, so that only candidates are
         # decoded; the exact tests run on the decoded objects.
-        for needle in _needles(label_selector, owner_uid):
-            query = query.where(objects.c.body.contains(needle, autoescape=True))
-        query = query.order_by(objects.c.namespace, objects.c.name)
-        with self._reading() as conn:
-            result = conn.execute(query)
-            rows = result.all() if shared else result.scalars().all()
-        found = self._decode_shared(kind, rows) if shared else [_codec.loads(body) for body in rows]
+        needles = _needles(label_selector, owner_uid)
+        values = {"kind": kind, "namespace": namespace}
+        values.update((f"needle_{i}", _contains_pattern(needle)) for i, needle in enumerate(needles))
+        rows = self._fetch(self._list_statement(shared, namespace is not None, len(needles)), values)
+        found = self._decode_shared(kind, rows) if shared else [_codec.loads(row[0]) for row in rows]
         if label_selector:
             found = [obj for obj in found if matches_labels(obj, label_selector)]
         if owner_uid is not None:
             found = [obj for obj in found
                      if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])]
         return found
+
+    def _list_statement(self, shared: bool, by_namespace: bool, needles: int) -> _Prepared:
+        variant = (shared, by_namespace, needles)
+        prepared = self._list_sql.get(variant)
+        if prepared is None:
+            columns = (objects.c.namespace, objects.c.name, objects.c.resource_version, objects.c.body)
+            query = (select(*columns) if shared else select(objects.c.body)).where(objects.c.kind == bindparam("kind"))
+            if by_namespace:
+                query = query.where(objects.c.namespace == bindparam("namespace"))
+            for i in range(needles):
+                query = query.where(objects.c.body.like(bindparam(f"needle_{i}"), escape="/"))
+            prepared = _Prepared(query.order_by(objects.c.namespace, objects.c.name), self._engine.dialect)
+            self._list_sql[variant] = prepared
+        return prepared
 
     def _decode_shared(self, kind: str, rows: Sequence[Any]) -> list[dict[str, Any]]:
         # The resource version names one immutable body, so a decoded object stays valid until
@@ -327,7 +459,7 @@ class SQLStore(Store):
         key = object_key(obj)
         expected = (obj.get("metadata") or {}).get("resourceVersion")
         with self._writing() as conn:
-            stored = self._stored(conn, key, lock=True)
+            stored = self._stored(conn, key)
             if expected not in (None, "") and str(expected) != stored["metadata"]["resourceVersion"]:
                 raise Conflict(*key)
             body = merge(stored, obj)
@@ -338,27 +470,26 @@ class SQLStore(Store):
             revision = self._next_revision(conn)
             body["metadata"]["resourceVersion"] = str(revision)
             text = _codec.dumps(body)
-            conn.execute(_UPDATE_BODY, {**_key_params(key), "new_revision": revision, "new_body": text})
+            self._run(conn, "update_body", {**_key_params(key), "new_revision": revision, "new_body": text})
             self._log_change(conn, revision, "MODIFIED", key, text)
         return body
 
     def delete(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         key = (kind, namespace, name)
         with self._writing() as conn:
-            body = self._stored(conn, key, lock=True)
+            body = self._stored(conn, key)
             revision = self._next_revision(conn)
             body["metadata"]["resourceVersion"] = str(revision)
-            conn.execute(_DELETE_OBJECT, _key_params(key))
+            self._run(conn, "delete_object", _key_params(key))
             self._shared.pop(key, None)
             self._log_change(conn, revision, "DELETED", key, _codec.dumps(body))
-            conn.execute(delete(events).where(events.c.involved_uid == body["metadata"]["uid"]))
+            self._run(conn, "delete_events_of", {"event_uid": body["metadata"]["uid"]})
         return body
 
     # -- watch --------------------------------------------------------------------------
 
     def current_revision(self) -> int:
-        with self._reading() as conn:
-            return conn.execute(select(meta.c.value).where(meta.c.key == META_REVISION)).scalar_one()
+        return self._fetch(self._sql["select_revision"], {})[0][0]
 
     def compact(self, keep_revisions: int | None = None) -> int:
         """Drop all but the latest ``keep_revisions`` changes now; return the highest revision dropped.
@@ -373,9 +504,8 @@ class SQLStore(Store):
             self._compacted_here = max(self._compacted_here, compacted)
         return compacted
 
-    @staticmethod
-    def _counter(conn: Connection, key: str) -> int:
-        return conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar_one()
+    def _counter(self, conn: Any, key: str) -> int:
+        return self._run(conn, "select_counter", {"counter": key}).fetchone()[0]
 
     def watch(
         self,
@@ -453,38 +583,18 @@ class SQLStore(Store):
         kind, namespace, name = object_key(obj)
         uid = obj["metadata"].get("uid", "")
         now, seen = now_rfc3339(), time.time()
-        same = and_(
-            events.c.involved_kind == kind,
-            events.c.namespace == namespace,
-            events.c.involved_name == name,
-            events.c.involved_uid == uid,
-            events.c.type == type,
-            events.c.reason == reason,
-            events.c.message == message,
-        )
         with self._writing() as conn:
-            folded = conn.execute(
-                update(events).where(same).values(count=events.c.count + 1, last_timestamp=now, last_seen=seen)
-            ).rowcount
+            folded = self._run(conn, "fold_event", {
+                "event_kind": kind, "event_namespace": namespace, "event_name": name, "event_uid": uid,
+                "event_type": type, "event_reason": reason, "event_message": message, "event_now": now,
+                "event_seen": seen}).rowcount
             if not folded:
-                conn.execute(
-                    insert(events).values(
-                        name=f"{name}.{uuid.uuid4().hex[:16]}",
-                        uid=str(uuid.uuid4()),
-                        namespace=namespace,
-                        involved_api_version=obj.get("apiVersion", ""),
-                        involved_kind=kind,
-                        involved_name=name,
-                        involved_uid=uid,
-                        type=type,
-                        reason=reason,
-                        message=message,
-                        count=1,
-                        first_timestamp=now,
-                        last_timestamp=now,
-                        last_seen=seen,
-                    )
-                )
+                self._run(conn, "insert_event", {
+                    "name": f"{name}.{uuid.uuid4().hex[:16]}", "uid": str(uuid.uuid4()), "namespace": namespace,
+                    "involved_api_version": obj.get("apiVersion", ""), "involved_kind": kind,
+                    "involved_name": name, "involved_uid": uid, "type": type, "reason": reason,
+                    "message": message, "count": 1, "first_timestamp": now, "last_timestamp": now,
+                    "last_seen": seen})
 
     def list_events(
         self, kind: str | None = None, namespace: str | None = None, name: str | None = None
@@ -496,31 +606,25 @@ class SQLStore(Store):
             query = query.where(events.c.namespace == namespace)
         if name is not None:
             query = query.where(events.c.involved_name == name)
-        with self._reading() as conn:
+        with self._reading_one() as conn:
             rows = conn.execute(query).mappings().all()
         return [_event_object(row) for row in rows]
 
     def delete_events_for(self, kind: str, namespace: str, name: str) -> int:
         with self._writing() as conn:
-            return conn.execute(
-                delete(events).where(
-                    events.c.involved_kind == kind,
-                    events.c.namespace == namespace,
-                    events.c.involved_name == name,
-                )
-            ).rowcount
+            return self._run(conn, "delete_events_for",
+                             {"event_kind": kind, "event_namespace": namespace, "event_name": name}).rowcount
 
     def add_observations(self, namespace: str, trial: str, trial_uid: str, rows: Sequence[dict[str, Any]]) -> None:
         if not rows:
             return
         now = time.time()
+        insert_observation = self._sql["insert_observation"]
         with self._writing() as conn:
-            conn.execute(insert(observations), [
+            conn.cursor().executemany(insert_observation.sql, [insert_observation.parameters(
                 {"namespace": namespace, "trial": trial, "trial_uid": trial_uid, "metric": r["metric"],
                  "step": int(r.get("step") or 0), "value": float(r["value"]),
-                 "timestamp": float(r.get("timestamp") or now)}
-                for r in rows
-            ])
+                 "timestamp": float(r.get("timestamp") or now)}) for r in rows])
 
     def list_observations(
         self, namespace: str, trials: Sequence[str] | None = None, metric: str | None = None
@@ -530,16 +634,15 @@ class SQLStore(Store):
             query = query.where(observations.c.trial.in_(list(trials)))
         if metric is not None:
             query = query.where(observations.c.metric == metric)
-        with self._reading() as conn:
+        with self._reading_one() as conn:
             rows = conn.execute(query).mappings().all()
         return [{"trial": r["trial"], "trialUid": r["trial_uid"], "metric": r["metric"], "step": r["step"],
                  "value": r["value"], "timestamp": r["timestamp"]} for r in rows]
 
     def delete_observations(self, namespace: str, trial: str) -> int:
         with self._writing() as conn:
-            return conn.execute(
-                delete(observations).where(observations.c.namespace == namespace, observations.c.trial == trial)
-            ).rowcount
+            return self._run(conn, "delete_observations",
+                             {"observation_namespace": namespace, "observation_trial": trial}).rowcount
 
     def close(self) -> None:
         with self._changed:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.engine import URL
 
-from trimaran.store.sql import WRITE_OPTION, SQLStore
+from trimaran.store.sql import SINGLE_STATEMENT_OPTION, WRITE_OPTION, SQLStore
 
 # Connections are cheap in SQLite; enough that the API server's worker threads and the
 # controllers' watchers rarely queue for one.
@@ -48,9 +48,12 @@ def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _begin(conn: Connection) -> None:
+    options = conn.get_execution_options()
+    if options.get(SINGLE_STATEMENT_OPTION):
+        return  # the sqlite3 module, in autocommit mode, runs the statement as its own transaction
     # A writer takes the write lock at BEGIN: a deferred transaction that reads first and
     # writes later fails with SQLITE_BUSY, without waiting, if another writer got in between.
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE_OPTION) else "BEGIN")
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITE_OPTION) else "BEGIN")
 
 
 def _private(path: Path) -> None:
@@ -104,6 +107,12 @@ class SQLiteStore(SQLStore):
         event.listen(engine, "connect", _configure_connection)
         event.listen(engine, "begin", _begin)
         super().__init__(engine, keep_revisions=keep_revisions, poll_interval=poll_interval)
+
+    def _begin_write(self, dbapi_connection: Any) -> None:
+        # The write lock at BEGIN (see _begin); the sqlite3 module, in autocommit mode, begins nothing itself.
+        cursor = dbapi_connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        cursor.close()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
