@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from pathlib import Path
 
@@ -60,6 +61,9 @@ def test_secret_env_follows_kserve_webhook() -> None:
     assert (creds.aws_access_key_id, creds.aws_secret_access_key) == ("AK", "SK")
     assert (creds.s3_endpoint_url, creds.s3_region, creds.s3_verify) == ("http://minio.local:9000", "eu-west-1", False)
     assert creds.hf_token == "hf_x" and not creds.s3_anonymous
+    key = {"type": "service_account", "client_email": "reader@p.iam.gserviceaccount.com", "private_key": "..."}
+    gcs = Credentials.from_env(secret_env({"data": {"gcloud-application-credentials.json": b64(json.dumps(key))}}))
+    assert gcs.gcs_service_account == key
     anonymous = Credentials.from_env(secret_env(
         {"metadata": {"annotations": {"serving.kserve.io/s3-useanoncredential": "true"}}}))
     assert anonymous.s3_anonymous

@@ -87,6 +87,53 @@ def test_gcs_public_bucket_through_the_emulator(gcs_emulator: str, tmp_path: Pat
         fetch("gs://public-models/absent", tmp_path / "cache", Credentials())
 
 
+def test_gcs_with_a_service_account_key_signs_in_through_a_fake_token_endpoint(gcs_emulator: str,
+                                                                               tmp_path: Path) -> None:
+    """The key's token_uri points at a token server on loopback (Google's cannot be reached here): the
+    download signs in with the key, then reads through the emulator."""
+    import http.server
+    import threading
+    from urllib.parse import parse_qs
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    grants: list[str] = []
+
+    class Token(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            grants.append(body["grant_type"][0])
+            answer = b'{"access_token": "token-1", "expires_in": 3600, "token_type": "Bearer"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Token)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    info = {"type": "service_account", "project_id": "test", "private_key_id": "k1", "private_key": key,
+            "client_email": "reader@test.iam.gserviceaccount.com", "client_id": "1",
+            "token_uri": f"http://127.0.0.1:{server.server_address[1]}/token"}
+    try:
+        bucket = storage.Client(project="test", credentials=AnonymousCredentials()).create_bucket("private-models")
+        bucket.blob("iris/model.joblib").upload_from_string(b"private-bytes")
+        path = fetch("gs://private-models/iris", tmp_path / "cache", Credentials(gcs_service_account=info))
+        assert (path / "model.joblib").read_bytes() == b"private-bytes"
+        assert grants and set(grants) == {"urn:ietf:params:oauth:grant-type:jwt-bearer"}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def model_archive(server: FileServer, name: str, files: dict[str, bytes]) -> str:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:

@@ -96,6 +96,8 @@ class ModelDownloads:
             path = fetch(download.uri, self.cache_dir, creds, progress)
         except (StorageError, InvalidStorageUri) as exc:
             self._failed(download, str(exc), getattr(exc, "retriable", False))
+        except OSError as exc:  # the schemes turn their own I/O errors into StorageError: this is the cache's
+            self._failed(download, f"{download.uri}: cannot write the download cache {self.cache_dir}: {exc}", True)
         except Exception as exc:  # a bug or an unforeseen client error must not kill the worker silently
             self._failed(download, f"{download.uri}: {type(exc).__name__}: {exc}", True)
         else:
