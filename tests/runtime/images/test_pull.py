@@ -234,3 +234,18 @@ def test_a_registry_that_never_answers_times_out(tmp_path: Path) -> None:
             store.pull(parse_reference(f"127.0.0.1:{silent.getsockname()[1]}/team/app:1"))
     assert time.monotonic() - started < 30
     assert_nothing_half_written(store)
+
+
+def test_two_stores_on_one_cache_pulling_at_once_keep_one_image(registry: Registry, layered: BuiltImages,
+                                                                tmp_path: Path) -> None:
+    ref = parse_reference(registry.push(layered, "whiteouts", "pull/whiteouts:1"))
+    stores = [ImageStore(tmp_path / "images", platform=AMD64) for _ in range(2)]  # as two processes would
+    results: list[object] = []
+    threads = [threading.Thread(target=lambda s=s: results.append(s.pull(ref))) for s in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(results) == 2 and results[0] == results[1]
+    assert len(stores[0].images()) == 1 and stores[0].verify_blobs() == []
+    assert [p.name for p in (tmp_path / "images" / "tmp").iterdir()] == [".lock"]
