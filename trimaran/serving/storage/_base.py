@@ -62,8 +62,8 @@ class Credentials:
     """
 
     aws_access_key_id: str | None = None
-    aws_secret_access_key: str | None = None
-    aws_session_token: str | None = None
+    aws_secret_access_key: str | None = field(default=None, repr=False)
+    aws_session_token: str | None = field(default=None, repr=False)
     #: ``http(s)://host:port``; None: AWS itself.
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
