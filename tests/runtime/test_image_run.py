@@ -116,7 +116,16 @@ def test_mount_points_follow_the_images_links_without_leaving_it(rootfs: Path) -
         (rootfs / "escape").unlink()
 
 
-def test_entrypoint_cmd_env_workdir_and_user_from_the_image(runtime: LocalRuntime, rootfs: Path) -> None:
+@pytest.fixture(params=["kernel", "fuse"])
+def overlay(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Either overlay (the shim inherits the choice): the kernel's as root, fuse-overlayfs otherwise."""
+    if request.param == "kernel" and os.geteuid() != 0:
+        pytest.skip("the kernel's overlayfs needs root")
+    monkeypatch.setenv("TRIMARAN_OVERLAY", request.param)
+    return request.param
+
+
+def test_entrypoint_cmd_env_workdir_and_user_from_the_image(runtime: LocalRuntime, rootfs: Path, overlay: str) -> None:
     script = "pwd; id -u; id -g; echo $GREETING $OVERRIDDEN $HOME; cat data.txt; ls /usr 2>&1 | head -1"
     pod = make_pod("img", [{"name": "main", "env": [{"name": "OVERRIDDEN", "value": "by-pod"}]}])
     log = run_to_end(runtime, pod, {"main": image(rootfs, entrypoint=("/bin/sh", "-c"), cmd=(script,),
@@ -142,7 +151,7 @@ def test_run_as_user_overrides_the_image_user_and_run_as_non_root_checks_it(
     assert run_to_end(runtime, non_root, {"main": image(rootfs, user="app")}).split() == ["1000"]
 
 
-def test_writes_stay_in_each_containers_own_layer(runtime: LocalRuntime, rootfs: Path) -> None:
+def test_writes_stay_in_each_containers_own_layer(runtime: LocalRuntime, rootfs: Path, overlay: str) -> None:
     write = "echo mine > /srv/app/data.txt; touch /new; cat /srv/app/data.txt"
     look = "cat /srv/app/data.txt; test -e /new && echo leaked || echo clean"
     writer = make_pod("writer", [{"name": "main", "command": ["sh", "-c", write]}])
@@ -154,7 +163,7 @@ def test_writes_stay_in_each_containers_own_layer(runtime: LocalRuntime, rootfs:
     assert not (rootfs / "new").exists()
 
 
-def test_read_only_root_filesystem(runtime: LocalRuntime, rootfs: Path) -> None:
+def test_read_only_root_filesystem(runtime: LocalRuntime, rootfs: Path, overlay: str) -> None:
     script = "touch /x 2>/dev/null && echo root-writable; touch /data/ok && echo volume-writable; " \
              "echo msg > /dev/termination-log && echo log-writable"
     pod = make_pod("ro", [{"name": "main", "command": ["sh", "-c", script],
@@ -174,7 +183,8 @@ def test_service_account_token_lands_through_the_images_var_run_link(runtime: Lo
     assert status.exit_code == 1, "the volume is mounted (empty) where the link leads"
 
 
-def test_stopping_and_removing_leave_no_mount_or_fuse_process(runtime: LocalRuntime, rootfs: Path) -> None:
+def test_stopping_and_removing_leave_no_mount_or_fuse_process(runtime: LocalRuntime, rootfs: Path,
+                                                              overlay: str) -> None:
     pod = make_pod("stop", [{"name": "main", "command": ["sleep", "60"]}])
     uid = pod["metadata"]["uid"]
     runtime.start_pod(pod, attempt=0, images={"main": image(rootfs)})
@@ -186,7 +196,8 @@ def test_stopping_and_removing_leave_no_mount_or_fuse_process(runtime: LocalRunt
     assert nothing_left(runtime.home)
 
 
-def test_a_killed_shim_leaves_nothing_once_the_pod_is_removed(runtime: LocalRuntime, rootfs: Path) -> None:
+def test_a_killed_shim_leaves_nothing_once_the_pod_is_removed(runtime: LocalRuntime, rootfs: Path,
+                                                              overlay: str) -> None:
     pod = make_pod("lost", [{"name": "main", "command": ["sleep", "60"]}])
     uid = pod["metadata"]["uid"]
     runtime.start_pod(pod, attempt=0, images={"main": image(rootfs)})
