@@ -24,6 +24,25 @@ __all__ = ["S3Storage"]
 _DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "403")
 
 
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _new_client(access_key: str | None, secret_key: str | None, token: str | None, region: str,
+                endpoint: str | None, verify: bool | str, anonymous: bool) -> Any:
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    config = Config(signature_version=UNSIGNED) if anonymous else Config()
+    config = config.merge(Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=60))
+    # A session of our own: boto3's default one reads ~/.aws and the process environment, and the
+    # credentials must be exactly those given (an InferenceService's Secret, not the host's).
+    session = boto3.session.Session(aws_access_key_id=access_key, aws_secret_access_key=secret_key,
+                                    aws_session_token=token, region_name=region)
+    return session.client("s3", endpoint_url=endpoint, verify=verify, config=config)
+
+
 class S3Storage(Storage):
     """Every object under ``prefix`` (a whole key, or a "directory": keys under ``prefix/``),
     written relative to the prefix; a prefix that is one object's key gives that file alone.
@@ -86,10 +105,6 @@ class S3Storage(Storage):
         progress(done, snapshot.total_bytes)
 
     def _client(self, credentials: Credentials) -> Any:
-        import boto3
-        from botocore import UNSIGNED
-        from botocore.config import Config
-
         if not credentials.s3_anonymous and not (credentials.aws_access_key_id and credentials.aws_secret_access_key):
             missing = [name for name, value in (("AWS_ACCESS_KEY_ID", credentials.aws_access_key_id),
                                                 ("AWS_SECRET_ACCESS_KEY", credentials.aws_secret_access_key))
@@ -100,19 +115,18 @@ class S3Storage(Storage):
                 "(with the serving.kserve.io/s3-endpoint annotation for a non-AWS endpoint), or set them in the "
                 "control plane's environment; for a public bucket annotate the Secret "
                 "serving.kserve.io/s3-useanoncredential: \"true\"")
-        config = Config(signature_version=UNSIGNED) if credentials.s3_anonymous else Config()
-        config = config.merge(Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5,
-                                     read_timeout=60))
-        # A session of our own: boto3's default one reads ~/.aws and the process environment, and
-        # the credentials must be exactly those given (an InferenceService's Secret, not the host's).
-        session = boto3.session.Session(
-            aws_access_key_id=None if credentials.s3_anonymous else credentials.aws_access_key_id,
-            aws_secret_access_key=None if credentials.s3_anonymous else credentials.aws_secret_access_key,
-            aws_session_token=None if credentials.s3_anonymous else credentials.aws_session_token,
-            region_name=credentials.s3_region or "us-east-1",
-        )
-        return session.client("s3", endpoint_url=credentials.s3_endpoint_url, verify=credentials.s3_verify,
-                              config=config)
+        anonymous = credentials.s3_anonymous
+        key = (None if anonymous else credentials.aws_access_key_id,
+               None if anonymous else credentials.aws_secret_access_key,
+               None if anonymous else credentials.aws_session_token,
+               credentials.s3_region or "us-east-1", credentials.s3_endpoint_url, credentials.s3_verify, anonymous)
+        # A client costs about half a second to build (botocore loads its service model); clients are
+        # thread-safe, so one per set of credentials serves every download that uses them.
+        with _CLIENTS_LOCK:
+            client = _CLIENTS.get(key)
+            if client is None:
+                client = _CLIENTS[key] = _new_client(*key)
+        return client
 
     def _error(self, exc: Exception, credentials: Credentials, key: str | None = None) -> StorageError:
         from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
