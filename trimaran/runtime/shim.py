@@ -218,8 +218,8 @@ def mount_overlay(overlay: dict) -> str:
     container, so its unmount need not sync it; 0.25 s otherwise); fuse-overlayfs where that
     fails (an overlay on an overlay) or without root. ``TRIMARAN_OVERLAY=fuse|kernel`` forces one.
     The kernel's is preferred because a container's files then cost no trip through a FUSE
-    daemon: a warm start of busybox took 64 ms more than a host process with fuse-overlayfs on
-    this 2-core machine, and none more with overlayfs (bench/bench_image_start.py)."""
+    daemon: a warm busybox start took 2-5 ms more than a host process with overlayfs, 10-12 ms
+    with fuse-overlayfs and 64 ms under load (bench/RESULTS.md, "Issue 12")."""
     for key in ("lower", "upper", "work"):
         if "," in overlay[key] or ":" in overlay[key]:
             raise OSError(f"overlay {key} directory {overlay[key]!r} has a ',' or ':' in its path")
