@@ -145,3 +145,23 @@ def test_a_training_job_whose_image_cannot_be_pulled_says_so(plane, registry):  
     message = poll(created_message, timeout=60, interval=0.2, what="the job to show the pull back-off")
     assert message.startswith("PyTorchJob unpulled is created. Waiting: pod unpulled-master-0 is waiting: "
                               f'ImagePullBackOff: Back-off pulling image "{missing}"')
+
+
+def test_always_resolves_the_tag_again_and_if_not_present_keeps_what_is_here(plane, registry, test_images):  # noqa: F811
+    from tests.imagekit import ImageSpec, Layer
+
+    moving = registry.push(test_images, "busybox", "test/moving:1")
+    check = ["sh", "-c", "test -e /moved && echo moved || echo first"]
+    apply(plane, pod("first", moving, args=check))
+    first = finished(plane, "first")["status"]["containerStatuses"][0]["imageID"]
+    test_images.layout.build("busybox-moved", [Layer(files={"moved": "yes"})], ImageSpec(cmd=["sh"]), base="busybox")
+    registry.push(test_images, "busybox-moved", "test/moving:1")
+    apply(plane, pod("kept", moving, args=check, imagePullPolicy="IfNotPresent"))
+    kept = finished(plane, "kept")
+    assert kept["status"]["containerStatuses"][0]["imageID"] == first
+    assert plane.cli("logs", "kept").stdout.strip() == "first"
+    apply(plane, pod("fresh", moving, args=check, imagePullPolicy="Always"))
+    fresh = finished(plane, "fresh")
+    assert fresh["status"]["containerStatuses"][0]["imageID"] != first
+    assert plane.cli("logs", "fresh").stdout.strip() == "moved"
+    assert any(r == "Pulling" for r, _ in events(plane, "fresh"))
