@@ -165,3 +165,20 @@ def test_always_resolves_the_tag_again_and_if_not_present_keeps_what_is_here(pla
     assert fresh["status"]["containerStatuses"][0]["imageID"] != first
     assert plane.cli("logs", "fresh").stdout.strip() == "moved"
     assert any(r == "Pulling" for r, _ in events(plane, "fresh"))
+
+
+def test_an_image_pod_outlives_a_killed_control_plane_and_leaves_nothing_once_deleted(plane, busybox):
+    import os
+    import signal
+
+    from trimaran.server.daemon import read_server_info, start_server
+
+    apply(plane, pod("survivor", busybox, args=["sleep", "600"]))
+    poll(lambda: plane.get("pod", "survivor")["status"].get("phase") == "Running", timeout=60, what="Running")
+    assert overlay_mounts_under(str(plane.home))
+    os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
+    start_server(home=plane.home)
+    assert plane.get("pod", "survivor")["status"]["phase"] == "Running"
+    plane.cli("delete", "pod", "survivor")
+    poll(lambda: not overlay_mounts_under(str(plane.home)) and not overlay_daemons(plane.home),
+         timeout=60, what="the overlay to go with the pod")
