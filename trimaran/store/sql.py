@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Engine, Executable, and_, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Dialect, Engine, Executable, and_, bindparam, delete, false, insert, select, update
 
 from trimaran.store import _codec
 from trimaran.store._objects import (
@@ -208,6 +208,8 @@ class SQLStore(Store):
         }
         # list()'s statements by (shared, by namespace, number of needles), compiled when first used.
         self._list_sql: dict[tuple[bool, bool, int], _Prepared] = {}
+        # The change log's statements by the number of kinds a watch follows (None: all).
+        self._changes_sql: dict[int | None, _Prepared] = {}
         self._keep_revisions = keep_revisions
         # Compact in steps of a tenth of what is kept, so a delete is rare and small.
         self._compact_every = max(1, keep_revisions // 10)
@@ -252,11 +254,9 @@ class SQLStore(Store):
         """Begin a write transaction; a driver that follows PEP 249 begins one with the first statement.
         A dialect whose writers must take the write lock up front overrides this."""
 
-    @contextmanager
-    def _reading(self) -> Iterator[Connection]:
-        # A transaction: the statements of a multi-statement read see one snapshot.
-        with self._engine.connect() as conn:
-            yield conn
+    def _begin_read(self, dbapi_connection: Any) -> None:
+        """Begin a read transaction, so that the statements after it see one snapshot; a driver that
+        follows PEP 249 begins one with the first statement. A driver in autocommit mode overrides this."""
 
     @contextmanager
     def _reading_one(self) -> Iterator[Connection]:
@@ -555,25 +555,41 @@ class SQLStore(Store):
                 woken = self._notified_revision > position
 
     def _changes_after(self, position: int, kinds: list[str] | None) -> tuple[list[Any], int]:
-        query = (
-            select(changes.c.revision, changes.c.type, changes.c.body)
-            .where(changes.c.revision > position)
-            .order_by(changes.c.revision)
-            .limit(_WATCH_BATCH)
-        )
-        if kinds is not None:
-            query = query.where(changes.c.kind.in_(kinds))
-        with self._reading() as conn:
+        values: dict[str, Any] = {"position": position}
+        values.update((f"kind_{i}", kind) for i, kind in enumerate(kinds or ()))
+        rows_after = self._changes_statement(None if kinds is None else len(kinds))
+        if self._closed:
+            raise StoreError("the store is closed")
+        conn = self._engine.raw_connection()
+        try:
             # One snapshot for the counters and the rows, so they agree with each other.
-            counters = dict(
-                conn.execute(
-                    select(meta.c.key, meta.c.value).where(meta.c.key.in_([META_REVISION, META_COMPACTED]))
-                ).all()
+            self._begin_read(conn)
+            revision = self._counter(conn, META_REVISION)
+            compacted = self._counter(conn, META_COMPACTED)
+            if position < compacted:
+                raise Expired(position, compacted)
+            rows = rows_after.run(conn, values).fetchall()
+        finally:
+            conn.rollback()
+            conn.close()
+        return rows, revision
+
+    def _changes_statement(self, kinds: int | None) -> _Prepared:
+        """The change log after a position, of any kind (None) or of one of ``kinds`` kinds."""
+        prepared = self._changes_sql.get(kinds)
+        if prepared is None:
+            query = (
+                select(changes.c.revision, changes.c.type, changes.c.body)
+                .where(changes.c.revision > bindparam("position"))
+                .order_by(changes.c.revision)
+                .limit(_WATCH_BATCH)
             )
-            if position < counters[META_COMPACTED]:
-                raise Expired(position, counters[META_COMPACTED])
-            rows = conn.execute(query).all()
-        return rows, counters[META_REVISION]
+            if kinds == 0:
+                query = query.where(false())  # a watch of no kinds: only the head moves
+            elif kinds is not None:
+                query = query.where(changes.c.kind.in_([bindparam(f"kind_{i}") for i in range(kinds)]))
+            prepared = self._changes_sql[kinds] = _Prepared(query, self._engine.dialect)
+        return prepared
 
     # -- events -------------------------------------------------------------------------
 

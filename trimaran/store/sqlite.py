@@ -114,5 +114,10 @@ class SQLiteStore(SQLStore):
         cursor.execute("BEGIN IMMEDIATE")
         cursor.close()
 
+    def _begin_read(self, dbapi_connection: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("BEGIN")
+        cursor.close()
+
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"

@@ -57,6 +57,8 @@ class TrialReconciler(Reconciler):
         self.runtime = runtime
         self.api_url = api_url
         self._collectors: dict[str, MetricsCollector] = {}  # trial uid -> collector
+        # trial uid -> its job's pods as this pass listed them, which its collector reads (one list a pass)
+        self._pods: dict[str, list[dict]] = {}
         self._skip: dict[str, int] = {}  # trial uid -> observations already stored before a restart
         # MLflow runs of the trials (trimaran.tuning.tracking); a no-op without MLFLOW_TRACKING_URI.
         self.tracker = tracker if tracker is not None else tracker_from_env(store)
@@ -81,6 +83,7 @@ class TrialReconciler(Reconciler):
             if job is not None and not trial["spec"].get("retainRun"):
                 self._delete_job(job)
             self._collectors.pop(uid, None)
+            self._pods.pop(uid, None)
             # Tracking: the outcome is stored; end the trial's run (again later if MLflow is down).
             return self.tracker.finish(trial, trial_state(trial))
 
@@ -98,16 +101,17 @@ class TrialReconciler(Reconciler):
             return self._write(trial, status, before, POLL_SECONDS)
 
         job_state = _job_outcome(job, trial["spec"])
+        pods = self._pods[uid] = owned_pods(self.store, job)
         if job_state is None:
             # Running as in Katib (the job exists and has not ended), but a job whose pods wait for room
             # or cannot start says why, or the trial looks as if it ran.
-            waiting = waiting_reason(owned_pods(self.store, job))
+            waiting = waiting_reason(pods)
             if waiting:
                 set_condition(status, "Running", "True", PENDING_REASON, f"Trial is pending: {waiting}")
             else:
                 set_condition(status, "Running", "True", "TrialRunning", "Trial is running")
 
-        new = self._collect(trial, job, final=job_state is not None)
+        new = self._collect(trial, final=job_state is not None)
         stop_reason = None if job_state is not None else self._early_stop_reason(trial, new)
         if stop_reason:
             self._finish(trial, status, "EarlyStopped", "TrialEarlyStopped", stop_reason)
@@ -118,7 +122,7 @@ class TrialReconciler(Reconciler):
             objective = trial["spec"]["objective"]["objectiveMetricName"]
             if summary.get(objective, {}).get("latest", "unavailable") == "unavailable":
                 message = (f"metric {objective!r} never appeared in the trial's output; last lines:\n"
-                           + self._log_tail(job, trial))
+                           + self._log_tail(trial))
                 self._finish(trial, status, "MetricsUnavailable", "MetricsUnavailable", message)
                 self.store.record_event(trial, "Warning", "MetricsUnavailable", message.splitlines()[0])
             else:
@@ -127,7 +131,7 @@ class TrialReconciler(Reconciler):
             message = _job_message(job) or "the trial's job failed"
             self.store.record_event(trial, "Warning", "TrialFailed", message)
             # The job (and its logs) go when the trial ends: keep the reason a person needs.
-            message += "; last lines:\n" + self._log_tail(job, trial)
+            message += "; last lines:\n" + self._log_tail(trial)
             self._finish(trial, status, "Failed", "TrialFailed", message)
         if trial_state({"status": status}) in FINISHED:
             status["observation"] = {"metrics": [
@@ -238,13 +242,13 @@ class TrialReconciler(Reconciler):
             pass
 
     # -- metrics ------------------------------------------------------------------------------
-    def _primary_pods(self, trial: dict, job: dict) -> list[dict]:
-        pods = owned_pods(self.store, job)
+    def _primary_pods(self, trial: dict) -> list[dict]:
+        pods = self._pods.get(trial["metadata"]["uid"]) or []
         wanted = trial["spec"].get("primaryPodLabels") or {}
         chosen = [p for p in pods if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
         return sorted(chosen, key=lambda p: p["metadata"].get("creationTimestamp", ""))
 
-    def _collector(self, trial: dict, job: dict) -> MetricsCollector:
+    def _collector(self, trial: dict) -> MetricsCollector:
         uid = trial["metadata"]["uid"]
         collector = self._collectors.get(uid)
         if collector is not None:
@@ -254,7 +258,7 @@ class TrialReconciler(Reconciler):
 
         def log_paths() -> list[Path]:
             out: list[Path] = []
-            for pod in self._primary_pods(trial, job):
+            for pod in self._primary_pods(trial):
                 name = pod["metadata"]["name"]
                 for attempt in self.runtime.log_attempts(ns, name, primary):
                     out.append(self.runtime.log_path(ns, name, primary, attempt))
@@ -264,7 +268,7 @@ class TrialReconciler(Reconciler):
         file_dir = _collector_dir(spec)
 
         def resolve(path: str) -> Path | None:
-            pods = self._primary_pods(trial, job)
+            pods = self._primary_pods(trial)
             if not pods or not file_dir:
                 return None
             host = self.runtime.volume_dir(pods[-1]["metadata"]["uid"], "trimaran-metrics")
@@ -278,8 +282,8 @@ class TrialReconciler(Reconciler):
         self._skip[uid] = len(self.store.list_observations(ns, trials=[trial["metadata"]["name"]]))
         return collector
 
-    def _collect(self, trial: dict, job: dict, final: bool) -> list:
-        collector = self._collector(trial, job)
+    def _collect(self, trial: dict, final: bool) -> list:
+        collector = self._collector(trial)
         found = collector.finish() if final else collector.poll()
         uid = trial["metadata"]["uid"]
         skip = self._skip.get(uid, 0)
@@ -318,8 +322,8 @@ class TrialReconciler(Reconciler):
         objective = experiment["spec"]["objective"]
         return stopper.should_stop(me, others, objective["type"], metric_name=objective["objectiveMetricName"])
 
-    def _log_tail(self, job: dict, trial: dict) -> str:
-        pods = self._primary_pods(trial, job)
+    def _log_tail(self, trial: dict) -> str:
+        pods = self._primary_pods(trial)
         if not pods:
             return "(no pod ran)"
         pod = pods[-1]["metadata"]
