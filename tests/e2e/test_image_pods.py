@@ -94,6 +94,10 @@ def test_never_and_invalid_images_wait_with_the_kubelets_reasons(plane, registry
     assert state["message"].startswith(f'Back-off pulling image "{missing}": ErrImagePull: ')
     assert ("BackOff", f'Back-off pulling image "{missing}"') in events(plane, "nowhere")
     assert plane.get("pod", "nowhere")["status"]["phase"] == "Pending"
+    apply(plane, pod("badname", "Registry.Test/UPPER:case"))
+    state = waiting(plane, "badname", "InvalidImageName")
+    assert state["message"].startswith('Failed to apply default image tag "Registry.Test/UPPER:case": '
+                                       "couldn't parse image name")
 
 
 def test_a_private_image_runs_once_its_pull_secret_exists(plane_with, auth_registry, test_images):  # noqa: F811
