@@ -325,3 +325,23 @@ def test_label_selector_matches_values_with_sql_wildcards_literally(store, obj):
     store.create(obj("elsewhere", spec={"note": '"team":"a_b"'}))
     assert [o["metadata"]["name"] for o in store.list("PyTorchJob", label_selector={"team": "a_b"})] == ["under"]
     assert [o["metadata"]["name"] for o in store.list("PyTorchJob", label_selector={"team": "a%b"})] == ["pct"]
+
+
+def test_reads_see_the_last_commit_while_another_writer_holds_the_lock(store, obj, db_path):
+    # Reads run outside a transaction (one snapshot per statement): another connection's open
+    # write transaction neither blocks them nor shows them its uncommitted rows.
+    store.create(obj("a"))
+    writer = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE objects SET body = '{}' WHERE name = 'a'")
+        writer.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+        assert store.get("PyTorchJob", "default", "a")["metadata"]["resourceVersion"] == "1"
+        assert [o["metadata"]["name"] for o in store.list("PyTorchJob", "default")] == ["a"]
+        assert store.current_revision() == 1
+        assert [e.revision for e in store.watch("PyTorchJob", since=0, timeout=0)] == [1]
+        writer.execute("ROLLBACK")
+    finally:
+        writer.close()
+    store.create(obj("b"))  # the store writes again once the other writer has let go
+    assert store.current_revision() == 2

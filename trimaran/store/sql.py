@@ -266,8 +266,6 @@ class SQLStore(Store):
 
     def _fetch(self, prepared: _Prepared, values: Mapping[str, Any]) -> list[Any]:
         """The rows of one prepared read statement, run on a pooled connection outside a transaction."""
-        if self._closed:
-            raise StoreError("the store is closed")
         conn = self._engine.raw_connection()
         try:
             cursor = prepared.run(conn, values)
@@ -558,8 +556,6 @@ class SQLStore(Store):
         values: dict[str, Any] = {"position": position}
         values.update((f"kind_{i}", kind) for i, kind in enumerate(kinds or ()))
         rows_after = self._changes_statement(None if kinds is None else len(kinds))
-        if self._closed:
-            raise StoreError("the store is closed")
         conn = self._engine.raw_connection()
         try:
             # One snapshot for the counters and the rows, so they agree with each other.
