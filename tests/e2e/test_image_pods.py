@@ -186,3 +186,29 @@ def test_an_image_pod_outlives_a_killed_control_plane_and_leaves_nothing_once_de
     plane.cli("delete", "pod", "survivor")
     poll(lambda: not overlay_mounts_under(str(plane.home)) and not overlay_daemons(plane.home),
          timeout=60, what="the overlay to go with the pod")
+
+
+def test_an_experiment_whose_trial_image_cannot_be_pulled_says_so(plane, registry):  # noqa: F811 (fixture)
+    missing = f"{registry.host}/test/absent-trial:1"
+    experiment = {
+        "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": "unpulled"},
+        "spec": {"objective": {"type": "minimize", "objectiveMetricName": "loss"},
+                 "algorithm": {"algorithmName": "random"}, "parallelTrialCount": 1, "maxTrialCount": 1,
+                 "parameters": [{"name": "lr", "parameterType": "double",
+                                 "feasibleSpace": {"min": "0.01", "max": "0.05"}}],
+                 "trialTemplate": {
+                     "primaryContainerName": "training-container",
+                     "trialParameters": [{"name": "learningRate", "reference": "lr"}],
+                     "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {
+                         "restartPolicy": "Never",
+                         "containers": [{"name": "training-container", "image": missing,
+                                         "args": ["--lr=${trialParameters.learningRate}"]}]}}}}}}}
+    apply(plane, experiment)
+
+    def running_message() -> str | None:
+        conditions = (plane.get("experiment", "unpulled").get("status") or {}).get("conditions") or []
+        running = [c for c in conditions if c["type"] == "Running"]
+        return running[0]["message"] if running and "ImagePullBackOff" in running[0]["message"] else None
+    message = poll(running_message, timeout=90, interval=0.3, what="the experiment to show the pull back-off")
+    assert message.startswith("Experiment is running; trial unpulled-")
+    assert f'is waiting: ImagePullBackOff: Back-off pulling image "{missing}"' in message

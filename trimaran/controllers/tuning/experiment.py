@@ -51,6 +51,14 @@ _COUNTS = {
 }
 
 
+def _pending_trial(trials: list[dict]) -> str:
+    for trial in trials:
+        for cond in (trial.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Running" and cond.get("status") == "True" and cond.get("reason") == "TrialPending":
+                return f"; trial {trial['metadata']['name']}: {cond.get('message')}"
+    return ""
+
+
 class ExperimentReconciler(Reconciler):
     name = "experiments"
     kinds = ("Experiment",)
@@ -107,8 +115,10 @@ class ExperimentReconciler(Reconciler):
                 if exhausted and active == 0 and need == want:
                     outcome = ("Succeeded", "ExperimentSuggestionEndReached",
                                "Experiment has succeeded because the search space is exhausted")
-            if outcome is None and not is_true(status, "Running"):
-                set_condition(status, "Running", "True", "ExperimentRunning", "Experiment is running")
+            if outcome is None:
+                # A trial whose pods cannot start (ImagePullBackOff, no room) is named here too.
+                set_condition(status, "Running", "True", "ExperimentRunning",
+                              "Experiment is running" + _pending_trial(trials))
             if need > 0:
                 self._record_suggestion(exp, status, len(trials) + created, done=False)
         if outcome is not None:
