@@ -51,6 +51,10 @@ _COUNTS = {
 }
 
 
+def _reason(status: dict, ctype: str) -> str | None:
+    return next((c.get("reason") for c in status.get("conditions") or [] if c.get("type") == ctype), None)
+
+
 def _pending_trial(trials: list[dict]) -> str:
     for trial in trials:
         for cond in (trial.get("status") or {}).get("conditions") or []:
@@ -115,7 +119,8 @@ class ExperimentReconciler(Reconciler):
                 if exhausted and active == 0 and need == want:
                     outcome = ("Succeeded", "ExperimentSuggestionEndReached",
                                "Experiment has succeeded because the search space is exhausted")
-            if outcome is None:
+            restarting = is_true(status, "Running") and _reason(status, "Running") != "ExperimentRunning"
+            if outcome is None and not restarting:
                 # A trial whose pods cannot start (ImagePullBackOff, no room) is named here too.
                 set_condition(status, "Running", "True", "ExperimentRunning",
                               "Experiment is running" + _pending_trial(trials))
