@@ -419,7 +419,12 @@ class Kubelet(Reconciler):
         if prep.pull is not None:
             if not prep.pull.done():
                 return None  # its end wakes this pod
-            results, prep.pull = prep.pull.result(), None
+            pull, prep.pull = prep.pull, None
+            try:
+                results = pull.result()
+            except Exception as exc:  # noqa: BLE001 - a failure of ours is still the pod's reason to wait
+                log.exception("pulling the images of pod %s", uid)
+                results = {name: ("ErrImagePull", str(exc)) for name in self._wanted_images(pod)}
             failed = {name: r for name, r in results.items() if isinstance(r, tuple)}
             if not failed:
                 with self._lock:
