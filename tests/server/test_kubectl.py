@@ -92,6 +92,15 @@ def test_create_generators_send_protobuf_and_are_stored(kubectl) -> None:  # noq
     creds = json.loads(kubectl("-n", "team-p", "get", "secret", "creds", "-o", "json").stdout)
     assert creds["type"] == "example.com/basic"
     assert kubectl("-n", "team-p", "get", "secret", "creds", "-o", "jsonpath={.data.user}").stdout == "YWRh"
+    # The pull Secret and the ServiceAccount that names it, as a user sets up a private registry.
+    kubectl("-n", "team-p", "create", "secret", "docker-registry", "regcred", "--docker-server=127.0.0.1:5000",
+            "--docker-username=ada", "--docker-password=pw")
+    kubectl("-n", "team-p", "create", "serviceaccount", "puller")
+    kubectl("-n", "team-p", "patch", "serviceaccount", "puller", "-p", '{"imagePullSecrets": [{"name": "regcred"}]}')
+    regcred = json.loads(kubectl("-n", "team-p", "get", "secret", "regcred", "-o", "json").stdout)
+    assert regcred["type"] == "kubernetes.io/dockerconfigjson" and ".dockerconfigjson" in regcred["data"]
+    puller = json.loads(kubectl("-n", "team-p", "get", "serviceaccount", "puller", "-o", "json").stdout)
+    assert puller["imagePullSecrets"] == [{"name": "regcred"}]
     # An invalid name is refused whole, as from JSON.
     bad = kubectl("create", "namespace", "Not_Valid", check=False)
     assert bad.returncode != 0 and "Invalid" in bad.stderr

@@ -1,6 +1,6 @@
 """Request bodies in Kubernetes' protobuf encoding, for the core kinds kubectl's generators send.
 
-``kubectl create namespace|configmap|secret NAME`` build typed objects and send them as
+``kubectl create namespace|configmap|secret|serviceaccount NAME`` build typed objects and send them as
 ``application/vnd.kubernetes.protobuf``: the magic ``k8s\\0``, then a ``runtime.Unknown`` holding
 the TypeMeta and the object's own message. The messages below are the subset of
 k8s.io/api core/v1 and apimachinery meta/v1 those commands fill in, with upstream's field numbers,
@@ -46,9 +46,16 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
     "Secret": [("metadata", 1, "ObjectMeta", False), ("data", 2, ("map", _BYTES), False),
                ("type", 3, _STRING, False), ("stringData", 4, ("map", _STRING), False),
                ("immutable", 5, _BOOL, False)],
+    "ServiceAccount": [("metadata", 1, "ObjectMeta", False), ("secrets", 2, "ObjectReference", True),
+                       ("imagePullSecrets", 3, "LocalObjectReference", True),
+                       ("automountServiceAccountToken", 4, _BOOL, False)],
+    "ObjectReference": [("kind", 1, _STRING, False), ("namespace", 2, _STRING, False),
+                        ("name", 3, _STRING, False), ("uid", 4, _STRING, False), ("apiVersion", 5, _STRING, False),
+                        ("resourceVersion", 6, _STRING, False), ("fieldPath", 7, _STRING, False)],
+    "LocalObjectReference": [("name", 1, _STRING, False)],
 }
 # The kinds a body may carry: (apiVersion, kind) -> message.
-_KINDS = {("v1", "Namespace"): "Namespace", ("v1", "ConfigMap"): "ConfigMap", ("v1", "Secret"): "Secret"}
+_KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "ServiceAccount")}
 
 
 class ProtobufError(ValueError):
