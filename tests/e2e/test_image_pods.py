@@ -212,3 +212,17 @@ def test_an_experiment_whose_trial_image_cannot_be_pulled_says_so(plane, registr
     message = poll(running_message, timeout=90, interval=0.3, what="the experiment to show the pull back-off")
     assert message.startswith("Experiment is running; trial unpulled-")
     assert f'is waiting: ImagePullBackOff: Back-off pulling image "{missing}"' in message
+
+
+def test_the_service_accounts_pull_secrets_count(plane, auth_registry, test_images):  # noqa: F811 (fixtures)
+    private = auth_registry.push(test_images, "busybox", "team/by-account:1")
+    user, password = auth_registry.credentials
+    apply(plane, docker_config_secret(auth_registry.host, user, password, name="account-pull"),
+          {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "puller"},
+           "imagePullSecrets": [{"name": "account-pull"}]})
+    manifest = pod("by-account", private, args=["echo", "pulled"])
+    manifest["spec"]["serviceAccountName"] = "puller"
+    apply(plane, manifest)
+    done = finished(plane, "by-account", timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert plane.cli("logs", "by-account").stdout.strip() == "pulled"
