@@ -49,6 +49,9 @@ export TRIMARAN_KATIB_PYTHON="$PWD/.venv-katib/bin/python"
 client_venv .venv-training "kubeflow-training==1.9.3" "kubernetes<36" || exit 1
 export TRIMARAN_TRAINING_PYTHON="$PWD/.venv-training/bin/python"
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
+# The base test images (busybox; Debian minbase with python3 by debootstrap, about a minute), built
+# before the suite so its time is the tests' own; cached in .cache/test-images for later runs.
+.venv/bin/python -c 'from tests.imagekit import build_test_images; build_test_images()' || exit 1
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi
