@@ -25,3 +25,15 @@ def test_observations_round_trip_and_survive_reopening(tmp_path):
     assert store.delete_observations("ns", "exp-a") == 3
     assert [r["trial"] for r in store.list_observations("ns")] == ["exp-b"]
     store.close()
+
+
+def test_observations_of_many_named_trials_come_once_each(tmp_path):
+    store = SQLiteStore(tmp_path / "t.db")
+    for i in range(12):
+        store.add_observations("ns", f"t{i}", f"uid-{i}", [{"metric": "loss", "value": float(i), "step": 0}])
+    for count in (0, 1, 8, 9, 11, 12):
+        names = [f"t{i}" for i in range(count)]
+        rows = store.list_observations("ns", trials=names, metric="loss")
+        assert [r["trial"] for r in rows] == names, count
+    assert store.list_observations("ns", trials=["t3"], metric="accuracy") == []
+    store.close()

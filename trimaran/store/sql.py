@@ -208,6 +208,8 @@ class SQLStore(Store):
         }
         # list()'s statements by (shared, by namespace, number of needles), compiled when first used.
         self._list_sql: dict[tuple[bool, bool, int], _Prepared] = {}
+        # list_observations()'s statements by (number of trial names it takes, by metric).
+        self._observations_sql: dict[tuple[int | None, bool], _Prepared] = {}
         # The change log's statements by the number of kinds a watch follows (None: all).
         self._changes_sql: dict[int | None, _Prepared] = {}
         self._keep_revisions = keep_revisions
@@ -641,15 +643,35 @@ class SQLStore(Store):
     def list_observations(
         self, namespace: str, trials: Sequence[str] | None = None, metric: str | None = None
     ) -> list[dict[str, Any]]:
-        query = select(observations).where(observations.c.namespace == namespace).order_by(observations.c.id)
+        values: dict[str, Any] = {"namespace": namespace, "metric": metric}
+        slots = None
         if trials is not None:
-            query = query.where(observations.c.trial.in_(list(trials)))
-        if metric is not None:
-            query = query.where(observations.c.metric == metric)
-        with self._reading_one() as conn:
-            rows = conn.execute(query).mappings().all()
-        return [{"trial": r["trial"], "trialUid": r["trial_uid"], "metric": r["metric"], "step": r["step"],
-                 "value": r["value"], "timestamp": r["timestamp"]} for r in rows]
+            trials = list(trials)
+            # Statements for 1 to 8 names, then for powers of two, the last name repeated to fill them:
+            # an experiment's list of every trial grows one by one, and a statement per length would too.
+            slots = len(trials) if len(trials) <= 8 else 1 << (len(trials) - 1).bit_length()
+            values.update((f"trial_{i}", trials[min(i, len(trials) - 1)]) for i in range(slots))
+        rows = self._fetch(self._observations_statement(slots, metric is not None), values)
+        return [{"trial": trial, "trialUid": uid, "metric": name, "step": step, "value": value, "timestamp": at}
+                for trial, uid, name, step, value, at in rows]
+
+    def _observations_statement(self, trials: int | None, by_metric: bool) -> _Prepared:
+        """Observations of a namespace, of all its trials (None) or of ``trials`` named ones."""
+        variant = (trials, by_metric)
+        prepared = self._observations_sql.get(variant)
+        if prepared is None:
+            columns = (observations.c.trial, observations.c.trial_uid, observations.c.metric, observations.c.step,
+                       observations.c.value, observations.c.timestamp)
+            query = select(*columns).where(observations.c.namespace == bindparam("namespace"))
+            if trials == 0:
+                query = query.where(false())
+            elif trials is not None:
+                query = query.where(observations.c.trial.in_([bindparam(f"trial_{i}") for i in range(trials)]))
+            if by_metric:
+                query = query.where(observations.c.metric == bindparam("metric"))
+            prepared = self._observations_sql[variant] = _Prepared(query.order_by(observations.c.id),
+                                                                   self._engine.dialect)
+        return prepared
 
     def delete_observations(self, namespace: str, trial: str) -> int:
         with self._writing() as conn:

@@ -113,6 +113,7 @@ class TrialReconciler(Reconciler):
 
         new = self._collect(trial, final=job_state is not None)
         stop_reason = None if job_state is not None else self._early_stop_reason(trial, new)
+        summary = None
         if stop_reason:
             self._finish(trial, status, "EarlyStopped", "TrialEarlyStopped", stop_reason)
             self.store.record_event(trial, "Normal", "TrialEarlyStopped", stop_reason)
@@ -134,8 +135,8 @@ class TrialReconciler(Reconciler):
             message += "; last lines:\n" + self._log_tail(trial)
             self._finish(trial, status, "Failed", "TrialFailed", message)
         if trial_state({"status": status}) in FINISHED:
-            status["observation"] = {"metrics": [
-                {"name": name, **values} for name, values in self._summary(trial).items()]}
+            summary = summary if summary is not None else self._summary(trial)
+            status["observation"] = {"metrics": [{"name": name, **values} for name, values in summary.items()]}
             return self._write(trial, status, before, 0.0)
         return self._write(trial, status, before, POLL_SECONDS)
 
