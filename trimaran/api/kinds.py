@@ -14,6 +14,8 @@ from typing import Any
 from trimaran.api import printers
 from trimaran.api.batch import Job
 from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount
+from trimaran.api.jobset import API_VERSION as JOBSET_V1ALPHA2
+from trimaran.api.jobset import JobSet
 from trimaran.api.meta import Resource
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
@@ -110,6 +112,13 @@ def _embedded_job(*path: str) -> PodTemplates:
             for inner in info.pod_templates(job):
                 yield PodTemplate(".".join(path) + "." + inner.path, inner.metadata, inner.spec)
     return templates
+
+
+def _replicated_job_templates(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    """A JobSet: each replicatedJob's Job template's pod template."""
+    for i, rjob in enumerate(_mapping(obj.get("spec")).get("replicatedJobs") or []):
+        job_spec = _mapping(_mapping(_mapping(rjob).get("template")).get("spec"))
+        yield from _template(f"spec.replicatedJobs[{i}].template.spec.template", job_spec.get("template"))
 
 
 _SERVING_COMPONENTS = ("predictor", "transformer", "explainer")
@@ -251,6 +260,13 @@ for _info in (
              printer_columns=printers.PVC),
     KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job, ("all",), printers.JOB,
              pod_templates=_job_template),
+    KindInfo("JobSet", JOBSET_V1ALPHA2, "jobset.x-k8s.io", "v1alpha2", "jobsets", (), True, JobSet,
+             printer_columns=(
+                 PrinterColumn("TerminalState", json_path=".status.terminalState"),
+                 PrinterColumn("Restarts", json_path=".status.restarts"),
+                 PrinterColumn("Completed", json_path=".status.conditions[?(@.type=='Completed')].status"),
+                 PrinterColumn("Suspended", json_path=".spec.suspend"),
+                 AGE), pod_templates=_replicated_job_templates),
     KindInfo(TFJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", TFJOB.plural, (), True, TFJob,
              printer_columns=_CONDITION_STATE, pod_templates=_replica_templates),
     KindInfo(PYTORCHJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PYTORCHJOB.plural, (), True, PyTorchJob,

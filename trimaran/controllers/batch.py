@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import secrets
 import string
 
@@ -15,6 +16,7 @@ from trimaran.api.meta import pod_hostname
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import (
+    HOSTS_ANNOTATION,
     LOOPBACK,
     expire_finished,
     is_terminating,
@@ -174,7 +176,10 @@ class BatchJobReconciler(Reconciler):
             "status": {"phase": "Pending"},
         }
         host = spec.get("hostname") or pod_name
-        set_gang(pod, pod_name, 1, {host: LOOPBACK})
+        # A JobSet's child Job names every pod of the set in its template, so they resolve each other.
+        hosts = json.loads(annotations.get(HOSTS_ANNOTATION) or "{}")
+        hosts[host] = LOOPBACK
+        set_gang(pod, pod_name, 1, hosts)
         return pod
 
 

@@ -18,6 +18,7 @@ from trimaran.api.podsecurity import Policy
 from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
 from trimaran.controllers.gc import GarbageCollector
+from trimaran.controllers.jobset import JobSetReconciler
 from trimaran.controllers.kubelet import Kubelet
 from trimaran.controllers.ports import PortAllocator
 from trimaran.controllers.serving import InferenceServiceReconciler
@@ -89,7 +90,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     trials = TrialReconciler(store, runtime)
     ports = PortAllocator()  # one allocator: training replicas and serving replicas share loopback
     manager = ControllerManager(store, [
-        TrainingJobReconciler(store, ports), BatchJobReconciler(store), ClaimReconciler(store, home),
+        TrainingJobReconciler(store, ports), BatchJobReconciler(store), JobSetReconciler(store),
+        ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet,
         GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock)

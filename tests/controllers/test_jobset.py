@@ -1,0 +1,196 @@
+"""JobSet on a real control plane: child Jobs, hostnames across sandboxes, dependsOn, policies, suspend.
+
+One control plane serves the module; each test uses JobSet names of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ControlPlaneHandle, _stop_everything
+from tests.helpers import REPO, poll
+from trimaran.cli.client import Client
+
+NS = "default"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    from trimaran.server.daemon import start_server
+
+    home = tmp_path_factory.mktemp("jobset") / "home"
+    old = os.environ.get("TRIMARAN_HOME")
+    os.environ["TRIMARAN_HOME"] = str(home)
+    try:
+        start_server(home=home)
+        yield ControlPlaneHandle(home=home, env=dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO)))
+    finally:
+        _stop_everything(home)
+        if old is None:
+            os.environ.pop("TRIMARAN_HOME", None)
+        else:
+            os.environ["TRIMARAN_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def api(plane: ControlPlaneHandle) -> Client:
+    return plane.client()
+
+
+def rjob(name: str, script: str, replicas: int = 1, completions: int = 1, **extra: Any) -> dict:
+    return {"name": name, "replicas": replicas, **extra, "template": {"spec": {
+        "completions": completions, "parallelism": completions, "backoffLimit": 0,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "python", "command": ["python", "-c", script]}]}}}}}
+
+
+def jobset(name: str, *rjobs: dict, **spec: Any) -> dict:
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicatedJobs": list(rjobs), **spec}}
+
+
+def condition(obj: dict, ctype: str) -> dict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
+
+
+def finished(api: Client, name: str, timeout: float = 30.0) -> dict:
+    def done() -> dict | None:
+        js = api.get("JobSet", NS, name)
+        return js if (js.get("status") or {}).get("terminalState") else None
+    return poll(done, timeout=timeout, interval=0.1, what=f"JobSet {name} to finish")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_worker_reaches_the_leader_by_its_hostname(api: Client) -> None:
+    port = free_port()
+    leader = ("import socket\n"
+              f"s = socket.create_server(('0.0.0.0', {port}))\n"
+              "s.settimeout(60)\n"
+              "for _ in range(2):\n"
+              "    c, _ = s.accept(); c.sendall(b'hello ' + c.recv(64)); c.close()\n")
+    # Each worker tries every form of the leader's name: short, with the subdomain, and the service FQDN.
+    worker = ("import os, socket, time\n"
+              "idx = os.environ['JOB_COMPLETION_INDEX']\n"
+              "host = 'net-leader-0-0' if idx == '0' else 'net-leader-0-0.net.default.svc.cluster.local'\n"
+              "assert socket.gethostname() == 'net-workers-0-' + idx, socket.gethostname()\n"
+              "deadline = time.time() + 30\n"
+              "while True:\n"
+              "    try:\n"
+              f"        c = socket.create_connection((host, {port}), timeout=2); break\n"
+              "    except OSError:\n"
+              "        if time.time() > deadline: raise\n"
+              "        time.sleep(0.1)\n"
+              "c.sendall(idx.encode()); print(c.recv(64).decode(), flush=True)\n")
+    api.apply([{"object": jobset("net", rjob("leader", leader), rjob("workers", worker, completions=2))}])
+    js = finished(api, "net")
+    assert js["status"]["terminalState"] == "Completed", js["status"]
+    assert condition(js, "Completed")["reason"] == "AllJobsCompleted"
+    assert {s["name"]: s["succeeded"] for s in js["status"]["replicatedJobsStatus"]} == {"leader": 1, "workers": 1}
+    job = api.get("Job", NS, "net-workers-0")
+    labels = job["metadata"]["labels"]
+    assert labels["jobset.sigs.k8s.io/jobset-name"] == "net"
+    assert labels["jobset.sigs.k8s.io/replicatedjob-name"] == "workers"
+    assert labels["jobset.sigs.k8s.io/job-index"] == "0"
+    assert labels["jobset.sigs.k8s.io/job-global-index"] == "1"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+    pods = api.list("Pod", NS, selector="jobset.sigs.k8s.io/replicatedjob-name=workers,"
+                                        "jobset.sigs.k8s.io/jobset-name=net")
+    assert sorted(p["spec"]["hostname"] for p in pods) == ["net-workers-0-0", "net-workers-0-1"]
+    assert {p["spec"]["subdomain"] for p in pods} == {"net"}
+    said = sorted(b"".join(api.log(NS, p["metadata"]["name"])).decode().strip() for p in pods)
+    assert said == ["hello 0", "hello 1"]
+
+
+def test_depends_on_complete_creates_the_workers_only_after_the_leader_completes(api: Client) -> None:
+    leader = rjob("leader", "import time; time.sleep(1)")
+    workers = rjob("workers", "pass", dependsOn=[{"name": "leader", "status": "Complete"}])
+    api.apply([{"object": jobset("dep", leader, workers)}])
+
+    def observe() -> dict | None:
+        # The worker Job is read first: if it exists then, the leader's completion came before it.
+        try:
+            worker = api.get("Job", NS, "dep-workers-0")
+        except Exception:
+            worker = None
+        lead = api.get("Job", NS, "dep-leader-0")
+        if worker is not None:
+            assert condition(lead, "Complete") is not None, "workers created before the leader completed"
+        js = api.get("JobSet", NS, "dep")
+        return js if (js.get("status") or {}).get("terminalState") else None
+
+    js = poll(observe, timeout=30, interval=0.05, what="JobSet dep to finish")
+    assert js["status"]["terminalState"] == "Completed"
+    lead, worker = api.get("Job", NS, "dep-leader-0"), api.get("Job", NS, "dep-workers-0")
+    assert worker["metadata"]["creationTimestamp"] >= lead["status"]["completionTime"]
+
+
+def test_max_restarts_recreates_every_job_then_fails(api: Client) -> None:
+    crashing, running = rjob("a", "import sys; sys.exit(3)"), rjob("b", "import time; time.sleep(30)")
+    api.apply([{"object": jobset("flaky", crashing, running, failurePolicy={"maxRestarts": 1})}])
+    js = finished(api, "flaky")
+    assert js["status"]["terminalState"] == "Failed"
+    assert js["status"]["restarts"] == 1
+    failed = condition(js, "Failed")
+    assert failed["reason"] == "ReachedMaxRestarts"
+    assert failed["message"].startswith("jobset failed due to reaching max number of restarts")
+    # The second attempt's Jobs replaced the first's: b was recreated too, then stopped with the set.
+    job_b = poll(lambda: api.get("Job", NS, "flaky-b-0"), what="job b")
+    assert job_b["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "1"
+    poll(lambda: not api.list("Pod", NS, selector="job-name=flaky-b-0") or None, timeout=20,
+         what="the running job's pods to go when the set fails")
+
+
+def test_fail_jobset_rule_fails_at_once(api: Client) -> None:
+    api.apply([{"object": jobset("strict", rjob("a", "import sys; sys.exit(1)"), failurePolicy={
+        "maxRestarts": 3, "rules": [{"action": "FailJobSet", "onJobFailureReasons": ["BackoffLimitExceeded"]}]})}])
+    js = finished(api, "strict")
+    assert js["status"]["restarts"] == 0
+    assert condition(js, "Failed")["reason"] == "FailJobSetFailurePolicyAction"
+
+
+def test_success_policy_any_completes_with_one_job(api: Client) -> None:
+    quick, slow = rjob("quick", "pass", replicas=2), rjob("slow", "import time; time.sleep(60)")
+    api.apply([{"object": jobset("anyone", quick, slow,
+                                 successPolicy={"operator": "Any", "targetReplicatedJobs": ["quick"]})}])
+    js = finished(api, "anyone")
+    assert js["status"]["terminalState"] == "Completed"
+    poll(lambda: not api.list("Pod", NS, selector="job-name=anyone-slow-0") or None, timeout=20,
+         what="the slow job's pods to go once the set completed")
+
+
+def test_suspend_and_resume(api: Client, plane: ControlPlaneHandle) -> None:
+    api.apply([{"object": jobset("paused", rjob("a", "pass", replicas=2), suspend=True)}])
+
+    def suspended() -> dict | None:
+        js = api.get("JobSet", NS, "paused")
+        counts = (js.get("status") or {}).get("replicatedJobsStatus") or [{}]
+        return js if condition(js, "Suspended") and counts[0].get("suspended") == 2 else None
+
+    js = poll(suspended, timeout=15, what="the JobSet suspended")
+    assert condition(js, "Suspended")["reason"] == "SuspendedJobs"
+    assert not api.list("Pod", NS, selector="jobset.sigs.k8s.io/jobset-name=paused")
+    # kubectl's table has JobSet's printer columns.
+    table = subprocess.run(["kubectl", "get", "jobsets", "paused"], capture_output=True, text=True, check=True,
+                           env={**os.environ, "KUBECONFIG": str(Path(plane.home) / "kubeconfig")}).stdout
+    assert table.split("\n")[0].split() == ["NAME", "TERMINALSTATE", "RESTARTS", "COMPLETED", "SUSPENDED", "AGE"]
+    row = table.split("\n")[1].split()
+    assert row[0] == "paused" and "true" in row, table
+    js["spec"]["suspend"] = False
+    api.apply([{"object": {k: js[k] for k in ("apiVersion", "kind")} | {
+        "metadata": {"name": "paused", "namespace": NS}, "spec": js["spec"]}}])
+    js = finished(api, "paused")
+    assert js["status"]["terminalState"] == "Completed"
+    resumed = condition(js, "Suspended")
+    assert (resumed["status"], resumed["reason"]) == ("False", "ResumeJobs")
