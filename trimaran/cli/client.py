@@ -142,6 +142,12 @@ class Client:
         client.busy_pid = busy_pid
         return client
 
+    def close(self) -> None:
+        """Close the kept-alive connection: a control plane that is stopping waits for open ones."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
     # HTTP ---------------------------------------------------------------------------------
 
     def _connection(self, timeout: float = 60.0) -> http.client.HTTPConnection:
