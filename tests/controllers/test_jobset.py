@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ControlPlaneHandle, _stop_everything
 from tests.helpers import REPO, poll
-from trimaran.cli.client import Client
+from trimaran.cli.client import APIError, Client
 
 NS = "default"
 
@@ -40,11 +40,13 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHand
 
 
 @pytest.fixture(scope="module")
-def api(plane: ControlPlaneHandle) -> Client:
-    return plane.client()
+def api(plane: ControlPlaneHandle) -> Iterator[Client]:
+    client = plane.client()
+    yield client
+    client.close()
 
 
-def rjob(name: str, script: str, replicas: int = 1, completions: int = 1, **extra: Any) -> dict:
+def rjob(name: str, script: str = "pass", replicas: int = 1, completions: int = 1, **extra: Any) -> dict:
     return {"name": name, "replicas": replicas, **extra, "template": {"spec": {
         "completions": completions, "parallelism": completions, "backoffLimit": 0,
         "template": {"spec": {"restartPolicy": "Never", "containers": [
@@ -65,6 +67,15 @@ def finished(api: Client, name: str, timeout: float = 30.0) -> dict:
         js = api.get("JobSet", NS, name)
         return js if (js.get("status") or {}).get("terminalState") else None
     return poll(done, timeout=timeout, interval=0.1, what=f"JobSet {name} to finish")
+
+
+def existing(api: Client, kind: str, name: str) -> dict | None:
+    try:
+        return api.get(kind, NS, name)
+    except APIError as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 def free_port() -> int:
@@ -120,10 +131,7 @@ def test_depends_on_complete_creates_the_workers_only_after_the_leader_completes
 
     def observe() -> dict | None:
         # The worker Job is read first: if it exists then, the leader's completion came before it.
-        try:
-            worker = api.get("Job", NS, "dep-workers-0")
-        except Exception:
-            worker = None
+        worker = existing(api, "Job", "dep-workers-0")
         lead = api.get("Job", NS, "dep-leader-0")
         if worker is not None:
             assert condition(lead, "Complete") is not None, "workers created before the leader completed"
@@ -194,3 +202,37 @@ def test_suspend_and_resume(api: Client, plane: ControlPlaneHandle) -> None:
     assert js["status"]["terminalState"] == "Completed"
     resumed = condition(js, "Suspended")
     assert (resumed["status"], resumed["reason"]) == ("False", "ResumeJobs")
+
+
+def test_in_order_startup_creates_the_next_replicated_job_once_the_previous_is_ready(api: Client) -> None:
+    first, second = rjob("first", "import time; time.sleep(1)"), rjob("second", "import time; time.sleep(1)")
+    api.apply([{"object": jobset("ordered", first, second, startupPolicy={"startupPolicyOrder": "InOrder"})}])
+
+    def observe() -> dict | None:
+        later = existing(api, "Job", "ordered-second-0")
+        earlier = api.get("Job", NS, "ordered-first-0").get("status") or {}
+        if later is not None:
+            assert earlier.get("ready") or earlier.get("succeeded"), "second created before first was ready"
+        js = api.get("JobSet", NS, "ordered")
+        return js if (js.get("status") or {}).get("terminalState") else None
+
+    js = poll(observe, timeout=30, interval=0.05, what="JobSet ordered to finish")
+    assert js["status"]["terminalState"] == "Completed"
+    done = condition(js, "StartupPolicyCompleted")
+    assert (done["status"], done["reason"]) == ("True", "InOrderStartupPolicyCompleted")
+
+
+def test_ttl_after_finished_deletes_the_jobset_and_its_jobs(api: Client) -> None:
+    api.apply([{"object": jobset("brief", rjob("a", "pass"), ttlSecondsAfterFinished=0)}])
+    poll(lambda: existing(api, "JobSet", "brief") is None or None, timeout=30, what="the JobSet deleted")
+    poll(lambda: existing(api, "Job", "brief-a-0") is None or None, timeout=15, what="its Job collected")
+
+
+def test_a_dependency_cycle_is_refused_at_apply_and_nothing_is_stored(api: Client) -> None:
+    bad = jobset("cyclic", rjob("a"), rjob("b", dependsOn=[{"name": "b", "status": "Ready"}]))
+    with pytest.raises(APIError) as info:
+        api.apply([{"object": bad}])
+    assert info.value.status == 422
+    assert ('spec.replicatedJobs[1].dependsOn[0].name: Invalid value: "b": '
+            "replicatedJob: b cannot depend on replicatedJob: b") in str(info.value)
+    assert existing(api, "JobSet", "cyclic") is None

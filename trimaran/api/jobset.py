@@ -282,10 +282,12 @@ class JobSet(Resource):
                 errs.append(FieldError.invalid(
                     join_path(path, "name"), rjob.name,
                     "JobSet name is too long, job names generated for this JobSet will exceed 63 characters"))
-            elif job_spec.completion_mode == "Indexed" and job_spec.completions is not None:
-                # The batch controller's random five-character suffix is part of every pod's name.
+            elif job_spec.completion_mode == "Indexed":
+                # Unset completions become 1 on the child Job; the batch controller's random
+                # five-character suffix is part of every pod's name.
+                completions = job_spec.completions if job_spec.completions is not None else 1
                 longest_pod = pod_hostname_of(jobset, rjob.name, max(replicas - 1, 0),
-                                              max(job_spec.completions - 1, 0)) + "-abcde"
+                                              max(completions - 1, 0)) + "-abcde"
                 if len(longest_pod) > _LABEL_MAX:
                     errs.append(FieldError.invalid(
                         join_path(path, "name"), rjob.name,

@@ -84,6 +84,7 @@ class JobSetReconciler(Reconciler):
             for job in stale:
                 self._delete(job)
             status["replicatedJobsStatus"] = _replicated_jobs_status(spec, current)
+            self._startup_conditions(spec, status)
             requeue = self._step(jobset, status, current, {j["metadata"]["name"] for j in stale})
 
         if status != before:
@@ -120,7 +121,6 @@ class JobSetReconciler(Reconciler):
                 self._set_suspend(job, suspend)
 
         waiting = self._create_missing(jobset, status, jobs, leaving, suspend)
-        self._startup_conditions(spec, status)
         return 0.5 if waiting else None
 
     def _create_missing(self, jobset: dict, status: dict, jobs: list[dict], leaving: set[str], suspend: bool) -> bool:
