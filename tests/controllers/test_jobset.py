@@ -16,7 +16,11 @@ import pytest
 
 from tests.conftest import ControlPlaneHandle, _stop_everything
 from tests.helpers import REPO, poll
+from trimaran.api import validate
 from trimaran.cli.client import APIError, Client
+from trimaran.controllers.base import Key
+from trimaran.controllers.jobset import JobSetReconciler
+from trimaran.store import SQLiteStore
 
 NS = "default"
 
@@ -236,3 +240,12 @@ def test_a_dependency_cycle_is_refused_at_apply_and_nothing_is_stored(api: Clien
     assert ('spec.replicatedJobs[1].dependsOn[0].name: Invalid value: "b": '
             "replicatedJob: b cannot depend on replicatedJob: b") in str(info.value)
     assert existing(api, "JobSet", "cyclic") is None
+
+
+def test_a_jobset_managed_by_another_controller_is_left_alone(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    store.ensure_namespace(NS)
+    store.create(validate(jobset("elsewhere", rjob("a"), managedBy="kueue.x-k8s.io/multikueue")).object)
+    assert JobSetReconciler(store).reconcile(Key("JobSet", NS, "elsewhere")) is None
+    assert store.list("Job", NS) == []
+    assert not store.get("JobSet", NS, "elsewhere").get("status")

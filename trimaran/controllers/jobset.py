@@ -130,7 +130,8 @@ class JobSetReconciler(Reconciler):
         existing = {j["metadata"]["name"] for j in jobs}
         counts = {s["name"]: s for s in status["replicatedJobsStatus"]}
         in_order = (spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
-        hosts = self._hosts(jobset)
+        hosts: dict[str, str] | None = None
+        hosts_known = False
         global_replicas = sum(int(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or [])
         global_index = 0
         waiting = False
@@ -148,7 +149,10 @@ class JobSetReconciler(Reconciler):
                 if child in leaving:
                     waiting = True
                     continue
-                job = self._build_job(jobset, rjob, index, first_global + index, global_replicas, suspend, hosts)
+                if not hosts_known:
+                    hosts, hosts_known = self._hosts(jobset), True
+                job = self._build_job(jobset, rjob, index, first_global + index, global_replicas,
+                                      int(status["restarts"]), suspend, hosts)
                 if job is None:
                     return False
                 try:
@@ -264,7 +268,7 @@ class JobSetReconciler(Reconciler):
         return hosts
 
     def _build_job(self, jobset: dict, rjob: dict, index: int, global_index: int, global_replicas: int,
-                   suspend: bool, hosts: dict[str, str] | None) -> dict | None:
+                   attempt: int, suspend: bool, hosts: dict[str, str] | None) -> dict | None:
         """A child Job, validated as if applied (batch defaults); None, with an event, when it is refused."""
         spec = jobset["spec"]
         name, ns = jobset["metadata"]["name"], jobset["metadata"]["namespace"]
@@ -278,7 +282,7 @@ class JobSetReconciler(Reconciler):
             JOB_INDEX_KEY: str(index),
             JOB_GLOBAL_INDEX_KEY: str(global_index),
             JOB_KEY: hashlib.sha1(f"{ns}/{child}".encode()).hexdigest(),
-            RESTART_ATTEMPT_KEY: str(int((jobset.get("status") or {}).get("restarts", 0))),
+            RESTART_ATTEMPT_KEY: str(attempt),
         }
         annotations = dict(ours)
         coordinator = spec.get("coordinator")
