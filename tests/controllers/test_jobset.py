@@ -98,7 +98,8 @@ def test_a_worker_reaches_the_leader_by_its_hostname(api: Client) -> None:
     # Each worker tries every form of the leader's name: short, with the subdomain, and the service FQDN.
     worker = ("import os, socket, time\n"
               "idx = os.environ['JOB_COMPLETION_INDEX']\n"
-              "host = 'net-leader-0-0' if idx == '0' else 'net-leader-0-0.net.default.svc.cluster.local'\n"
+              "host = 'net-leader-0-0.net' if idx == '0' else 'net-leader-0-0.net.default.svc.cluster.local'\n"
+              "socket.gethostbyname('net-leader-0-0')\n"
               "assert socket.gethostname() == 'net-workers-0-' + idx, socket.gethostname()\n"
               "deadline = time.time() + 30\n"
               "while True:\n"
@@ -108,7 +109,8 @@ def test_a_worker_reaches_the_leader_by_its_hostname(api: Client) -> None:
               "        if time.time() > deadline: raise\n"
               "        time.sleep(0.1)\n"
               "c.sendall(idx.encode()); print(c.recv(64).decode(), flush=True)\n")
-    api.apply([{"object": jobset("net", rjob("leader", leader), rjob("workers", worker, completions=2))}])
+    api.apply([{"object": jobset("net", rjob("leader", leader), rjob("workers", worker, completions=2),
+                                 coordinator={"replicatedJob": "leader"})}])
     js = finished(api, "net")
     assert js["status"]["terminalState"] == "Completed", js["status"]
     assert condition(js, "Completed")["reason"] == "AllJobsCompleted"
@@ -124,6 +126,7 @@ def test_a_worker_reaches_the_leader_by_its_hostname(api: Client) -> None:
                                         "jobset.sigs.k8s.io/jobset-name=net")
     assert sorted(p["spec"]["hostname"] for p in pods) == ["net-workers-0-0", "net-workers-0-1"]
     assert {p["spec"]["subdomain"] for p in pods} == {"net"}
+    assert {p["metadata"]["annotations"]["jobset.sigs.k8s.io/coordinator"] for p in pods} == {"net-leader-0-0.net"}
     said = sorted(b"".join(api.log(NS, p["metadata"]["name"])).decode().strip() for p in pods)
     assert said == ["hello 0", "hello 1"]
 
@@ -249,3 +252,13 @@ def test_a_jobset_managed_by_another_controller_is_left_alone(tmp_path: Path) ->
     assert JobSetReconciler(store).reconcile(Key("JobSet", NS, "elsewhere")) is None
     assert store.list("Job", NS) == []
     assert not store.get("JobSet", NS, "elsewhere").get("status")
+
+
+def test_pod_security_judges_every_replicated_job_template(api: Client) -> None:
+    privileged = rjob("b")
+    privileged["template"]["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    with pytest.raises(APIError) as info:
+        api.apply([{"object": jobset("root", rjob("a"), privileged)}])
+    assert ('is forbidden: violates PodSecurity "baseline:latest": spec.replicatedJobs[1].template.spec.template: '
+            "privileged") in str(info.value), str(info.value)
+    assert existing(api, "JobSet", "root") is None
