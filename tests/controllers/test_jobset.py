@@ -5,6 +5,7 @@ One control plane serves the module; each test uses JobSet names of its own.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -262,3 +263,22 @@ def test_pod_security_judges_every_replicated_job_template(api: Client) -> None:
     assert ('is forbidden: violates PodSecurity "baseline:latest": spec.replicatedJobs[1].template.spec.template: '
             "privileged") in str(info.value), str(info.value)
     assert existing(api, "JobSet", "root") is None
+
+
+def test_replicated_jobs_merge_by_name_under_server_side_apply(plane: ControlPlaneHandle, tmp_path: Path) -> None:
+    manifest = tmp_path / "jobset.json"
+    manifest.write_text(json.dumps(jobset("ssa", rjob("a", "import time; time.sleep(30)"), suspend=True)))
+    env = {**os.environ, "KUBECONFIG": str(Path(plane.home) / "kubeconfig")}
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["kubectl", *args], capture_output=True, text=True, env=env)
+
+    assert kubectl("apply", "-f", str(manifest)).returncode == 0
+    # The stored list has the webhook's defaults; keyed by name, the same items are no conflict.
+    again = kubectl("apply", "--server-side", "-f", str(manifest))
+    assert again.returncode == 0, again.stderr
+    changed = json.loads(manifest.read_text())
+    changed["spec"]["replicatedJobs"][0]["replicas"] = 2
+    manifest.write_text(json.dumps(changed))
+    refused = kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
+    assert 'spec.replicatedJobs: Invalid value: "...": field is immutable' in refused.stderr, refused.stderr

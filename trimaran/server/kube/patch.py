@@ -33,7 +33,7 @@ MERGE_KEYS: dict[str, str] = {
     "containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
     "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath", "ports": "containerPort",
     "imagePullSecrets": "name", "ownerReferences": "uid", "conditions": "type", "hostAliases": "ip",
-    "resourceClaims": "name",
+    "resourceClaims": "name", "replicatedJobs": "name", "dependsOn": "name",
 }
 # Primitive lists merged as sets by strategic merge patch.
 SET_LISTS = frozenset({"finalizers"})
