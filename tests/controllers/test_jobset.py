@@ -140,9 +140,9 @@ def test_depends_on_complete_creates_the_workers_only_after_the_leader_completes
     def observe() -> dict | None:
         # The worker Job is read first: if it exists then, the leader's completion came before it.
         worker = existing(api, "Job", "dep-workers-0")
-        lead = api.get("Job", NS, "dep-leader-0")
+        lead = existing(api, "Job", "dep-leader-0")
         if worker is not None:
-            assert condition(lead, "Complete") is not None, "workers created before the leader completed"
+            assert lead is not None and condition(lead, "Complete"), "workers created before the leader completed"
         js = api.get("JobSet", NS, "dep")
         return js if (js.get("status") or {}).get("terminalState") else None
 
@@ -161,9 +161,13 @@ def test_max_restarts_recreates_every_job_then_fails(api: Client) -> None:
     failed = condition(js, "Failed")
     assert failed["reason"] == "ReachedMaxRestarts"
     assert failed["message"].startswith("jobset failed due to reaching max number of restarts")
-    # The second attempt's Jobs replaced the first's: b was recreated too, then stopped with the set.
-    job_b = poll(lambda: api.get("Job", NS, "flaky-b-0"), what="job b")
-    assert job_b["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "1"
+    # The restart recreated every Job, the running b too; b was then stopped with the set.
+    created = {e["message"]: e.get("count", 1) for e in api.events("JobSet", NS, "flaky")
+               if e["reason"] == "SuccessfulCreate"}
+    assert created == {"Created job flaky-a-0": 2, "Created job flaky-b-0": 2}, created
+    restarted = [e for e in api.events("JobSet", NS, "flaky") if e["reason"] == "RestartJobSetFailurePolicyAction"]
+    assert [e["message"] for e in restarted] == [
+        "applying RestartJobSet failure policy action (first failed job: flaky-a-0)"]
     poll(lambda: not api.list("Pod", NS, selector="job-name=flaky-b-0") or None, timeout=20,
          what="the running job's pods to go when the set fails")
 
@@ -218,7 +222,7 @@ def test_in_order_startup_creates_the_next_replicated_job_once_the_previous_is_r
 
     def observe() -> dict | None:
         later = existing(api, "Job", "ordered-second-0")
-        earlier = api.get("Job", NS, "ordered-first-0").get("status") or {}
+        earlier = (existing(api, "Job", "ordered-first-0") or {}).get("status") or {}
         if later is not None:
             assert earlier.get("ready") or earlier.get("succeeded"), "second created before first was ready"
         js = api.get("JobSet", NS, "ordered")
