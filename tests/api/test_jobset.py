@@ -133,3 +133,20 @@ def test_kind_is_registered_with_upstreams_names() -> None:
     templates = list(info.pod_templates(validate(jobset(rjob("a"), rjob("b"))).object))
     assert [t.path for t in templates] == ["spec.replicatedJobs[0].template.spec.template",
                                            "spec.replicatedJobs[1].template.spec.template"]
+
+
+def test_volume_claim_templates_must_be_mounted_and_namespace_free() -> None:
+    mounted = rjob("a")
+    mounted["template"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "shared", "mountPath": "/data"}]
+    policies = [{"templates": [{"metadata": {"name": "shared"}}, {"metadata": {"name": "loose", "namespace": "x"}}]}]
+    found = problems(jobset(mounted, volumeClaimPolicies=policies))
+    assert found == [
+        'JobSet "js": spec.volumeClaimPolicies[0].templates[1].metadata.namespace: Invalid value: "x": '
+        "namespace cannot be set for VolumeClaimPolicies templates",
+        'JobSet "js": spec.volumeClaimPolicies[0].templates[1].metadata.name: Invalid value: "loose": '
+        "volume claim template 'loose' must have a matching volumeMount in at least one container or "
+        "initContainer of a ReplicatedJob template"]
+    one = [{"templates": policies[0]["templates"][:1]}]
+    spec = validate(jobset(mounted, volumeClaimPolicies=one)).object["spec"]
+    assert spec["volumeClaimPolicies"][0]["retentionPolicy"] == {"whenDeleted": "Delete"}

@@ -286,3 +286,21 @@ def test_replicated_jobs_merge_by_name_under_server_side_apply(plane: ControlPla
     manifest.write_text(json.dumps(changed))
     refused = kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
     assert 'spec.replicatedJobs: Invalid value: "...": field is immutable' in refused.stderr, refused.stderr
+
+
+def test_volume_claim_policies_share_a_claim_between_replicated_jobs(api: Client) -> None:
+    def mounting(name: str, script: str, **extra: Any) -> dict:
+        job = rjob(name, script, **extra)
+        job["template"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+            {"name": "shared", "mountPath": "/data"}]
+        return job
+
+    writer = mounting("writer", "open('/data/token', 'w').write('from-writer')")
+    reader = mounting("reader", "assert open('/data/token').read() == 'from-writer'",
+                      dependsOn=[{"name": "writer", "status": "Complete"}])
+    api.apply([{"object": jobset("vols", writer, reader, volumeClaimPolicies=[
+        {"templates": [{"metadata": {"name": "shared"}, "spec": {"accessModes": ["ReadWriteMany"]}}]}])}])
+    js = finished(api, "vols")
+    assert js["status"]["terminalState"] == "Completed", js["status"]
+    claim = api.get("PersistentVolumeClaim", NS, "shared-vols")
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "vols"

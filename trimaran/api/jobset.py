@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trimaran.api.batch import Job, JobSpec
+from trimaran.api.core import PersistentVolumeClaimSpec, Volume
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import (
     INT32_MAX,
@@ -150,6 +151,26 @@ class Coordinator(ApiModel):
     pod_index: NonNegInt32 | None = None
 
 
+class ClaimTemplate(ApiModel):
+    """A PersistentVolumeClaim to make once per JobSet, ``<name>-<jobset>``."""
+
+    metadata: ObjectMeta
+    spec: PersistentVolumeClaimSpec | None = None
+
+
+class VolumeRetentionPolicy(ApiModel):
+    """Whether the claims go with the JobSet (Delete) or outlive it (Retain)."""
+
+    when_deleted: Literal["Delete", "Retain"] | None = None
+
+
+class VolumeClaimPolicy(ApiModel):
+    """Claims shared by the replicatedJobs whose containers mount them by name."""
+
+    templates: list[ClaimTemplate] | None = None
+    retention_policy: VolumeRetentionPolicy | None = None
+
+
 class JobSetSpec(ApiModel):
     """``spec`` of a JobSet."""
 
@@ -162,7 +183,7 @@ class JobSetSpec(ApiModel):
     coordinator: Coordinator | None = None
     managed_by: str | None = None
     ttl_seconds_after_finished: NonNegInt32 | None = None
-    volume_claim_policies: list[dict[str, Any]] | None = None
+    volume_claim_policies: list[VolumeClaimPolicy] | None = None
 
 
 class ReplicatedJobStatus(ApiModel):
@@ -214,6 +235,11 @@ class JobSet(Resource):
             spec.network.enable_dns_hostnames = True
         if spec.network.publish_not_ready_addresses is None:
             spec.network.publish_not_ready_addresses = True
+        for policy in spec.volume_claim_policies or []:
+            if policy.retention_policy is None:
+                policy.retention_policy = VolumeRetentionPolicy()
+            if policy.retention_policy.when_deleted is None:
+                policy.retention_policy.when_deleted = "Delete"
         if spec.failure_policy is not None:
             if spec.failure_policy.restart_strategy is None:
                 spec.failure_policy.restart_strategy = "Recreate"
@@ -242,9 +268,11 @@ class JobSet(Resource):
                 errs.append(FieldError.invalid(path, subdomain, message))
         if spec.managed_by is not None:
             errs.extend(_check_managed_by(spec.managed_by))
+        claims = claim_names(spec)
+        errs.extend(_check_claim_policies(spec.volume_claim_policies or [], rjobs))
         seen: set[str] = set()
         for i, rjob in enumerate(rjobs):
-            errs.extend(self._check_replicated_job(i, rjob, name, seen))
+            errs.extend(self._check_replicated_job(i, rjob, name, seen, claims))
             seen.add(rjob.name)
         for i, target in enumerate((spec.success_policy.target_replicated_jobs or []) if spec.success_policy else []):
             if target not in names:
@@ -257,7 +285,8 @@ class JobSet(Resource):
             errs.extend(_check_coordinator(spec.coordinator, rjobs))
         return errs
 
-    def _check_replicated_job(self, i: int, rjob: ReplicatedJob, jobset: str, earlier: set[str]) -> list[FieldError]:
+    def _check_replicated_job(self, i: int, rjob: ReplicatedJob, jobset: str, earlier: set[str],
+                              claims: list[str]) -> list[FieldError]:
         errs: list[FieldError] = []
         path = join_path("spec.replicatedJobs", i)
         if rjob.name in earlier:
@@ -305,7 +334,7 @@ class JobSet(Resource):
         if len(rjob.depends_on or []) > 1:
             errs.append(FieldError.invalid(join_path(path, "dependsOn"), len(rjob.depends_on or []),
                                            "must have at most 1 items"))
-        errs.extend(_check_job_template(join_path(path, "template"), rjob.template))
+        errs.extend(_check_job_template(join_path(path, "template"), rjob.template, claims))
         return errs
 
     @classmethod
@@ -337,10 +366,51 @@ def _comparable(rjobs: Any, suspended: bool) -> str:
     return json.dumps(rjobs, sort_keys=True)
 
 
-def _check_job_template(path: str, template: JobTemplateSpec) -> list[FieldError]:
-    """The batch Job rules, on a defaulted copy (the child Job gets the same defaults when created)."""
+def claim_names(spec: JobSetSpec) -> list[str]:
+    """The volume names of the JobSet's shared claims, which its pods may mount."""
+    return [t.metadata.name or "" for p in spec.volume_claim_policies or [] for t in p.templates or []]
+
+
+def _mounted(template: JobTemplateSpec) -> set[str]:
+    pod = template.spec.template.spec
+    return {m.name for c in [*(pod.init_containers or []), *pod.containers] for m in c.volume_mounts or []}
+
+
+def _check_claim_policies(policies: list[VolumeClaimPolicy], rjobs: list[ReplicatedJob]) -> list[FieldError]:
+    errs: list[FieldError] = []
+    mounted = set().union(*(_mounted(r.template) for r in rjobs)) if rjobs else set()
+    own_volumes = {v.name for r in rjobs for v in r.template.spec.template.spec.volumes or []}
+    for i, policy in enumerate(policies):
+        for j, template in enumerate(policy.templates or []):
+            path = join_path("spec.volumeClaimPolicies", i, "templates", j, "metadata")
+            claim = template.metadata.name
+            if not claim:
+                errs.append(FieldError.required(join_path(path, "name")))
+                continue
+            if template.metadata.namespace:
+                errs.append(FieldError.invalid(join_path(path, "namespace"), template.metadata.namespace,
+                                               "namespace cannot be set for VolumeClaimPolicies templates"))
+            if claim not in mounted:
+                errs.append(FieldError.invalid(
+                    join_path(path, "name"), claim,
+                    f"volume claim template '{claim}' must have a matching volumeMount in at least one container "
+                    "or initContainer of a ReplicatedJob template"))
+            if claim in own_volumes:
+                errs.append(FieldError.invalid(
+                    join_path(path, "name"), claim,
+                    f"ReplicatedJob templates must not have a volume named '{claim}': the claim template makes it"))
+    return errs
+
+
+def _check_job_template(path: str, template: JobTemplateSpec, claims: list[str]) -> list[FieldError]:
+    """The batch Job rules, on a defaulted copy (the child Job gets the same defaults when created),
+    with the volumes the shared claims become."""
     job = Job(apiVersion="batch/v1", kind="Job", metadata=ObjectMeta(name="x"),
               spec=template.spec.model_copy(deep=True))
+    pod = job.spec.template.spec
+    mounted = _mounted(template)
+    pod.volumes = [*(pod.volumes or []), *(Volume.model_validate({"name": c, "persistentVolumeClaim": {
+        "claimName": c}}) for c in claims if c in mounted)]
     job.set_defaults()
     errs = []
     for err in job.check():

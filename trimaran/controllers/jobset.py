@@ -120,6 +120,7 @@ class JobSetReconciler(Reconciler):
             if not _job_finished(job) and bool(job["spec"].get("suspend")) != suspend:
                 self._set_suspend(job, suspend)
 
+        self._ensure_claims(jobset)
         waiting = self._create_missing(jobset, status, jobs, leaving, suspend)
         return 0.5 if waiting else None
 
@@ -163,6 +164,27 @@ class JobSetReconciler(Reconciler):
             if in_order and not _ready(counts[rjob["name"]], replicas):
                 break  # InOrder: the next replicatedJob waits until every Job of this one is ready
         return waiting
+
+    def _ensure_claims(self, jobset: dict) -> None:
+        """``volumeClaimPolicies``: one claim ``<name>-<jobset>`` per template, owned by the JobSet
+        unless retained."""
+        name, ns = jobset["metadata"]["name"], jobset["metadata"]["namespace"]
+        for policy in jobset["spec"].get("volumeClaimPolicies") or []:
+            retain = (policy.get("retentionPolicy") or {}).get("whenDeleted") == "Retain"
+            for template in policy.get("templates") or []:
+                meta = template["metadata"]
+                claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                         "metadata": {**meta, "name": f"{meta['name']}-{name}", "namespace": ns,
+                                      "labels": {**(meta.get("labels") or {}), JOBSET_NAME_KEY: name}},
+                         "spec": template.get("spec") or {}}
+                if not retain:
+                    claim["metadata"]["ownerReferences"] = [owner_reference(jobset)]
+                try:
+                    self.store.create(validate(claim).object)
+                except AlreadyExists:
+                    pass  # made on an earlier pass, or kept from an earlier JobSet of this name
+                except ManifestError as exc:
+                    self.store.record_event(jobset, "Warning", "PVCCreationFailed", "; ".join(exc.problems))
 
     def _startup_conditions(self, spec: dict, status: dict) -> None:
         if (spec.get("startupPolicy") or {}).get("startupPolicyOrder") != "InOrder":
@@ -301,6 +323,14 @@ class JobSetReconciler(Reconciler):
         pod_meta = pod.setdefault("metadata", {})
         pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **ours}
         pod_annotations = {**(pod_meta.get("annotations") or {}), **annotations}
+        mounted = {m["name"] for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+                   for m in c.get("volumeMounts") or []}
+        for policy in spec.get("volumeClaimPolicies") or []:
+            for claim in policy.get("templates") or []:
+                volume = claim["metadata"]["name"]
+                if volume in mounted:
+                    pod["spec"].setdefault("volumes", []).append(
+                        {"name": volume, "persistentVolumeClaim": {"claimName": f"{volume}-{name}"}})
         if hosts is not None:
             pod["spec"]["subdomain"] = subdomain
             pod_annotations[HOSTS_ANNOTATION] = json.dumps(hosts, separators=(",", ":"))
