@@ -100,6 +100,10 @@ def test_failure_policy_rules_are_checked() -> None:
                in p for p in found), found
     assert any("rule names are not unique, rules with indices [0, 1] all have the same name 'r'" in p
                for p in found), found
+    found = problems(jobset(rjob("a"), failurePolicy={"restartStrategy": "InPlaceRestart"}))
+    assert len(found) == 1 and "spec.failurePolicy.restartStrategy" in found[0], found
+    found = problems(jobset(rjob("a"), failurePolicy={"rules": [{"action": "RestartJob"}]}))
+    assert len(found) == 1 and "spec.failurePolicy.rules[0].action" in found[0], found
 
 
 def test_the_child_job_template_is_checked_as_a_job() -> None:

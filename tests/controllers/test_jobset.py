@@ -304,3 +304,25 @@ def test_volume_claim_policies_share_a_claim_between_replicated_jobs(api: Client
     assert js["status"]["terminalState"] == "Completed", js["status"]
     claim = api.get("PersistentVolumeClaim", NS, "shared-vols")
     assert claim["metadata"]["ownerReferences"][0]["name"] == "vols"
+
+
+def test_a_restart_ignoring_max_restarts_with_blocking_recreate(api: Client) -> None:
+    # The pod reads its restart attempt through the downward API: the first attempt fails, the next succeeds.
+    second_time = rjob("a", "import os, sys; sys.exit(os.environ['ATTEMPT'] == '0')", replicas=2)
+    second_time["template"]["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "ATTEMPT", "valueFrom": {
+        "fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}}}]
+    api.apply([{"object": jobset("again", second_time, failurePolicy={
+        "maxRestarts": 0, "restartStrategy": "BlockingRecreate",
+        "rules": [{"action": "RestartJobSetAndIgnoreMaxRestarts", "targetReplicatedJobs": ["a"]}]})}])
+
+    def observe() -> dict | None:
+        attempts = {j["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"]
+                    for j in api.list("Job", NS, selector="jobset.sigs.k8s.io/jobset-name=again")}
+        assert len(attempts) <= 1, f"Jobs of attempts {attempts} at once under BlockingRecreate"
+        js = api.get("JobSet", NS, "again")
+        return js if (js.get("status") or {}).get("terminalState") else None
+
+    js = poll(observe, timeout=30, interval=0.05, what="JobSet again to finish")
+    assert js["status"]["terminalState"] == "Completed", js["status"]
+    assert js["status"]["restarts"] == 1
+    assert js["status"].get("restartsCountTowardsMax", 0) == 0

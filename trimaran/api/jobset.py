@@ -438,6 +438,10 @@ def _check_managed_by(value: str) -> list[FieldError]:
 
 def _check_failure_policy(policy: FailurePolicy, rjob_names: list[str]) -> list[FieldError]:
     errs: list[FieldError] = []
+    if policy.restart_strategy == "InPlaceRestart":
+        errs.append(FieldError.invalid("spec.failurePolicy.restartStrategy", "InPlaceRestart",
+                                       "needs JobSet's in-place restart agent, which Trimaran does not run: "
+                                       "use Recreate or BlockingRecreate"))
     by_name: dict[str, list[int]] = {}
     for i, rule in enumerate(policy.rules or []):
         path = join_path("spec.failurePolicy.rules", i)

@@ -127,6 +127,8 @@ class JobSetReconciler(Reconciler):
     def _create_missing(self, jobset: dict, status: dict, jobs: list[dict], leaving: set[str], suspend: bool) -> bool:
         """Create the Jobs startupPolicy and dependsOn allow; True when one waits for an old one to go."""
         spec = jobset["spec"]
+        if leaving and (spec.get("failurePolicy") or {}).get("restartStrategy") == "BlockingRecreate":
+            return True  # every Job of the previous attempt goes before any of the next is made
         name = jobset["metadata"]["name"]
         existing = {j["metadata"]["name"] for j in jobs}
         counts = {s["name"]: s for s in status["replicatedJobsStatus"]}
