@@ -122,6 +122,8 @@ def test_a_worker_reaches_the_leader_by_its_hostname(api: Client) -> None:
     assert labels["jobset.sigs.k8s.io/replicatedjob-name"] == "workers"
     assert labels["jobset.sigs.k8s.io/job-index"] == "0"
     assert labels["jobset.sigs.k8s.io/job-global-index"] == "1"
+    assert (labels["jobset.sigs.k8s.io/group-name"], labels["jobset.sigs.k8s.io/group-replicas"],
+            labels["jobset.sigs.k8s.io/job-group-index"]) == ("default", "2", "1")
     assert job["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
     pods = api.list("Pod", NS, selector="jobset.sigs.k8s.io/replicatedjob-name=workers,"
                                         "jobset.sigs.k8s.io/jobset-name=net")

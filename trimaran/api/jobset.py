@@ -58,6 +58,9 @@ JOB_GLOBAL_INDEX_KEY = "jobset.sigs.k8s.io/job-global-index"
 JOB_KEY = "jobset.sigs.k8s.io/job-key"
 RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"
 COORDINATOR_KEY = "jobset.sigs.k8s.io/coordinator"
+GROUP_NAME_KEY = "jobset.sigs.k8s.io/group-name"
+GROUP_REPLICAS_KEY = "jobset.sigs.k8s.io/group-replicas"
+JOB_GROUP_INDEX_KEY = "jobset.sigs.k8s.io/job-group-index"
 
 # The reasons a failed batch Job may give that a failure policy rule may name (the webhook's list).
 JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes", "MaxFailedIndexesExceeded",

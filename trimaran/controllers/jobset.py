@@ -23,7 +23,10 @@ from trimaran.api.jobset import (
     CONTROLLER_NAME,
     COORDINATOR_KEY,
     GLOBAL_REPLICAS_KEY,
+    GROUP_NAME_KEY,
+    GROUP_REPLICAS_KEY,
     JOB_GLOBAL_INDEX_KEY,
+    JOB_GROUP_INDEX_KEY,
     JOB_INDEX_KEY,
     JOB_KEY,
     JOBSET_NAME_KEY,
@@ -137,11 +140,20 @@ class JobSetReconciler(Reconciler):
         hosts_known = False
         global_replicas = sum(int(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or [])
         global_index = 0
+        group_replicas: dict[str, int] = {}
+        for rjob in spec.get("replicatedJobs") or []:
+            group = rjob.get("groupName", "default")
+            group_replicas[group] = group_replicas.get(group, 0) + int(rjob.get("replicas", 1))
+        group_next: dict[str, int] = {}
         waiting = False
         for rjob in spec.get("replicatedJobs") or []:
             replicas = int(rjob.get("replicas", 1))
             first_global = global_index
             global_index += replicas
+            group = rjob.get("groupName", "default")
+            first_in_group = group_next.get(group, 0)
+            group_next[group] = first_in_group + replicas
+            grouping = {GROUP_NAME_KEY: group, GROUP_REPLICAS_KEY: str(group_replicas[group])}
             if not all(_dependency_met(counts[d["name"]], d["status"], _replicas_of(spec, d["name"]))
                        for d in rjob.get("dependsOn") or []):
                 continue
@@ -154,7 +166,8 @@ class JobSetReconciler(Reconciler):
                     continue
                 if not hosts_known:
                     hosts, hosts_known = self._hosts(jobset), True
-                job = self._build_job(jobset, rjob, index, first_global + index, global_replicas,
+                grouping[JOB_GROUP_INDEX_KEY] = str(first_in_group + index)
+                job = self._build_job(jobset, rjob, index, first_global + index, global_replicas, grouping,
                                       int(status["restarts"]), suspend, hosts)
                 if job is None:
                     return False
@@ -292,7 +305,8 @@ class JobSetReconciler(Reconciler):
         return hosts
 
     def _build_job(self, jobset: dict, rjob: dict, index: int, global_index: int, global_replicas: int,
-                   attempt: int, suspend: bool, hosts: dict[str, str] | None) -> dict | None:
+                   grouping: dict[str, str], attempt: int, suspend: bool, hosts: dict[str, str] | None
+                   ) -> dict | None:
         """A child Job, validated as if applied (batch defaults); None, with an event, when it is refused."""
         spec = jobset["spec"]
         name, ns = jobset["metadata"]["name"], jobset["metadata"]["namespace"]
@@ -307,6 +321,7 @@ class JobSetReconciler(Reconciler):
             JOB_GLOBAL_INDEX_KEY: str(global_index),
             JOB_KEY: hashlib.sha1(f"{ns}/{child}".encode()).hexdigest(),
             RESTART_ATTEMPT_KEY: str(attempt),
+            **grouping,
         }
         annotations = dict(ours)
         coordinator = spec.get("coordinator")
