@@ -115,6 +115,7 @@ class SQLiteStore(SQLStore):
         cursor.close()
 
     def _begin_read(self, dbapi_connection: Any) -> None:
+        # In autocommit mode each statement would see its own snapshot; a deferred BEGIN takes no lock.
         cursor = dbapi_connection.cursor()
         cursor.execute("BEGIN")
         cursor.close()
