@@ -21,8 +21,22 @@ from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
 from trimaran.api.serving import InferenceService
 from trimaran.api.training import API_VERSION as KUBEFLOW_V1
+from trimaran.api.training import (
+    JAXJOB,
+    MPIJOB,
+    PADDLEJOB,
+    PYTORCHJOB,
+    TFJOB,
+    XGBOOSTJOB,
+    JAXJob,
+    MPIJob,
+    MPIJobV2Beta1,
+    PaddleJob,
+    PyTorchJob,
+    TFJob,
+    XGBoostJob,
+)
 from trimaran.api.training import MPI_API_VERSION as MPI_V2BETA1
-from trimaran.api.training import MPIJOB, PYTORCHJOB, TFJOB, MPIJob, MPIJobV2Beta1, PyTorchJob, TFJob
 from trimaran.api.tuning import API_VERSION as KATIB_V1BETA1
 from trimaran.api.tuning import Experiment, Suggestion, Trial
 
@@ -271,6 +285,14 @@ for _info in (
              printer_columns=_CONDITION_STATE, pod_templates=_replica_templates),
     KindInfo(PYTORCHJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PYTORCHJOB.plural, (), True, PyTorchJob,
              printer_columns=_CONDITION_STATE, scale=_worker_scale("pytorchReplicaSpecs"),
+             pod_templates=_replica_templates),
+    KindInfo(XGBOOSTJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", XGBOOSTJOB.plural, (), True, XGBoostJob,
+             printer_columns=_CONDITION_STATE, pod_templates=_replica_templates),
+    KindInfo(JAXJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", JAXJOB.plural, (), True, JAXJob,
+             printer_columns=_CONDITION_STATE, scale=_worker_scale("jaxReplicaSpecs"),
+             pod_templates=_replica_templates),
+    KindInfo(PADDLEJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PADDLEJOB.plural, (), True, PaddleJob,
+             printer_columns=_CONDITION_STATE, scale=_worker_scale("paddleReplicaSpecs"),
              pod_templates=_replica_templates),
     # Both MPIJob versions are one kind here (one CRD name on a cluster): `mpijobs` finds v1 first.
     KindInfo(MPIJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", MPIJOB.plural, (), True, MPIJob,

@@ -1,12 +1,13 @@
-"""Kubeflow training kinds: TFJob, PyTorchJob and MPIJob (``kubeflow.org/v1``), and the MPI
-operator's MPIJob (``kubeflow.org/v2beta1``).
+"""Kubeflow training kinds: TFJob, PyTorchJob, XGBoostJob, JAXJob, PaddleJob and MPIJob
+(``kubeflow.org/v1``), and the MPI operator's MPIJob (``kubeflow.org/v2beta1``).
 
 Defaulting and validation follow the operator (release-1.9): its ``SetDefaults_*`` functions
 and its validating webhooks. One deliberate difference: the operator's webhook sees the object
 before the controller defaults it, so it rejects a lower-case ``worker`` key or a Master without
 ``replicas``; Trimaran defaults first (normalising keys, replicas → 1) and validates the result.
 
-Per-kind facts live in one `Framework` record each (`TFJOB`, `PYTORCHJOB`, `MPIJOB`), which the
+Per-kind facts live in one `Framework` record each (`TFJOB`, `PYTORCHJOB`, `XGBOOSTJOB`, `JAXJOB`,
+`PADDLEJOB`, `MPIJOB`), which the
 controllers read too: default container and port, replica types, operator label value.
 """
 
@@ -35,23 +36,28 @@ from trimaran.api.meta import (
 __all__ = [
     "API_VERSION",
     "GROUP",
+    "JAXJOB",
     "JOB_NAME_LABEL",
     "JOB_ROLE_LABEL",
     "MPIJOB",
     "MPI_API_VERSION",
     "OPERATOR_NAME_LABEL",
+    "PADDLEJOB",
     "PYTORCHJOB",
     "REPLICA_INDEX_LABEL",
     "REPLICA_TYPE_LABEL",
     "TFJOB",
+    "XGBOOSTJOB",
     "ElasticPolicy",
     "Framework",
+    "JAXJob",
     "JobStatus",
     "KubeflowJob",
     "MPIJob",
     "MPIJobSpec",
     "MPIJobV2Beta1",
     "MPIJobV2Beta1Spec",
+    "PaddleJob",
     "PyTorchJob",
     "PyTorchJobSpec",
     "RDZVConf",
@@ -61,6 +67,7 @@ __all__ = [
     "SchedulingPolicy",
     "TFJob",
     "TFJobSpec",
+    "XGBoostJob",
 ]
 
 GROUP = "kubeflow.org"
@@ -110,6 +117,21 @@ PYTORCHJOB = Framework(
     kind="PyTorchJob", plural="pytorchjobs", replica_specs_key="pytorchReplicaSpecs",
     replica_types=("Master", "Worker"),
     default_container="pytorch", port_name="pytorchjob-port", default_port=23456, default_restart_policy="OnFailure",
+)
+XGBOOSTJOB = Framework(
+    kind="XGBoostJob", plural="xgboostjobs", replica_specs_key="xgbReplicaSpecs",
+    replica_types=("Master", "Worker"),
+    default_container="xgboost", port_name="xgboostjob-port", default_port=9999, default_restart_policy="Never",
+)
+JAXJOB = Framework(
+    kind="JAXJob", plural="jaxjobs", replica_specs_key="jaxReplicaSpecs",
+    replica_types=("Worker",),
+    default_container="jax", port_name="jaxjob-port", default_port=6666, default_restart_policy="Never",
+)
+PADDLEJOB = Framework(
+    kind="PaddleJob", plural="paddlejobs", replica_specs_key="paddleReplicaSpecs",
+    replica_types=("Master", "Worker"),
+    default_container="paddle", port_name="master", default_port=36543, default_restart_policy="OnFailure",
 )
 
 MPIJOB = Framework(
@@ -412,6 +434,79 @@ class PyTorchJob(KubeflowJob):
         if elastic is not None and elastic.n_proc_per_node is not None:
             return ["spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"]
         return []
+
+
+# --- XGBoostJob, JAXJob, PaddleJob ------------------------------------------------------------
+
+
+class XGBoostJobSpec(KubeflowJobSpec):
+    """XGBoostJob spec: exactly one Master (the rabit tracker's host) and Workers."""
+
+    replica_specs_attr = "xgb_replica_specs"
+
+    xgb_replica_specs: dict[str, ReplicaSpec]
+
+
+class XGBoostJob(KubeflowJob):
+    """kubeflow.org/v1 XGBoostJob: a Master and Workers wired by MASTER_*/WORKER_* variables."""
+
+    framework = XGBOOSTJOB
+
+    spec: XGBoostJobSpec
+
+    def check(self) -> list[FieldError]:
+        """Shared rules; the webhook's Master rules: present, and exactly 1 replica."""
+        errs = super().check()
+        base = "spec.xgbReplicaSpecs"
+        master = self.replica_specs.get("Master")
+        if self.replica_specs and master is None:
+            errs.append(FieldError.required(join_path(base, "Master"), "must be present"))
+        elif master is not None and master.replicas != 1:
+            errs.append(FieldError.forbidden(join_path(base, "Master", "replicas"), "must be 1"))
+        return errs
+
+
+class JAXJobSpec(KubeflowJobSpec):
+    """JAXJob spec: Workers only; worker 0 hosts the coordinator."""
+
+    replica_specs_attr = "jax_replica_specs"
+
+    jax_replica_specs: dict[str, ReplicaSpec]
+
+
+class JAXJob(KubeflowJob):
+    """kubeflow.org/v1 JAXJob: Workers running ``jax.distributed`` (COORDINATOR_*, NUM_PROCESSES,
+    PROCESS_ID)."""
+
+    framework = JAXJOB
+
+    spec: JAXJobSpec
+
+
+class PaddleElasticPolicy(ApiModel):
+    """PaddleJob's elastic settings (accepted and stored; the workers' count is not changed here)."""
+
+    min_replicas: NonNegInt32 | None = None
+    max_replicas: NonNegInt32 | None = None
+    max_restarts: NonNegInt32 | None = None
+    metrics: list[dict[str, Any]] | None = None
+
+
+class PaddleJobSpec(KubeflowJobSpec):
+    """PaddleJob spec: Workers only (collective mode) or a Master too (parameter-server mode)."""
+
+    replica_specs_attr = "paddle_replica_specs"
+
+    elastic_policy: PaddleElasticPolicy | None = None
+    paddle_replica_specs: dict[str, ReplicaSpec]
+
+
+class PaddleJob(KubeflowJob):
+    """kubeflow.org/v1 PaddleJob: ``paddle.distributed.launch`` replicas wired by PADDLE_* variables."""
+
+    framework = PADDLEJOB
+
+    spec: PaddleJobSpec
 
 
 # --- MPIJob -----------------------------------------------------------------------------------

@@ -125,15 +125,17 @@ DEFAULT_KUBEFLOW_JOB_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#
 DEFAULT_KUBEFLOW_JOB_PRIMARY_POD_LABELS = {"training.kubeflow.org/job-role": "master"}
 
 #: Kinds a trial may run, with their apiVersions: katib-config's default
-#: ``init.controller.trialResources`` plus the MPI operator's MPIJob, less XGBoostJob, which has
-#: no local controller (a trial of it would never start).
+#: ``init.controller.trialResources`` plus the MPI operator's MPIJob and the other v1 kinds.
 TRIAL_KINDS: dict[str, tuple[str, ...]] = {
     "Job": ("batch/v1",),
     "TFJob": ("kubeflow.org/v1",),
     "PyTorchJob": ("kubeflow.org/v1",),
+    "XGBoostJob": ("kubeflow.org/v1",),
+    "JAXJob": ("kubeflow.org/v1",),
+    "PaddleJob": ("kubeflow.org/v1",),
     "MPIJob": ("kubeflow.org/v1", "kubeflow.org/v2beta1"),
 }
-_KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "MPIJob")
+_KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "MPIJob")
 
 _NAME_MAX = 40
 # Patterns are kept as text and compiled on first use (`re` caches them): compiling them all at

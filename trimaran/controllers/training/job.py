@@ -1,4 +1,5 @@
-"""The reconcile loop shared by every Kubeflow training kind (TFJob, PyTorchJob, MPIJob).
+"""The reconcile loop shared by every Kubeflow training kind (TFJob, PyTorchJob, XGBoostJob, JAXJob,
+PaddleJob, MPIJob).
 
 Follows the operator's ``ReconcileJobs`` (training-operator.md §2): one pod per replica,
 run policy (restart policies, backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished,
@@ -218,7 +219,7 @@ class TrainingJobReconciler(Reconciler):
         view = self._view(job, fw, pods)
         status["replicaStatuses"] = {
             rtype: {"active": c.active, "succeeded": c.succeeded, "failed": c.failed,
-                    **({"selector": _selector(job, fw, rtype)} if fw.kind == "PyTorchJob" else {})}
+                    **({"selector": _selector(job, fw, rtype)} if fw.kind in _SCALABLE else {})}
             for rtype, c in view.counts.items()
         }
         outcome, message = fw.status(view)
@@ -419,6 +420,10 @@ def _canonical(specs: dict, lowered: str) -> str | None:
 def _spec_for(specs: dict, lowered: str) -> dict | None:
     rtype = _canonical(specs, lowered)
     return specs[rtype] if rtype else None
+
+
+#: Kinds with a scale subresource, whose replica statuses carry the label selector it reads.
+_SCALABLE = ("PyTorchJob", "JAXJob", "PaddleJob")
 
 
 def _selector(job: dict, fw: Framework, rtype: str) -> str:

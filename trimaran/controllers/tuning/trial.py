@@ -14,7 +14,7 @@ import posixpath
 from pathlib import Path
 
 from trimaran.api import kinds, podsecurity
-from trimaran.api.tuning import METRICS_LOGS_ANNOTATION
+from trimaran.api.tuning import METRICS_LOGS_ANNOTATION, TRIAL_KINDS
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion, waiting_reason
@@ -29,7 +29,7 @@ from trimaran.tuning.tracking import Tracker, tracker_from_env
 
 log = logging.getLogger(__name__)
 
-JOB_KINDS = ("Job", "TFJob", "PyTorchJob", "MPIJob")
+JOB_KINDS = tuple(TRIAL_KINDS)
 FINISHED = ("Succeeded", "Failed", "EarlyStopped", "MetricsUnavailable", "Killed")
 POLL_SECONDS = 0.25
 LOG_TAIL_LINES = 20

@@ -1,0 +1,49 @@
+"""JAXJob: COORDINATOR_*, NUM_PROCESSES, PROCESS_ID, and all-workers success
+(training-operator.md §1.6)."""
+
+from __future__ import annotations
+
+from trimaran.api.training import JAXJOB
+from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
+
+
+class JAX(Framework):
+    kind = JAXJOB.kind
+    spec_key = JAXJOB.replica_specs_key
+    container_name = JAXJOB.default_container
+    port_name = JAXJOB.port_name
+    default_port = JAXJOB.default_port
+    operator_name = JAXJOB.operator_name
+    default_restart_policy = JAXJOB.default_restart_policy
+    replica_types = JAXJOB.replica_types
+
+    def is_master_role(self, spec: dict, rtype: str, index: int) -> bool:
+        return index == 0  # upstream's IsMasterRole: worker 0 hosts the coordinator
+
+    def env(self, job: JobView, rtype: str, index: int, addresses: dict[str, list[ReplicaAddress]],
+            container: dict) -> list[dict]:
+        coordinator = addresses["Worker"][0]
+        return [
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            {"name": "COORDINATOR_PORT", "value": str(coordinator.port)},
+            {"name": "COORDINATOR_ADDRESS", "value": coordinator.host},
+            {"name": "NUM_PROCESSES", "value": str(self.total_replicas(job.spec))},
+            {"name": "PROCESS_ID", "value": str(index)},
+        ]
+
+    def status(self, job: JobView) -> tuple[str | None, str]:
+        ref = f"{job.namespace}/{job.name}"
+        outcome: str | None = None
+        worker = job.counts.get("Worker")
+        if worker is not None:
+            if worker.expected == 0:
+                return "Succeeded", f"JAXJob {ref} successfully completed."
+            if worker.active > 0:
+                outcome = "Running"
+        for rtype, c in job.counts.items():
+            if c.failed > 0 and c.replicas > c.succeeded + c.active:
+                return "Failed", f"JAXJob {job.name} is failed because {c.failed} {rtype} replica(s) failed."
+        return outcome, f"JAXJob {ref} is running."
+
+
+register(JAX())
