@@ -1,5 +1,6 @@
 """XGBoostJob, JAXJob and PaddleJob (kubeflow.org/v1): each operator's environment, proved by a
-real distributed run of the framework's own collective; their trials; their refusals at apply."""
+real distributed run of the framework's own collective; their refusals at apply; Katib trials of
+an XGBoostJob and of a JobSet."""
 
 from __future__ import annotations
 
@@ -174,6 +175,32 @@ def test_xgboost_job_trials_reach_succeeded_with_metrics_from_stdout(plane, tmp_
         assert conditions[-1] == "Succeeded", trial["status"]
         accuracy = next(m for m in trial["status"]["observation"]["metrics"] if m["name"] == "accuracy")
         assert float(accuracy["latest"]) > 0.8
+
+
+def test_jobset_trials_read_jobsets_conditions_and_their_pods_metrics(plane, tmp_path):
+    script = "import sys; print(f'score={float(sys.argv[1]) * 2:.2f}', flush=True)"
+    pod = {"restartPolicy": "Never", "containers": [
+        {"name": "main", "image": "x", "command": ["python", "-c", script, "${trialParameters.level}"]}]}
+    trial_spec = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "spec": {"replicatedJobs": [
+        {"name": "node", "replicas": 1, "template": {"spec": {"backoffLimit": 0, "template": {"spec": pod}}}}]}}
+    experiment = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": "jstune"},
+                  "spec": {
+                      "objective": {"type": "maximize", "objectiveMetricName": "score"},
+                      "algorithm": {"algorithmName": "grid"},
+                      "maxTrialCount": 2, "parallelTrialCount": 2,
+                      "parameters": [{"name": "level", "parameterType": "discrete",
+                                      "feasibleSpace": {"list": ["1", "3"]}}],
+                      "trialTemplate": {"primaryContainerName": "main",
+                                        "trialParameters": [{"name": "level", "reference": "level"}],
+                                        "trialSpec": trial_spec}}}
+    _apply(plane, tmp_path, experiment)
+    plane.cli("wait", "experiment/jstune", "--for=condition=Succeeded", "--timeout=120s")
+    trials = plane.client().list("Trial", "default", "katib.kubeflow.org/experiment=jstune")
+    scores = sorted(float(next(m for m in t["status"]["observation"]["metrics"] if m["name"] == "score")["latest"])
+                    for t in trials)
+    assert scores == [2.0, 6.0]
+    best = plane.get("experiment", "jstune")["status"]["currentOptimalTrial"]["observation"]["metrics"][0]
+    assert float(best["latest"]) == 6.0
 
 
 # --- refusals -------------------------------------------------------------------------------------

@@ -123,9 +123,12 @@ DEFAULT_JOB_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status==
 DEFAULT_KUBEFLOW_JOB_SUCCESS_CONDITION = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'
 DEFAULT_KUBEFLOW_JOB_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 DEFAULT_KUBEFLOW_JOB_PRIMARY_POD_LABELS = {"training.kubeflow.org/job-role": "master"}
+# Katib has no defaults for a JobSet; these read JobSet's own terminal conditions.
+DEFAULT_JOBSET_SUCCESS_CONDITION = 'status.conditions.#(type=="Completed")#|#(status=="True")#'
+DEFAULT_JOBSET_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 
 #: Kinds a trial may run, with their apiVersions: katib-config's default
-#: ``init.controller.trialResources`` plus the MPI operator's MPIJob and the other v1 kinds.
+#: ``init.controller.trialResources`` plus the MPI operator's MPIJob, the other v1 kinds and JobSet.
 TRIAL_KINDS: dict[str, tuple[str, ...]] = {
     "Job": ("batch/v1",),
     "TFJob": ("kubeflow.org/v1",),
@@ -134,6 +137,7 @@ TRIAL_KINDS: dict[str, tuple[str, ...]] = {
     "JAXJob": ("kubeflow.org/v1",),
     "PaddleJob": ("kubeflow.org/v1",),
     "MPIJob": ("kubeflow.org/v1", "kubeflow.org/v2beta1"),
+    "JobSet": ("jobset.x-k8s.io/v1alpha2",),
 }
 _KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "MPIJob")
 
@@ -528,6 +532,8 @@ def _default_trial_template(template: TrialTemplate) -> None:
             if kind == "MPIJob" and template.trial_spec.get("apiVersion") == "kubeflow.org/v2beta1":
                 # The MPI operator labels its launcher "launcher" (v1's launcher is the "master").
                 template.primary_pod_labels = {"training.kubeflow.org/job-role": "launcher"}
+    elif kind == "JobSet":
+        success, failure = DEFAULT_JOBSET_SUCCESS_CONDITION, DEFAULT_JOBSET_FAILURE_CONDITION
     else:
         return
     if not template.success_condition:
@@ -869,6 +875,11 @@ def _pod_containers(trial_spec: dict[str, Any]) -> list[str] | None:
     kind = trial_spec.get("kind")
     if kind == "Job":
         return names(spec.get("template"))
+    if kind == "JobSet":
+        rjobs = spec.get("replicatedJobs")
+        return list(dict.fromkeys(
+            name for rjob in (rjobs if isinstance(rjobs, list) else []) if isinstance(rjob, dict)
+            for name in names(((rjob.get("template") or {}).get("spec") or {}).get("template"))))
     if kind in _KUBEFLOW_JOB_KINDS:
         out: list[str] = []
         for key, replicas in spec.items():

@@ -208,7 +208,8 @@ def _find_pod(client: Client, ns: str, ref: str, replica_type: str | None, index
         except APIError as exc:
             if exc.status != 404:
                 raise
-    candidates = [_kind_info(client, kind).kind] if kind else ["TFJob", "PyTorchJob", "MPIJob", "Job"]
+    candidates = [_kind_info(client, kind).kind] if kind else ["TFJob", "PyTorchJob", "XGBoostJob", "JAXJob",
+                                                               "PaddleJob", "MPIJob", "Job"]
     for k in candidates:
         if k == "Pod":
             return name

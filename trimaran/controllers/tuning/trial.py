@@ -101,7 +101,7 @@ class TrialReconciler(Reconciler):
             return self._write(trial, status, before, POLL_SECONDS)
 
         job_state = _job_outcome(job, trial["spec"])
-        pods = self._pods[uid] = owned_pods(self.store, job)
+        pods = self._pods[uid] = _job_pods(self.store, job)
         if job_state is None:
             # Running as in Katib (the job exists and has not ended), but a job whose pods wait for room
             # or cannot start says why, or the trial looks as if it ran.
@@ -235,7 +235,7 @@ class TrialReconciler(Reconciler):
             spec["volumes"] = list(spec.get("volumes") or []) + [checkpoint.volume()]
 
     def _delete_job(self, job: dict) -> None:
-        for pod in owned_pods(self.store, job):
+        for pod in _job_pods(self.store, job):
             request_deletion(self.store, pod)
         try:
             self.store.delete(job["kind"], job["metadata"]["namespace"], job["metadata"]["name"])
@@ -354,10 +354,26 @@ class TrialReconciler(Reconciler):
         return requeue if trial_state(trial) not in FINISHED else 0.0
 
 
+#: Trial kinds whose pods belong to their children (a JobSet's Jobs), by kind, outermost first.
+_POD_OWNER_KINDS = {"JobSet": ("Job",)}
+
+
+def _job_pods(store: Store, job: dict) -> list[dict]:
+    """The pods of a trial's job, through the children that own them for a kind that has some."""
+    owners = [job]
+    for kind in _POD_OWNER_KINDS.get(job["kind"], ()):
+        owners = [child for owner in owners
+                  for child in store.list(kind, job["metadata"]["namespace"], owner_uid=owner["metadata"]["uid"])]
+    return [pod for owner in owners for pod in owned_pods(store, owner)]
+
+
 def _pod_templates(job: dict) -> list[dict]:
     spec = job.get("spec") or {}
     if job["kind"] == "Job":
         return [spec.setdefault("template", {})]
+    if job["kind"] == "JobSet":
+        return [rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+                for rjob in spec.get("replicatedJobs") or []]
     out = []
     for key, value in spec.items():
         if key.endswith("ReplicaSpecs") and isinstance(value, dict):
