@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.api.builders import container, replica
+from tests.api.builders import container, replica, schema_errors
 from trimaran.api import ManifestError, validate
 
 XGBOOST = textwrap.dedent("""
@@ -227,6 +229,21 @@ def test_defaults_add_the_kinds_port_and_restart_policy(kind, key, name):
                 "PaddleJob": ("master", 36543, "OnFailure")}[kind]
     assert (ports[0]["name"], ports[0]["containerPort"], spec["restartPolicy"]) == expected
     assert spec["replicas"] == 1 and list(job["spec"][key]) in (["Worker"], ["Master"])
+
+
+@pytest.mark.parametrize(("kind", "key", "name"), KINDS)
+def test_stored_objects_validate_against_the_crd_schema(kind, key, name):
+    crd = Path("/work/shared/schemas/kubeflow-training") / f"kubeflow.org_{kind.lower()}s.yaml"
+    if not crd.exists():
+        pytest.skip("no CRD schema here")
+    [served] = yaml.safe_load(crd.read_text())["spec"]["versions"]
+    specs = {"Master": replica([container(name)])} if kind != "JAXJob" else {}
+    specs["Worker"] = replica([container(name, env=[{"name": "A", "value": "b"}])], replicas=2)
+    job = _job(kind, key, "full", specs)
+    job["spec"]["runPolicy"] = {"backoffLimit": 2, "ttlSecondsAfterFinished": 60, "suspend": True}
+    if kind == "PaddleJob":
+        job["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 3}
+    assert schema_errors(validate(job).object, served["schema"]["openAPIV3Schema"]) == []
 
 
 @pytest.mark.parametrize(("kind", "key", "name"), KINDS)

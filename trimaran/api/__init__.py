@@ -50,10 +50,10 @@ _EXPORTS = {
         "is_dns1123_label", "is_dns1123_subdomain", "is_qualified_name", "is_valid_label_value"
     ],
     "training": [
-        "JOB_NAME_LABEL", "JOB_ROLE_LABEL", "MPI_API_VERSION", "MPIJOB", "OPERATOR_NAME_LABEL", "PYTORCHJOB",
-        "REPLICA_INDEX_LABEL", "REPLICA_TYPE_LABEL", "TFJOB", "ElasticPolicy", "Framework", "JobStatus",
-        "KubeflowJob", "MPIJob", "MPIJobV2Beta1", "PyTorchJob", "ReplicaSpec", "ReplicaStatus", "RunPolicy",
-        "TFJob"
+        "JAXJOB", "JOB_NAME_LABEL", "JOB_ROLE_LABEL", "MPI_API_VERSION", "MPIJOB", "OPERATOR_NAME_LABEL",
+        "PADDLEJOB", "PYTORCHJOB", "REPLICA_INDEX_LABEL", "REPLICA_TYPE_LABEL", "TFJOB", "XGBOOSTJOB",
+        "ElasticPolicy", "Framework", "JAXJob", "JobStatus", "KubeflowJob", "MPIJob", "MPIJobV2Beta1", "PaddleJob",
+        "PyTorchJob", "ReplicaSpec", "ReplicaStatus", "RunPolicy", "TFJob", "XGBoostJob"
     ],
     "tuning": [
         "ALGORITHMS", "DEFAULT_JOB_FAILURE_CONDITION", "DEFAULT_JOB_SUCCESS_CONDITION",
@@ -119,26 +119,32 @@ if TYPE_CHECKING:
         is_valid_label_value,
     )
     from trimaran.api.training import (
+        JAXJOB,
         JOB_NAME_LABEL,
         JOB_ROLE_LABEL,
         MPI_API_VERSION,
         MPIJOB,
         OPERATOR_NAME_LABEL,
+        PADDLEJOB,
         PYTORCHJOB,
         REPLICA_INDEX_LABEL,
         REPLICA_TYPE_LABEL,
         TFJOB,
+        XGBOOSTJOB,
         ElasticPolicy,
         Framework,
+        JAXJob,
         JobStatus,
         KubeflowJob,
         MPIJob,
         MPIJobV2Beta1,
+        PaddleJob,
         PyTorchJob,
         ReplicaSpec,
         ReplicaStatus,
         RunPolicy,
         TFJob,
+        XGBoostJob,
     )
     from trimaran.api.tuning import (
         ALGORITHMS,
