@@ -5,7 +5,8 @@ bytes as it is sent, so a client that opens connections and sends half a request
 holds each one forever. Here, as kube-apiserver (Go's ``ReadHeaderTimeout`` of 32 s and 1 MiB of
 headers), a request's headers must arrive within ``HEADER_TIMEOUT`` seconds of the connection or of
 the request's first byte, in at most ``MAX_HEADER_BYTES``; the connection is closed otherwise (431
-first when they are too large). Idle kept-alive connections are closed by uvicorn's own timeout.
+first when they are too large). Idle kept-alive connections are closed by uvicorn's own timeout, and at
+once when the server stops.
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._in_headers = False
         self._disarm()
         super().on_headers_complete()
+
+    def shutdown(self) -> None:
+        """A stopping server ends an idle kept-alive connection at once: a TLS close waits for the
+        client's close_notify, which an idle client never sends, and the stop would wait with it."""
+        if self.cycle is None or self.cycle.response_complete:
+            self._disarm()
+            self.transport.abort()
+        else:
+            super().shutdown()
 
     def _arm(self) -> None:
         if self._header_timer is None:

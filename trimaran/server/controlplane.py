@@ -181,17 +181,27 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     per_client = int(os.environ.get("TRIMARAN_MAX_STREAMS_PER_CLIENT") or MAX_STREAMS_PER_CLIENT)
     hub = WatchHub(plane.store, Streams(per_client))
     app = create_app(plane, tokens, hub, server_address=lambda: f"{shown}:{bound_port}", started=now_rfc3339())
-    # limit_concurrency: past it uvicorn answers 503 rather than take connections it has no file for.
-    servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                             ssl_certfile=str(pki.cert), ssl_keyfile=str(pki.key),
-                                             http=GuardedHttpProtocol, limit_concurrency=connections))
-               for _ in sockets]
-    for server in servers:
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
-    def on_signal(signum, frame):  # noqa: ANN001 - signal handler signature
+    def stop_serving() -> None:
+        # Open watches end first: uvicorn's graceful stop waits for every response to finish.
+        hub.stop()
         for server in servers:
             server.should_exit = True
+
+    class Server(uvicorn.Server):
+        # uvicorn installs this as the SIGTERM/SIGINT handler while it serves (over ours).
+        def handle_exit(self, sig: int, frame: object) -> None:
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            stop_serving()
+
+    # limit_concurrency: past it uvicorn answers 503 rather than take connections it has no file for.
+    servers = [Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                     ssl_certfile=str(pki.cert), ssl_keyfile=str(pki.key),
+                                     http=GuardedHttpProtocol, limit_concurrency=connections))
+               for _ in sockets]
+
+    def on_signal(signum, frame):  # noqa: ANN001 - signal handler signature
+        stop_serving()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
