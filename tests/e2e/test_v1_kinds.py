@@ -148,6 +148,8 @@ def test_paddle_job_collective_launch_across_two_workers(plane, tmp_path):
     assert first["POD_IP_DUMMY"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert second["PADDLE_MASTER"] == f"pd-worker-0:{port}" and "POD_IP_DUMMY" not in second
     assert (first["PADDLE_NNODES"], first["PADDLE_JOB_ID"]) == ("2", "pd")
+    labels = plane.client().get("Pod", "default", "pd-worker-0")["metadata"]["labels"]
+    assert "training.kubeflow.org/job-role" not in labels, "a collective PaddleJob has no master role"
     outputs = _logs(plane, "pd-worker-0") + _logs(plane, "pd-worker-1")
     assert sorted(re.findall(r"rank=(\d) world=2 sum=3.0", outputs)) == ["0", "1"], outputs
 
@@ -203,6 +205,29 @@ def test_jobset_trials_read_jobsets_conditions_and_their_pods_metrics(plane, tmp
     assert scores == [2.0, 6.0]
     best = plane.get("experiment", "jstune")["status"]["currentOptimalTrial"]["observation"]["metrics"][0]
     assert float(best["latest"]) == 6.0
+
+
+def test_trial_templates_of_the_v1_kinds_get_kubeflow_defaults():
+    def defaulted(kind: str, key: str, name: str, rtypes: tuple[str, ...]) -> dict[str, Any]:
+        pod = replica([container(name, command=["python", "-c", "pass", "${trialParameters.lr}"])])
+        trial_spec = {"apiVersion": "kubeflow.org/v1", "kind": kind, "spec": {key: {rt: pod for rt in rtypes}}}
+        experiment = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": "e"},
+                      "spec": {"objective": {"type": "maximize", "objectiveMetricName": "score"},
+                               "algorithm": {"algorithmName": "random"},
+                               "parameters": [{"name": "lr", "parameterType": "double",
+                                               "feasibleSpace": {"min": "0.1", "max": "1"}}],
+                               "trialTemplate": {"primaryContainerName": name,
+                                                 "trialParameters": [{"name": "lr", "reference": "lr"}],
+                                                 "trialSpec": trial_spec}}}
+        return validate(experiment).object["spec"]["trialTemplate"]
+
+    master = {"training.kubeflow.org/job-role": "master"}
+    xgb = defaulted("XGBoostJob", "xgbReplicaSpecs", "xgboost", ("Master", "Worker"))
+    assert xgb["primaryPodLabels"] == master
+    assert xgb["successCondition"] == 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'
+    assert defaulted("JAXJob", "jaxReplicaSpecs", "jax", ("Worker",))["primaryPodLabels"] == master  # worker 0
+    assert "primaryPodLabels" not in defaulted("PaddleJob", "paddleReplicaSpecs", "paddle", ("Worker",))
+    assert defaulted("PaddleJob", "paddleReplicaSpecs", "paddle", ("Master", "Worker"))["primaryPodLabels"] == master
 
 
 # --- refusals -------------------------------------------------------------------------------------

@@ -532,6 +532,10 @@ def _default_trial_template(template: TrialTemplate) -> None:
             if kind == "MPIJob" and template.trial_spec.get("apiVersion") == "kubeflow.org/v2beta1":
                 # The MPI operator labels its launcher "launcher" (v1's launcher is the "master").
                 template.primary_pod_labels = {"training.kubeflow.org/job-role": "launcher"}
+            elif kind == "PaddleJob" and "Master" not in ((template.trial_spec.get("spec") or {})
+                                                          .get("paddleReplicaSpecs") or {}):
+                # A collective PaddleJob has no master-role pod, and any worker may be rank 0: read them all.
+                template.primary_pod_labels = None
     elif kind == "JobSet":
         success, failure = DEFAULT_JOBSET_SUCCESS_CONDITION, DEFAULT_JOBSET_FAILURE_CONDITION
     else:

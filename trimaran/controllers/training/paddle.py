@@ -21,6 +21,9 @@ class Paddle(Framework):
     default_restart_policy = PADDLEJOB.default_restart_policy
     replica_types = PADDLEJOB.replica_types
 
+    def is_master_role(self, spec: dict, rtype: str, index: int) -> bool:
+        return rtype == "Master"  # upstream's IsMasterRole: no pod of a collective job has the role
+
     def env(self, job: JobView, rtype: str, index: int, addresses: dict[str, list[ReplicaAddress]],
             container: dict) -> list[dict]:
         out = [
