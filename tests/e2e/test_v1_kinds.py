@@ -154,6 +154,21 @@ def test_paddle_job_collective_launch_across_two_workers(plane, tmp_path):
     assert sorted(re.findall(r"rank=(\d) world=2 sum=3.0", outputs)) == ["0", "1"], outputs
 
 
+def test_paddle_job_in_parameter_server_mode_points_every_replica_at_the_master(plane, tmp_path):
+    echo = ["python", "-c", "import os; print(os.environ['PADDLE_MASTER'])"]
+    _apply(plane, tmp_path, _job("PaddleJob", "paddleReplicaSpecs", "ps", {
+        "Master": _replica("paddle", echo), "Worker": _replica("paddle", echo, replicas=2)}))
+    plane.cli("wait", "paddlejob/ps", "--for=condition=Succeeded", "--timeout=60s")
+    master, worker0 = _env(plane, "ps-master-0"), _env(plane, "ps-worker-0")
+    port = worker0["PADDLE_MASTER"].rsplit(":", 1)[1]
+    assert master["PADDLE_MASTER"] == f"$(POD_IP_DUMMY):{port}" and master["PADDLE_SERVER_NUM"] == "1"
+    assert worker0["PADDLE_MASTER"] == f"ps-master-0:{port}" and worker0["PADDLE_TRAINER_NUM"] == "1"
+    assert master["PADDLE_NNODES"] == "3" and "PADDLE_SERVER_NUM" not in worker0
+    assert _logs(plane, "ps-master-0").strip() == f"127.0.0.1:{port}", "$(POD_IP_DUMMY) expands to the pod's IP"
+    pod = plane.client().get("Pod", "default", "ps-master-0")
+    assert pod["metadata"]["labels"]["training.kubeflow.org/job-role"] == "master"
+
+
 @pytest.mark.heavy
 def test_xgboost_job_trials_reach_succeeded_with_metrics_from_stdout(plane, tmp_path):
     command = ["python", "-c", XGBOOST, "${trialParameters.depth}"]
