@@ -169,6 +169,20 @@ def test_paddle_job_in_parameter_server_mode_points_every_replica_at_the_master(
     assert pod["metadata"]["labels"]["training.kubeflow.org/job-role"] == "master"
 
 
+@pytest.mark.parametrize(("kind", "key", "name"), [("JAXJob", "jaxReplicaSpecs", "jax"),
+                                                  ("PaddleJob", "paddleReplicaSpecs", "paddle")])
+def test_jax_and_paddle_jobs_have_the_scale_subresource(plane, tmp_path, kind, key, name):
+    job = _job(kind, key, "scaled", {"Worker": _replica(name, ["true"], replicas=2)})
+    job["spec"]["runPolicy"] = {"suspend": True}  # no process needed to read and write the count
+    _apply(plane, tmp_path, job)
+    client = plane.client()
+    path = f"/apis/kubeflow.org/v1/namespaces/default/{kind.lower()}s/scaled/scale"
+    scale = json.loads(client.request("GET", path).read())
+    assert (scale["kind"], scale["spec"]["replicas"]) == ("Scale", 2)
+    client.request("PUT", path, {**scale, "spec": {"replicas": 3}}).read()
+    assert client.get(kind, "default", "scaled")["spec"][key]["Worker"]["replicas"] == 3
+
+
 @pytest.mark.heavy
 def test_xgboost_job_trials_reach_succeeded_with_metrics_from_stdout(plane, tmp_path):
     command = ["python", "-c", XGBOOST, "${trialParameters.depth}"]
