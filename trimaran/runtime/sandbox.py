@@ -293,6 +293,20 @@ def _security_args(security: ContainerSecurity, userns: bool) -> tuple[list[str]
     return args, prefix
 
 
+def _resolved(bwrap: str | None, hostname: str, security: ContainerSecurity | None,
+              userns: bool | None) -> tuple[str, ContainerSecurity, bool]:
+    """The defaults both command lines start from: bwrap found, a root container with the default
+    capabilities, user namespaces where bubblewrap can make them; a hostname the kernel takes."""
+    bwrap = bwrap or find_bwrap()
+    if bwrap is None:
+        raise SandboxUnavailable()
+    if len(hostname) > 64:
+        raise ValueError(f"hostname {hostname!r} is longer than 64 characters")
+    if security is None:
+        security = ContainerSecurity(0, 0, DEFAULT_CAPABILITIES, None, read_only_root=False, privileged=False)
+    return bwrap, security, userns_available(bwrap) if userns is None else userns
+
+
 def build_argv(
     command: Sequence[str],
     *,
@@ -322,15 +336,7 @@ def build_argv(
     seccomp program is not part of the argv: it is passed on a file descriptor by whoever
     spawns bwrap (``--seccomp FD``).
     """
-    bwrap = bwrap or find_bwrap()
-    if bwrap is None:
-        raise SandboxUnavailable()
-    if len(hostname) > 64:
-        raise ValueError(f"hostname {hostname!r} is longer than 64 characters")
-    if security is None:
-        security = ContainerSecurity(0, 0, DEFAULT_CAPABILITIES, None, read_only_root=False, privileged=False)
-    if userns is None:
-        userns = userns_available(bwrap)
+    bwrap, security, userns = _resolved(bwrap, hostname, security, userns)
     cwd = working_dir or "/"
     links, system_dirs = _visible_root()
     extra = interpreter_paths() if keep_visible is None else list(keep_visible)
@@ -458,15 +464,7 @@ def build_image_argv(
     (:func:`path_in_root`). Raises :class:`SandboxUnavailable` without bwrap, ``ValueError``
     where no user namespace can be made (the image has no ``setpriv`` to drop root with).
     """
-    bwrap = bwrap or find_bwrap()
-    if bwrap is None:
-        raise SandboxUnavailable()
-    if len(hostname) > 64:
-        raise ValueError(f"hostname {hostname!r} is longer than 64 characters")
-    if security is None:
-        security = ContainerSecurity(0, 0, DEFAULT_CAPABILITIES, None, read_only_root=False, privileged=False)
-    if userns is None:
-        userns = userns_available(bwrap)
+    bwrap, security, userns = _resolved(bwrap, hostname, security, userns)
     if not userns:
         raise ValueError("running a container image needs user namespaces, which bubblewrap cannot "
                          "create here (kernel.unprivileged_userns_clone or user.max_user_namespaces)")

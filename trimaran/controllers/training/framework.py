@@ -117,6 +117,24 @@ class Framework(ABC):
         """The job-level outcome from replica counts: (condition type or None, message)."""
 
 
+def status_decided_by(job: JobView, kind: str, decider: str) -> tuple[str | None, str]:
+    """The operators' rule for JAXJob and PaddleJob: the ``decider`` replica type succeeds the job
+    once all of it has succeeded and runs it while any runs; a replica type with failures that
+    cannot all be made good by the rest fails it."""
+    ref = f"{job.namespace}/{job.name}"
+    outcome: str | None = None
+    counts = job.counts.get(decider)
+    if counts is not None:
+        if counts.expected == 0:
+            return "Succeeded", f"{kind} {ref} successfully completed."
+        if counts.active > 0:
+            outcome = "Running"
+    for rtype, c in job.counts.items():
+        if c.failed > 0 and c.replicas > c.succeeded + c.active:
+            return "Failed", f"{kind} {job.name} is failed because {c.failed} {rtype} replica(s) failed."
+    return outcome, f"{kind} {ref} is running."
+
+
 _REGISTRY: dict[str, Framework] = {}
 
 

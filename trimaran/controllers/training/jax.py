@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from trimaran.api.training import JAXJOB
-from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
+from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register, status_decided_by
 
 
 class JAX(Framework):
@@ -32,18 +32,6 @@ class JAX(Framework):
         ]
 
     def status(self, job: JobView) -> tuple[str | None, str]:
-        ref = f"{job.namespace}/{job.name}"
-        outcome: str | None = None
-        worker = job.counts.get("Worker")
-        if worker is not None:
-            if worker.expected == 0:
-                return "Succeeded", f"JAXJob {ref} successfully completed."
-            if worker.active > 0:
-                outcome = "Running"
-        for rtype, c in job.counts.items():
-            if c.failed > 0 and c.replicas > c.succeeded + c.active:
-                return "Failed", f"JAXJob {job.name} is failed because {c.failed} {rtype} replica(s) failed."
-        return outcome, f"JAXJob {ref} is running."
-
+        return status_decided_by(job, self.kind, "Worker")
 
 register(JAX())

@@ -4,7 +4,7 @@ and PyTorch-like success rules (training-operator.md §1.7)."""
 from __future__ import annotations
 
 from trimaran.api.training import PADDLEJOB
-from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
+from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register, status_decided_by
 
 #: Rank 0 advertises its own address through this variable (a fieldRef to the pod IP), which
 #: PADDLE_MASTER then names as ``$(POD_IP_DUMMY)``.
@@ -45,19 +45,6 @@ class Paddle(Framework):
         return out
 
     def status(self, job: JobView) -> tuple[str | None, str]:
-        ref = f"{job.namespace}/{job.name}"
-        decider = "Master" if "Master" in job.counts else "Worker"
-        outcome: str | None = None
-        c = job.counts.get(decider)
-        if c is not None:
-            if c.expected == 0:
-                return "Succeeded", f"PaddleJob {ref} successfully completed."
-            if c.active > 0:
-                outcome = "Running"
-        for rtype, c in job.counts.items():
-            if c.failed > 0 and c.replicas > c.succeeded + c.active:
-                return "Failed", f"PaddleJob {job.name} is failed because {c.failed} {rtype} replica(s) failed."
-        return outcome, f"PaddleJob {ref} is running."
-
+        return status_decided_by(job, self.kind, "Master" if "Master" in job.counts else "Worker")
 
 register(Paddle())

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-__all__ = ["Credentials", "InvalidStorageUri", "Progress", "Snapshot", "Storage", "StorageError", "max_download_bytes",
-           "safe_join",
-           "secret_env"]
+__all__ = ["BucketStorage", "Credentials", "InvalidStorageUri", "Progress", "Snapshot", "Storage", "StorageError",
+           "check_size", "max_download_bytes", "safe_join", "secret_env"]
 
 #: ``progress(done_bytes, total_bytes)``; ``total_bytes`` is None when the source does not say.
 Progress = Callable[[int, "int | None"], None]
@@ -203,3 +204,44 @@ def max_download_bytes() -> int:
     """The most one URI may bring (``TRIMARAN_STORAGE_MAX_BYTES``, default 50 GiB): a runaway
     source or an archive bomb fills no disk."""
     return int(os.environ.get("TRIMARAN_STORAGE_MAX_BYTES", str(50 << 30)))
+
+
+def check_size(snapshot: Snapshot, uri: str) -> None:
+    """Refuse, before any byte is written, a version larger than :func:`max_download_bytes`."""
+    if (snapshot.total_bytes or 0) > max_download_bytes():
+        raise StorageError(f"{uri}: {snapshot.total_bytes} bytes is more than TRIMARAN_STORAGE_MAX_BYTES "
+                           f"({max_download_bytes()})", retriable=False)
+
+
+class BucketStorage(Storage):
+    """An object store addressed as ``<scheme>://<bucket>/<prefix>``: the URI names every object
+    under the prefix (whole path segments), and its version is a digest of their names and versions."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        scheme, _, rest = uri.partition("://")
+        self.bucket, _, prefix = rest.partition("/")
+        if not self.bucket:
+            raise InvalidStorageUri(f"{scheme}:// needs a bucket: {scheme}://<bucket>/<prefix>")
+        self.prefix = prefix.strip("/")
+
+    def wanted(self, name: str) -> bool:
+        """Whether an object of the bucket is under the prefix (a "folder" marker is not)."""
+        return not name.endswith("/") and (not self.prefix or name == self.prefix
+                                           or name.startswith(self.prefix + "/"))
+
+    def target(self, dest: Path, name: str) -> Path:
+        """Where object ``name`` is written under ``dest`` (relative to the prefix; a prefix that is
+        one object's name gives that file alone), its directory made."""
+        relative = posixpath.basename(name) if name == self.prefix else name[len(self.prefix):].lstrip("/")
+        target = safe_join(dest, relative, self.uri)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def listed(self, objects: list[tuple[str, int, Any]]) -> Snapshot:
+        """The snapshot of ``(name, size, version)`` objects found under the prefix."""
+        if not objects:
+            raise StorageError(f"{self.uri}: no object in bucket {self.bucket!r} under {self.prefix or '/'!r}")
+        digest = hashlib.sha256(repr(sorted(objects)).encode()).hexdigest()
+        scheme = self.uri.partition("://")[0]
+        return Snapshot(version=f"{scheme}:{digest}", total_bytes=sum(size for _, size, _ in objects), detail=objects)

@@ -6,66 +6,45 @@ retries, checks hashes and honours ``STORAGE_EMULATOR_HOST`` (an emulator or a t
 
 from __future__ import annotations
 
-import hashlib
-import posixpath
 from pathlib import Path
 from typing import Any
 
 from trimaran.serving.storage._base import (
+    BucketStorage,
     Credentials,
-    InvalidStorageUri,
     Progress,
     Snapshot,
-    Storage,
     StorageError,
-    max_download_bytes,
-    safe_join,
+    check_size,
 )
 
 __all__ = ["GCSStorage"]
 
 
-class GCSStorage(Storage):
+class GCSStorage(BucketStorage):
     """Every object under ``prefix`` (a whole name, or names under ``prefix/``), written relative to
     the prefix. The version is a digest of the names and their generations. Anonymous (public
     buckets) unless ``gcs_service_account`` holds a key."""
 
     schemes = ("gs",)
 
-    def __init__(self, uri: str) -> None:
-        super().__init__(uri)
-        self.bucket, _, prefix = uri.split("://", 1)[1].partition("/")
-        if not self.bucket:
-            raise InvalidStorageUri("gs:// needs a bucket: gs://<bucket>/<prefix>")
-        self.prefix = prefix.strip("/")
-
     def snapshot(self, credentials: Credentials) -> Snapshot:
         client = self._client(credentials)
         objects: list[tuple[str, int, int]] = []
         try:
-            for blob in client.list_blobs(self.bucket, prefix=self.prefix or None):
-                name = blob.name
-                if name.endswith("/"):
-                    continue
-                if not self.prefix or name == self.prefix or name.startswith(self.prefix + "/"):
-                    objects.append((name, int(blob.size or 0), int(blob.generation or 0)))
+            blobs = client.list_blobs(self.bucket, prefix=self.prefix or None)
+            objects += [(blob.name, int(blob.size or 0), int(blob.generation or 0))
+                        for blob in blobs if self.wanted(blob.name)]
         except Exception as exc:
             raise self._error(exc, credentials) from None
-        if not objects:
-            raise StorageError(f"{self.uri}: no object in bucket {self.bucket!r} under {self.prefix or '/'!r}")
-        digest = hashlib.sha256(repr(sorted(objects)).encode()).hexdigest()
-        return Snapshot(version=f"gs:{digest}", total_bytes=sum(size for _, size, _ in objects), detail=objects)
+        return self.listed(objects)
 
     def download(self, snapshot: Snapshot, dest: Path, credentials: Credentials, progress: Progress) -> None:
-        if (snapshot.total_bytes or 0) > max_download_bytes():
-            raise StorageError(f"{self.uri}: {snapshot.total_bytes} bytes is more than TRIMARAN_STORAGE_MAX_BYTES",
-                               retriable=False)
+        check_size(snapshot, self.uri)
         bucket = self._client(credentials).bucket(self.bucket)
         done = 0
         for name, size, generation in snapshot.detail:
-            relative = posixpath.basename(name) if name == self.prefix else name[len(self.prefix):].lstrip("/")
-            target = safe_join(dest, relative, self.uri)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target = self.target(dest, name)
             try:
                 # The generation listed, not whatever is newest now: the cache key must name the bytes.
                 bucket.blob(name, generation=generation).download_to_filename(str(target))

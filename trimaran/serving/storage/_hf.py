@@ -12,7 +12,7 @@ from trimaran.serving.storage._base import (
     Snapshot,
     Storage,
     StorageError,
-    max_download_bytes,
+    check_size,
 )
 
 __all__ = ["HFStorage"]
@@ -52,9 +52,7 @@ class HFStorage(Storage):
     def download(self, snapshot: Snapshot, dest: Path, credentials: Credentials, progress: Progress) -> None:
         from huggingface_hub import snapshot_download
 
-        if (snapshot.total_bytes or 0) > max_download_bytes():
-            raise StorageError(f"{self.uri}: {snapshot.total_bytes} bytes is more than TRIMARAN_STORAGE_MAX_BYTES",
-                               retriable=False)
+        check_size(snapshot, self.uri)
         try:
             snapshot_download(self.repo_id, revision=snapshot.detail, local_dir=dest, endpoint=credentials.hf_endpoint,
                               token=credentials.hf_token or False)

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import posixpath
 import threading
 from pathlib import Path
 from typing import Any
 
 from trimaran.serving.storage._base import (
+    BucketStorage,
     Credentials,
-    InvalidStorageUri,
     Progress,
     Snapshot,
-    Storage,
     StorageError,
-    max_download_bytes,
-    safe_join,
+    check_size,
 )
 
 __all__ = ["S3Storage"]
@@ -43,7 +39,7 @@ def _new_client(access_key: str | None, secret_key: str | None, token: str | Non
     return session.client("s3", endpoint_url=endpoint, verify=verify, config=config)
 
 
-class S3Storage(Storage):
+class S3Storage(BucketStorage):
     """Every object under ``prefix`` (a whole key, or a "directory": keys under ``prefix/``),
     written relative to the prefix; a prefix that is one object's key gives that file alone.
 
@@ -54,36 +50,19 @@ class S3Storage(Storage):
 
     schemes = ("s3",)
 
-    def __init__(self, uri: str) -> None:
-        super().__init__(uri)
-        rest = uri.split("://", 1)[1]
-        self.bucket, _, prefix = rest.partition("/")
-        if not self.bucket:
-            raise InvalidStorageUri("s3:// needs a bucket: s3://<bucket>/<prefix>")
-        self.prefix = prefix.strip("/")
-
     def snapshot(self, credentials: Credentials) -> Snapshot:
         client = self._client(credentials)
         objects: list[tuple[str, int, str]] = []
         try:
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
-                for item in page.get("Contents") or []:
-                    key = item["Key"]
-                    if key.endswith("/"):
-                        continue  # a console-made "folder" marker, no content
-                    if not self.prefix or key == self.prefix or key.startswith(self.prefix + "/"):
-                        objects.append((key, int(item["Size"]), item.get("ETag", "")))
+                objects += [(item["Key"], int(item["Size"]), item.get("ETag", ""))
+                            for item in page.get("Contents") or [] if self.wanted(item["Key"])]
         except Exception as exc:
             raise self._error(exc, credentials) from None
-        if not objects:
-            raise StorageError(f"{self.uri}: no object in bucket {self.bucket!r} under {self.prefix or '/'!r}")
-        digest = hashlib.sha256(repr(sorted(objects)).encode()).hexdigest()
-        return Snapshot(version=f"s3:{digest}", total_bytes=sum(size for _, size, _ in objects), detail=objects)
+        return self.listed(objects)
 
     def download(self, snapshot: Snapshot, dest: Path, credentials: Credentials, progress: Progress) -> None:
-        if (snapshot.total_bytes or 0) > max_download_bytes():
-            raise StorageError(f"{self.uri}: {snapshot.total_bytes} bytes is more than TRIMARAN_STORAGE_MAX_BYTES "
-                               f"({max_download_bytes()})", retriable=False)
+        check_size(snapshot, self.uri)
         client = self._client(credentials)
         done = 0
         lock = threading.Lock()
@@ -95,11 +74,8 @@ class S3Storage(Storage):
                 progress(done, snapshot.total_bytes)
 
         for key, _, _ in snapshot.detail:
-            relative = posixpath.basename(key) if key == self.prefix else key[len(self.prefix):].lstrip("/")
-            target = safe_join(dest, relative, self.uri)
-            target.parent.mkdir(parents=True, exist_ok=True)
             try:
-                client.download_file(self.bucket, key, str(target), Callback=advanced)
+                client.download_file(self.bucket, key, str(self.target(dest, key)), Callback=advanced)
             except Exception as exc:
                 raise self._error(exc, credentials, key) from None
         progress(done, snapshot.total_bytes)
