@@ -226,3 +226,68 @@ def test_the_service_accounts_pull_secrets_count(plane, auth_registry, test_imag
     done = finished(plane, "by-account", timeout=120)
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert plane.cli("logs", "by-account").stdout.strip() == "pulled"
+
+
+
+def apply_signalled(plane, name: str, image: str, script: str, signal, **container: object) -> None:
+    """A pod restarted on failure whose script reads the test's ``signal`` directory at /signal."""
+    signal.mkdir()
+    manifest = pod(name, image, args=["sh", "-c", script], volumeMounts=[{"name": "signal", "mountPath": "/signal"}],
+                   **container)
+    manifest["spec"].update(restartPolicy="OnFailure", volumes=[{"name": "signal", "hostPath": {"path": str(signal)}}])
+    apply(plane, {"apiVersion": "v1", "kind": "Namespace",  # hostPath needs a privileged namespace
+                  "metadata": {"name": "default", "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}},
+          manifest)
+
+
+def pulls(plane, name: str) -> int:
+    """How often the kubelet began pulling for the pod (repeated events are one event with a count)."""
+    listed = json.loads(plane.cli("get", "events", "-o", "json").stdout)["items"]
+    return sum(e.get("count", 1) for e in listed if e["involvedObject"]["name"] == name and e["reason"] == "Pulling")
+
+
+def test_a_restart_in_place_under_always_runs_what_the_tag_names_now(plane, registry, test_images, tmp_path):  # noqa: F811
+    from tests.imagekit import ImageSpec, Layer
+
+    moving = registry.push(test_images, "busybox", "test/restarting:1")
+    # The first run waits for the test to move the tag, then fails: OnFailure restarts it in place.
+    script = "test -e /moved && echo moved && exit 0; until test -e /signal/go; do sleep 0.1; done; exit 3"
+    apply_signalled(plane, "restarted", moving, script, tmp_path / "signal", imagePullPolicy="Always")
+    running = poll(lambda: (p := plane.get("pod", "restarted"))["status"].get("phase") == "Running" and p,
+                   timeout=60, interval=0.1, what="the first run")
+    first = running["status"]["containerStatuses"][0]["imageID"]
+    test_images.layout.build("busybox-moved-on-restart", [Layer(files={"moved": "yes"})], ImageSpec(cmd=["sh"]),
+                             base="busybox")
+    registry.push(test_images, "busybox-moved-on-restart", "test/restarting:1")
+    (tmp_path / "signal" / "go").touch()
+    done = finished(plane, "restarted")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    status = done["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    assert status["imageID"] != first
+    assert plane.cli("logs", "restarted").stdout.strip() == "moved"
+    assert pulls(plane, "restarted") == 2
+
+
+def test_an_image_gone_while_the_control_plane_was_down_is_pulled_again_for_the_restart(plane, busybox, tmp_path):
+    import os
+    import shutil
+    import signal
+
+    from trimaran.server.daemon import read_server_info, start_server
+
+    script = "test -e /signal/go && echo again && exit 0; until test -e /signal/go; do sleep 0.1; done; exit 3"
+    apply_signalled(plane, "repulled", busybox, script, tmp_path / "signal")
+    poll(lambda: plane.get("pod", "repulled")["status"].get("phase") == "Running", timeout=60, what="Running")
+    assert pulls(plane, "repulled") == 1
+    os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
+    (tmp_path / "signal" / "go").touch()
+    poll(lambda: not overlay_mounts_under(str(plane.home)), timeout=60, what="the first run to end")
+    shutil.rmtree(plane.home / "images")
+    start_server(home=plane.home)
+    done = finished(plane, "repulled")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["containerStatuses"][0]["restartCount"] == 1
+    assert plane.cli("logs", "repulled").stdout.strip() == "again"
+    assert pulls(plane, "repulled") == 2

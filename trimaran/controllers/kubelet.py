@@ -105,11 +105,13 @@ def runs_image(pod: dict, container: dict, node_policy: str) -> bool:
 
 @dataclass
 class _Preparing:
-    """An admitted pod whose images are being pulled (or waiting to be pulled again)."""
+    """An admitted pod whose images are being pulled (or waiting to be pulled again), before its
+    first start or a restart in place (``attempt`` > 0)."""
 
     gpu_env: dict[str, str]
     gpus: list[str]
     key: Key
+    attempt: int = 0
     images: dict[str, ImageRun] = field(default_factory=dict)
     pull: Future | None = None
     failures: int = 0
@@ -134,7 +136,6 @@ class Kubelet(Reconciler):
         insecure = [r for r in os.environ.get("TRIMARAN_INSECURE_REGISTRIES", "").split(",") if r]
         self.images = ImageStore(runtime.home / "images", insecure_registries=insecure)
         self._preparing: dict[str, _Preparing] = {}  # pod uid -> its pulls
-        self._pod_images: dict[str, dict[str, ImageRun]] = {}  # pod uid -> what its containers run
         self._puller = ThreadPoolExecutor(max_workers=3, thread_name_prefix="image-pull")
         self._lock = threading.RLock()
         self._started: dict[str, Key] = {}  # pod uid -> key, for pods whose processes we own
@@ -267,20 +268,17 @@ class Kubelet(Reconciler):
         return None
 
     # -- running pods ---------------------------------------------------------------------------
-    def _start(self, pod: dict, gpu_env: dict[str, str], gpus: list[str], attempt: int) -> None:
+    def _start(self, pod: dict, gpu_env: dict[str, str], gpus: list[str], attempt: int,
+               images: dict[str, ImageRun]) -> None:
         uid = pod["metadata"]["uid"]
         hosts = json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))
         try:
             env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
             key = key_of(pod)
-            images = self._pod_images.get(uid)
-            if images is None:
-                images = self._pod_images[uid] = self._present_images(pod)
             self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup,
                                    on_exit=lambda: self.wake(key), images=images)
         except (ConfigError, SandboxUnavailable, VolumeError) as exc:
             self.node.release(uid)
-            self._pod_images.pop(uid, None)
             reason = "SandboxUnavailable" if isinstance(exc, SandboxUnavailable) else "CreateContainerConfigError"
             self._set_waiting(pod, reason, str(exc), failed=isinstance(exc, SandboxUnavailable))
             self.store.record_event(self._owner(pod) or pod, "Warning", reason, f"{pod['metadata']['name']}: {exc}")
@@ -333,23 +331,31 @@ class Kubelet(Reconciler):
         secrets = [s for name in dict.fromkeys(n for n in names if n) if (s := self._lookup("Secret", namespace, name))]
         return credentials_from_secrets(secrets)
 
-    def _prepare(self, pod: dict, gpu_env: dict[str, str], gpus: list[str]) -> None:
-        """Start an admitted pod, once the images its containers run are on this node."""
-        uid = pod["metadata"]["uid"]
+    def _images_or_report(self, pod: dict) -> dict | None:
+        """``_wanted_images``, or None once the pod's waiting reason and events say why not (its
+        allocation is released)."""
         try:
-            wanted = self._wanted_images(pod)
+            return self._wanted_images(pod)
         except (ConfigError, InvalidImageName) as exc:
-            self.node.release(uid)
+            with self._lock:
+                self._started.pop(pod["metadata"]["uid"], None)
+            self.node.release(pod["metadata"]["uid"])
             reason = "InvalidImageName" if isinstance(exc, InvalidImageName) else "CreateContainerConfigError"
             self._set_waiting(pod, reason, str(exc), failed=False)
             self.store.record_event(pod, "Warning", "InspectFailed" if reason == "InvalidImageName" else reason,
                                     str(exc))
             if reason == "InvalidImageName":
                 self.store.record_event(pod, "Warning", "Failed", "Error: InvalidImageName")
+            return None
+
+    def _prepare(self, pod: dict, gpu_env: dict[str, str], gpus: list[str]) -> None:
+        """Start an admitted pod, once the images its containers run are on this node."""
+        uid = pod["metadata"]["uid"]
+        wanted = self._images_or_report(pod)
+        if wanted is None:
             return
         if not wanted:
-            self._pod_images[uid] = {}
-            self._start(pod, gpu_env, gpus, attempt=0)
+            self._start(pod, gpu_env, gpus, attempt=0, images={})
             return
         prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod))
         with self._lock:
@@ -397,17 +403,21 @@ class Kubelet(Reconciler):
         return results
 
     def _image_for(self, pod: dict, image: str, ref: ImageReference, policy: str, credentials: list) -> Image | None:
-        if policy != "Always":
-            present = self.images.lookup(ref)
-            if present is not None or policy == "Never":
-                if present is not None:
-                    self.store.record_event(pod, "Normal", "Pulled",
-                                            f'Container image "{image}" already present on machine')
-                return present
+        present = self.images.lookup(ref)
+        if policy != "Always" and (present is not None or policy == "Never"):
+            if present is not None:
+                self.store.record_event(pod, "Normal", "Pulled",
+                                        f'Container image "{image}" already present on machine')
+            return present
         self.store.record_event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
         started = time.monotonic()
         pulled = self.images.pull(ref, credentials=credentials)
         took = time.monotonic() - started
+        if present is not None and present.digest == pulled.digest:
+            # The tag still names what is here: the store downloaded nothing.
+            self.store.record_event(pod, "Normal", "Pulled", f'Container image "{image}" already present on '
+                                    f"machine (its tag still names {pulled.digest})")
+            return pulled
         self.store.record_event(pod, "Normal", "Pulled",
                                 f'Successfully pulled image "{image}" in {took:.3g}s ({took:.3g}s including '
                                 f"waiting). Image size: {pulled.size} bytes.")
@@ -429,8 +439,7 @@ class Kubelet(Reconciler):
             if not failed:
                 with self._lock:
                     self._preparing.pop(uid, None)
-                self._pod_images[uid] = results  # type: ignore[assignment]
-                self._start(pod, prep.gpu_env, prep.gpus, attempt=0)
+                self._start(pod, prep.gpu_env, prep.gpus, attempt=prep.attempt, images=results)  # type: ignore[arg-type]
                 return None
             prep.failures += 1
             delay = min(IMAGE_PULL_BACKOFF_CAP, IMAGE_PULL_BACKOFF_BASE * 2 ** (prep.failures - 1))
@@ -462,22 +471,15 @@ class Kubelet(Reconciler):
         self._submit_pull(pod, prep, wanted)
         return None
 
-    def _present_images(self, pod: dict) -> dict[str, ImageRun]:
-        """The images of a pod started before this control plane did (a restart in place)."""
-        images: dict[str, ImageRun] = {}
-        for name, (image, ref, _policy) in self._wanted_images(pod).items():
-            found = self.images.lookup(ref)
-            if found is None:
-                raise ConfigError(f'container image "{image}" is no longer present on this node')
-            images[name] = _image_run(found, ref)
-        return images
-
     def _set_containers_waiting(self, pod: dict, waiting: dict[str, tuple[str, str]]) -> None:
         status = dict(pod.get("status") or {})
+        prior = {cs["name"]: cs for cs in status.get("containerStatuses") or []}
         status["containerStatuses"] = [
-            {"name": c["name"], **_image_fields(c), "restartCount": 0, "ready": False, "started": False,
+            {"name": c["name"], **_image_fields(c), "restartCount": prior.get(c["name"], {}).get("restartCount", 0),
+             "ready": False, "started": False,
              "state": {"waiting": {"reason": waiting[c["name"]][0], "message": waiting[c["name"]][1]}
-                       if c["name"] in waiting else {"reason": "ContainerCreating"}}}
+                       if c["name"] in waiting else {"reason": "ContainerCreating"}},
+             **({"lastState": prior[c["name"]]["lastState"]} if prior.get(c["name"], {}).get("lastState") else {})}
             for c in pod["spec"].get("containers") or []
         ]
         init_waiting = [(name, w) for name, w in waiting.items()
@@ -503,10 +505,7 @@ class Kubelet(Reconciler):
             if time.monotonic() < due:
                 return due - time.monotonic()
             del self._restart_at[uid]
-            alloc = (pod.get("status") or {}).get("allocation") or {}
-            attempt = max((cs.get("restartCount", 0) for cs in pod["status"].get("containerStatuses") or []), default=0)
-            self._start(pod, alloc.get("env") or {}, alloc.get("gpus") or [], attempt=attempt)
-            return POLL_SECONDS
+            return self._restart(pod)
         try:
             state = self.runtime.pod_status(uid)
         except PodNotFound:
@@ -554,7 +553,26 @@ class Kubelet(Reconciler):
         self.node.release(uid)
         with self._lock:
             self._started.pop(uid, None)
-            self._pod_images.pop(uid, None)
+        return None
+
+    def _restart(self, pod: dict) -> float | None:
+        """Start the pod's containers again in place; as kubelet does at each container start, their
+        images go through the pull policy again (a tag moved under ``Always`` gives the new image,
+        an image gone from the store since the control plane restarted is pulled again)."""
+        uid = pod["metadata"]["uid"]
+        alloc = (pod.get("status") or {}).get("allocation") or {}
+        attempt = max((cs.get("restartCount", 0) for cs in pod["status"].get("containerStatuses") or []), default=0)
+        gpu_env, gpus = alloc.get("env") or {}, alloc.get("gpus") or []
+        wanted = self._images_or_report(pod)
+        if wanted is None:
+            return None
+        if not wanted:
+            self._start(pod, gpu_env, gpus, attempt=attempt, images={})
+            return POLL_SECONDS
+        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod), attempt=attempt)
+        with self._lock:
+            self._preparing[uid] = prep
+        self._submit_pull(pod, prep, wanted)
         return None
 
     def _set_waiting(self, pod: dict, reason: str, message: str, failed: bool) -> None:
@@ -606,7 +624,6 @@ class Kubelet(Reconciler):
             self._started.pop(uid, None)
             self._restart_at.pop(uid, None)
             self._preparing.pop(uid, None)
-            self._pod_images.pop(uid, None)
             self._stopping.discard(uid)
         if pod is not None:
             # Logs go with the pod object, as on a cluster; a recreated pod of the same name starts clean.
