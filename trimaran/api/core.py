@@ -506,6 +506,13 @@ class SecretVolumeSource(ApiModel):
     optional: bool | None = None
 
 
+#: CSI drivers of object storage that the kubelet serves itself (fetching what they name, see
+#: ``runtime/volumes.py``), each with the volume attribute it cannot do without.
+STORAGE_DRIVER = "storage.trimaran.io"
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+STORAGE_DRIVER_ATTRIBUTES = {STORAGE_DRIVER: "uri", GCSFUSE_DRIVER: "bucketName"}
+
+
 class Volume(ApiModel):
     """A named volume of the pod, with exactly one source.
 
@@ -588,6 +595,14 @@ class Volume(ApiModel):
                 errs.extend(item.check(join_path(p, "items", i)))
         if self.secret is not None and not self.secret.secret_name:
             errs.append(FieldError.required(join_path(path, "secret", "secretName")))
+        if self.csi is not None:
+            driver = self.csi.get("driver")
+            attribute = STORAGE_DRIVER_ATTRIBUTES.get(driver or "")
+            if not driver:
+                errs.append(FieldError.required(join_path(path, "csi", "driver")))
+            elif attribute and not (self.csi.get("volumeAttributes") or {}).get(attribute):
+                errs.append(FieldError.required(join_path(path, "csi", "volumeAttributes", attribute),
+                                                f"driver {driver} fetches what it names"))
         return errs
 
 

@@ -29,6 +29,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.conditions import now_rfc3339, set_condition
@@ -62,6 +63,8 @@ from trimaran.runtime.images import (
     credentials_from_secrets,
     parse_reference,
 )
+from trimaran.runtime.volumes import storage_volume_uris
+from trimaran.serving.storage import Credentials, InvalidStorageUri, StorageError, account_credentials, fetch
 from trimaran.store import Conflict, NotFound, Store
 
 log = logging.getLogger(__name__)
@@ -105,13 +108,14 @@ def runs_image(pod: dict, container: dict, node_policy: str) -> bool:
 
 @dataclass
 class _Preparing:
-    """An admitted pod whose images are being pulled (or waiting to be pulled again), before its
-    first start or a restart in place (``attempt`` > 0)."""
+    """An admitted pod whose images are being pulled and storage volumes fetched (or waiting to be
+    again), before its first start or a restart in place (``attempt`` > 0)."""
 
     gpu_env: dict[str, str]
     gpus: list[str]
     key: Key
     attempt: int = 0
+    uris: dict[str, str] = field(default_factory=dict)  # storage volume name -> URI
     images: dict[str, ImageRun] = field(default_factory=dict)
     pull: Future | None = None
     failures: int = 0
@@ -269,14 +273,14 @@ class Kubelet(Reconciler):
 
     # -- running pods ---------------------------------------------------------------------------
     def _start(self, pod: dict, gpu_env: dict[str, str], gpus: list[str], attempt: int,
-               images: dict[str, ImageRun]) -> None:
+               images: dict[str, ImageRun], storage: dict[str, Path] | None = None) -> None:
         uid = pod["metadata"]["uid"]
         hosts = json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))
         try:
             env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
             key = key_of(pod)
             self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup,
-                                   on_exit=lambda: self.wake(key), images=images)
+                                   on_exit=lambda: self.wake(key), images=images, storage=storage)
         except (ConfigError, SandboxUnavailable, VolumeError) as exc:
             self.node.release(uid)
             reason = "SandboxUnavailable" if isinstance(exc, SandboxUnavailable) else "CreateContainerConfigError"
@@ -331,12 +335,12 @@ class Kubelet(Reconciler):
         secrets = [s for name in dict.fromkeys(n for n in names if n) if (s := self._lookup("Secret", namespace, name))]
         return credentials_from_secrets(secrets)
 
-    def _images_or_report(self, pod: dict) -> dict | None:
-        """``_wanted_images``, or None once the pod's waiting reason and events say why not (its
-        allocation is released)."""
+    def _needs_or_report(self, pod: dict) -> tuple[dict, dict[str, str]] | None:
+        """``_wanted_images`` and the storage volumes' URIs, or None once the pod's waiting reason
+        and events say why not (its allocation is released)."""
         try:
-            return self._wanted_images(pod)
-        except (ConfigError, InvalidImageName) as exc:
+            return self._wanted_images(pod), storage_volume_uris(pod)
+        except (ConfigError, InvalidImageName, VolumeError) as exc:
             with self._lock:
                 self._started.pop(pod["metadata"]["uid"], None)
             self.node.release(pod["metadata"]["uid"])
@@ -351,13 +355,14 @@ class Kubelet(Reconciler):
     def _prepare(self, pod: dict, gpu_env: dict[str, str], gpus: list[str]) -> None:
         """Start an admitted pod, once the images its containers run are on this node."""
         uid = pod["metadata"]["uid"]
-        wanted = self._images_or_report(pod)
-        if wanted is None:
+        needs = self._needs_or_report(pod)
+        if needs is None:
             return
-        if not wanted:
+        wanted, uris = needs
+        if not wanted and not uris:
             self._start(pod, gpu_env, gpus, attempt=0, images={})
             return
-        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod))
+        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod), uris=uris)
         with self._lock:
             self._preparing[uid] = prep
         status = {"phase": "Pending", **(pod.get("status") or {})}
@@ -374,8 +379,34 @@ class Kubelet(Reconciler):
 
     def _submit_pull(self, pod: dict, prep: _Preparing, wanted: dict) -> None:
         credentials = self._pull_credentials(pod)
-        prep.pull = self._puller.submit(self._pull_images, pod, wanted, credentials)
+        storage_credentials = account_credentials(
+            self._lookup, pod["metadata"]["namespace"], (pod.get("spec") or {}).get("serviceAccountName") or "default",
+        ) if prep.uris else None
+        prep.pull = self._puller.submit(self._make_ready, pod, wanted, credentials, prep.uris, storage_credentials)
         prep.pull.add_done_callback(lambda _future: self.wake(prep.key))
+
+    def _make_ready(self, pod: dict, wanted: dict, credentials: list, uris: dict[str, str],
+                    storage_credentials: Credentials | None) -> tuple[dict, dict]:
+        """In a pull thread: the images (``_pull_images``) and each storage volume's fetched copy,
+        or (reason, message) where it cannot be had."""
+        return self._pull_images(pod, wanted, credentials), self._fetch_volumes(pod, uris, storage_credentials)
+
+    def _fetch_volumes(self, pod: dict, uris: dict[str, str],
+                       credentials: Credentials | None) -> dict[str, Path | tuple[str, str]]:
+        fetched: dict[str, Path | tuple[str, str]] = {}
+        for name, uri in uris.items():
+            self.store.record_event(pod, "Normal", "Fetching", f'Fetching volume "{name}" from {uri}')
+            started = time.monotonic()
+            try:
+                fetched[name] = fetch(uri, self.runtime.home / "storage", credentials)
+            except (StorageError, InvalidStorageUri) as exc:
+                message = f'MountVolume.SetUp failed for volume "{name}" : {exc}'
+                self.store.record_event(pod, "Warning", "FailedMount", message)
+                fetched[name] = ("ContainerCreating", message)
+                continue
+            self.store.record_event(pod, "Normal", "Fetched", f'Volume "{name}": {uri} is on this node '
+                                    f"({time.monotonic() - started:.3g}s)")
+        return fetched
 
     def _pull_images(self, pod: dict, wanted: dict, credentials: list) -> dict[str, ImageRun | tuple[str, str]]:
         """In a pull thread: each container's image, or (reason, message) where it cannot be had."""
@@ -431,16 +462,22 @@ class Kubelet(Reconciler):
                 return None  # its end wakes this pod
             pull, prep.pull = prep.pull, None
             try:
-                results = pull.result()
+                results, fetched = pull.result()
             except Exception as exc:  # noqa: BLE001 - a failure of ours is still the pod's reason to wait
                 log.exception("pulling the images of pod %s", uid)
                 results = {name: ("ErrImagePull", str(exc)) for name in self._wanted_images(pod)}
+                fetched = {name: ("ContainerCreating", str(exc)) for name in prep.uris}
             failed = {name: r for name, r in results.items() if isinstance(r, tuple)}
-            if not failed:
+            unmounted = [r for r in fetched.values() if isinstance(r, tuple)]
+            if not failed and not unmounted:
                 with self._lock:
                     self._preparing.pop(uid, None)
-                self._start(pod, prep.gpu_env, prep.gpus, attempt=prep.attempt, images=results)  # type: ignore[arg-type]
+                self._start(pod, prep.gpu_env, prep.gpus, attempt=prep.attempt, images=results,  # type: ignore[arg-type]
+                            storage=fetched)  # type: ignore[arg-type]
                 return None
+            if unmounted:
+                # A volume holds up every container: kubelet leaves them ContainerCreating.
+                failed = {c["name"]: unmounted[0] for c in pod["spec"].get("containers") or []} | failed
             prep.failures += 1
             delay = min(IMAGE_PULL_BACKOFF_CAP, IMAGE_PULL_BACKOFF_BASE * 2 ** (prep.failures - 1))
             prep.retry_at = time.monotonic() + delay
@@ -563,13 +600,14 @@ class Kubelet(Reconciler):
         alloc = (pod.get("status") or {}).get("allocation") or {}
         attempt = max((cs.get("restartCount", 0) for cs in pod["status"].get("containerStatuses") or []), default=0)
         gpu_env, gpus = alloc.get("env") or {}, alloc.get("gpus") or []
-        wanted = self._images_or_report(pod)
-        if wanted is None:
+        needs = self._needs_or_report(pod)
+        if needs is None:
             return None
-        if not wanted:
+        wanted, uris = needs
+        if not wanted and not uris:
             self._start(pod, gpu_env, gpus, attempt=attempt, images={})
             return POLL_SECONDS
-        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod), attempt=attempt)
+        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod), attempt=attempt, uris=uris)
         with self._lock:
             self._preparing[uid] = prep
         self._submit_pull(pod, prep, wanted)

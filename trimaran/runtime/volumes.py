@@ -11,6 +11,8 @@ Layout (``home`` is the runtime's home directory):
   outliving pods: the one-node stand-in for a PersistentVolume.
 - ``configMap`` / ``secret``: keys written as files into ``<run_dir>/volumes/<volume>``
   (``items`` pick keys and paths, ``defaultMode``/``mode`` set permissions), mounted read-only.
+- ``csi`` of an object-storage driver (:func:`storage_volume_uris`): the storage URI's copy in
+  the shared download cache, fetched by the kubelet before the pod starts, mounted read-only.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from trimaran.api.core import GCSFUSE_DRIVER, STORAGE_DRIVER
 from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime.env import ConfigError, Lookup, config_data, expand
 
-__all__ = ["VolumeError", "Mount", "PodVolume", "prepare_volumes", "container_mounts"]
+__all__ = ["VolumeError", "Mount", "PodVolume", "prepare_volumes", "container_mounts", "storage_volume_uris"]
 
 _DEFAULT_MODE = 0o644
-_SUPPORTED = ("emptyDir", "hostPath", "persistentVolumeClaim", "configMap", "secret")
+_SUPPORTED = ("emptyDir", "hostPath", "persistentVolumeClaim", "configMap", "secret", "csi")
 
 
 class VolumeError(Exception):
@@ -142,13 +145,47 @@ def _host_path(volume_name: str, source: Mapping[str, object]) -> Path:
     return path
 
 
+def storage_volume_uris(pod: Mapping[str, object]) -> dict[str, str]:
+    """The pod's CSI volumes that name object storage: volume name -> storage URI. ``STORAGE_DRIVER``
+    takes any URI ``trimaran.serving.storage.fetch`` does (``volumeAttributes.uri``);
+    ``GCSFUSE_DRIVER`` is GKE's Cloud Storage FUSE as users write it: ``bucketName``, and
+    ``mountOptions`` whose ``only-dir=`` picks a prefix. Raises ``VolumeError`` naming the field of
+    a driver or attribute this node cannot serve."""
+    uris = {}
+    for index, volume in enumerate((pod.get("spec") or {}).get("volumes") or []):  # type: ignore[union-attr]
+        if "csi" not in volume:
+            continue
+        csi = volume.get("csi") or {}
+        field = f"spec.volumes[{index}].csi"
+        attributes = csi.get("volumeAttributes") or {}
+        driver = csi.get("driver")
+        if driver == STORAGE_DRIVER:
+            uri = attributes.get("uri")
+            if not uri:
+                raise VolumeError(f"{field}.volumeAttributes.uri: required by driver {STORAGE_DRIVER}")
+        elif driver == GCSFUSE_DRIVER:
+            bucket = attributes.get("bucketName")
+            if not bucket:
+                raise VolumeError(f"{field}.volumeAttributes.bucketName: required by driver {GCSFUSE_DRIVER}")
+            options = dict(o.strip().partition("=")[::2] for o in str(attributes.get("mountOptions") or "").split(","))
+            prefix = options.get("only-dir", "").strip("/")
+            uri = f"gs://{bucket}/{prefix}" if prefix else f"gs://{bucket}"
+        else:
+            raise VolumeError(f"{field}.driver: unsupported driver {driver!r}; supported: "
+                              f"{STORAGE_DRIVER}, {GCSFUSE_DRIVER}")
+        uris[str(volume.get("name"))] = str(uri)
+    return uris
+
+
 def prepare_volumes(
-    pod: Mapping[str, object], *, pod_dir: Path, run_dir: Path, home: Path, lookup: Lookup
+    pod: Mapping[str, object], *, pod_dir: Path, run_dir: Path, home: Path, lookup: Lookup,
+    storage: Mapping[str, Path] | None = None,
 ) -> dict[str, PodVolume]:
     """Make every volume of the pod exist on the host; returns them by name.
 
     ``pod_dir`` holds what lives as long as the pod (emptyDirs), ``run_dir`` what is
-    rewritten at each start (configMap/secret contents, so they follow updates).
+    rewritten at each start (configMap/secret contents, so they follow updates); ``storage``
+    maps each volume of :func:`storage_volume_uris` to its fetched copy.
     """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -187,6 +224,11 @@ def prepare_volumes(
             _materialise(kind, volume, volume.get("configMap") or volume.get("secret") or {},
                          namespace, lookup, target)
             volumes[name] = PodVolume(name, target, read_only=True)
+        elif "csi" in volume:
+            fetched = (storage or {}).get(name)
+            if fetched is None:
+                raise VolumeError(f"volume {name!r}: its storage has not been fetched to this node")
+            volumes[name] = PodVolume(name, fetched, read_only=True)
         else:
             kinds = [k for k in volume if k != "name"]
             raise VolumeError(

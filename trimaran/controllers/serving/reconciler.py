@@ -38,7 +38,6 @@ from __future__ import annotations
 import copy
 import http.client
 import json
-import os
 import time
 from pathlib import Path
 
@@ -68,8 +67,8 @@ from trimaran.serving.storage import (
     STORAGE_CONFIG_SECRET,
     Credentials,
     StorageError,
+    account_credentials,
     resolve_storage_spec,
-    secret_env,
 )
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
@@ -403,28 +402,15 @@ class InferenceServiceReconciler(Reconciler):
         """What KServe's storage initializer would see: the control plane's environment, overlaid
         with the variables of each Secret the ServiceAccount names (as KServe's webhook sets them),
         and for the ``storage:`` form, with its ``storage-config`` entry."""
-        env = dict(os.environ)
-        sources: list[str] = []
+        overlay = self._storage_spec(namespace, storage)[1] if storage is not None else None
+        return account_credentials(self._find, namespace, account, overlay,
+                                   f"Secret {namespace}/{STORAGE_CONFIG_SECRET}")
+
+    def _find(self, kind: str, namespace: str, name: str) -> dict | None:
         try:
-            refs = self.store.get("ServiceAccount", namespace, account).get("secrets") or []
-            names = [ref.get("name") for ref in refs]
-            where = f"ServiceAccount {namespace}/{account} names no Secret with storage credentials"
+            return self.store.get(kind, namespace, name)
         except NotFound:
-            names, where = [], f"there is no ServiceAccount {namespace}/{account}"
-        for secret_name in names:
-            try:
-                extra = secret_env(self.store.get("Secret", namespace, secret_name or ""))
-            except NotFound:
-                continue
-            if extra:
-                env.update(extra)
-                sources.append(f"Secret {namespace}/{secret_name}")
-        if storage is not None:
-            env.update(self._storage_spec(namespace, storage)[1])
-            sources.append(f"Secret {namespace}/{STORAGE_CONFIG_SECRET}")
-        origin = (f"the control plane's environment and {', '.join(sources)}" if sources
-                  else f"the control plane's environment ({where})")
-        return Credentials.from_env(env, origin=origin)
+            return None
 
     def _scale(self, obj: dict, component: str, rev: dict, pods: list[dict], desired: int, ready: set[str],
                draining_in_router: set[str], host_path: Path | None, predictor_host: str | None,

@@ -25,6 +25,7 @@ from trimaran.serving.storage._base import (
     Snapshot,
     Storage,
     StorageError,
+    account_credentials,
     secret_env,
 )
 from trimaran.serving.storage._cache import DownloadCache
@@ -48,6 +49,7 @@ __all__ = [
     "Snapshot",
     "Storage",
     "StorageError",
+    "account_credentials",
     "fetch",
     "resolve_storage_spec",
     "secret_env",

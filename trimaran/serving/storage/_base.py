@@ -155,6 +155,33 @@ def secret_env(secret: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
+def account_credentials(lookup: Callable[[str, str, str], Mapping[str, Any] | None], namespace: str, account: str,
+                        overlay: Mapping[str, str] | None = None, overlay_origin: str = "") -> Credentials:
+    """What KServe's storage initializer would see in a pod of ServiceAccount ``account``: this
+    process's environment, overlaid with the variables of each Secret the account names (as
+    KServe's webhook sets them), then with ``overlay`` (from ``overlay_origin``).
+    ``lookup(kind, namespace, name)`` reads an object, None when there is none."""
+    env = dict(os.environ)
+    sources: list[str] = []
+    found = lookup("ServiceAccount", namespace, account)
+    if found is None:
+        where = f"there is no ServiceAccount {namespace}/{account}"
+    else:
+        where = f"ServiceAccount {namespace}/{account} names no Secret with storage credentials"
+    for ref in (found or {}).get("secrets") or []:
+        secret = lookup("Secret", namespace, ref.get("name") or "")
+        extra = secret_env(secret) if secret is not None else {}
+        if extra:
+            env.update(extra)
+            sources.append(f"Secret {namespace}/{ref.get('name')}")
+    if overlay is not None:
+        env.update(overlay)
+        sources.append(overlay_origin)
+    origin = (f"the control plane's environment and {', '.join(sources)}" if sources
+              else f"the control plane's environment ({where})")
+    return Credentials.from_env(env, origin=origin)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One version of what a URI names, as a cheap metadata request found it.

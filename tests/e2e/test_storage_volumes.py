@@ -1,0 +1,116 @@
+"""CSI volumes that name object storage: fetched by the kubelet into the shared download cache
+before the pod starts, bound read-only; through a real control plane and a real HTTP server."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import json
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import poll
+from trimaran.runtime.volumes import VolumeError, storage_volume_uris
+
+
+@pytest.fixture
+def www(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A directory served over HTTP on a free loopback port: (directory, base URL)."""
+    root = tmp_path / "www"
+    root.mkdir()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def write_archive(path: Path, files: dict[str, str]) -> None:
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+def reader(name: str, uri: str) -> dict:
+    script = "cat /data/weights.txt; touch /data/new 2>/dev/null && echo writable || echo read-only"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", script],
+                                     "volumeMounts": [{"name": "model", "mountPath": "/data"}]}],
+                     "volumes": [{"name": "model", "csi": {"driver": "storage.trimaran.io",
+                                                           "volumeAttributes": {"uri": uri}}}]}}
+
+
+def apply(plane, obj: dict) -> None:
+    plane.cli("apply", "-f", "-", input=json.dumps(obj))
+
+
+def waiting_message(plane, name: str) -> str | None:
+    statuses = (plane.get("pod", name).get("status") or {}).get("containerStatuses") or []
+    return ((statuses[0].get("state") or {}).get("waiting") or {}).get("message") if statuses else None
+
+
+def test_a_pod_reads_an_archive_its_csi_volume_names_read_only(plane, www):
+    root, url = www
+    write_archive(root / "model.tar.gz", {"weights.txt": "w=42\n"})
+    apply(plane, reader("reader", f"{url}/model.tar.gz"))
+    done = poll(lambda: (p := plane.get("pod", "reader"))["status"].get("phase") in ("Succeeded", "Failed") and p,
+                timeout=60, interval=0.1, what="the reader to finish")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert plane.cli("logs", "reader").stdout.split() == ["w=42", "read-only"]
+    listed = json.loads(plane.cli("get", "events", "-o", "json").stdout)["items"]
+    assert {"Fetching", "Fetched"} <= {e["reason"] for e in listed if e["involvedObject"]["name"] == "reader"}
+
+
+def test_a_volume_that_cannot_be_fetched_keeps_the_pod_creating_and_says_why(plane_with, www):
+    root, url = www
+    plane = plane_with(TRIMARAN_IMAGE_PULL_BACKOFF="0.5")
+    apply(plane, reader("waiter", f"{url}/later.tar.gz"))
+    message = poll(lambda: waiting_message(plane, "waiter"), timeout=60, interval=0.1, what="the waiting message")
+    assert message.startswith('MountVolume.SetUp failed for volume "model" : ')
+    assert plane.get("pod", "waiter")["status"]["phase"] == "Pending"
+    write_archive(root / "later.tar.gz", {"weights.txt": "late\n"})
+    poll(lambda: plane.get("pod", "waiter")["status"].get("phase") == "Succeeded", timeout=60, what="the retry")
+    assert plane.cli("logs", "waiter").stdout.split() == ["late", "read-only"]
+
+
+def test_a_storage_volume_without_its_uri_is_refused_and_one_of_an_unknown_driver_waits(plane):
+    refused = plane.cli("apply", "-f", "-", input=json.dumps(reader("unnamed", "")), check=False)
+    assert refused.returncode != 0
+    assert "spec.volumes[0].csi.volumeAttributes.uri: Required value" in refused.stderr
+    assert plane.cli("get", "pod", "unnamed", check=False).returncode != 0
+    unknown = reader("unmountable", "s3://b/m")
+    unknown["spec"]["volumes"][0]["csi"]["driver"] = "efs.csi.aws.com"
+    apply(plane, unknown)
+    poll(lambda: (waiting_message(plane, "unmountable") or "").startswith(
+        "spec.volumes[0].csi.driver: unsupported driver 'efs.csi.aws.com'"), timeout=60, what="the refusal")
+
+
+def test_the_gcsfuse_driver_names_its_bucket_and_directory():
+    def volume(attributes: dict, driver: str = "gcsfuse.csi.storage.gke.io") -> dict:
+        return {"spec": {"volumes": [{"name": "v", "csi": {"driver": driver, "volumeAttributes": attributes}}]}}
+
+    assert storage_volume_uris(volume({"bucketName": "b", "mountOptions": "implicit-dirs,only-dir=models/x/"})) \
+        == {"v": "gs://b/models/x"}
+    assert storage_volume_uris(volume({"bucketName": "b"})) == {"v": "gs://b"}
+    with pytest.raises(VolumeError, match=r"spec\.volumes\[0\]\.csi\.volumeAttributes\.bucketName"):
+        storage_volume_uris(volume({}))
+    with pytest.raises(VolumeError, match=r"spec\.volumes\[0\]\.csi\.driver: unsupported driver 'x'"):
+        storage_volume_uris(volume({}, driver="x"))
