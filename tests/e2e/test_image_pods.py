@@ -291,3 +291,19 @@ def test_an_image_gone_while_the_control_plane_was_down_is_pulled_again_for_the_
     assert done["status"]["containerStatuses"][0]["restartCount"] == 1
     assert plane.cli("logs", "repulled").stdout.strip() == "again"
     assert pulls(plane, "repulled") == 2
+
+
+def test_a_restart_under_always_whose_tag_has_not_moved_downloads_nothing(plane, busybox):
+    # An emptyDir outlives the first run, which fails: the second run finds its mark and succeeds.
+    script = "test -e /scratch/ran && exit 0; touch /scratch/ran; exit 1"
+    manifest = pod("again", busybox, args=["sh", "-c", script], imagePullPolicy="Always",
+                   volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}])
+    manifest["spec"].update(restartPolicy="OnFailure", volumes=[{"name": "scratch", "emptyDir": {}}])
+    apply(plane, manifest)
+    done = finished(plane, "again")
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["containerStatuses"][0]["restartCount"] == 1
+    pulled = [m for r, m in events(plane, "again") if r == "Pulled"]
+    assert pulled[0].startswith(f'Successfully pulled image "{busybox}"')
+    assert f'Container image "{busybox}" already present on machine (its tag still names sha256:' in pulled[1]
+    assert pulls(plane, "again") == 2
