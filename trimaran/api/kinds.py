@@ -259,6 +259,11 @@ def all_kinds() -> list[KindInfo]:
     return list(_by_object.values())
 
 
+def kubeflow_job_kinds() -> tuple[str, ...]:
+    """The Kubeflow training kinds (their pods come from ``spec.*ReplicaSpecs``), in registration order."""
+    return tuple(dict.fromkeys(k.kind for k in _by_object.values() if k.pod_templates is _replica_templates))
+
+
 for _info in (
     KindInfo("Pod", "v1", "", "v1", "pods", ("po",), True, Pod, ("all",), printers.POD, pod_templates=_pod_itself),
     KindInfo("ConfigMap", "v1", "", "v1", "configmaps", ("cm",), True, ConfigMap,

@@ -208,8 +208,12 @@ def _find_pod(client: Client, ns: str, ref: str, replica_type: str | None, index
         except APIError as exc:
             if exc.status != 404:
                 raise
-    candidates = [_kind_info(client, kind).kind] if kind else ["TFJob", "PyTorchJob", "XGBoostJob", "JAXJob",
-                                                               "PaddleJob", "MPIJob", "Job"]
+    if kind:
+        candidates = [_kind_info(client, kind).kind]
+    else:
+        from trimaran.api.kinds import kubeflow_job_kinds
+
+        candidates = [*kubeflow_job_kinds(), "Job"]
     for k in candidates:
         if k == "Pod":
             return name

@@ -307,6 +307,12 @@ def _resolved(bwrap: str | None, hostname: str, security: ContainerSecurity | No
     return bwrap, security, userns_available(bwrap) if userns is None else userns
 
 
+def _process_args(user_args: list[str], hostname: str, cwd: str, command: Sequence[str]) -> list[str]:
+    """The tail both command lines end with: the user, the namespaces, and what runs where."""
+    return [*user_args, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", hostname,
+            "--die-with-parent", "--chdir", cwd, "--", *command]
+
+
 def build_argv(
     command: Sequence[str],
     *,
@@ -388,18 +394,7 @@ def build_argv(
         for path in ("/", *_RUNTIME_DIRS_ON_RO_ROOT):
             args += ["--remount-ro", path]
     user_args, prefix = _security_args(security, userns)
-    args += [
-        *user_args,
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--hostname", hostname,
-        "--die-with-parent",
-        "--chdir", cwd,
-        "--",
-        *prefix,
-        *command,
-    ]
+    args += _process_args(user_args, hostname, cwd, [*prefix, *command])
     return args
 
 
@@ -499,15 +494,4 @@ def build_image_argv(
         # Volumes, /dev/shm and the termination log are mounts of their own and stay writable.
         args += ["--remount-ro", "/"]
     user_args, _ = _security_args(security, userns)
-    return [
-        *args,
-        *user_args,
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--hostname", hostname,
-        "--die-with-parent",
-        "--chdir", cwd,
-        "--",
-        *command,
-    ]
+    return [*args, *_process_args(user_args, hostname, cwd, command)]

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from trimaran.api.training import Framework as KindFacts
 
 if TYPE_CHECKING:
     from trimaran.store import Store
@@ -53,6 +55,10 @@ class JobView:
 
 
 class Framework(ABC):
+    """A kind's controller logic. Its facts (names, port, defaults) are the API's
+    (:class:`trimaran.api.training.Framework`), read once from ``facts`` by each subclass."""
+
+    facts: ClassVar[KindFacts]
     kind: str
     spec_key: str
     container_name: str
@@ -60,7 +66,15 @@ class Framework(ABC):
     default_port: int
     operator_name: str
     default_restart_policy: str
-    replica_types: tuple[str, ...]
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        facts = cls.facts
+        derived = {"kind": facts.kind, "spec_key": facts.replica_specs_key, "container_name": facts.default_container,
+                   "port_name": facts.port_name, "default_port": facts.default_port,
+                   "operator_name": facts.operator_name, "default_restart_policy": facts.default_restart_policy}
+        for name, value in derived.items():
+            setattr(cls, name, value)
 
     def pod_name(self, job: str, rtype: str, index: int) -> str:
         return f"{job.replace('/', '-')}-{rtype.lower()}-{index}"

@@ -8,14 +8,7 @@ from trimaran.controllers.training.framework import Framework, JobView, ReplicaA
 
 
 class JAX(Framework):
-    kind = JAXJOB.kind
-    spec_key = JAXJOB.replica_specs_key
-    container_name = JAXJOB.default_container
-    port_name = JAXJOB.port_name
-    default_port = JAXJOB.default_port
-    operator_name = JAXJOB.operator_name
-    default_restart_policy = JAXJOB.default_restart_policy
-    replica_types = JAXJOB.replica_types
+    facts = JAXJOB
 
     def is_master_role(self, spec: dict, rtype: str, index: int) -> bool:
         return index == 0  # upstream's IsMasterRole: worker 0 hosts the coordinator

@@ -32,6 +32,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from trimaran.api.training import MPIJOB
 from trimaran.controllers.pods import phase
 from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
 from trimaran.runtime import podexec
@@ -67,14 +68,7 @@ def _wants_gpu(container: dict) -> bool:
 
 
 class MPI(Framework):
-    kind = "MPIJob"
-    spec_key = "mpiReplicaSpecs"
-    container_name = "mpi"
-    port_name = "mpi-port"
-    default_port = 9999
-    operator_name = "mpijob-controller"
-    default_restart_policy = "Never"
-    replica_types = (LAUNCHER, WORKER)
+    facts = MPIJOB
 
     # -- names and labels -----------------------------------------------------------------------
     def pod_name(self, job: str, rtype: str, index: int) -> str:

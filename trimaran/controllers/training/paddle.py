@@ -12,14 +12,7 @@ _POD_IP = {"name": "POD_IP_DUMMY", "valueFrom": {"fieldRef": {"fieldPath": "stat
 
 
 class Paddle(Framework):
-    kind = PADDLEJOB.kind
-    spec_key = PADDLEJOB.replica_specs_key
-    container_name = PADDLEJOB.default_container
-    port_name = PADDLEJOB.port_name
-    default_port = PADDLEJOB.default_port
-    operator_name = PADDLEJOB.operator_name
-    default_restart_policy = PADDLEJOB.default_restart_policy
-    replica_types = PADDLEJOB.replica_types
+    facts = PADDLEJOB
 
     def is_master_role(self, spec: dict, rtype: str, index: int) -> bool:
         return rtype == "Master"  # upstream's IsMasterRole: no pod of a collective job has the role

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
+from trimaran.api.training import PYTORCHJOB
 from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
 
 
 class PyTorch(Framework):
-    kind = "PyTorchJob"
-    spec_key = "pytorchReplicaSpecs"
-    container_name = "pytorch"
-    port_name = "pytorchjob-port"
-    default_port = 23456
-    operator_name = "pytorchjob-controller"
-    default_restart_policy = "OnFailure"
-    replica_types = ("Master", "Worker")
+    facts = PYTORCHJOB
 
     def env(self, job: JobView, rtype: str, index: int, addresses: dict[str, list[ReplicaAddress]],
             container: dict) -> list[dict]:

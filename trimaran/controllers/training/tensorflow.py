@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
+from trimaran.api.training import TFJOB
 from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, compact_json, register
 
 
 class TensorFlow(Framework):
-    kind = "TFJob"
-    spec_key = "tfReplicaSpecs"
-    container_name = "tensorflow"
-    port_name = "tfjob-port"
-    default_port = 2222
-    operator_name = "tfjob-controller"
-    default_restart_policy = "Never"
-    replica_types = ("Chief", "Master", "PS", "Worker", "Evaluator")
+    facts = TFJOB
 
     def env(self, job: JobView, rtype: str, index: int, addresses: dict[str, list[ReplicaAddress]],
             container: dict) -> list[dict]:

@@ -8,14 +8,7 @@ from trimaran.controllers.training.framework import Framework, JobView, ReplicaA
 
 
 class XGBoost(Framework):
-    kind = XGBOOSTJOB.kind
-    spec_key = XGBOOSTJOB.replica_specs_key
-    container_name = XGBOOSTJOB.default_container
-    port_name = XGBOOSTJOB.port_name
-    default_port = XGBOOSTJOB.default_port
-    operator_name = XGBOOSTJOB.operator_name
-    default_restart_policy = XGBOOSTJOB.default_restart_policy
-    replica_types = XGBOOSTJOB.replica_types
+    facts = XGBOOSTJOB
 
     def env(self, job: JobView, rtype: str, index: int, addresses: dict[str, list[ReplicaAddress]],
             container: dict) -> list[dict]:

@@ -13,9 +13,7 @@ from trimaran.server.dashboard.tuning import experiment_finished
 from trimaran.server.kube.table import table
 from trimaran.store import Store
 
-# The Kubeflow training kinds this control plane knows (the registry grows as frameworks are added).
-TRAINING_KINDS = tuple(dict.fromkeys(k.kind for k in kinds.all_kinds() if k.kind in
-                                     ("TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "JAXJob", "PaddleJob")))
+TRAINING_KINDS = kinds.kubeflow_job_kinds()
 JOB_KINDS = (*TRAINING_KINDS, "Job")
 # What the overview lists, in this order.
 OVERVIEW = ("Experiment", *TRAINING_KINDS, "Job", "InferenceService", "Pod")
