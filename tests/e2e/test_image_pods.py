@@ -179,7 +179,8 @@ def test_an_image_pod_outlives_a_killed_control_plane_and_leaves_nothing_once_de
 
     apply(plane, pod("survivor", busybox, args=["sleep", "600"]))
     poll(lambda: plane.get("pod", "survivor")["status"].get("phase") == "Running", timeout=60, what="Running")
-    assert overlay_mounts_under(str(plane.home))
+    # The kubelet reports Running once the shim is spawned; the shim mounts the root a moment later.
+    poll(lambda: overlay_mounts_under(str(plane.home)), timeout=30, what="the container's overlay mounted")
     os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
     start_server(home=plane.home)
     assert plane.get("pod", "survivor")["status"]["phase"] == "Running"
