@@ -628,8 +628,8 @@ def test_primary_container_in_any_replica_of_a_kubeflow_job() -> None:
         ({"kind": None}, "spec.trialTemplate.trialSpec.kind: Required value: APIVersion and Kind in "
                          "spec.trialTemplate must be specified"),
         ({"kind": "Deployment", "apiVersion": "apps/v1"},
-         'spec.trialTemplate.trialSpec.kind: Unsupported value: "Deployment": supported values: "Job", "TFJob", '
-         '"PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "MPIJob", "JobSet"'),
+         'spec.trialTemplate.trialSpec.kind: Unsupported value: "Deployment": supported values: "TrainJob", "Job", '
+         '"TFJob", "PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "MPIJob", "JobSet"'),
         ({"apiVersion": "batch/v2"},
          'spec.trialTemplate.trialSpec.apiVersion: Unsupported value: "batch/v2": supported values: "batch/v1"'),
         ({"metadata": {"name": "fixed"}}, "spec.trialTemplate.trialSpec.metadata.name: Forbidden: metadata.name and "

@@ -126,10 +126,14 @@ DEFAULT_KUBEFLOW_JOB_PRIMARY_POD_LABELS = {"training.kubeflow.org/job-role": "ma
 # Katib has no defaults for a JobSet; these read JobSet's own terminal conditions.
 DEFAULT_JOBSET_SUCCESS_CONDITION = 'status.conditions.#(type=="Completed")#|#(status=="True")#'
 DEFAULT_JOBSET_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
+# Katib's TrainJob defaults: Job's conditions, and the metrics of node 0 (torchrun's rank 0).
+DEFAULT_TRAINJOB_PRIMARY_POD_LABELS = {"jobset.sigs.k8s.io/replicatedjob-name": "node",
+                                       "batch.kubernetes.io/job-completion-index": "0"}
 
 #: Kinds a trial may run, with their apiVersions: katib-config's default
 #: ``init.controller.trialResources`` plus the MPI operator's MPIJob, the other v1 kinds and JobSet.
 TRIAL_KINDS: dict[str, tuple[str, ...]] = {
+    "TrainJob": ("trainer.kubeflow.org/v1alpha1",),
     "Job": ("batch/v1",),
     "TFJob": ("kubeflow.org/v1",),
     "PyTorchJob": ("kubeflow.org/v1",),
@@ -525,6 +529,10 @@ def _default_trial_template(template: TrialTemplate) -> None:
     kind = template.trial_spec.get("kind")
     if kind == "Job":
         success, failure = DEFAULT_JOB_SUCCESS_CONDITION, DEFAULT_JOB_FAILURE_CONDITION
+    elif kind == "TrainJob":
+        success, failure = DEFAULT_JOB_SUCCESS_CONDITION, DEFAULT_JOB_FAILURE_CONDITION
+        if not template.primary_pod_labels:
+            template.primary_pod_labels = dict(DEFAULT_TRAINJOB_PRIMARY_POD_LABELS)
     elif kind in _KUBEFLOW_JOB_KINDS:
         success, failure = DEFAULT_KUBEFLOW_JOB_SUCCESS_CONDITION, DEFAULT_KUBEFLOW_JOB_FAILURE_CONDITION
         if not template.primary_pod_labels:
@@ -879,6 +887,8 @@ def _pod_containers(trial_spec: dict[str, Any]) -> list[str] | None:
     kind = trial_spec.get("kind")
     if kind == "Job":
         return names(spec.get("template"))
+    if kind == "TrainJob":
+        return None  # its pods' containers are its runtime's, read when the trial's job is made
     if kind == "JobSet":
         rjobs = spec.get("replicatedJobs")
         return list(dict.fromkeys(

@@ -177,7 +177,8 @@ class TrialReconciler(Reconciler):
         meta["labels"] = {**(meta.get("labels") or {}), **(trial["metadata"].get("labels") or {})}
         meta["ownerReferences"] = [owner_reference(trial)]
         checkpoint = self._checkpoint(trial)
-        for template in _pod_templates(job):
+        templates = [_trainjob_pod_patch(job, trial)] if job["kind"] == "TrainJob" else _pod_templates(job)
+        for template in templates:
             self._inject(trial, template, checkpoint)
         try:
             self.store.create(job)
@@ -355,7 +356,10 @@ class TrialReconciler(Reconciler):
 
 
 #: Trial kinds whose pods belong to their children (a JobSet's Jobs), by kind, outermost first.
-_POD_OWNER_KINDS = {"JobSet": ("Job",)}
+_POD_OWNER_KINDS = {"JobSet": ("Job",), "TrainJob": ("JobSet", "Job")}
+#: Who owns the runtime patch a TrainJob trial's injection travels in (runtimePatches are keyed by manager).
+TRAINJOB_PATCH_MANAGER = "katib.kubeflow.org/trial-controller"
+_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 def _job_pods(store: Store, job: dict) -> list[dict]:
@@ -381,6 +385,19 @@ def _pod_templates(job: dict) -> list[dict]:
     return out
 
 
+def _trainjob_pod_patch(job: dict, trial: dict) -> dict:
+    """The pod template, inside a new runtime patch of the TrainJob ``job``, that reaches the pods
+    of the trial's primary replicated job: a TrainJob's pod templates are its runtime's, so what
+    Katib's pod webhook adds to them travels as a patch the TrainJob controller applies."""
+    rjob = (trial["spec"].get("primaryPodLabels") or {}).get(_REPLICATED_JOB_LABEL, "node")
+    template = {"metadata": {}, "spec": {"containers": [{"name": trial["spec"].get("primaryContainerName")}]}}
+    patch = {"manager": TRAINJOB_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": rjob, "template": {"spec": {"template": template}}}]}}}}
+    spec = job.setdefault("spec", {})
+    spec["runtimePatches"] = [*(spec.get("runtimePatches") or []), patch]
+    return template
+
+
 def _collector_dir(collector: dict) -> str | None:
     kind = (collector.get("collector") or {}).get("kind", "StdOut")
     if kind not in ("File", "TensorFlowEvent"):
@@ -401,7 +418,7 @@ def _job_outcome(job: dict, trial_spec: dict) -> str | None:
     conditions = (job.get("status") or {}).get("conditions") or []
     true = {c.get("type") for c in conditions if c.get("status") == "True"}
     success = _condition_type(trial_spec.get("successCondition")) or (
-        "Complete" if job["kind"] == "Job" else "Succeeded")
+        "Complete" if job["kind"] in ("Job", "TrainJob") else "Succeeded")
     failure = _condition_type(trial_spec.get("failureCondition")) or "Failed"
     if success in true:
         return "Succeeded"
