@@ -48,6 +48,10 @@ export TRIMARAN_KATIB_PYTHON="$PWD/.venv-katib/bin/python"
 # The Training Operator's v1 SDK (tests/server/test_training_client.py): the same classic models.
 client_venv .venv-training "kubeflow-training==1.9.3" "kubernetes<36" || exit 1
 export TRIMARAN_TRAINING_PYTHON="$PWD/.venv-training/bin/python"
+# The Kubeflow SDK (Trainer v2's TrainerClient, OptimizerClient; tests/server/test_kubeflow_sdk*.py):
+# it pins kubernetes<36 and reads objects through the trainer and Katib APIs' pydantic models.
+client_venv .venv-kubeflow "kubeflow==0.5.0" || exit 1
+export TRIMARAN_KUBEFLOW_PYTHON="$PWD/.venv-kubeflow/bin/python"
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 # The base test images (busybox; Debian minbase with python3 by debootstrap, about a minute), built
 # before the suite so its time is the tests' own; cached in .cache/test-images for later runs.
