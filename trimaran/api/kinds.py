@@ -14,12 +14,15 @@ from typing import Any
 from trimaran.api import printers
 from trimaran.api.batch import Job
 from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount
+from trimaran.api.errors import FieldError
 from trimaran.api.jobset import API_VERSION as JOBSET_V1ALPHA2
 from trimaran.api.jobset import JobSet
 from trimaran.api.meta import Resource
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
 from trimaran.api.serving import InferenceService
+from trimaran.api.trainer import API_VERSION as TRAINER_V1ALPHA1
+from trimaran.api.trainer import ClusterTrainingRuntime, TrainingRuntime, TrainJob, runtime_errors
 from trimaran.api.training import API_VERSION as KUBEFLOW_V1
 from trimaran.api.training import (
     JAXJOB,
@@ -86,6 +89,9 @@ class PodTemplate:
 
 
 PodTemplates = Callable[[dict[str, Any]], Iterator[PodTemplate]]
+# Checks of a new object against others it names (a TrainJob's runtime), given a lookup of stored
+# objects by kind, namespace and name (None when absent).
+References = Callable[[dict[str, Any], Callable[[str, str, str], "dict[str, Any] | None"]], list[FieldError]]
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -140,6 +146,13 @@ _MODEL_KEYS = ("model", "sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch
                "huggingface", "pmml", "paddle")
 
 
+def _runtime_templates(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    """A training runtime: its JobSet template's pods."""
+    template = _mapping(_mapping(obj.get("spec")).get("template"))
+    for inner in _replicated_job_templates(template):
+        yield PodTemplate("spec.template." + inner.path, inner.metadata, inner.spec)
+
+
 def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
     """KServe's components are pod specs, with the model server a container of its own."""
     for component in _SERVING_COMPONENTS:
@@ -170,6 +183,7 @@ class KindInfo:
     scale: Scale | None = None
     # The pods an object stands for, checked at admission (Pod Security): none for kinds without.
     pod_templates: PodTemplates | None = None
+    references: References | None = None
 
     @property
     def singular(self) -> str:
@@ -286,6 +300,12 @@ for _info in (
                  PrinterColumn("Completed", json_path=".status.conditions[?(@.type=='Completed')].status"),
                  PrinterColumn("Suspended", json_path=".spec.suspend"),
                  AGE), pod_templates=_replicated_job_templates),
+    KindInfo("TrainJob", TRAINER_V1ALPHA1, "trainer.kubeflow.org", "v1alpha1", "trainjobs", (), True, TrainJob,
+             printer_columns=_CONDITION_STATE, references=runtime_errors),
+    KindInfo("TrainingRuntime", TRAINER_V1ALPHA1, "trainer.kubeflow.org", "v1alpha1", "trainingruntimes", (), True,
+             TrainingRuntime, status_subresource=False, pod_templates=_runtime_templates),
+    KindInfo("ClusterTrainingRuntime", TRAINER_V1ALPHA1, "trainer.kubeflow.org", "v1alpha1",
+             "clustertrainingruntimes", (), False, ClusterTrainingRuntime, status_subresource=False),
     KindInfo(TFJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", TFJOB.plural, (), True, TFJob,
              printer_columns=_CONDITION_STATE, pod_templates=_replica_templates),
     KindInfo(PYTORCHJOB.kind, KUBEFLOW_V1, "kubeflow.org", "v1", PYTORCHJOB.plural, (), True, PyTorchJob,

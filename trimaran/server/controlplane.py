@@ -22,6 +22,7 @@ from trimaran.controllers.jobset import JobSetReconciler
 from trimaran.controllers.kubelet import Kubelet
 from trimaran.controllers.ports import PortAllocator
 from trimaran.controllers.serving import InferenceServiceReconciler
+from trimaran.controllers.trainer import TrainJobReconciler, install_builtin_runtimes
 from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
@@ -84,6 +85,7 @@ def build_control_plane(home: Path | None = None) -> ControlPlane:
 def _build(home: Path, lock: HomeLock) -> ControlPlane:
     store = open_store(home / "trimaran.db")
     store.ensure_namespace("default")
+    install_builtin_runtimes(store)
     node = Node.from_env()
     runtime = LocalRuntime(home, node=node)
     kubelet = Kubelet(store, runtime, node)
@@ -91,7 +93,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     ports = PortAllocator()  # one allocator: training replicas and serving replicas share loopback
     manager = ControllerManager(store, [
         TrainingJobReconciler(store, ports), BatchJobReconciler(store), JobSetReconciler(store),
-        ClaimReconciler(store, home),
+        TrainJobReconciler(store, ports), ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet,
         GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock)

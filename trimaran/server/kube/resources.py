@@ -466,8 +466,18 @@ class KubeAPI:
             if field in meta:
                 admitted["metadata"][field] = copy.deepcopy(meta[field])
         patching.prune_managed_fields(admitted)
+        if info.references is not None and current is None:
+            refused = info.references(admitted, self._stored_or_none)
+            if refused:
+                raise StatusError.invalid(info.group, info.kind, admitted["metadata"].get("name", ""), refused)
         others += self.pod_security.admit(info, admitted, current)
         return admitted, (unknown if validation != "Ignore" else []) + others
+
+    def _stored_or_none(self, kind: str, namespace: str, name: str) -> dict | None:
+        try:
+            return self.store.get(kind, namespace, name)
+        except NotFound:
+            return None
 
     async def _create(self, target: Target, obj: Any, manager: str, validation: str | None, dry_run: bool,
                       managed: bool = True) -> Response:

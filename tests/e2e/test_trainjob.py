@@ -1,0 +1,216 @@
+"""TrainJob (Kubeflow Trainer v2) on a real control plane: the built-in runtimes run real
+distributed training (torch DDP, jax.distributed, xgboost's collective) across two nodes, and a
+TrainJob's lifecycle (failure, suspend/resume, deadline, deletion) follows upstream's conditions."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from typing import Any
+
+import pytest
+
+from tests.helpers import poll
+
+TORCH_DDP = textwrap.dedent("""
+    import os, torch, torch.distributed as dist
+    from sklearn.datasets import load_digits
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    X, y = load_digits(return_X_y=True)
+    X, y = torch.tensor(X / 16.0, dtype=torch.float32), torch.tensor(y)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    for step in range(80):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(X[rank::world]), y[rank::world])
+        loss.backward()
+        opt.step()
+    accuracy = (model(X).argmax(1) == y).float().mean().item()
+    print(f"rank={rank} world={world} node={os.environ['PET_NODE_RANK']} accuracy={accuracy:.4f}", flush=True)
+    dist.destroy_process_group()
+""")
+
+JAX = textwrap.dedent("""
+    import os
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    pid, n = int(os.environ["JAX_PROCESS_ID"]), int(os.environ["JAX_NUM_PROCESSES"])
+    jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"], num_processes=n, process_id=pid)
+    total = jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")(jnp.array([pid + 1.0]))
+    print(f"process={pid} count={jax.process_count()} sum={float(total[0])}", flush=True)
+""")
+
+XGBOOST = textwrap.dedent("""
+    import hashlib, os, socket
+    import xgboost as xgb
+    from sklearn.datasets import load_digits
+    from xgboost import collective
+    from xgboost.tracker import RabitTracker
+
+    rank, world = int(os.environ["DMLC_TASK_ID"]), int(os.environ["DMLC_NUM_WORKER"])
+    host, port = os.environ["DMLC_TRACKER_URI"], int(os.environ["DMLC_TRACKER_PORT"])
+    tracker = None
+    if rank == 0:  # node 0 runs rabit's tracker at the address every node is given
+        tracker = RabitTracker(n_workers=world, host_ip=socket.gethostbyname(host), port=port)
+        tracker.start()
+    X, y = load_digits(return_X_y=True)
+    with collective.CommunicatorContext(dmlc_tracker_uri=host, dmlc_tracker_port=port, dmlc_task_id=str(rank)):
+        shard = slice(collective.get_rank(), None, collective.get_world_size())
+        params = {"objective": "multi:softmax", "num_class": 10, "tree_method": "hist", "max_depth": 3, "nthread": 1}
+        booster = xgb.train(params, xgb.DMatrix(X[shard], y[shard]), num_boost_round=4)
+    accuracy = float((booster.predict(xgb.DMatrix(X)) == y).mean())
+    model = hashlib.sha256(booster.save_raw("json")).hexdigest()[:16]
+    print(f"rank={rank} world={world} model={model} accuracy={accuracy:.4f}", flush=True)
+    if tracker is not None:
+        tracker.wait_for()
+""")
+
+
+def _script(body: str, runner: str) -> list[str]:
+    """The trainer command the kubeflow SDK builds: the code written to a file, then run."""
+    return ["bash", "-c", f"cat > /tmp/train.py <<'EOM'\n{body}EOM\n{runner} /tmp/train.py"]
+
+
+def _trainjob(name: str, runtime: str, trainer: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer, **spec}}
+
+
+def _apply(plane, tmp_path, obj: dict[str, Any], check: bool = True):
+    path = tmp_path / f"{obj['metadata']['name']}.json"
+    path.write_text(json.dumps(obj))
+    return plane.cli("apply", "-f", str(path), check=check)
+
+
+def _node_pods(plane, job: str) -> list[dict]:
+    pods = plane.client().list("Pod", "default", selector=f"jobset.sigs.k8s.io/jobset-name={job}")
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def _logs(plane, job: str) -> str:
+    return "".join(plane.cli("logs", p["metadata"]["name"]).stdout for p in _node_pods(plane, job))
+
+
+def _env(pod: dict) -> dict[str, Any]:
+    node = next(c for c in pod["spec"]["containers"] if c["name"] == "node")
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in node.get("env") or []}
+
+
+def _condition(job: dict, ctype: str) -> dict | None:
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
+
+
+@pytest.mark.heavy
+def test_torch_distributed_trains_ddp_across_two_nodes(plane, tmp_path):
+    _apply(plane, tmp_path, _trainjob("ddp", "torch-distributed",
+                                      {"numNodes": 2, "command": _script(TORCH_DDP, "torchrun")}))
+    plane.cli("wait", "trainjob/ddp", "--for=condition=Complete", "--timeout=120s")
+    pods = _node_pods(plane, "ddp")
+    assert [p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in pods] == ["0", "1"]
+    assert all(p["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer" for p in pods)
+    env = _env(pods[0])
+    port = env["PET_MASTER_PORT"]
+    index = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert {k: v for k, v in env.items() if k.startswith("PET_")} == {
+        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_MASTER_ADDR": "ddp-node-0-0.ddp", "PET_MASTER_PORT": port,
+        "PET_NODE_RANK": index}
+    assert port != "29500" and int(port) >= 20000, "each TrainJob gets a port of its own"
+    out = _logs(plane, "ddp")
+    ranks = re.findall(r"rank=(\d) world=2 node=(\d) accuracy=([\d.]+)", out)
+    assert sorted((r, n) for r, n, _ in ranks) == [("0", "0"), ("1", "1")], out
+    assert all(float(a) > 0.9 for _, _, a in ranks), out
+    job = plane.get("trainjob", "ddp")
+    complete = _condition(job, "Complete")
+    assert (complete["reason"], complete["message"]) == ("AllJobsCompleted", "jobset completed successfully")
+    assert job["status"]["jobsStatus"] == [{"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0,
+                                            "suspended": 0}]
+
+
+@pytest.mark.heavy
+def test_jax_distributed_all_reduces_across_two_nodes(plane, tmp_path):
+    _apply(plane, tmp_path, _trainjob("jx", "jax-distributed", {"numNodes": 2, "command": _script(JAX, "python")}))
+    plane.cli("wait", "trainjob/jx", "--for=condition=Complete", "--timeout=120s")
+    env = _env(_node_pods(plane, "jx")[1])
+    assert env["JAX_NUM_PROCESSES"] == "2" and env["JAX_COORDINATOR_ADDRESS"].startswith("jx-node-0-0.jx:")
+    out = _logs(plane, "jx")
+    assert sorted(re.findall(r"process=(\d) count=2 sum=3.0", out)) == ["0", "1"], out
+
+
+@pytest.mark.heavy
+def test_xgboost_distributed_trains_one_model_across_two_nodes(plane, tmp_path):
+    _apply(plane, tmp_path, _trainjob("xg", "xgboost-distributed",
+                                      {"numNodes": 2, "command": _script(XGBOOST, "python")}))
+    plane.cli("wait", "trainjob/xg", "--for=condition=Complete", "--timeout=120s")
+    env = _env(_node_pods(plane, "xg")[0])
+    assert (env["DMLC_TRACKER_URI"], env["DMLC_NUM_WORKER"]) == ("xg-node-0-0.xg", "2")
+    out = _logs(plane, "xg")
+    results = re.findall(r"rank=(\d) world=2 model=(\w+) accuracy=([\d.]+)", out)
+    assert sorted(r for r, _, _ in results) == ["0", "1"], out
+    assert len({m for _, m, _ in results}) == 1, f"both nodes build the same model: {out}"
+    assert all(float(a) > 0.8 for _, _, a in results), out
+
+
+def test_a_failing_trainer_fails_the_trainjob_and_deleting_it_leaves_no_pods(plane, tmp_path):
+    failing = ["python", "-c", "import sys; print('about to fail', flush=True); sys.exit(3)"]
+    job = _trainjob("bad", "torch-distributed", {"command": failing})
+    job["spec"]["runtimePatches"] = [{"manager": "test", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "node", "env": [{"name": "FROM_PATCH", "value": "yes"}]}]}}}}}]}}}}]
+    _apply(plane, tmp_path, job)
+    plane.cli("wait", "trainjob/bad", "--for=condition=Failed", "--timeout=60s")
+    failed = _condition(plane.get("trainjob", "bad"), "Failed")
+    assert failed["reason"] == "FailedJobs"
+    assert failed["message"].startswith("jobset failed due to one or more job failures")
+    assert "about to fail" in _logs(plane, "bad")
+    assert _env(_node_pods(plane, "bad")[0])["FROM_PATCH"] == "yes"
+    plane.cli("delete", "trainjob", "bad")
+    poll(lambda: not _node_pods(plane, "bad") and not plane.client().list("JobSet", "default"), timeout=30,
+         what="the TrainJob's JobSet and pods to go")
+    assert not plane.pod_processes()
+
+
+def test_suspended_trainjob_makes_no_pods_until_resumed(plane, tmp_path):
+    _apply(plane, tmp_path, _trainjob("sus", "torch-distributed", {"command": ["python", "-c", "print('ran')"]},
+                                      suspend=True))
+    plane.cli("wait", "trainjob/sus", "--for=condition=Suspended", "--timeout=30s")
+    suspended = _condition(plane.get("trainjob", "sus"), "Suspended")
+    assert (suspended["reason"], suspended["message"]) == ("Suspended", "TrainJob is suspended")
+    assert plane.get("jobset", "sus")["spec"]["suspend"] is True and not _node_pods(plane, "sus")
+    _apply(plane, tmp_path, _trainjob("sus", "torch-distributed", {"command": ["python", "-c", "print('ran')"]},
+                                      suspend=False))
+    plane.cli("wait", "trainjob/sus", "--for=condition=Complete", "--timeout=60s")
+    resumed = _condition(plane.get("trainjob", "sus"), "Suspended")
+    assert (resumed["status"], resumed["reason"], resumed["message"]) == ("False", "Resumed", "TrainJob is resumed")
+    assert "ran" in _logs(plane, "sus")
+
+
+def test_active_deadline_fails_the_trainjob_and_stops_its_pods(plane, tmp_path):
+    _apply(plane, tmp_path, _trainjob("slow", "torch-distributed",
+                                      {"command": ["python", "-c", "import time; time.sleep(120)"]},
+                                      activeDeadlineSeconds=3))
+    plane.cli("wait", "trainjob/slow", "--for=condition=Failed", "--timeout=60s")
+    failed = _condition(plane.get("trainjob", "slow"), "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    poll(lambda: not _node_pods(plane, "slow"), timeout=30, what="the deadline's pods to stop")
+
+
+def test_trainjob_naming_a_missing_runtime_is_refused_at_apply(plane, tmp_path):
+    refused = _apply(plane, tmp_path, _trainjob("orphan", "no-such-runtime", {"numNodes": 1}), check=False)
+    assert refused.returncode != 0
+    assert ('spec.runtimeRef: Invalid value: "object": clustertrainingruntimes.trainer.kubeflow.org '
+            '"no-such-runtime" not found: specified clusterTrainingRuntime must be created before the TrainJob is '
+            'created') in refused.stderr
+    reserved = _apply(plane, tmp_path, _trainjob("pet", "torch-distributed", {
+        "env": [{"name": "PET_NNODES", "value": "4"}, {"name": "PET_MASTER_PORT", "value": "1"}]}), check=False)
+    assert ("spec.trainer.env: Invalid value: \"array\": must not have reserved envs, invalid envs configured: "
+            "[PET_MASTER_PORT PET_NNODES]") in reserved.stderr
+    assert not plane.client().list("TrainJob", "default")
+    runtimes = {r["metadata"]["name"]: r for r in plane.client().list("ClusterTrainingRuntime", "")}
+    assert set(runtimes) == {"torch-distributed", "deepspeed-distributed", "mlx-distributed", "jax-distributed",
+                             "xgboost-distributed"}
+    assert runtimes["deepspeed-distributed"]["metadata"]["labels"] == {"trainer.kubeflow.org/framework": "deepspeed"}

@@ -1,0 +1,92 @@
+"""Trainer's MPI plugin (deepspeed-distributed, mlx-distributed): the launcher runs ``mpirun``
+over the hostfile ConfigMap ``<job>-mpi-hostfile`` with upstream's ``OMPI_MCA_*`` variables.
+
+Where upstream's nodes run sshd and the launcher ssh's into them, here (as for MPIJob,
+`controllers/training/mpi.py`) each node's main process is a `runtime/podexec.py` exec server
+and OpenMPI's rsh agent (``/etc/mpi/kubexec.sh``) runs ``orted`` inside the named node's
+sandbox, authenticated by the job's token (Secret ``<job>-podexec``). With
+``runLauncherAsNode`` the launcher is node 0: its ranks start in place.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import secrets
+import shlex
+import sys
+from pathlib import Path
+
+from trimaran.api.trainer import LAUNCHER, NODE, MLPolicy
+from trimaran.runtime import podexec
+
+CONFIG_DIR = "/etc/mpi"
+HOSTFILE = f"{CONFIG_DIR}/hostfile"
+AGENT = f"{CONFIG_DIR}/kubexec.sh"
+_VOLUME = "mpi-hostfile"
+_TOKEN_KEY = "token"
+_PODEXEC = [sys.executable, "-I", "-S", str(Path(podexec.__file__).resolve())]
+
+
+def hostfile_name(job: str) -> str:
+    return f"{job}-mpi-hostfile"
+
+
+def token_secret(job: str) -> str:
+    return f"{job}-podexec"
+
+
+def prepare(job: dict, policy: MLPolicy, template: dict, num_nodes: int, trainer: dict) -> list[dict]:
+    """Point the launcher's mpirun at the nodes; return the hostfile ConfigMap and token Secret."""
+    assert policy.mpi is not None
+    name, ns, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"]["uid"]
+    slots = int(trainer.get("numProcPerNode") or policy.mpi.num_proc_per_node or 1)
+    rjobs = {r["name"]: r for r in template["spec"]["replicatedJobs"]}
+    as_node = bool(policy.mpi.run_launcher_as_node) and LAUNCHER in rjobs
+    hosts = [f"{name}-{LAUNCHER}-0-0"] if as_node else []
+    hosts += [f"{name}-{NODE}-0-{i}.{name}" for i in range(num_nodes - len(hosts))]
+    env = {
+        "OMPI_MCA_orte_default_hostfile": HOSTFILE,
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+        "OMPI_MCA_orte_set_default_slots": str(slots),
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+        "OMPI_MCA_plm_rsh_agent": AGENT,
+        # Every name resolves to loopback, which OpenMPI would take for the launcher itself.
+        "OMPI_MCA_if_base_do_not_resolve": "1",
+        "OMPI_MCA_btl_tcp_if_include": "lo",
+        "OMPI_MCA_oob_tcp_if_include": "lo",
+    }
+    token_env = {"name": podexec.TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": token_secret(name),
+                                                                            "key": _TOKEN_KEY}}}
+    for rjob_name, rjob in rjobs.items():
+        pod = rjob["template"]["spec"]["template"]
+        containers = pod["spec"].get("containers") or []
+        main = next((c for c in containers if c.get("name") in (NODE, LAUNCHER)), containers[0] if containers else None)
+        if main is None:
+            continue
+        pod["spec"]["volumes"] = [*(pod["spec"].get("volumes") or []), {"name": _VOLUME, "configMap": {
+            "name": hostfile_name(name), "items": [{"key": "hostfile", "path": "hostfile", "mode": 0o444},
+                                                   {"key": "kubexec.sh", "path": "kubexec.sh", "mode": 0o555}]}}]
+        main["volumeMounts"] = [*(main.get("volumeMounts") or []), {"name": _VOLUME, "mountPath": CONFIG_DIR}]
+        main["env"] = [*(main.get("env") or []), copy.deepcopy(token_env)]
+        if rjob_name == LAUNCHER:
+            main["env"] += [{"name": k, "value": v} for k, v in env.items()]
+        elif rjob_name == NODE:
+            # The node waits for the launcher's orted as sshd would; the pod's name in the hostfile
+            # is its hostname, whose index only the pod itself knows.
+            serve = shlex.join([*_PODEXEC, "serve", uid])
+            main["command"] = ["/bin/sh", "-c", f'exec {serve} "{name}-{NODE}-0-$JOB_COMPLETION_INDEX"']
+            main.pop("args", None)
+    agent = ("#!/bin/sh\n"
+             "# Runs the command on the named node, in its sandbox (for ssh).\n"
+             f'exec {shlex.join(_PODEXEC)} connect {shlex.quote(uid)} "$@"\n')
+    labels = {"trainer.kubeflow.org/trainjob-name": name}
+    token = base64.b64encode(secrets.token_hex(32).encode()).decode()
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": token_secret(name), "namespace": ns, "labels": labels},
+         "data": {_TOKEN_KEY: token}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": hostfile_name(name), "namespace": ns, "labels": labels},
+         "data": {"hostfile": "".join(f"{h} slots={slots}\n" for h in hosts), "kubexec.sh": agent}},
+    ]
