@@ -373,6 +373,10 @@ class TrainJob(Resource):
             spec.suspend = False
         if spec.managed_by is None:
             spec.managed_by = CONTROLLER_NAME
+        if spec.trainer is not None and spec.trainer.num_proc_per_node in NUM_PROC_WORDS:
+            # v2.3 stores an integer (clients parse it as one); unset is upstream's auto.
+            self._converted.append(f"spec.trainer.numProcPerNode {spec.trainer.num_proc_per_node!r}")
+            spec.trainer.num_proc_per_node = None
         self._convert_old_fields()
 
     def _convert_old_fields(self) -> None:
@@ -398,8 +402,14 @@ class TrainJob(Resource):
         spec.runtime_patches = patches or None
 
     def admission_warnings(self) -> list[str]:
-        return [f"{field} is stored as spec.runtimePatches (the v2.2+ form)"
-                for field in dict.fromkeys(self._converted)]
+        warnings = []
+        for field in dict.fromkeys(self._converted):
+            if field.startswith("spec.trainer.numProcPerNode"):
+                warnings.append(f"{field} is stored unset (v2.3 takes an integer; unset is auto: the GPUs per node, "
+                                "else its CPU limit)")
+            else:
+                warnings.append(f"{field} is stored as spec.runtimePatches (the v2.2+ form)")
+        return warnings
 
     def check(self) -> list[FieldError]:
         errs = super().check()
@@ -497,9 +507,6 @@ def runtime_errors(trainjob: dict[str, Any], lookup: Lookup) -> list[FieldError]
     framework = MLPolicy.model_validate(runtime["spec"].get("mlPolicy") or {}).framework()
     trainer = spec.get("trainer") or {}
     errs: list[FieldError] = []
-    num_proc = trainer.get("numProcPerNode")
-    if framework == "mpi" and isinstance(num_proc, str):
-        errs.append(FieldError.invalid("spec.trainer.numProcPerNode", num_proc, "must have an int value"))
     reserved = RESERVED_ENV.get(framework or "", ())
     given = sorted({e["name"] for e in trainer.get("env") or [] if e.get("name") in reserved})
     if given:
