@@ -214,3 +214,46 @@ def test_trainjob_naming_a_missing_runtime_is_refused_at_apply(plane, tmp_path):
     assert set(runtimes) == {"torch-distributed", "deepspeed-distributed", "mlx-distributed", "jax-distributed",
                              "xgboost-distributed"}
     assert runtimes["deepspeed-distributed"]["metadata"]["labels"] == {"trainer.kubeflow.org/framework": "deepspeed"}
+
+
+def test_dataset_initializer_fetches_into_the_workspace_before_the_nodes_start(plane, tmp_path):
+    import http.server
+    import io
+    import tarfile
+    import threading
+
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        data = b"x,y\n1,2\n"
+        info = tarfile.TarInfo("digits.csv")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "data.tar.gz").write_bytes(archive.getvalue())
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}/data.tar.gz"
+        read = ["python", "-c", "print(open('/workspace/dataset/digits.csv').read().splitlines()[1])"]
+        _apply(plane, tmp_path, _trainjob("init", "torch-distributed", {"command": read},
+                                          initializer={"dataset": {"storageUri": uri}}))
+        plane.cli("wait", "trainjob/init", "--for=condition=Complete", "--timeout=60s")
+    finally:
+        server.shutdown()
+    pods = {p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"]: p for p in _node_pods(plane, "init")}
+    assert set(pods) == {"dataset-initializer", "node"}
+    assert pods["dataset-initializer"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"] == \
+        "dataset-initializer"
+    assert plane.cli("logs", pods["node"]["metadata"]["name"]).stdout.strip() == "1,2"
+    assert "1 files in /workspace/dataset" in plane.cli("logs", pods["dataset-initializer"]["metadata"]["name"]).stdout
+
+
+def test_an_unreachable_model_fails_the_trainjob_before_any_node_starts(plane, tmp_path):
+    offline = {"storageUri": "hf://nobody/nothing", "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}]}
+    _apply(plane, tmp_path, _trainjob("offline", "torch-distributed", {"command": ["true"]},
+                                      initializer={"model": offline}))
+    plane.cli("wait", "trainjob/offline", "--for=condition=Failed", "--timeout=60s")
+    [pod] = _node_pods(plane, "offline")
+    assert pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "model-initializer"
+    log = plane.cli("logs", pod["metadata"]["name"]).stdout
+    assert "model-initializer: cannot fetch hf://nobody/nothing" in log, log
