@@ -257,3 +257,44 @@ def test_an_unreachable_model_fails_the_trainjob_before_any_node_starts(plane, t
     assert pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "model-initializer"
     log = plane.cli("logs", pod["metadata"]["name"]).stdout
     assert "model-initializer: cannot fetch hf://nobody/nothing" in log, log
+
+
+MPI_ALLREDUCE = textwrap.dedent("""
+    import socket
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    print(f"rank={comm.rank} size={comm.size} host={socket.gethostname()} sum={comm.allreduce(comm.rank + 1)}",
+          flush=True)
+""")
+
+
+@pytest.mark.heavy
+def test_deepspeed_distributed_runs_mpirun_across_the_launcher_and_a_node(plane, tmp_path):
+    # The kubeflow SDK's MPI command: every rank writes the code under /home/mpiuser and runs it.
+    script = f"cat > /home/mpiuser/train.py <<'EOM'\n{MPI_ALLREDUCE}EOM\npython /home/mpiuser/train.py"
+    command = ["mpirun", "--hostfile", "/etc/mpi/hostfile", "bash", "-c", script]
+    _apply(plane, tmp_path, _trainjob("ds", "deepspeed-distributed", {"numNodes": 2, "command": command}))
+    plane.cli("wait", "trainjob/ds", "--for=condition=Complete", "--timeout=90s")
+    hostfile = plane.client().get("ConfigMap", "default", "ds-mpi-hostfile")["data"]["hostfile"]
+    assert hostfile == "ds-launcher-0-0 slots=1\nds-node-0-0.ds slots=1\n"
+    launcher = next(p for p in _node_pods(plane, "ds")
+                    if p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "launcher")
+    env = _env(launcher)
+    assert (env["OMPI_MCA_orte_default_hostfile"], env["OMPI_MCA_orte_set_default_slots"]) == ("/etc/mpi/hostfile", "1")
+    out = plane.cli("logs", launcher["metadata"]["name"]).stdout
+    ranks = dict(re.findall(r"rank=(\d) size=2 host=(\S+) sum=3", out))
+    assert ranks == {"0": "ds-launcher-0-0", "1": "ds-node-0-0"}, out
+    poll(lambda: not _exec_servers(plane), timeout=30, what="the node's exec server to end with the job")
+
+
+def _exec_servers(plane) -> list:
+    import psutil
+
+    found = []
+    for proc in plane.pod_processes():
+        try:
+            if "podexec" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            pass  # ended meanwhile
+    return found

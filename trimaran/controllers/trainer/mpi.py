@@ -55,6 +55,9 @@ def prepare(job: dict, policy: MLPolicy, template: dict, num_nodes: int, trainer
         "OMPI_MCA_if_base_do_not_resolve": "1",
         "OMPI_MCA_btl_tcp_if_include": "lo",
         "OMPI_MCA_oob_tcp_if_include": "lo",
+        # The sandbox's uid 0 is a user namespace's (upstream's images run as mpiuser).
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     }
     token_env = {"name": podexec.TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": token_secret(name),
                                                                             "key": _TOKEN_KEY}}}
