@@ -187,6 +187,28 @@ def test_suspended_trainjob_makes_no_pods_until_resumed(plane, tmp_path):
     resumed = _condition(plane.get("trainjob", "sus"), "Suspended")
     assert (resumed["status"], resumed["reason"], resumed["message"]) == ("False", "Resumed", "TrainJob is resumed")
     assert "ran" in _logs(plane, "sus")
+    table = plane.cli("get", "trainjobs").stdout
+    assert re.search(r"^sus\s+Complete\s", table, re.M), table
+    overview, page = _dashboard(plane, "/dashboard/"), _dashboard(plane, "/dashboard/jobs/TrainJob/default/sus")
+    assert "/dashboard/jobs/TrainJob/default/sus" in overview
+    assert _node_pods(plane, "sus")[0]["metadata"]["name"] in page and "<h2>Jobs</h2>" in page
+
+
+def _dashboard(plane, path: str) -> str:
+    import http.client
+    import urllib.parse
+
+    url, token, context = plane.endpoint()
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=10, context=context)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+        resp = conn.getresponse()
+        body = resp.read().decode()
+        assert resp.status == 200, (resp.status, body[:300])
+        return body
+    finally:
+        conn.close()
 
 
 def test_active_deadline_fails_the_trainjob_and_stops_its_pods(plane, tmp_path):

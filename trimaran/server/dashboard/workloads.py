@@ -14,9 +14,11 @@ from trimaran.server.kube.table import table
 from trimaran.store import Store
 
 TRAINING_KINDS = kinds.kubeflow_job_kinds()
-JOB_KINDS = (*TRAINING_KINDS, "Job")
+# Kinds whose pods come from child Jobs: found by JobSet's label, which a TrainJob's JobSet (its name) carries too.
+JOBSET_KINDS = ("TrainJob", "JobSet")
+JOB_KINDS = (*TRAINING_KINDS, *JOBSET_KINDS, "Job")
 # What the overview lists, in this order.
-OVERVIEW = ("Experiment", *TRAINING_KINDS, "Job", "InferenceService", "Pod")
+OVERVIEW = ("Experiment", "TrainJob", *TRAINING_KINDS, "JobSet", "Job", "InferenceService", "Pod")
 
 
 def detail_url(obj: dict) -> str:
@@ -37,6 +39,8 @@ def settled(obj: dict) -> bool:
         return any(is_true(status, c) for c in ("Complete", "Failed", "Suspended"))
     if kind in TRAINING_KINDS:
         return any(is_true(status, c) for c in ("Succeeded", "Failed", "Suspended"))
+    if kind in JOBSET_KINDS:
+        return any(is_true(status, c) for c in ("Complete", "Completed", "Failed", "Suspended"))
     if kind == "InferenceService":
         return is_true(status, "Ready")
     if kind == "Pod":
@@ -105,7 +109,16 @@ def job_page(store: Store, job: dict) -> h.Page:
         rows = [[h.esc(rtype), h.esc(rs.get("active", 0)), h.esc(rs.get("succeeded", 0)), h.esc(rs.get("failed", 0))]
                 for rtype, rs in replicas.items()]
         body.append("<h2>Replicas</h2>" + h.table(["replica type", "active", "succeeded", "failed"], rows))
-    body.append("<h2>Pods</h2>" + _pods_table(owned_pods(store, job)))
+    jobs = status.get("jobsStatus") or status.get("replicatedJobsStatus") or []
+    if jobs:
+        rows = [[h.esc(j.get("name")), *(h.esc(j.get(k, 0)) for k in ("ready", "active", "succeeded", "failed"))]
+                for j in jobs]
+        body.append("<h2>Jobs</h2>" + h.table(["replicated job", "ready", "active", "succeeded", "failed"], rows))
+    if job["kind"] in JOBSET_KINDS:
+        pods = store.list("Pod", ns, label_selector={"jobset.sigs.k8s.io/jobset-name": name})
+    else:
+        pods = owned_pods(store, job)
+    body.append("<h2>Pods</h2>" + _pods_table(pods))
     body.append("<h2>Events</h2>" + h.events(store.list_events(job["kind"], ns, name)))
     return h.Page(f"{job['kind']} {ns}/{name}", "".join(body), not settled(job))
 
