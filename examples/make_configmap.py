@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 # folder -> (ConfigMap name, files embedded as keys)
 CONFIGMAPS = {
     "pytorch-ddp": ("digits-ddp-code", ["train.py", "evaluate.py"]),
+    "pytorch-elastic": ("digits-elastic-code", ["train.py"]),
     "tf-multiworker": ("digits-mwms-code", ["train.py"]),
     "tf-parameter-server": ("digits-ps-code", ["train.py"]),
     "mpi-allreduce": ("digits-mpi-code", ["train.py"]),

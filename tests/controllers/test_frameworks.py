@@ -67,7 +67,11 @@ def test_pytorch_elastic_env_matches_the_echo_example():
            for e in PT.env(view, "Worker", 0, _addrs("elastic-example-echo", "default", counts, 23456), {})}
     assert env == {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": "auto",
                    "PET_RDZV_ENDPOINT": "elastic-example-echo-worker-0:23456", "PET_RDZV_BACKEND": "c10d",
-                   "PET_NNODES": "1:2", "PET_MAX_RESTARTS": "100"}
+                   "PET_NNODES": "1:2", "PET_MAX_RESTARTS": "100",
+                   # Beyond upstream: all replicas share loopback, so worker 0 is told it hosts the store
+                   # and each node is named by its pod.
+                   "PET_RDZV_CONF": "is_host=true", "PET_LOCAL_ADDR": "elastic-example-echo-worker-0",
+                   "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def _view(key: str, spec_counts: dict[str, int], counts: dict[str, ReplicaCounts], **extra) -> JobView:

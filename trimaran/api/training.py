@@ -415,10 +415,7 @@ class PyTorchJob(KubeflowJob):
             if elastic.n_proc_per_node is not None and self.spec.nproc_per_node is not None:
                 errs.append(FieldError.forbidden(
                     "spec.elasticPolicy.nProcPerNode", "must not be used with spec.nprocPerNode"))
-            if (elastic.min_replicas is not None and elastic.max_replicas is not None
-                    and elastic.min_replicas > elastic.max_replicas):
-                errs.append(FieldError.invalid("spec.elasticPolicy.minReplicas", elastic.min_replicas,
-                                               f"must be less than or equal to maxReplicas ({elastic.max_replicas})"))
+            errs += _elastic_bounds(elastic, self.replica_specs.get("Worker"))
             if elastic.rdzv_port is not None and not 1 <= elastic.rdzv_port <= 65535:
                 errs.append(FieldError.invalid("spec.elasticPolicy.rdzvPort", elastic.rdzv_port,
                                                "must be between 1 and 65535, inclusive"))
@@ -434,6 +431,26 @@ class PyTorchJob(KubeflowJob):
         if elastic is not None and elastic.n_proc_per_node is not None:
             return ["spec.elasticPolicy.nProcPerNode is deprecated, use spec.nprocPerNode instead"]
         return []
+
+
+def _elastic_bounds(elastic: ElasticPolicy, worker: ReplicaSpec | None) -> list[FieldError]:
+    """min/maxReplicas in the words of the HorizontalPodAutoscaler they become upstream, and the
+    Worker count (what the scale subresource writes) within them: torchrun's PET_NNODES=min:max
+    would never let a worker outside that range join."""
+    low, high = elastic.min_replicas, elastic.max_replicas
+    errs = []
+    if low is not None and low < 1:
+        errs.append(FieldError.invalid("spec.elasticPolicy.minReplicas", low, "must be greater than or equal to 1"))
+    if high is not None and high < 1:
+        errs.append(FieldError.invalid("spec.elasticPolicy.maxReplicas", high, "must be greater than 0"))
+    if low is not None and high is not None and low > high:
+        errs.append(FieldError.invalid("spec.elasticPolicy.maxReplicas", high,
+                                       "must be greater than or equal to `minReplicas`"))
+    elif worker is not None and low is not None and high is not None and not low <= (worker.replicas or 0) <= high:
+        errs.append(FieldError.invalid("spec.pytorchReplicaSpecs.Worker.replicas", worker.replicas or 0,
+                                       f"must be between elasticPolicy.minReplicas ({low}) and "
+                                       f"elasticPolicy.maxReplicas ({high})"))
+    return errs
 
 
 # --- XGBoostJob, JAXJob, PaddleJob ------------------------------------------------------------

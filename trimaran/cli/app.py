@@ -20,6 +20,7 @@ EXAMPLES = """Examples:
   trimaran logs digits-ddp --replica-type worker --replica-index 1 -f
   trimaran wait pytorchjob/digits-ddp --for=condition=Succeeded --timeout=5m
   trimaran describe pytorchjob digits-ddp
+  trimaran scale pytorchjob/elastic-digits --replicas 3
   trimaran trials cnn-hyperparameter-tuning -n kubeflow
   trimaran server stop --pods"""
 
@@ -287,6 +288,28 @@ def delete(
         if wait:
             _wait_pods_gone(client, ns, deleted["uid"], timeout)
     raise typer.Exit(status)
+
+
+@app.command()
+def scale(
+    kind: str = typer.Argument(..., help="KIND/NAME or KIND"),
+    name: str | None = typer.Argument(None),
+    replicas: int = typer.Option(..., "--replicas", help="The new replica count (a PyTorchJob's Workers)."),
+    namespace: str | None = NamespaceOpt,
+) -> None:
+    """Set a resource's replicas through its scale subresource, as kubectl scale: an elastic
+    PyTorchJob gains or loses workers while it trains, within its elasticPolicy's bounds."""
+    kind, name = _split_ref(kind, name)
+    if not name:
+        _fail("scale needs a name: trimaran scale KIND/NAME --replicas N")
+    client = _client()
+    info = _kind_info(client, kind)
+    try:
+        client.scale(info, namespace or "default", name, replicas)
+    except APIError as exc:
+        _fail(str(exc))
+    group = f".{info.group}" if info.group else ""
+    console.print(f"{info.kind.lower()}{group}/{name} scaled", highlight=False)
 
 
 def _wait_pods_gone(client: Client, ns: str, uid: str, timeout: float) -> None:

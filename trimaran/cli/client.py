@@ -336,6 +336,13 @@ class Client:
         uid = answer.get("metadata", {}).get("uid") or (answer.get("details") or {}).get("uid")
         return {"kind": ref.kind, "namespace": namespace, "name": name, "uid": uid}
 
+    def scale(self, kind: str | KindRef, namespace: str | None, name: str, replicas: int) -> dict:
+        """Set the replica count through the kind's scale subresource (as ``kubectl scale``); the
+        autoscaling/v1 Scale comes back."""
+        ref = self._ref(kind)
+        return self._json("PATCH", ref.path(namespace, name, "scale"), {"spec": {"replicas": replicas}},
+                          content_type="application/merge-patch+json")
+
     def events(self, kind: str | None = None, namespace: str | None = None, name: str | None = None) -> list[dict]:
         selector = ",".join(f"involvedObject.{k}={v}" for k, v in (("kind", kind), ("name", name)) if v)
         path = f"/api/v1/namespaces/{namespace}/events" if namespace else "/api/v1/events"

@@ -117,6 +117,11 @@ class Framework(ABC):
         limit = (job.spec.get("runPolicy") or {}).get("backoffLimit")
         return None if limit is None else int(limit)
 
+    def stuck(self, job: JobView, pods: list[dict]) -> tuple[str | None, float | None]:
+        """Why the running job can never go on (it fails with that message), else None and in how
+        many seconds to look again (None: on the next change). ``pods``: the job's live ones."""
+        return None, None
+
     def finished(self, job: JobView, pods: list[dict], store: Store) -> bool:
         """Called on every pass once the job has finished; False asks for another pass soon."""
         return True

@@ -187,6 +187,16 @@ class TrainingJobReconciler(Reconciler):
                            f"{fw.kind} {name} has failed because it has reached the specified backoff limit")
                 return self._after_finish(job, fw, status, pods, run_policy)
 
+        # A replica beyond its type's count (a scale-down) is stopped, as the operator's ReconcilePods does.
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            rtype = _canonical(specs, labels.get("training.kubeflow.org/replica-type", ""))
+            index = labels.get("training.kubeflow.org/replica-index", "")
+            if rtype and index.isdigit() and int(index) >= int(specs[rtype].get("replicas", 1)) \
+                    and not is_terminating(pod):
+                request_deletion(self.store, pod)
+                self._event("Normal", "SuccessfulDeletePod", f"Deleted pod: {pod['metadata']['name']}")
+
         missing = []
         for rtype, rspec in specs.items():
             if fw.holds_back(_job_view(job), rtype, [p for p in pods if not is_terminating(p)]):
@@ -222,6 +232,10 @@ class TrainingJobReconciler(Reconciler):
                     **({"selector": _selector(job, fw, rtype)} if fw.kind in _SCALABLE else {})}
             for rtype, c in view.counts.items()
         }
+        stuck, recheck = fw.stuck(view, [p for p in pods if not is_terminating(p)])
+        if stuck:
+            self._fail(job, fw, status, pods, f"{fw.kind}Failed", stuck)
+            return self._after_finish(job, fw, status, pods, run_policy)
         outcome, message = fw.status(view)
         if outcome == "Succeeded":
             set_training_condition(status, "Succeeded", f"{fw.kind}Succeeded", message)
@@ -235,8 +249,9 @@ class TrainingJobReconciler(Reconciler):
             if not is_true(status, "Running"):
                 set_training_condition(status, "Running", f"{fw.kind}Running", message)
         if deadline is not None:
-            return max(0.05, float(deadline) - seconds_since(status.get("startTime")))
-        return None
+            left = max(0.05, float(deadline) - seconds_since(status.get("startTime")))
+            return left if recheck is None else min(left, recheck)
+        return recheck
 
     def _fail(self, job: dict, fw: Framework, status: dict, pods: list[dict], reason: str, message: str) -> None:
         if set_training_condition(status, "Failed", reason, message):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from trimaran.api.training import PYTORCHJOB
+from trimaran.controllers.conditions import seconds_since
+from trimaran.controllers.pods import phase, waiting_reason
 from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
 
 
@@ -54,9 +56,23 @@ class PyTorch(Framework):
             out.append({"name": "PET_NPROC_PER_NODE", "value": str(elastic["nProcPerNode"])})
         if elastic.get("rdzvId"):
             out.append({"name": "PET_RDZV_ID", "value": str(elastic["rdzvId"])})
-        if elastic.get("rdzvConf"):
-            conf = ",".join(f"{kv['key']}={kv['value']}" for kv in elastic["rdzvConf"])
-            out.append({"name": "PET_RDZV_CONF", "value": conf})
+        conf = [f"{kv['key']}={kv['value']}" for kv in elastic.get("rdzvConf") or []]
+        if (elastic.get("rdzvBackend") or "c10d") == "c10d" and not elastic.get("rdzvHost") \
+                and "is_host" not in _rdzv_conf(elastic):
+            # Every replica's name is on the same loopback line of /etc/hosts, so torch's hostname
+            # test makes each agent think it hosts the store; worker 0 hosts it, as on a cluster.
+            conf.append(f"is_host={'true' if (rtype, index) == ('Worker', 0) else 'false'}")
+        if conf:
+            out.append({"name": "PET_RDZV_CONF", "value": ",".join(conf)})
+        # torch names a rendezvous node by its FQDN and pid, and every sandbox here has the same
+        # pid and resolves its name through one shared loopback line; the pod's own name keeps
+        # the nodes apart (torchrun's --local-addr).
+        out.append({"name": "PET_LOCAL_ADDR", "value": self.pod_name(job.name, rtype, index)})
+        if not any(e.get("name") == SHARED_STORE_SWITCH for e in container.get("env") or []):
+            # torch 2.13 shares the rendezvous store with the workers, and then a node that joins a
+            # later round (a scale-up) waits forever for a master address that an older rank 0
+            # never writes for that round; per-round addresses make scale-up work.
+            out.append({"name": SHARED_STORE_SWITCH, "value": "1"})
         if elastic.get("standalone"):
             out.append({"name": "PET_STANDALONE", "value": ""})
         return out
@@ -82,6 +98,49 @@ class PyTorch(Framework):
                 return "Failed", (f"PyTorchJob {job.namespace}/{job.name} has failed because {c.failed} "
                                   f"{rtype} replica(s) failed.")
         return outcome, f"PyTorchJob {job.namespace}/{job.name} is running."
+
+    def stuck(self, job: JobView, pods: list[dict]) -> tuple[str | None, float | None]:
+        """An elastic job whose workers stay below minReplicas past torchrun's join timeout fails,
+        naming the workers that never started, instead of waiting on a rendezvous that cannot end."""
+        elastic = job.spec.get("elasticPolicy")
+        if not elastic:
+            return None, None
+        workers = {int(p["metadata"]["labels"].get("training.kubeflow.org/replica-index", -1)): p for p in pods
+                   if p["metadata"]["labels"].get("training.kubeflow.org/replica-type") == "worker"}
+        running = sum(1 for p in workers.values() if phase(p) == "Running")
+        needed = int(elastic.get("minReplicas") or 1)
+        if running >= needed:
+            return None, None
+        timeout = float(_rdzv_conf(elastic).get("join_timeout", DEFAULT_JOIN_TIMEOUT))
+        replicas = int((job.spec.get(self.spec_key) or {}).get("Worker", {}).get("replicas", 1))
+        waiting = [(i, workers.get(i)) for i in range(replicas)
+                   if workers.get(i) is None or phase(workers[i]) == "Pending"]
+        if not waiting:
+            return None, None  # failed or finished workers: the success and failure rules decide
+        since = max(seconds_since(p["metadata"].get("creationTimestamp")) if p else 0.0 for _, p in waiting)
+        if since < timeout:
+            return None, timeout - since + 0.05
+        missing = "; ".join(f"Worker {i} ({self._why_waiting(job.name, i, p)})" for i, p in waiting)
+        return (f"PyTorchJob {job.namespace}/{job.name} has failed because its rendezvous could not complete "
+                f"within the join timeout of {timeout:g}s: {running} of minReplicas {needed} workers are running; "
+                f"missing: {missing}"), None
+
+    def _why_waiting(self, job: str, index: int, pod: dict | None) -> str:
+        name = self.pod_name(job, "Worker", index)
+        if pod is None:
+            return f"pod {name} not created"
+        return waiting_reason([pod]) or f"pod {name} is Pending"
+
+
+#: torch's switch that makes each rendezvous round publish its own master address and port.
+SHARED_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+#: torch's default join_timeout of the c10d and etcd rendezvous (seconds).
+DEFAULT_JOIN_TIMEOUT = 600
+
+
+def _rdzv_conf(elastic: dict) -> dict[str, str]:
+    return {kv["key"]: str(kv["value"]) for kv in elastic.get("rdzvConf") or []}
 
 
 register(PyTorch())
