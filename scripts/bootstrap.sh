@@ -13,6 +13,8 @@ for tool in skopeo umoci zstd fuse-overlayfs; do
   command -v "$tool" >/dev/null 2>&1 || need_apt+=("$tool")
 done
 command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
+# etcd for elastic PyTorchJobs with rdzvBackend etcd: each such job runs its own on loopback.
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || need_apt+=(libseccomp2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

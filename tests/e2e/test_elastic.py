@@ -153,3 +153,36 @@ def test_rendezvous_that_cannot_complete_fails_naming_the_missing_worker(plane, 
     print(failed["message"])
     assert "missing: Worker 0 (pod stuck-worker-0 cannot be scheduled" in failed["message"] and \
         "Worker 1 (pod stuck-worker-1 cannot be scheduled" in failed["message"], failed["message"]
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd-server is not installed (scripts/bootstrap.sh)")
+def test_etcd_rendezvous_runs_its_own_etcd_and_stops_it_with_the_job(plane, tmp_path):
+    job = elastic_job("etcdrdzv", 2, 2, 2, epochs=3)
+    job["spec"]["elasticPolicy"]["rdzvBackend"] = "etcd"
+    apply(plane, tmp_path, job)
+    etcd = poll(lambda: next(iter(plane.client().list("Pod", "default",
+                                                        selector="trimaran.io/rendezvous-etcd-for=etcdrdzv")), None),
+                timeout=60, what="the job's etcd pod")
+    assert etcd["metadata"]["ownerReferences"][0]["name"] == "etcdrdzv"
+    plane.cli("wait", "pytorchjob/etcdrdzv", "--for=condition=Succeeded", "--timeout=240s")
+    env = {e["name"]: e.get("value") for e in
+           plane.client().get("Pod", "default", "etcdrdzv-worker-0")["spec"]["containers"][0]["env"]}
+    assert env["PET_RDZV_BACKEND"] == "etcd" and "is_host" not in env.get("PET_RDZV_CONF", "")
+    for i in range(2):
+        assert re.search(r"^epoch=3 world=2", log(plane, f"etcdrdzv-worker-{i}"), re.M)
+    poll(lambda: plane.client().list("Pod", "default", selector="trimaran.io/rendezvous-etcd-for=etcdrdzv") == [],
+         timeout=60, what="the etcd pod stopped with the job")
+
+
+def test_etcd_rendezvous_with_no_etcd_to_use_fails_saying_so(plane, tmp_path):
+    job = elastic_job("noetcd", 2, 2, 2, epochs=1)
+    job["spec"]["elasticPolicy"].update(rdzvBackend="etcd", rdzvHost="etcd.example.invalid", rdzvPort=2379)
+    apply(plane, tmp_path, job)
+    plane.cli("wait", "pytorchjob/noetcd", "--for=condition=Failed", "--timeout=60s")
+    failed = next(c for c in plane.get("pytorchjob", "noetcd")["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["message"] == (
+        "PyTorchJob default/noetcd has failed because no etcd answers at etcd.example.invalid:2379 (rdzvBackend "
+        "etcd), and Trimaran starts one itself only on this machine's loopback (spec.elasticPolicy.rdzvHost unset, "
+        "localhost or 127.0.0.1)")
+    assert plane.client().list("Pod", "default") == []

@@ -49,6 +49,8 @@ class JobView:
     worker0_succeeded: bool = False
     api_version: str = ""
     uid: str = ""
+    #: Ports allocated to each replica type, by index (the job's ports annotation).
+    replica_ports: dict[str, list[int]] = field(default_factory=dict)
 
     def replica_specs(self, spec_key: str) -> dict[str, dict]:
         return self.spec.get(spec_key) or {}
@@ -116,6 +118,11 @@ class Framework(ABC):
         """The retry budget the run policy's backoffLimit check uses."""
         limit = (job.spec.get("runPolicy") or {}).get("backoffLimit")
         return None if limit is None else int(limit)
+
+    def prerequisites(self, job: JobView, pods: list[dict]) -> tuple[list[dict], bool]:
+        """What the replicas need running before they start (e.g. a rendezvous server): objects to
+        create now (the job owns them; already there is fine), and whether the replicas may start."""
+        return [], True
 
     def stuck(self, job: JobView, pods: list[dict]) -> tuple[str | None, float | None]:
         """Why the running job can never go on (it fails with that message), else None and in how

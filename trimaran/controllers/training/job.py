@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 PORTS_ANNOTATION = "trimaran.io/replica-ports"
 RECREATIONS_ANNOTATION = "trimaran.io/exitcode-recreations"
 RETRYABLE_EXIT_MIN = 128
+PREREQUISITE_POLL = 0.2
 
 
 class TrainingJobReconciler(Reconciler):
@@ -197,8 +198,15 @@ class TrainingJobReconciler(Reconciler):
                 request_deletion(self.store, pod)
                 self._event("Normal", "SuccessfulDeletePod", f"Deleted pod: {pod['metadata']['name']}")
 
+        needed, ready = fw.prerequisites(_job_view(job), [p for p in pods if not is_terminating(p)])
+        for obj in needed:
+            obj["metadata"]["ownerReferences"] = [owner_reference(job)]
+            try:
+                self.store.create(obj)
+            except AlreadyExists:
+                pass  # made on an earlier pass
         missing = []
-        for rtype, rspec in specs.items():
+        for rtype, rspec in (specs.items() if ready else ()):
             if fw.holds_back(_job_view(job), rtype, [p for p in pods if not is_terminating(p)]):
                 continue
             for index in range(int(rspec.get("replicas", 1))):
@@ -248,10 +256,11 @@ class TrainingJobReconciler(Reconciler):
         if outcome == "Running" and all(phase(p) == "Running" for p in pods if not is_terminating(p)):
             if not is_true(status, "Running"):
                 set_training_condition(status, "Running", f"{fw.kind}Running", message)
+        # Look again at the deadline, when the framework asks, and soon while prerequisites start.
+        delays = [recheck, None if ready else PREREQUISITE_POLL]
         if deadline is not None:
-            left = max(0.05, float(deadline) - seconds_since(status.get("startTime")))
-            return left if recheck is None else min(left, recheck)
-        return recheck
+            delays.append(max(0.05, float(deadline) - seconds_since(status.get("startTime"))))
+        return min((d for d in delays if d is not None), default=None)
 
     def _fail(self, job: dict, fw: Framework, status: dict, pods: list[dict], reason: str, message: str) -> None:
         if set_training_condition(status, "Failed", reason, message):
@@ -422,7 +431,8 @@ class TrainingJobReconciler(Reconciler):
 def _job_view(job: dict) -> JobView:
     meta = job["metadata"]
     return JobView(name=meta["name"], namespace=meta["namespace"], spec=job["spec"],
-                   api_version=job.get("apiVersion", ""), uid=meta.get("uid", ""))
+                   api_version=job.get("apiVersion", ""), uid=meta.get("uid", ""),
+                   replica_ports=json.loads((meta.get("annotations") or {}).get(PORTS_ANNOTATION, "{}")))
 
 
 def _canonical(specs: dict, lowered: str) -> str | None:

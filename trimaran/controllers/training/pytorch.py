@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trimaran.api.training import PYTORCHJOB
 from trimaran.controllers.conditions import seconds_since
-from trimaran.controllers.pods import phase, waiting_reason
+from trimaran.controllers.pods import phase, request_deletion, waiting_reason
+from trimaran.controllers.training.etcd import ETCD_LABEL, LOOPBACK_HOSTS, etcd_installed, etcd_pod, serves_v2
 from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
+
+if TYPE_CHECKING:
+    from trimaran.store import Store
 
 
 class PyTorch(Framework):
@@ -99,12 +105,24 @@ class PyTorch(Framework):
                                   f"{rtype} replica(s) failed.")
         return outcome, f"PyTorchJob {job.namespace}/{job.name} is running."
 
+    def prerequisites(self, job: JobView, pods: list[dict]) -> tuple[list[dict], bool]:
+        """An etcd rendezvous needs its etcd answering before the workers start (torch gives up at
+        once on an etcd that does not answer): the job's own etcd pod when none answers on loopback."""
+        plan, port = self._etcd_plan(job, pods)
+        if plan == "start":
+            return [etcd_pod(job.name, job.namespace, port)], False
+        return [], plan in ("none", "external", "ready")
+
     def stuck(self, job: JobView, pods: list[dict]) -> tuple[str | None, float | None]:
         """An elastic job whose workers stay below minReplicas past torchrun's join timeout fails,
-        naming the workers that never started, instead of waiting on a rendezvous that cannot end."""
+        naming the workers that never started, instead of waiting on a rendezvous that cannot end;
+        so does an etcd rendezvous with no etcd to use."""
         elastic = job.spec.get("elasticPolicy")
         if not elastic:
             return None, None
+        plan, _ = self._etcd_plan(job, pods)
+        if plan not in ("none", "external", "ready", "start", "starting"):
+            return f"PyTorchJob {job.namespace}/{job.name} has failed because {plan}", None
         workers = {int(p["metadata"]["labels"].get("training.kubeflow.org/replica-index", -1)): p for p in pods
                    if p["metadata"]["labels"].get("training.kubeflow.org/replica-type") == "worker"}
         running = sum(1 for p in workers.values() if phase(p) == "Running")
@@ -124,6 +142,43 @@ class PyTorch(Framework):
         return (f"PyTorchJob {job.namespace}/{job.name} has failed because its rendezvous could not complete "
                 f"within the join timeout of {timeout:g}s: {running} of minReplicas {needed} workers are running; "
                 f"missing: {missing}"), None
+
+    def finished(self, job: JobView, pods: list[dict], store: Store) -> bool:
+        """The job's etcd stops with the job."""
+        for pod in pods:
+            if pod["metadata"].get("labels", {}).get(ETCD_LABEL) == job.name:
+                request_deletion(store, pod)
+        return True
+
+    def _etcd_plan(self, job: JobView, pods: list[dict]) -> tuple[str, int]:
+        """Where an etcd rendezvous stands: "none" (not an etcd job), "external" (an etcd with the
+        v2 API answers at the endpoint), "start" (the job's own etcd is to be made), "starting",
+        "ready", or why it cannot run; and the endpoint's port."""
+        elastic = job.spec.get("elasticPolicy") or {}
+        if elastic.get("rdzvBackend") not in ("etcd", "etcd-v2"):
+            return "none", 0
+        host = elastic.get("rdzvHost") or ""
+        ports = job.replica_ports.get("Worker") or [self.default_port]
+        port = int(elastic.get("rdzvPort") or ports[0])
+        own = next((p for p in pods if p["metadata"].get("labels", {}).get(ETCD_LABEL) == job.name), None)
+        if own is not None:
+            return ("ready" if phase(own) == "Running" and serves_v2("127.0.0.1", port) else "starting"), port
+        local = host in LOOPBACK_HOSTS or host == self.pod_name(job.name, "Worker", 0)
+        where = f"{host or self.pod_name(job.name, 'Worker', 0)}:{port}"
+        answer = serves_v2("127.0.0.1" if local else host, port)
+        if answer:
+            return "external", port
+        if answer is False:
+            return (f"the etcd at {where} (rdzvBackend {elastic['rdzvBackend']}) does not serve the v2 API that "
+                    "torch's etcd rendezvous uses: start it with --enable-v2=true"), port
+        if not local:
+            return (f"no etcd answers at {where} (rdzvBackend {elastic['rdzvBackend']}), and Trimaran starts one "
+                    "itself only on this machine's loopback (spec.elasticPolicy.rdzvHost unset, localhost or "
+                    "127.0.0.1)"), port
+        if not etcd_installed():
+            return (f"no etcd answers at {where} (rdzvBackend {elastic['rdzvBackend']}) and etcd is not installed "
+                    "here to start one: apt-get install etcd-server (scripts/bootstrap.sh does)"), port
+        return "start", port
 
     def _why_waiting(self, job: str, index: int, pod: dict | None) -> str:
         name = self.pod_name(job, "Worker", index)
