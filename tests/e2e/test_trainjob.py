@@ -320,3 +320,30 @@ def _exec_servers(plane) -> list:
         except psutil.Error:
             pass  # ended meanwhile
     return found
+
+
+def test_kubectl_serves_the_trainer_kinds(plane, tmp_path):
+    import shutil
+    import subprocess
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    env = dict(plane.env, KUBECONFIG=str(plane.home / "kubeconfig"), HOME=str(tmp_path),
+               KUBECACHEDIR=str(tmp_path / "kcache"))
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([kubectl, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
+
+    resources = run("api-resources", "--api-group=trainer.kubeflow.org").stdout
+    scopes = {line.split()[0]: line.split()[-2] for line in resources.splitlines()[1:]}
+    assert scopes == {"clustertrainingruntimes": "false", "trainingruntimes": "true", "trainjobs": "true"}
+    assert "torch-distributed" in run("get", "clustertrainingruntimes").stdout
+    refused = run("apply", "-f", "-", stdin=json.dumps(_trainjob("k", "nowhere", {"numNodes": 1})))
+    assert refused.returncode != 0 and 'spec.runtimeRef: Invalid value: "object": clustertrainingruntimes' \
+        '.trainer.kubeflow.org "nowhere" not found' in refused.stderr
+    applied = run("apply", "--server-side", "-f", "-", stdin=json.dumps(
+        _trainjob("k", "torch-distributed", {"command": ["python", "-c", "print(1)"]})))
+    assert applied.returncode == 0, applied.stderr
+    assert run("wait", "--for=condition=Complete", "trainjob/k", "--timeout=60s").returncode == 0
+    assert re.search(r"^k\s+Complete\s", run("get", "trainjobs").stdout, re.M)
