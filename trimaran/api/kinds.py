@@ -19,6 +19,8 @@ from trimaran.api.jobset import API_VERSION as JOBSET_V1ALPHA2
 from trimaran.api.jobset import JobSet
 from trimaran.api.meta import Resource
 from trimaran.api.printers import AGE, PrinterColumn
+from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
+from trimaran.api.seldon import SeldonDeployment
 from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
 from trimaran.api.serving import InferenceService
 from trimaran.api.trainer import API_VERSION as TRAINER_V1ALPHA1
@@ -144,6 +146,13 @@ def _replicated_job_templates(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 _SERVING_COMPONENTS = ("predictor", "transformer", "explainer")
 _MODEL_KEYS = ("model", "sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch", "onnx", "triton",
                "huggingface", "pmml", "paddle")
+
+
+def _seldon_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    """A SeldonDeployment: each predictor's componentSpecs."""
+    for i, predictor in enumerate(_mapping(obj.get("spec")).get("predictors") or []):
+        for j, component in enumerate(_mapping(predictor).get("componentSpecs") or []):
+            yield from _template(f"spec.predictors[{i}].componentSpecs[{j}]", component)
 
 
 def _runtime_templates(obj: dict[str, Any]) -> Iterator[PodTemplate]:
@@ -347,3 +356,12 @@ for _info in (
                  AGE), pod_templates=_serving_components),
 ):
     register(_info)
+
+# Seldon's three versions are one CRD on a cluster: `sdep` finds v1 first.
+for _version in SELDON_VERSIONS:
+    register(KindInfo("SeldonDeployment", _version, _version.split("/")[0], _version.split("/")[1],
+                      "seldondeployments", ("sdep",), True, SeldonDeployment, printer_columns=(
+                          PrinterColumn("State", json_path=".status.state"),
+                          PrinterColumn("Address", json_path=".status.address.url", priority=1), AGE),
+                      scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
+                      pod_templates=_seldon_components))
