@@ -347,3 +347,42 @@ def test_kubectl_serves_the_trainer_kinds(plane, tmp_path):
     assert applied.returncode == 0, applied.stderr
     assert run("wait", "--for=condition=Complete", "trainjob/k", "--timeout=60s").returncode == 0
     assert re.search(r"^k\s+Complete\s", run("get", "trainjobs").stdout, re.M)
+
+
+WAITER = "import os, time\nwhile not os.path.exists('/state/go'):\n    time.sleep(0.1)\nprint('finished', flush=True)"
+
+
+def test_a_killed_control_plane_keeps_the_trainjobs_jobset_and_port(plane, tmp_path):
+    import fcntl
+    import os
+    import signal
+
+    from trimaran.controllers.ports import REGISTRY
+    from trimaran.server.daemon import read_server_info, start_server
+
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "state"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}}
+    _apply(plane, tmp_path, claim)
+    job = _trainjob("survivor", "torch-distributed", {"command": ["python", "-c", WAITER]})
+    job["spec"]["runtimePatches"] = [{"manager": "test", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "volumes": [{"name": "state", "persistentVolumeClaim": {"claimName": "state"}}],
+            "containers": [{"name": "node", "volumeMounts": [{"name": "state", "mountPath": "/state"}]}]}}}}}]}}}}]
+    _apply(plane, tmp_path, job)
+    poll(lambda: [p for p in _node_pods(plane, "survivor") if p["status"].get("phase") == "Running"], timeout=30,
+         what="the node to run")
+    port = plane.get("trainjob", "survivor")["metadata"]["annotations"]["trimaran.io/trainer-port"]
+    jobset_uid = plane.get("jobset", "survivor")["metadata"]["uid"]
+
+    os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
+    start_server(home=plane.home)
+    fd = os.open(REGISTRY, os.O_RDWR)
+    try:
+        with pytest.raises(OSError):  # the new control plane holds the recorded port again
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, int(port))
+    finally:
+        os.close(fd)
+    (plane.home / "volumes/default/state/go").write_text("")
+    plane.cli("wait", "trainjob/survivor", "--for=condition=Complete", "--timeout=60s")
+    assert plane.get("jobset", "survivor")["metadata"]["uid"] == jobset_uid, "the JobSet is not made again"
+    assert "finished" in _logs(plane, "survivor")
