@@ -386,3 +386,19 @@ def test_a_killed_control_plane_keeps_the_trainjobs_jobset_and_port(plane, tmp_p
     plane.cli("wait", "trainjob/survivor", "--for=condition=Complete", "--timeout=60s")
     assert plane.get("jobset", "survivor")["metadata"]["uid"] == jobset_uid, "the JobSet is not made again"
     assert "finished" in _logs(plane, "survivor")
+
+
+def test_runtime_patches_cannot_get_past_pod_security(plane, tmp_path):
+    job = _trainjob("escape", "torch-distributed", {"command": ["true"]})
+    job["spec"]["runtimePatches"] = [{"manager": "me", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+            "containers": [{"name": "node", "volumeMounts": [{"name": "root", "mountPath": "/host"}]}]}}}}}]}}}}]
+    _apply(plane, tmp_path, job)
+    plane.cli("wait", "trainjob/escape", "--for=condition=Failed", "--timeout=30s")
+    failed = _condition(plane.get("trainjob", "escape"), "Failed")
+    assert failed["reason"] == "FailedCreate"
+    assert failed["message"] == ('jobsets.jobset.x-k8s.io "escape" is forbidden: violates PodSecurity '
+                                 '"baseline:latest": spec.replicatedJobs[0].template.spec.template: hostPath volumes '
+                                 '(volume "root")')
+    assert not plane.client().list("JobSet", "default") and not _node_pods(plane, "escape")

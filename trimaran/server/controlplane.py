@@ -50,6 +50,7 @@ class ControlPlane:
     dbmanager: DBManager | None = None  # Katib's gRPC push path, started by serve()
     # The Pod Security level enforced in namespaces without a pod-security.kubernetes.io/enforce label.
     pod_security: str = "baseline"
+    trainjobs: TrainJobReconciler | None = None
 
     def stop(self) -> None:
         self.manager.stop()
@@ -91,12 +92,14 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     kubelet = Kubelet(store, runtime, node)
     trials = TrialReconciler(store, runtime)
     ports = PortAllocator()  # one allocator: training replicas and serving replicas share loopback
+    trainjobs = TrainJobReconciler(store, ports)
     manager = ControllerManager(store, [
         TrainingJobReconciler(store, ports), BatchJobReconciler(store), JobSetReconciler(store),
-        TrainJobReconciler(store, ports), ClaimReconciler(store, home),
+        trainjobs, ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet,
         GarbageCollector(store)])
-    return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock)
+    return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
+                        trainjobs=trainjobs)
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -211,6 +214,8 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     write_kubeconfig(home, url, ensure_user_token(home, tokens), pki.ca_pem())
     plane.trials.api_url = f"https://127.0.0.1:{pod_port}"
     plane.trials.pod_security = Policy.default(pod_security)
+    if plane.trainjobs is not None:
+        plane.trainjobs.pod_security = Policy.default(pod_security)
     plane.runtime_service_account(pod_port, pki.ca_cert, tokens)
     # Katib's SDK pushes metrics to its DB manager's gRPC API (report_metrics); before the
     # controllers start, so the first pods already resolve its name.

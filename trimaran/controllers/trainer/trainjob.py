@@ -31,7 +31,7 @@ import math
 import sys
 from typing import Any
 
-from trimaran.api import ManifestError, validate
+from trimaran.api import ManifestError, kinds, podsecurity, validate
 from trimaran.api.jobset import API_VERSION as JOBSET_API_VERSION
 from trimaran.api.quantity import parse_quantity
 from trimaran.api.trainer import (
@@ -74,6 +74,8 @@ class TrainJobReconciler(Reconciler):
     def __init__(self, store: Store, ports: PortAllocator | None = None) -> None:
         super().__init__(store)
         self.ports = ports or PortAllocator()
+        # The level enforced where a namespace has no label of its own (the server's --pod-security).
+        self.pod_security = podsecurity.Policy.default(podsecurity.BASELINE)
         self._held: dict[Key, int] = {}
         for job in store.list("TrainJob"):
             port = _recorded_port(job)
@@ -133,9 +135,14 @@ class TrainJobReconciler(Reconciler):
             return None
 
         if jobset is None:
-            if not self._create_jobset(key, job, suspend):
-                return 0.05
-            return left
+            created = self._create_jobset(key, job, suspend)
+            if isinstance(created, str):
+                # Its pods would be refused one by one on a cluster; here the TrainJob fails at once.
+                set_condition(status, "Failed", "True", "FailedCreate", created)
+                self.store.record_event(job, "Warning", "FailedCreate", created)
+                self._release(key)
+                return None
+            return left if created else 0.05
         if bool(jobset["spec"].get("suspend")) != suspend:
             fresh = copy.deepcopy(jobset)
             fresh["spec"]["suspend"] = suspend
@@ -167,8 +174,9 @@ class TrainJobReconciler(Reconciler):
             raise RuntimeError(f"JobSet {jobset['metadata']['name']} exists and is not this TrainJob's")
         return jobset
 
-    def _create_jobset(self, key: Key, job: dict, suspend: bool) -> bool:
-        """Build and create the JobSet; False when the TrainJob changed under us (retry)."""
+    def _create_jobset(self, key: Key, job: dict, suspend: bool) -> bool | str:
+        """Build and create the JobSet; False when the TrainJob changed under us (retry), or why the
+        namespace's Pod Security level refuses its pods."""
         runtime = runtime_of(job, self._lookup)
         if runtime is None:
             ref = job["spec"]["runtimeRef"]
@@ -180,6 +188,9 @@ class TrainJobReconciler(Reconciler):
             if port is None:
                 return False
         jobset, children = build_jobset(job, runtime, port, suspend)
+        refused = self._pod_security_refusal(jobset)
+        if refused:
+            return refused
         for child in children:
             try:
                 self.store.create(validate(child).object)
@@ -196,6 +207,18 @@ class TrainJobReconciler(Reconciler):
             return True
         self.store.record_event(job, "Normal", "SuccessfulCreate", f"Created JobSet {jobset['metadata']['name']}")
         return True
+
+    def _pod_security_refusal(self, jobset: dict) -> str | None:
+        """Why the namespace's enforced level refuses the JobSet's pods (the runtime's templates
+        with the TrainJob's patches, which no admission judged together), in the API's words."""
+        namespace, name = jobset["metadata"]["namespace"], jobset["metadata"]["name"]
+        labels = (self._lookup("Namespace", "", namespace) or {}).get("metadata", {}).get("labels")
+        level = podsecurity.policy_for(labels, self.pod_security).enforce
+        info = kinds.for_object(JOBSET_API_VERSION, "JobSet")
+        detail = podsecurity.judge(level.level, info.pod_templates(jobset) if info.pod_templates else [])
+        if not detail:
+            return None
+        return f'jobsets.{info.group} "{name}" is forbidden: violates PodSecurity "{level}": {detail}'
 
     def _lookup(self, kind: str, namespace: str, name: str) -> dict | None:
         try:
