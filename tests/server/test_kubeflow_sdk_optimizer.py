@@ -45,6 +45,13 @@ job = optimizer.wait_for_job_status(name, timeout=150, polling_interval=0.5)
 best = optimizer.get_best_results(name)
 logs = list(optimizer.get_job_logs(name))
 listed = [j.name for j in optimizer.list_jobs()]
+# What Katib's pod webhook gives the primary container, here through the trial's runtime patch.
+trial_env = {}
+for t in job.trials:
+    [pod] = k8s.CoreV1Api().list_namespaced_pod(
+        "default", label_selector=f"jobset.sigs.k8s.io/jobset-name={t.name}").items
+    [node] = [c for c in pod.spec.containers if c.name == "node"]
+    trial_env[t.name] = {e.name: e.value for e in node.env or [] if e.name == "KATIB_TRIAL_NAME"}
 experiment = k8s.CustomObjectsApi().get_namespaced_custom_object(
     "kubeflow.org", "v1beta1", "default", "experiments", name)
 optimizer.delete_job(name)
@@ -59,7 +66,8 @@ print(json.dumps({
                 "steps": [s.name for s in t.trainjob.steps],
                 "metrics": [(m.name, m.latest) for m in t.metrics]} for t in job.trials],
     "best": {"parameters": best.parameters, "metrics": [(m.name, m.latest) for m in best.metrics]},
-    "logs": logs, "listed": listed, "template_kind": experiment["spec"]["trialTemplate"]["trialSpec"]["kind"],
+    "logs": logs, "listed": listed, "trial_env": trial_env,
+    "template_kind": experiment["spec"]["trialTemplate"]["trialSpec"]["kind"],
     "trainjobs_left": [t["metadata"]["name"] for t in custom.list_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs")["items"]],
 }))
@@ -90,4 +98,5 @@ def test_optimizer_client_tunes_a_function_with_trainjob_trials(kubeflow_python:
     # The best trial's log, read through the StdOut collector's container name as the SDK asks for it.
     assert out["logs"] == [f"lr={float(best['lr'])} loss={float(best['metrics'][0][1]):.6f}"], out["logs"]
     assert out["listed"] == [out["name"]]
+    assert out["trial_env"] == {t["name"]: {"KATIB_TRIAL_NAME": t["name"]} for t in trials}
     assert out["trainjobs_left"] == []
