@@ -402,3 +402,13 @@ def test_runtime_patches_cannot_get_past_pod_security(plane, tmp_path):
                                  '"baseline:latest": spec.replicatedJobs[0].template.spec.template: hostPath volumes '
                                  '(volume "root")')
     assert not plane.client().list("JobSet", "default") and not _node_pods(plane, "escape")
+
+
+def test_a_one_node_mpi_trainjob_is_its_launcher_alone(plane, tmp_path):
+    hostname = "import socket; print(socket.gethostname())"
+    command = ["mpirun", "--hostfile", "/etc/mpi/hostfile", "python", "-c", hostname]
+    _apply(plane, tmp_path, _trainjob("solo", "mlx-distributed", {"numNodes": 1, "command": command}))
+    plane.cli("wait", "trainjob/solo", "--for=condition=Complete", "--timeout=60s")
+    pods = _node_pods(plane, "solo")
+    assert [p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods] == ["launcher"]
+    assert plane.cli("logs", pods[0]["metadata"]["name"]).stdout.strip() == "solo-launcher-0-0"
