@@ -1,0 +1,114 @@
+"""The graph executor (Seldon's service orchestrator) run in-process: a hop between units is a
+function call, not a request.
+
+For each unit, as Seldon's engine does: a TRANSFORMER's ``transform_input`` or a MODEL's
+``predict`` first; then its children: a ROUTER's ``route`` picks one (its index recorded in
+``meta.routing``), a COMBINER ``aggregate``s all of theirs, any other unit passes its output to its
+only child; an OUTPUT_TRANSFORMER's ``transform_output`` last. ``meta.requestPath`` names every
+unit the request went through, ``meta.tags`` and ``meta.metrics`` gather theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trimaran.serving.seldon.protocol import Message, SeldonError, decode, encode, new_meta
+from trimaran.serving.seldon.units import Unit
+
+__all__ = ["Graph"]
+
+
+class Graph:
+    """One predictor's graph, rooted at ``root``."""
+
+    def __init__(self, name: str, root: Unit) -> None:
+        self.name = name
+        self.root = root
+
+    def predict(self, body: Any) -> dict[str, Any]:
+        """A predictions request body → the response body; raises SeldonError."""
+        request = decode(body)
+        meta = new_meta(request.meta)
+        request.meta = meta
+        out = self._run(self.root, request, meta)
+        out.meta = meta
+        return encode(out)
+
+    def _run(self, unit: Unit, msg: Message, meta: dict[str, Any]) -> Message:
+        meta["requestPath"][unit.name] = unit.implementation or "python"
+        if unit.type == "MODEL":
+            msg = unit.predict(msg)
+        elif unit.type == "TRANSFORMER":
+            msg = unit.transform_input(msg)
+        if unit.children:
+            if unit.type == "ROUTER":
+                index = unit.route(msg)
+                if not 0 <= index < len(unit.children):
+                    raise unit.error(f"route chose child {index}, but the unit has {len(unit.children)} "
+                                     f"(0..{len(unit.children) - 1})")
+                meta["routing"][unit.name] = index
+                msg = self._run(unit.children[index], msg, meta)
+            elif unit.type == "COMBINER":
+                msg = unit.aggregate([self._run(child, msg, meta) for child in unit.children])
+            else:
+                msg = self._run(unit.children[0], msg, meta)
+        if unit.type == "OUTPUT_TRANSFORMER":
+            msg = unit.transform_output(msg)
+        tags = unit.tags()
+        if tags:
+            meta["tags"].update(tags)
+        metrics = unit.metrics()
+        if metrics:
+            meta["metrics"].extend(metrics)
+        return msg
+
+    def feedback(self, body: Any) -> dict[str, Any]:
+        """``{request, response, reward, truth}``: every unit on the response's route gets ``send_feedback``
+        (a router with the child it chose, from ``response.meta.routing``)."""
+        if not isinstance(body, dict) or "request" not in body:
+            raise SeldonError("feedback needs request (the SeldonMessage predicted on), response, reward and truth")
+        request = decode(body["request"])
+        response = decode(body["response"]) if isinstance(body.get("response"), dict) else Message("jsonData", None)
+        routing = (response.meta or {}).get("routing") or {}
+        reward = body.get("reward")
+        if reward is not None and not isinstance(reward, (int, float)):
+            raise SeldonError("reward must be a number")
+        truth = decode(body["truth"]).payload if isinstance(body.get("truth"), dict) else None
+        meta = new_meta(request.meta)
+        unit: Unit | None = self.root
+        while unit is not None:
+            chosen = routing.get(unit.name)
+            meta["requestPath"][unit.name] = unit.implementation or "python"
+            unit.send_feedback(request, response, float(reward or 0.0), truth, chosen)
+            if unit.type == "ROUTER":
+                unit = unit.children[int(chosen)] if chosen is not None and 0 <= int(chosen) < len(unit.children) \
+                    else None
+            else:
+                unit = unit.children[0] if len(unit.children) == 1 else None
+        return {"meta": meta}
+
+    def metadata(self, unit_name: str | None = None) -> dict[str, Any]:
+        """The graph's metadata (every unit's), or one unit's."""
+        units = {u.name: u for u in _walk(self.root)}
+        if unit_name is not None:
+            if unit_name not in units:
+                raise SeldonError(f"no unit {unit_name!r} in the graph ({', '.join(units)})", 404)
+            return units[unit_name].metadata()
+        models = {name: u.metadata() for name, u in units.items()}
+        return {"name": self.name, "models": models,
+                "graphinputs": models[self.root.name].get("inputs", []),
+                "graphoutputs": models[_last(self.root).name].get("outputs", [])}
+
+
+def _walk(unit: Unit) -> list[Unit]:
+    units = [unit]
+    for child in unit.children:
+        units += _walk(child)
+    return units
+
+
+def _last(unit: Unit) -> Unit:
+    """The unit whose output is the graph's (when the path does not depend on routing)."""
+    while len(unit.children) == 1 and unit.type not in ("OUTPUT_TRANSFORMER", "COMBINER"):
+        unit = unit.children[0]
+    return unit
