@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trimaran.api import printers
+from trimaran.api.apps import APPS_V1, DEPLOYMENT_COLUMNS, SERVICE_COLUMNS, Deployment, Service
 from trimaran.api.batch import Job
 from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.errors import FieldError
@@ -354,6 +355,10 @@ for _info in (
                  PrinterColumn("LatestReadyRevision",
                                json_path=".status.components.predictor.traffic[?(@.latestRevision==true)].revisionName"),
                  AGE), pod_templates=_serving_components),
+    KindInfo("Deployment", APPS_V1, "apps", "v1", "deployments", ("deploy",), True, Deployment, ("all",),
+             DEPLOYMENT_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
+             pod_templates=_job_template),
+    KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS),
 ):
     register(_info)
 

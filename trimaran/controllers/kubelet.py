@@ -43,6 +43,7 @@ from trimaran.controllers.pods import (
     phase,
     request_deletion,
 )
+from trimaran.controllers.probes import Prober, apply_probe_state
 from trimaran.runtime import (
     ConfigError,
     ImageRun,
@@ -146,6 +147,7 @@ class Kubelet(Reconciler):
         self._restart_at: dict[str, float] = {}
         self._stopping: set[str] = set()
         self._stopper = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pod-stop")
+        self.prober = Prober(store, runtime, lambda key: self.wake(key))
         self._adopt()
 
     # -- start-up ---------------------------------------------------------------------------------
@@ -163,6 +165,7 @@ class Kubelet(Reconciler):
                 alloc = (pod.get("status") or {}).get("allocation") or {}
                 self.node.restore(uid, pod_requests(pod), alloc.get("gpus") or [])
                 self._started[uid] = key_of(pod)
+                self.prober.watch(pod)
 
     def initial_keys(self):
         yield from super().initial_keys()
@@ -298,13 +301,15 @@ class Kubelet(Reconciler):
         status["containerStatuses"] = [
             {"name": c["name"], **_image_fields(c, images.get(c["name"])),
              "restartCount": prior.get(c["name"], {}).get("restartCount", 0),
-             "state": {"running": {"startedAt": now}}, "ready": True, "started": True,
+             "state": {"running": {"startedAt": now}},
+             **dict(zip(("started", "ready"), self.prober.initial(c), strict=True)),
              **({"lastState": prior[c["name"]]["lastState"]} if prior.get(c["name"], {}).get("lastState") else {})}
             for c in pod["spec"].get("containers") or []
         ]
         _set_readiness(status)
         pod["status"] = status
         self._write_status(pod)
+        self.prober.watch(pod)
         self.store.record_event(pod, "Normal", "Started", f"Started pod {pod['metadata']['name']} (attempt {attempt})")
 
     # -- images ---------------------------------------------------------------------------------
@@ -548,7 +553,11 @@ class Kubelet(Reconciler):
         except PodNotFound:
             state = None
         if state is not None and any(c.state != "terminated" for c in state.containers.values()):
+            if apply_probe_state(pod["status"], self.prober.state(uid)):
+                _set_readiness(pod["status"])
+                self._write_status(pod)
             return POLL_SECONDS
+        self.prober.forget(uid)
         statuses = []
         failed = False
         for cs in pod["status"].get("containerStatuses") or []:
@@ -658,6 +667,7 @@ class Kubelet(Reconciler):
         except Exception:  # noqa: BLE001 - keep deleting the object even if cleanup failed
             log.exception("stopping pod %s", uid)
         self.node.release(uid)
+        self.prober.forget(uid)
         with self._lock:
             self._started.pop(uid, None)
             self._restart_at.pop(uid, None)

@@ -26,6 +26,7 @@ from trimaran.controllers.trainer import TrainJobReconciler, install_builtin_run
 from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
+from trimaran.controllers.workloads import DeploymentReconciler, ServiceReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import HomeLock, HomeLocked, clear_server_info, home_dir, lock_home, write_server_info
@@ -97,6 +98,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         TrainingJobReconciler(store, ports), BatchJobReconciler(store), JobSetReconciler(store),
         trainjobs, ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet,
+        DeploymentReconciler(store, ports), ServiceReconciler(store, runtime),
         GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs)

@@ -1,0 +1,254 @@
+"""apps/v1 Deployments, v1 Services and container probes on a real control plane.
+
+One control plane serves the module; each test uses names of its own. The servers are small
+Python scripts run as host processes (the pods' default path).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import ControlPlaneHandle, _stop_everything
+from tests.helpers import REPO, poll
+from trimaran.cli.client import APIError, Client
+
+NS = "default"
+
+# Answers "<VERSION> <pod>" on every path but /ready, which says 503 until READY_AFTER seconds
+# have passed; on SIGTERM it finishes what it serves for a second before exiting, as servers do.
+SERVER = """
+import http.server, os, signal, threading, time
+began = time.monotonic()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/ready" and time.monotonic() - began < float(os.environ.get("READY_AFTER", "0")):
+            self.send_response(503); self.end_headers(); return
+        body = (os.environ.get("VERSION", "v1") + " " + os.environ["HOSTNAME"]).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), H)
+signal.signal(signal.SIGTERM, lambda *a: threading.Timer(1.0, os._exit, (0,)).start())
+server.serve_forever()
+"""
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    from trimaran.server.daemon import start_server
+
+    home = tmp_path_factory.mktemp("workloads") / "home"
+    old = os.environ.get("TRIMARAN_HOME")
+    os.environ["TRIMARAN_HOME"] = str(home)
+    try:
+        start_server(home=home)
+        yield ControlPlaneHandle(home=home, env=dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO)))
+    finally:
+        _stop_everything(home)
+        if old is None:
+            os.environ.pop("TRIMARAN_HOME", None)
+        else:
+            os.environ["TRIMARAN_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def api(plane: ControlPlaneHandle) -> Iterator[Client]:
+    client = plane.client()
+    yield client
+    client.close()
+
+
+def deployment(name: str, replicas: int = 1, version: str = "v1", ready_after: float = 0,
+               **spec: Any) -> dict:
+    container = {"name": "web", "image": "python", "command": ["python", "-c", SERVER, "--port=$(PORT)"],
+                 "ports": [{"name": "http", "containerPort": 8080}],
+                 "env": [{"name": "VERSION", "value": version}, {"name": "READY_AFTER", "value": str(ready_after)}],
+                 "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 1}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, **spec,
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}}}}
+
+
+def service(name: str, selector: dict[str, str] | None = None, port: int = 80) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+            "spec": {"selector": selector or {"app": name}, "ports": [{"port": port, "targetPort": "http"}]}}
+
+
+def apply(api: Client, *objects: dict) -> None:
+    api.apply([{"object": o} for o in objects])
+
+
+def rolled_out(api: Client, name: str, replicas: int, timeout: float = 40.0) -> dict:
+    """Wait as `kubectl rollout status` does: the spec observed, every replica updated and available."""
+    def done() -> dict | None:
+        d = api.get("Deployment", NS, name)
+        s = d.get("status") or {}
+        ok = s.get("observedGeneration", 0) >= d["metadata"]["generation"] and \
+            s.get("updatedReplicas") == s.get("replicas") == s.get("availableReplicas") == replicas
+        return d if ok else None
+    return poll(done, timeout=timeout, interval=0.2, what=f"deployment {name} to roll out {replicas} replicas")
+
+
+def pods_of(api: Client, name: str) -> list[dict]:
+    return [p for p in api.list("Pod", NS, selector=f"app={name}") if not p["metadata"].get("deletionTimestamp")]
+
+
+def get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read().decode()
+
+
+def test_deployment_scales_1_3_1_through_the_scale_subresource(api: Client) -> None:
+    apply(api, deployment("scaled"))
+    rolled_out(api, "scaled", 1)
+    api.scale("Deployment", NS, "scaled", 3)
+    deploy = rolled_out(api, "scaled", 3)
+    ports = {p["spec"]["containers"][0]["ports"][0]["containerPort"] for p in pods_of(api, "scaled")}
+    assert len(ports) == 3, "each replica gets a port of its own"
+    conditions = {c["type"]: c["reason"] for c in deploy["status"]["conditions"]}
+    assert conditions == {"Available": "MinimumReplicasAvailable", "Progressing": "NewReplicaSetAvailable"}
+    api.scale("Deployment", NS, "scaled", 1)
+    rolled_out(api, "scaled", 1)
+    poll(lambda: len(api.list("Pod", NS, selector="app=scaled")) == 1, timeout=20, what="scaled-down pods gone")
+
+
+def test_rolling_update_keeps_the_service_answering(api: Client) -> None:
+    apply(api, deployment("rolling", replicas=2), service("rolling"))
+    rolled_out(api, "rolling", 2)
+    ip = api.get("Service", NS, "rolling")["spec"]["clusterIP"]
+    poll(lambda: _answers(f"http://{ip}/"), timeout=20, what="the service to answer")
+    answers: list[str] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                answers.append(get_text(f"http://{ip}/"))
+            except (OSError, urllib.error.URLError) as exc:
+                failures.append(repr(exc))
+            time.sleep(0.01)
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    try:
+        apply(api, deployment("rolling", replicas=2, version="v2"))
+        deploy = rolled_out(api, "rolling", 2)
+        poll(lambda: answers and answers[-1].startswith("v2"), timeout=10, what="answers from v2")
+    finally:
+        stop.set()
+        worker.join()
+    assert not failures, f"{len(failures)} of {len(answers) + len(failures)} requests failed: {failures[:3]}"
+    assert {a.split()[0] for a in answers} == {"v1", "v2"}
+    assert deploy["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+    assert all(p["metadata"]["labels"]["pod-template-hash"] for p in pods_of(api, "rolling"))
+
+
+def test_recreate_stops_old_pods_before_new_ones_start(api: Client) -> None:
+    apply(api, deployment("recreate", replicas=2, strategy={"type": "Recreate"}))
+    first = rolled_out(api, "recreate", 2)
+    old_hash = pods_of(api, "recreate")[0]["metadata"]["labels"]["pod-template-hash"]
+    apply(api, deployment("recreate", replicas=2, version="v2", strategy={"type": "Recreate"}))
+    overlap = []
+
+    def new_running() -> bool:
+        pods = api.list("Pod", NS, selector="app=recreate")
+        hashes = {p["metadata"]["labels"]["pod-template-hash"] for p in pods
+                  if (p.get("status") or {}).get("phase") == "Running"}
+        if old_hash in hashes and len(hashes) > 1:
+            overlap.append(hashes)
+        return len(hashes - {old_hash}) == 1 and len([p for p in pods if p["metadata"]["labels"][
+            "pod-template-hash"] != old_hash and p["status"].get("phase") == "Running"]) == 2
+
+    poll(new_running, timeout=30, interval=0.05, what="the new pods to run")
+    assert not overlap, "old and new pods ran at once"
+    assert first["metadata"]["uid"] == api.get("Deployment", NS, "recreate")["metadata"]["uid"]
+
+
+def test_service_reached_by_name_from_inside_a_pod(api: Client) -> None:
+    apply(api, deployment("named"), service("named", port=8000))
+    rolled_out(api, "named", 1)
+    script = ("import urllib.request\n"
+              "for host in ('named', 'named.default', 'named.default.svc', 'named.default.svc.cluster.local'):\n"
+              "    print(host, urllib.request.urlopen(f'http://{host}:8000/', timeout=5).read().decode())\n")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "named-client", "namespace": NS},
+           "spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "python", "command": ["python", "-c", script]}]}}
+    apply(api, pod)
+    done = poll(lambda: (p := api.get("Pod", NS, "named-client")).get("status", {}).get("phase") in
+                ("Succeeded", "Failed") and p, timeout=30, what="the client pod to finish")
+    log = b"".join(api.log(NS, "named-client")).decode()
+    assert done["status"]["phase"] == "Succeeded", log
+    assert log.count("v1 named-") == 4, log
+
+
+def test_readiness_gates_the_endpoints(api: Client) -> None:
+    apply(api, deployment("gated", ready_after=4), service("gated"))
+    ip = poll(lambda: api.get("Service", NS, "gated")["spec"].get("clusterIP"), timeout=10, what="a cluster IP")
+    pod = poll(lambda: next((p for p in pods_of(api, "gated") if p["status"].get("phase") == "Running"), None),
+               timeout=20, what="the pod to run")
+    assert pod["status"]["containerStatuses"][0]["ready"] is False
+    with pytest.raises(OSError):
+        get_text(f"http://{ip}/")  # no ready endpoint: refused, as kube-proxy rejects
+    deploy = api.get("Deployment", NS, "gated")
+    assert (deploy.get("status") or {}).get("availableReplicas", 0) == 0
+    rolled_out(api, "gated", 1, timeout=30)
+    assert poll(lambda: _answers(f"http://{ip}/"), timeout=10, what="the ready pod behind the service")
+
+
+def test_liveness_failure_restarts_the_container(api: Client) -> None:
+    script = ("import os, time; open('/tmp/healthy', 'w').close(); time.sleep(2); os.remove('/tmp/healthy'); "
+              "time.sleep(600)")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "liveness-exec", "namespace": NS},
+           "spec": {"containers": [{"name": "liveness", "image": "python", "command": ["python", "-c", script],
+                                    "livenessProbe": {"exec": {"command": ["cat", "/tmp/healthy"]},
+                                                      "periodSeconds": 1, "failureThreshold": 2}}]}}
+    apply(api, pod)
+    restarted = poll(lambda: (p := api.get("Pod", NS, "liveness-exec"))["status"].get("containerStatuses", [{}])[0]
+                     .get("restartCount", 0) >= 1 and p, timeout=40, what="a restart after the liveness failure")
+    assert restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 137
+    messages = [(e["reason"], e["message"]) for e in api.events("Pod", NS, "liveness-exec")]
+    assert any(r == "Unhealthy" and m.startswith("Liveness probe failed: cat: /tmp/healthy") for r, m in messages), \
+        messages
+    assert ("Killing", "Container liveness failed liveness probe, will be restarted") in messages
+
+
+def test_bad_input_is_refused_in_the_api_servers_words(api: Client) -> None:
+    mismatched = deployment("mismatched")
+    mismatched["spec"]["selector"] = {"matchLabels": {"app": "other"}}
+    with pytest.raises(APIError) as refused:
+        apply(api, mismatched)
+    assert "spec.template.metadata.labels: Invalid value" in str(refused.value)
+    assert "`selector` does not match template `labels`" in str(refused.value)
+    fixed = deployment("fixed", replicas=2)
+    fixed["spec"]["template"]["spec"]["containers"][0]["command"] = ["python", "-m", "http.server", "5000"]
+    with pytest.raises(APIError) as refused:
+        apply(api, fixed)
+    assert "spec.replicas: Invalid value: 2" in str(refused.value)
+    assert "binds containerPort 8080 as written" in str(refused.value)
+    with pytest.raises(APIError):
+        api.get("Deployment", NS, "mismatched")
+
+
+def test_service_selecting_nothing_says_so(api: Client) -> None:
+    apply(api, service("lonely", selector={"app": "nobody"}))
+    event = poll(lambda: next((e for e in api.events("Service", NS, "lonely") if e["reason"] == "NoEndpoints"), None),
+                 timeout=10, what="a NoEndpoints event")
+    assert event["type"] == "Warning"
+    assert "selector app=nobody matches no pods" in event["message"]
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(get_text(url))
+    except OSError:
+        return False

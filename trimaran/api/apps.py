@@ -1,0 +1,345 @@
+"""apps/v1 Deployment and core v1 Service, defaulted and validated as the Kubernetes API server does.
+
+One local rule beyond upstream: pods share this machine's network, so a containerPort is a port of
+the machine. A Deployment whose container declares ports and does not read its port from
+``$(PORT)`` (or ``$(PORT_<NAME>)``) holds those ports fixed, and only one of its pods can run at a
+time: more than one replica is refused with the reason, and such a Deployment rolls as Recreate.
+Containers that say ``--port=$(PORT)`` get a port of their own per pod (see
+``controllers/workloads/deployment.py``) and scale freely.
+"""
+
+# Annotations are evaluated eagerly (no `from __future__ import annotations`), as in batch.py.
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trimaran.api.core import PodTemplateSpec, is_valid_port_name
+from trimaran.api.errors import FieldError, join_path
+from trimaran.api.meta import (
+    ApiModel,
+    Condition,
+    LabelSelector,
+    NonNegInt32,
+    Resource,
+    is_dns1035_label,
+)
+from trimaran.api.printers import AGE, PrinterColumn
+
+__all__ = ["APPS_V1", "DEPLOYMENT_COLUMNS", "SERVICE_COLUMNS", "Deployment", "Service", "fixed_ports",
+           "percent_or_int", "port_env_name", "reads_port_from_env", "selector_matches"]
+
+APPS_V1 = "apps/v1"
+_PORT_REFERENCE = re.compile(r"\$\(PORT(?:_[A-Z0-9_]+)?\)")
+_PERCENT = re.compile(r"^([0-9]+)%$")
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("status") or {}
+
+
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("spec") or {}
+
+
+def _service_ports(obj: dict[str, Any]) -> str:
+    ports = (obj.get("spec") or {}).get("ports") or []
+    return ",".join(f"{p.get('port')}/{p.get('protocol') or 'TCP'}" for p in ports) or "<none>"
+
+
+# kube-apiserver's columns for `kubectl get deployments` and `kubectl get services`.
+DEPLOYMENT_COLUMNS = (
+    PrinterColumn("Ready", value=lambda o: f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 0)}"),
+    PrinterColumn("Up-to-date", "integer", value=lambda o: _status(o).get("updatedReplicas", 0)),
+    PrinterColumn("Available", "integer", value=lambda o: _status(o).get("availableReplicas", 0)),
+    AGE)
+SERVICE_COLUMNS = (
+    PrinterColumn("Type", value=lambda o: (o.get("spec") or {}).get("type", "ClusterIP")),
+    PrinterColumn("Cluster-IP", value=lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>"),
+    PrinterColumn("External-IP", value=lambda o: "<none>"),
+    PrinterColumn("Port(s)", value=_service_ports),
+    AGE)
+
+
+def port_env_name(port_name: str | None) -> str:
+    """The variable a per-pod port is given in: ``PORT`` for the first, ``PORT_<NAME>`` for named ones."""
+    return "PORT_" + port_name.upper().replace("-", "_") if port_name else "PORT"
+
+
+def reads_port_from_env(container: dict[str, Any]) -> bool:
+    """Whether a container takes its listening port from ``$(PORT...)`` rather than a fixed number."""
+    words = [*(container.get("command") or []), *(container.get("args") or [])]
+    words += [str(e.get("value") or "") for e in container.get("env") or []]
+    return any(_PORT_REFERENCE.search(w) for w in words)
+
+
+def fixed_ports(pod_spec: dict[str, Any]) -> list[tuple[str, int]]:
+    """(container, port) of every declared containerPort a container binds as written."""
+    return [(str(c.get("name")), int(p["containerPort"])) for c in pod_spec.get("containers") or []
+            if not reads_port_from_env(c) for p in c.get("ports") or [] if p.get("containerPort")]
+
+
+def percent_or_int(value: int | str, total: int, round_up: bool) -> int:
+    """An IntOrString of a rolling update (``2`` or ``"25%"``) against ``total`` replicas, rounded as
+    the Deployment controller rounds maxSurge (up) and maxUnavailable (down)."""
+    if isinstance(value, int):
+        return value
+    match = _PERCENT.match(value)
+    if match is None:
+        raise ValueError(f"invalid value for IntOrString: {value!r}")
+    scaled = int(match.group(1)) * total
+    return -(-scaled // 100) if round_up else scaled // 100
+
+
+def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str] | None) -> bool:
+    """A LabelSelector (``matchLabels`` and ``matchExpressions``) against labels; an empty one matches all."""
+    labels = labels or {}
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for req in selector.get("matchExpressions") or []:
+        key, op, values = req.get("key"), req.get("operator"), req.get("values") or []
+        if op == "In" and labels.get(key) not in values or op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels or op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def _check_int_or_percent(path: str, value: int | str | None) -> list[FieldError]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [FieldError.invalid(path, value, "must be greater than or equal to 0")] if value < 0 else []
+    match = _PERCENT.match(value)
+    if match is None:
+        return [FieldError.invalid(path, value, "a valid percent string must be a numeric string followed by an "
+                                                "ending '%' (e.g. '1%',  or '93%', regex used for validation is "
+                                                "'[0-9]+%')")]
+    return []
+
+
+class RollingUpdateDeployment(ApiModel):
+    max_unavailable: int | str | None = None
+    max_surge: int | str | None = None
+
+
+class DeploymentStrategy(ApiModel):
+    type: Literal["Recreate", "RollingUpdate"] | None = None
+    rolling_update: RollingUpdateDeployment | None = None
+
+
+class DeploymentSpec(ApiModel):
+    replicas: NonNegInt32 | None = None
+    selector: LabelSelector | None = None
+    template: PodTemplateSpec
+    strategy: DeploymentStrategy | None = None
+    min_ready_seconds: NonNegInt32 | None = None
+    revision_history_limit: NonNegInt32 | None = None
+    paused: bool | None = None
+    progress_deadline_seconds: NonNegInt32 | None = None
+
+
+class DeploymentStatus(ApiModel):
+    observed_generation: int | None = None
+    replicas: NonNegInt32 | None = None
+    updated_replicas: NonNegInt32 | None = None
+    ready_replicas: NonNegInt32 | None = None
+    available_replicas: NonNegInt32 | None = None
+    unavailable_replicas: NonNegInt32 | None = None
+    terminating_replicas: NonNegInt32 | None = None
+    conditions: list[Condition] | None = None
+    collision_count: NonNegInt32 | None = None
+    selector: str | None = None  # the scale subresource's label selector, as a CRD's status carries it
+
+
+class Deployment(Resource):
+    """apps/v1 Deployment."""
+
+    spec: DeploymentSpec
+    status: DeploymentStatus | None = None
+
+    def set_defaults(self) -> None:
+        """``SetDefaults_Deployment`` of apps/v1."""
+        spec = self.spec
+        if spec.replicas is None:
+            spec.replicas = 1
+        if spec.strategy is None:
+            spec.strategy = DeploymentStrategy()
+        if spec.strategy.type is None:
+            spec.strategy.type = "RollingUpdate"
+        if spec.strategy.type == "RollingUpdate":
+            rolling = spec.strategy.rolling_update = spec.strategy.rolling_update or RollingUpdateDeployment()
+            if rolling.max_unavailable is None:
+                rolling.max_unavailable = "25%"
+            if rolling.max_surge is None:
+                rolling.max_surge = "25%"
+        if spec.revision_history_limit is None:
+            spec.revision_history_limit = 10
+        if spec.progress_deadline_seconds is None:
+            spec.progress_deadline_seconds = 600
+        if spec.min_ready_seconds is None:
+            spec.min_ready_seconds = 0
+        if spec.template.spec.restart_policy is None:
+            spec.template.spec.restart_policy = "Always"
+
+    def check(self) -> list[FieldError]:
+        """``ValidateDeploymentSpec``'s rules, then this machine's port rule."""
+        spec = self.spec
+        errs = super().check()
+        template_labels = (spec.template.metadata.labels if spec.template.metadata is not None else None) or {}
+        if spec.selector is None:
+            errs.append(FieldError.required("spec.selector"))
+        else:
+            errs.extend(spec.selector.check("spec.selector"))
+            selector = spec.selector.to_dict()
+            if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+                errs.append(FieldError.invalid("spec.selector", selector, "empty selector is invalid for deployment"))
+            elif not selector_matches(selector, template_labels):
+                errs.append(FieldError.invalid("spec.template.metadata.labels", template_labels,
+                                               "`selector` does not match template `labels`"))
+        restart = spec.template.spec.restart_policy
+        if restart != "Always":
+            errs.append(FieldError.not_supported("spec.template.spec.restartPolicy", restart, ("Always",)))
+        errs.extend(spec.template.check("spec.template", require_image=False))
+        strategy = spec.strategy
+        if strategy is not None and strategy.type == "Recreate" and strategy.rolling_update is not None:
+            errs.append(FieldError.forbidden("spec.strategy.rollingUpdate",
+                                             "may not be specified when strategy `type` is 'Recreate'"))
+        elif strategy is not None and strategy.rolling_update is not None:
+            errs.extend(self._check_rolling(strategy.rolling_update))
+        if spec.replicas is not None and spec.replicas > 1:
+            held = fixed_ports(spec.template.to_dict().get("spec") or {})
+            if held:
+                container, port = held[0]
+                errs.append(FieldError.invalid(
+                    "spec.replicas", spec.replicas,
+                    f"container {container!r} binds containerPort {port} as written, and pods share this machine's "
+                    f"network, so only one replica can hold it; pass the port as $(PORT) (e.g. --port=$(PORT)) to "
+                    f"give each replica a port of its own"))
+        return errs
+
+    @staticmethod
+    def _check_rolling(rolling: RollingUpdateDeployment) -> list[FieldError]:
+        path = "spec.strategy.rollingUpdate"
+        errs = _check_int_or_percent(join_path(path, "maxUnavailable"), rolling.max_unavailable)
+        errs += _check_int_or_percent(join_path(path, "maxSurge"), rolling.max_surge)
+        if errs:
+            return errs
+        unavailable = rolling.max_unavailable if rolling.max_unavailable is not None else "25%"
+        surge = rolling.max_surge if rolling.max_surge is not None else "25%"
+        if isinstance(unavailable, str) and percent_or_int(unavailable, 100, False) > 100:
+            errs.append(FieldError.invalid(join_path(path, "maxUnavailable"), unavailable,
+                                           "must not be greater than 100%"))
+        if surge in (0, "0%") and unavailable in (0, "0%"):
+            errs.append(FieldError.invalid(join_path(path, "maxUnavailable"), unavailable,
+                                           "may not be 0 when `maxSurge` is 0"))
+        return errs
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        if (old.get("spec") or {}).get("selector") != (new.get("spec") or {}).get("selector"):
+            return [FieldError.invalid("spec.selector", (new.get("spec") or {}).get("selector"),
+                                       "field is immutable")]
+        return []
+
+
+# --- Service ------------------------------------------------------------------------------------
+
+_SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
+
+
+class ServicePort(ApiModel):
+    name: str | None = None
+    protocol: Literal["TCP", "UDP", "SCTP"] | None = None
+    app_protocol: str | None = None
+    port: int
+    target_port: int | str | None = None
+    node_port: int | None = None
+
+
+class ServiceSpec(ApiModel):
+    type: str | None = None
+    ports: list[ServicePort] | None = None
+    selector: dict[str, str] | None = None
+    cluster_ip: str | None = Field(default=None, alias="clusterIP")
+    cluster_ips: list[str] | None = Field(default=None, alias="clusterIPs")
+    external_name: str | None = None
+    session_affinity: Literal["None", "ClientIP"] | None = None
+    ip_families: list[str] | None = None
+    ip_family_policy: str | None = None
+    internal_traffic_policy: str | None = None
+    publish_not_ready_addresses: bool | None = None
+    external_traffic_policy: str | None = None
+    load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP")
+    external_i_ps: list[str] | None = Field(default=None, alias="externalIPs")
+
+
+class Service(Resource):
+    """core v1 Service; here each is a loopback address of its own (``spec.clusterIP``)."""
+
+    spec: ServiceSpec = Field(default_factory=ServiceSpec)
+    status: dict[str, Any] | None = None
+
+    @classmethod
+    def name_errors(cls, name: str) -> list[str]:
+        """Service names are DNS-1035 labels (they become DNS names)."""
+        return is_dns1035_label(name)
+
+    def set_defaults(self) -> None:
+        spec = self.spec
+        if spec.type is None:
+            spec.type = "ClusterIP"
+        if spec.session_affinity is None:
+            spec.session_affinity = "None"
+        for port in spec.ports or []:
+            if port.protocol is None:
+                port.protocol = "TCP"
+            if port.target_port is None:
+                port.target_port = port.port
+
+    def check(self) -> list[FieldError]:
+        spec = self.spec
+        errs = super().check()
+        if spec.type not in _SERVICE_TYPES:
+            errs.append(FieldError.not_supported("spec.type", spec.type, _SERVICE_TYPES))
+        if spec.type == "ExternalName":
+            if not spec.external_name:
+                errs.append(FieldError.required("spec.externalName"))
+            return errs
+        if not spec.ports:
+            errs.append(FieldError.required("spec.ports"))
+        names: set[str] = set()
+        for i, port in enumerate(spec.ports or []):
+            path = join_path("spec", "ports", i)
+            if len(spec.ports or []) > 1 and not port.name:
+                errs.append(FieldError.required(join_path(path, "name")))
+            if port.name:
+                errs.extend(FieldError.invalid(join_path(path, "name"), port.name, m)
+                            for m in is_valid_port_name(port.name))
+                if port.name in names:
+                    errs.append(FieldError.duplicate(join_path(path, "name"), port.name))
+                names.add(port.name)
+            if not 1 <= port.port <= 65535:
+                errs.append(FieldError.invalid(join_path(path, "port"), port.port,
+                                               "must be between 1 and 65535, inclusive"))
+            target = port.target_port
+            if isinstance(target, int) and not 1 <= target <= 65535:
+                errs.append(FieldError.invalid(join_path(path, "targetPort"), target,
+                                               "must be between 1 and 65535, inclusive"))
+            elif isinstance(target, str):
+                errs.extend(FieldError.invalid(join_path(path, "targetPort"), target, m)
+                            for m in is_valid_port_name(target))
+            if port.protocol not in (None, "TCP"):
+                errs.append(FieldError.not_supported(join_path(path, "protocol"), port.protocol, ("TCP",)))
+        return errs
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        before = (old.get("spec") or {}).get("clusterIP")
+        after = (new.get("spec") or {}).get("clusterIP")
+        if before and after and before != after:
+            return [FieldError.invalid("spec.clusterIP", after, "field is immutable")]
+        return []
+

@@ -1,0 +1,189 @@
+"""core v1 Service (ClusterIP): a loopback address of its own, names in every sandbox, a proxy.
+
+Each Service gets ``spec.clusterIP`` in 127.1.0.1-127.254.255.254 (a digest of the home and the
+Service's namespace/name, the next free one on a clash), so its ports are its own even where
+another Service, or a pod, uses the same number. ``<svc>``, ``<svc>.<ns>``, ``<svc>.<ns>.svc`` and
+``<svc>.<ns>.svc.cluster.local`` resolve to it in every sandbox: they go into the hosts of pods
+started later, and the hosts files of running pods are rewritten in place (they are bound into the
+sandbox by inode). The short name is machine-wide here, not per namespace: two namespaces with a
+Service of one name share it (the qualified names stay apart).
+
+Traffic to ``clusterIP:port`` goes through `ServiceProxy` to the ready pods behind the selector
+(round-robin), at each pod's ``targetPort``: a number, or a container port's name, as the pod
+declares it (a Deployment's per-pod port stands in for the declared number). When a selected pod
+binds the Service's port itself (``port`` = ``targetPort``, a port fixed in its command), it
+already answers on the Service's address through its wildcard bind, and the proxy stays out of
+its way (binding there would take the port from the pod). A Service with no ready endpoint refuses
+connections, as kube-proxy's reject rule does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+from trimaran.api.apps import selector_matches
+from trimaran.controllers.base import Key, Reconciler, key_of
+from trimaran.controllers.pods import LOOPBACK, is_terminating, phase
+from trimaran.controllers.probes import resolve_port
+from trimaran.controllers.workloads.deployment import is_available
+from trimaran.controllers.workloads.proxy import Address, ServiceProxy
+from trimaran.runtime import LocalRuntime
+from trimaran.store import Conflict, NotFound, Store
+from trimaran.store.base import WatchEvent
+
+__all__ = ["ServiceReconciler", "cluster_ip_candidates", "service_names"]
+
+log = logging.getLogger(__name__)
+
+_SECOND, _THIRD, _FOURTH = 254, 256, 254
+_MARK = "  # trimaran service"
+
+
+def service_names(name: str, namespace: str) -> list[str]:
+    return [name, f"{name}.{namespace}", f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"]
+
+
+def cluster_ip_candidates(home: Path, namespace: str, name: str) -> list[str]:
+    """Addresses to try for a Service, first the one its digest names."""
+    digest = int.from_bytes(hashlib.sha256(f"{home}\0{namespace}/{name}".encode()).digest()[:8], "big")
+    space = _SECOND * _THIRD * _FOURTH
+    out = []
+    for step in range(64):
+        n = (digest + step * 7919) % space
+        out.append(f"127.{1 + n // (_THIRD * _FOURTH)}.{n // _FOURTH % _THIRD}.{1 + n % _FOURTH}")
+    return out
+
+
+class ServiceReconciler(Reconciler):
+    name = "service"
+    kinds = ("Service",)
+    watches = ("Pod",)
+
+    def __init__(self, store: Store, runtime: LocalRuntime) -> None:
+        super().__init__(store)
+        self.runtime = runtime
+        self.proxy = ServiceProxy()
+        self._listening: dict[Key, set[Address]] = {}
+        self._names: dict[Key, list[str]] = {}
+        self._said_empty: set[Key] = set()
+
+    def keys_for_event(self, event: WatchEvent) -> list[Key]:
+        obj = event.object
+        if obj["kind"] == "Service":
+            return [key_of(obj)]
+        labels = obj["metadata"].get("labels") or {}
+        return [key_of(s) for s in self.store.list("Service", obj["metadata"].get("namespace"), shared=True)
+                if (s.get("spec") or {}).get("selector") and
+                selector_matches({"matchLabels": s["spec"]["selector"]}, labels)]
+
+    def reconcile(self, key: Key) -> float | None:
+        try:
+            svc = self.store.get("Service", key.namespace, key.name)
+        except NotFound:
+            self._forget(key)
+            return None
+        spec = svc.get("spec") or {}
+        if spec.get("type") == "ExternalName":
+            self._forget(key)
+            return None
+        ip = spec.get("clusterIP")
+        if not ip:
+            ip = self._assign_ip(svc)
+            if ip is None:
+                return 0.05
+        self._publish_names(key, LOOPBACK if ip == "None" else ip)
+        if ip == "None":  # headless: the names lead to the pods, which all share loopback
+            return None
+        selector = spec.get("selector")
+        if not selector:
+            return None  # endpoints are the user's to manage; nothing to forward
+        pods = [p for p in self.store.list("Pod", key.namespace, shared=True)
+                if selector_matches({"matchLabels": selector}, p["metadata"].get("labels")) and not is_terminating(p)]
+        self._say_if_empty(svc, selector, pods)
+        wanted: set[Address] = set()
+        for port in spec.get("ports") or []:
+            address = (ip, int(port["port"]))
+            target = port.get("targetPort", port["port"])
+            if any(resolve_port(p, target) == address[1] for p in pods):
+                continue  # the pod binds this port itself and answers on every loopback address
+            ready = [p for p in pods if phase(p) == "Running" and
+                     (spec.get("publishNotReadyAddresses") or is_available(p))]
+            backends = [(LOOPBACK, t) for t in (resolve_port(p, target) for p in ready) if t]
+            if backends:
+                try:
+                    self.proxy.set(address, backends)
+                except OSError as exc:
+                    self.store.record_event(svc, "Warning", "FailedToListen", f"{ip}:{address[1]}: {exc}")
+                    continue
+                wanted.add(address)
+        for address in self._listening.get(key, set()) - wanted:
+            self.proxy.drop(address)
+        self._listening[key] = wanted
+        return None
+
+    def _assign_ip(self, svc: dict) -> str | None:
+        meta = svc["metadata"]
+        taken = {(s.get("spec") or {}).get("clusterIP") for s in self.store.list("Service", shared=True)}
+        ip = next((c for c in cluster_ip_candidates(self.runtime.home, meta["namespace"], meta["name"])
+                   if c not in taken), None)
+        if ip is None:
+            raise RuntimeError("no free loopback address for the Service")
+        svc["spec"]["clusterIP"] = ip
+        svc["spec"]["clusterIPs"] = [ip]
+        try:
+            self.store.update(svc)
+        except (Conflict, NotFound):
+            return None
+        return ip
+
+    def _say_if_empty(self, svc: dict, selector: dict[str, str], pods: list[dict]) -> None:
+        key = key_of(svc)
+        if pods:
+            self._said_empty.discard(key)
+            return
+        if key not in self._said_empty:
+            self._said_empty.add(key)
+            words = ",".join(f"{k}={v}" for k, v in selector.items())
+            self.store.record_event(svc, "Warning", "NoEndpoints",
+                                    f"selector {words} matches no pods in namespace {key.namespace}: "
+                                    f"the service has no endpoints")
+
+    # -- names ------------------------------------------------------------------------------------
+    def _publish_names(self, key: Key, ip: str) -> None:
+        names = service_names(key.name, key.namespace)
+        if all(self.runtime.service_hosts.get(n) == ip for n in names):
+            return
+        for name in names:
+            self.runtime.service_hosts[name] = ip
+        self._names[key] = names
+        self._rewrite_hosts()
+
+    def _forget(self, key: Key) -> None:
+        for address in self._listening.pop(key, set()):
+            self.proxy.drop(address)
+        self._said_empty.discard(key)
+        names = self._names.pop(key, [])
+        for name in names:
+            self.runtime.service_hosts.pop(name, None)
+        if names:
+            self._rewrite_hosts()
+
+    def _rewrite_hosts(self) -> None:
+        """Bring the Services' lines of every running pod's /etc/hosts up to date, in place."""
+        lines = [f"{ip}\t{name}{_MARK}\n" for key, names in self._names.items() for name in names
+                 if (ip := self.runtime.service_hosts.get(name))]
+        for uid in self.runtime.running_pods():
+            for hosts in (self.runtime.home / "pods" / uid / "runs").glob("*/hosts"):
+                try:
+                    with open(hosts, "r+", encoding="utf-8") as handle:
+                        kept = [line for line in handle if not line.endswith(_MARK + "\n")]
+                        handle.seek(0)
+                        handle.write("".join(kept + lines))
+                        handle.truncate()
+                except OSError as exc:
+                    log.warning("cannot update %s: %s", hosts, exc)
+
+    def shutdown(self) -> None:
+        self.proxy.close()
