@@ -27,6 +27,7 @@ CONFIGMAPS = {
     "katib-grid": ("katib-grid-code", ["train.py"]),
     "katib-pbt": ("simple-pbt-code", ["train.py"]),
     "serving": ("digits-serving-code", ["train.py"]),
+    "trainjob-checkpoint": ("digits-ckpt-code", ["train.py"]),
 }
 
 
