@@ -109,7 +109,7 @@ def _condition(job: dict, ctype: str) -> dict | None:
 def test_torch_distributed_trains_ddp_across_two_nodes(plane, tmp_path):
     _apply(plane, tmp_path, _trainjob("ddp", "torch-distributed",
                                       {"numNodes": 2, "command": _script(TORCH_DDP, "torchrun")}))
-    plane.cli("wait", "trainjob/ddp", "--for=condition=Complete", "--timeout=120s")
+    plane.cli("wait", "trainjob/ddp", "--for=condition=Complete", "--timeout=300s")
     pods = _node_pods(plane, "ddp")
     assert [p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in pods] == ["0", "1"]
     assert all(p["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer" for p in pods)
@@ -134,7 +134,7 @@ def test_torch_distributed_trains_ddp_across_two_nodes(plane, tmp_path):
 @pytest.mark.heavy
 def test_jax_distributed_all_reduces_across_two_nodes(plane, tmp_path):
     _apply(plane, tmp_path, _trainjob("jx", "jax-distributed", {"numNodes": 2, "command": _script(JAX, "python")}))
-    plane.cli("wait", "trainjob/jx", "--for=condition=Complete", "--timeout=120s")
+    plane.cli("wait", "trainjob/jx", "--for=condition=Complete", "--timeout=240s")
     env = _env(_node_pods(plane, "jx")[1])
     assert env["JAX_NUM_PROCESSES"] == "2" and env["JAX_COORDINATOR_ADDRESS"].startswith("jx-node-0-0.jx:")
     out = _logs(plane, "jx")
@@ -145,7 +145,7 @@ def test_jax_distributed_all_reduces_across_two_nodes(plane, tmp_path):
 def test_xgboost_distributed_trains_one_model_across_two_nodes(plane, tmp_path):
     _apply(plane, tmp_path, _trainjob("xg", "xgboost-distributed",
                                       {"numNodes": 2, "command": _script(XGBOOST, "python")}))
-    plane.cli("wait", "trainjob/xg", "--for=condition=Complete", "--timeout=120s")
+    plane.cli("wait", "trainjob/xg", "--for=condition=Complete", "--timeout=240s")
     env = _env(_node_pods(plane, "xg")[0])
     assert (env["DMLC_TRACKER_URI"], env["DMLC_NUM_WORKER"]) == ("xg-node-0-0.xg", "2")
     out = _logs(plane, "xg")
@@ -177,7 +177,7 @@ def test_a_failing_trainer_fails_the_trainjob_and_deleting_it_leaves_no_pods(pla
 def test_suspended_trainjob_makes_no_pods_until_resumed(plane, tmp_path):
     _apply(plane, tmp_path, _trainjob("sus", "torch-distributed", {"command": ["python", "-c", "print('ran')"]},
                                       suspend=True))
-    plane.cli("wait", "trainjob/sus", "--for=condition=Suspended", "--timeout=30s")
+    plane.cli("wait", "trainjob/sus", "--for=condition=Suspended", "--timeout=60s")
     suspended = _condition(plane.get("trainjob", "sus"), "Suspended")
     assert (suspended["reason"], suspended["message"]) == ("Suspended", "TrainJob is suspended")
     assert plane.get("jobset", "sus")["spec"]["suspend"] is True and not _node_pods(plane, "sus")
@@ -296,7 +296,7 @@ def test_deepspeed_distributed_runs_mpirun_across_the_launcher_and_a_node(plane,
     script = f"cat > /home/mpiuser/train.py <<'EOM'\n{MPI_ALLREDUCE}EOM\npython /home/mpiuser/train.py"
     command = ["mpirun", "--hostfile", "/etc/mpi/hostfile", "bash", "-c", script]
     _apply(plane, tmp_path, _trainjob("ds", "deepspeed-distributed", {"numNodes": 2, "command": command}))
-    plane.cli("wait", "trainjob/ds", "--for=condition=Complete", "--timeout=90s")
+    plane.cli("wait", "trainjob/ds", "--for=condition=Complete", "--timeout=180s")
     hostfile = plane.client().get("ConfigMap", "default", "ds-mpi-hostfile")["data"]["hostfile"]
     assert hostfile == "ds-launcher-0-0 slots=1\nds-node-0-0.ds slots=1\n"
     launcher = next(p for p in _node_pods(plane, "ds")
@@ -395,7 +395,7 @@ def test_runtime_patches_cannot_get_past_pod_security(plane, tmp_path):
             "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
             "containers": [{"name": "node", "volumeMounts": [{"name": "root", "mountPath": "/host"}]}]}}}}}]}}}}]
     _apply(plane, tmp_path, job)
-    plane.cli("wait", "trainjob/escape", "--for=condition=Failed", "--timeout=30s")
+    plane.cli("wait", "trainjob/escape", "--for=condition=Failed", "--timeout=60s")
     failed = _condition(plane.get("trainjob", "escape"), "Failed")
     assert failed["reason"] == "FailedCreate"
     assert failed["message"] == ('jobsets.jobset.x-k8s.io "escape" is forbidden: violates PodSecurity '
