@@ -21,7 +21,7 @@ from trimaran.controllers.gc import GarbageCollector
 from trimaran.controllers.jobset import JobSetReconciler
 from trimaran.controllers.kubelet import Kubelet
 from trimaran.controllers.ports import PortAllocator
-from trimaran.controllers.serving import InferenceServiceReconciler
+from trimaran.controllers.serving import InferenceServiceReconciler, SeldonDeploymentReconciler
 from trimaran.controllers.trainer import TrainJobReconciler, install_builtin_runtimes
 from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
@@ -97,7 +97,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     manager = ControllerManager(store, [
         TrainingJobReconciler(store, ports), BatchJobReconciler(store), JobSetReconciler(store),
         trainjobs, ClaimReconciler(store, home),
-        ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime), kubelet,
+        ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
+        SeldonDeploymentReconciler(store, home), kubelet,
         DeploymentReconciler(store, ports), ServiceReconciler(store, runtime),
         GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,

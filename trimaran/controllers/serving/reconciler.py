@@ -73,6 +73,9 @@ from trimaran.serving.storage import (
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
 DRAINING_ANNOTATION = "serving.trimaran.io/draining-since"
+INGRESS_PATH_ANNOTATION = "serving.trimaran.io/ingress-path"
+INGRESS_WEIGHT_ANNOTATION = "serving.trimaran.io/ingress-weight"
+SHADOW_ANNOTATION = "serving.trimaran.io/shadow"
 DRAIN_SECONDS = 1.0  # the router re-reads routes every 0.2 s; then in-flight requests finish
 BUSY_REQUEUE = 0.3  # while something is starting, draining or not yet ready
 LOG_TAIL_LINES = 5
@@ -161,6 +164,7 @@ class InferenceServiceReconciler(Reconciler):
                 "traffic": [{"revisionName": t["revisionName"], "percent": t["percent"]}
                             for t in outcome.rollout.traffic],
                 "revisions": outcome.routes,
+                **(_ingress_path(obj) if service_key == entry_key else {}),
             }
             self._component_status(status, component, outcome, ports[service_key],
                                    grpc_port if component == "predictor" else None)
@@ -641,6 +645,17 @@ def _model_status(status: dict, outcome: _Outcome) -> None:
         model["states"] = {"activeModelState": "Loaded" if r.latest_ready else "Pending",
                            "targetModelState": "Loading"}
     status["modelStatus"] = model
+
+
+def _ingress_path(obj: dict) -> dict:
+    """The router's path route for an InferenceService that stands for a SeldonDeployment's predictor
+    (`controllers/serving/seldon`): its prefix, weight and whether it is a shadow, from its annotations."""
+    annotations = obj["metadata"].get("annotations") or {}
+    prefix = annotations.get(INGRESS_PATH_ANNOTATION)
+    if not prefix:
+        return {}
+    return {"path": {"prefix": prefix, "weight": float(annotations.get(INGRESS_WEIGHT_ANNOTATION) or 100),
+                     "shadow": annotations.get(SHADOW_ANNOTATION) == "true"}}
 
 
 def _running_for(pod: dict) -> float:

@@ -141,6 +141,11 @@ class Service:
     timeout: float
     activation_timeout: float
     grpc_port: int | None = None
+    # An ingress path prefix (a SeldonDeployment's ``/seldon/NS/NAME/``) this service answers on the ingress
+    # port beside its host, with its share of that path's traffic; a shadow gets a copy, its answer dropped.
+    path: str | None = None
+    path_weight: float = 100.0
+    shadow: bool = False
 
 
 class Unroutable(Exception):
@@ -176,6 +181,8 @@ class Router:
         self.services: dict[str, Service] = {}
         self.revisions: dict[str, Revision] = {}
         self.by_host: dict[str, Service] = {}
+        self.by_path: dict[bytes, list[Service]] = {}
+        self._shadows: set[asyncio.Task] = set()
         self._stamp: tuple[float, int] | None = None
         self._servers: dict[str, asyncio.base_events.Server] = {}
         self._ports: dict[str, int] = {}
@@ -291,6 +298,9 @@ class Router:
             svc.timeout = float(spec.get("timeout", 300))
             svc.activation_timeout = float(spec.get("activationTimeout", 60))
             svc.grpc_port = int(spec["grpcPort"]) if spec.get("grpcPort") else None
+            path = spec.get("path") or {}
+            svc.path = path.get("prefix")
+            svc.path_weight, svc.shadow = float(path.get("weight", 100)), bool(path.get("shadow"))
             try:
                 await self._listen(f"svc:{key}", svc.port, svc)
                 self.bind_errors.pop(key, None)
@@ -313,6 +323,10 @@ class Router:
             if not rev.draining:
                 del self.revisions[name]
         self.by_host = {h: s for s in self.services.values() for h in s.hosts}
+        self.by_path = {}
+        for svc in self.services.values():
+            if svc.path:
+                self.by_path.setdefault(svc.path.rstrip("/").encode() + b"/", []).append(svc)
         for rev in self.revisions.values():
             rev.notify()
         self.loaded_version = self.routes_version
@@ -398,6 +412,8 @@ class Router:
             writer.close()
 
     async def _route(self, request: Request, service: Service | None) -> Response:
+        if service is None and request.target.startswith(b"/seldon/"):
+            service = self._by_path(request)
         if service is None:
             host = (request.header(b"host") or b"").decode("latin-1").rsplit(":", 1)[0].lower()
             service = self.by_host.get(host)
@@ -407,6 +423,29 @@ class Router:
         if rev is None:
             return Response(503, _JSON, _error(f"{service.key} has no ready revision yet"))
         return await self._proxy(service, rev, request)
+
+    def _by_path(self, request: Request) -> Service | None:
+        """The service for an ingress path (``/seldon/NS/NAME/...``) by the weights of its services; a copy of
+        the request goes to each shadow, whose answer nobody waits for."""
+        prefix = b"/".join(request.target.split(b"/", 4)[:4]) + b"/"
+        services = self.by_path.get(prefix)
+        if not services:
+            return None
+        for shadow in (s for s in services if s.shadow):
+            rev = self._choose(shadow)
+            if rev is not None:
+                task = asyncio.get_running_loop().create_task(self._proxy(shadow, rev, request))
+                self._shadows.add(task)
+                task.add_done_callback(self._shadows.discard)
+        live = [s for s in services if not s.shadow and s.path_weight > 0]
+        if not live:
+            return None
+        point = random.random() * sum(s.path_weight for s in live)
+        for svc in live:
+            point -= svc.path_weight
+            if point < 0:
+                return svc
+        return live[-1]
 
     def _choose(self, service: Service) -> Revision | None:
         targets = [(self.revisions[name], pct) for name, pct in service.traffic if name in self.revisions and pct > 0]

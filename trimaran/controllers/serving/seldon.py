@@ -1,0 +1,298 @@
+"""The SeldonDeployment reconciler: each predictor becomes an InferenceService that runs its graph.
+
+A predictor ``P`` of SeldonDeployment ``S`` is the InferenceService ``S-P`` (owned by ``S``, so deleting
+one deletes the other), whose predictor is a custom container running the whole graph in one process
+(``python -m trimaran.serving.seldon``: a hop between units is a call, not a request). That gives the
+predictor everything an InferenceService has: replicas as pods, the router's readiness probes (the
+executor listens once every unit has loaded), retries, draining, scaling and restarts. The router
+serves it on the ingress port at ``/seldon/<namespace>/<S>/`` as Seldon's ingress does, weighted by
+the predictor's ``traffic``; a ``shadow`` predictor gets a copy of each request and its answer is dropped.
+
+Where units come from: a prepackaged server's ``modelUri`` is mounted read-only (a claim, or a local
+directory after the same checks as an InferenceService's storageUri) or, for a remote URI, fetched by
+the executor with `trimaran.serving.storage.fetch`; a unit named after a componentSpecs container is
+that container's Python class: ``MODEL_NAME`` in its env or the argument after
+``seldon-core-microservice``, found in its ``workingDir`` or volume mounts (a ConfigMap, a claim), whose
+volumes, mounts and env the executor's container takes over. With ``protocol: v2`` a lone prepackaged
+MODEL is served by the model server itself (V2 REST, named after the unit).
+
+Replicas follow Seldon's precedence (`trimaran.api.seldon.predictor_replicas`); a componentSpec's
+``hpaSpec`` becomes the InferenceService's HPA bounds and target (cpu or memory utilization).
+Status: ``state`` Creating until every predictor's InferenceService is Ready (Available), Failed when
+one cannot start, ``address.url`` the ingress path, ``deploymentStatus`` per predictor.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from trimaran.api.seldon import PREPACKAGED_SERVERS, predictor_replicas
+from trimaran.api.serving import StorageUriError, parse_storage_uri, resolve_storage_uri
+from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
+from trimaran.controllers.pods import owner_reference
+from trimaran.controllers.serving.reconciler import (
+    INGRESS_PATH_ANNOTATION,
+    INGRESS_WEIGHT_ANNOTATION,
+    SHADOW_ANNOTATION,
+    status_true,
+)
+from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+
+__all__ = ["SeldonDeploymentReconciler", "predictor_service"]
+
+SDEP_LABEL = "seldon-deployment-id"
+PREDICTOR_LABEL = "seldon.io/predictor"
+MODEL_MOUNT = "/mnt/seldon"
+RECHECK_SECONDS = 1.0
+
+
+class SpecProblem(ValueError):
+    """A predictor this machine cannot run (a model directory outside the allowed roots, say)."""
+
+
+def predictor_service(sdep: dict, predictor: dict, home: Path) -> dict:
+    """The InferenceService that runs ``predictor`` of ``sdep``. Raises SpecProblem."""
+    name, ns = sdep["metadata"]["name"], sdep["metadata"]["namespace"]
+    spec = sdep["spec"]
+    protocol = spec.get("protocol") or "seldon"
+    graph = predictor["graph"]
+    replicas = predictor_replicas(spec, predictor)
+    component = {"minReplicas": replicas, "maxReplicas": max(replicas, 1), **_autoscaling(predictor)}
+    lone = not graph.get("children") and graph.get("implementation") in PREPACKAGED_SERVERS
+    if protocol == "v2" and lone and PREPACKAGED_SERVERS[graph["implementation"]]:
+        component["model"] = {"modelFormat": {"name": PREPACKAGED_SERVERS[graph["implementation"]]},
+                              "storageUri": graph["modelUri"], "protocolVersion": "v2",
+                              "args": ["--model-name", graph["name"]]}
+    else:
+        component.update(_executor(sdep, predictor, protocol, home))
+    annotations = {INGRESS_PATH_ANNOTATION: f"/seldon/{ns}/{name}/",
+                   INGRESS_WEIGHT_ANNOTATION: str(predictor.get("traffic") or 0)}
+    if predictor.get("shadow"):
+        annotations[SHADOW_ANNOTATION] = "true"
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+        "metadata": {"name": f"{name}-{predictor['name']}", "namespace": ns, "annotations": annotations,
+                     "labels": {**(predictor.get("labels") or {}), SDEP_LABEL: name,
+                                PREDICTOR_LABEL: predictor["name"]},
+                     "ownerReferences": [owner_reference(sdep)]},
+        "spec": {"predictor": component},
+    }
+
+
+def _autoscaling(predictor: dict) -> dict:
+    for component in predictor.get("componentSpecs") or []:
+        hpa = component.get("hpaSpec")
+        if not hpa:
+            continue
+        out: dict[str, Any] = {"minReplicas": int(hpa.get("minReplicas") or 1), "maxReplicas": int(hpa["maxReplicas"])}
+        for metric in (hpa.get("metricsv2") or []) + (hpa.get("metrics") or []):
+            resource = metric.get("resource") or {}
+            target = resource.get("targetAverageUtilization") or \
+                (resource.get("target") or {}).get("averageUtilization")
+            if resource.get("name") in ("cpu", "memory") and target:
+                out.update(scaleMetric=resource["name"], scaleTarget=int(target))
+                break
+        return out
+    return {}
+
+
+def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
+    """The predictor's pod: one container running the graph, with what its units need mounted."""
+    ns = sdep["metadata"]["namespace"]
+    containers = {c["name"]: (j, c) for j, cs in enumerate(predictor.get("componentSpecs") or [])
+                  for c in (cs.get("spec") or {}).get("containers") or []}
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    env: list[dict] = []
+    sources: dict[str, dict] = {}
+    pod_fields: dict[str, Any] = {}
+    for unit in _walk(predictor["graph"]):
+        impl = unit.get("implementation")
+        if impl in PREPACKAGED_SERVERS:
+            sources[unit["name"]] = _model_source(unit, ns, home, volumes, mounts)
+        elif unit["name"] in containers:
+            j, container = containers[unit["name"]]
+            pod_spec = (predictor["componentSpecs"][j].get("spec") or {})
+            for key in ("serviceAccountName", "securityContext", "nodeSelector", "tolerations", "affinity"):
+                if key in pod_spec:
+                    pod_fields.setdefault(key, pod_spec[key])
+            renamed = {v["name"]: f"c{j}-{v['name']}" for v in pod_spec.get("volumes") or []}
+            for volume in pod_spec.get("volumes") or []:
+                if not any(v["name"] == renamed[volume["name"]] for v in volumes):
+                    volumes.append({**volume, "name": renamed[volume["name"]]})
+            paths = [container["workingDir"]] if container.get("workingDir") else []
+            for mount in container.get("volumeMounts") or []:
+                mounts.append({**mount, "name": renamed.get(mount["name"], mount["name"])})
+                paths.append(mount["mountPath"])
+            env += [e for e in container.get("env") or [] if e.get("name") != "MODEL_NAME"]
+            sources[unit["name"]] = {"class": _class_name(container, unit["name"]), "paths": paths}
+    config = {"name": sdep["metadata"]["name"], "predictor": predictor["name"], "protocol": protocol,
+              "graph": predictor["graph"], "sources": sources}
+    main = {"name": "kserve-container", "command": ["python", "-m", "trimaran.serving.seldon"],
+            "env": [{"name": "SELDON_GRAPH_CONFIG", "value": json.dumps(config, sort_keys=True)}, *env]}
+    if mounts:
+        main["volumeMounts"] = _unique(mounts, "mountPath")
+    resources = (predictor.get("svcOrchSpec") or {}).get("resources")
+    if resources:
+        main["resources"] = resources
+    out: dict[str, Any] = {"containers": [main], **pod_fields}
+    if volumes:
+        out["volumes"] = volumes
+    return out
+
+
+def _model_source(unit: dict, namespace: str, home: Path, volumes: list[dict], mounts: list[dict]) -> dict:
+    uri = unit["modelUri"]
+    try:
+        loc = parse_storage_uri(uri)
+        if loc.kind == "remote":
+            return {"modelUri": uri}
+        volume_name = f"model-{len(volumes)}"
+        where = f"{MODEL_MOUNT}/{unit['name']}"
+        if loc.kind == "pvc":
+            volumes.append({"name": volume_name, "persistentVolumeClaim": {"claimName": loc.claim, "readOnly": True}})
+            mounts.append({"name": volume_name, "mountPath": where, "readOnly": True})
+            return {"modelDir": f"{where}/{loc.path}".rstrip("/")}
+        host = resolve_storage_uri(uri, home, namespace)
+    except StorageUriError as exc:
+        raise SpecProblem(f"unit {unit['name']!r}: modelUri {uri}: {exc}") from None
+    if not host.exists():
+        raise SpecProblem(f"unit {unit['name']!r}: modelUri {uri}: {host} does not exist")
+    volumes.append({"name": volume_name, "hostPath": {"path": str(host)}})
+    mounts.append({"name": volume_name, "mountPath": where, "readOnly": True})
+    return {"modelDir": where}
+
+
+def _class_name(container: dict, unit: str) -> str:
+    """The class ``seldon-core-microservice`` would load: its first argument, else ``MODEL_NAME``."""
+    argv = list(container.get("command") or []) + list(container.get("args") or [])
+    if len(argv) == 1 and " " in argv[0]:
+        argv = shlex.split(argv[0])
+    for i, word in enumerate(argv[:-1]):
+        if word.endswith("seldon-core-microservice"):
+            return argv[i + 1]
+    for var in container.get("env") or []:
+        if var.get("name") == "MODEL_NAME" and var.get("value"):
+            return str(var["value"])
+    raise SpecProblem(f"unit {unit!r}: container {container['name']!r} names no class: set MODEL_NAME in its env "
+                      "or run seldon-core-microservice CLASS")
+
+
+def _walk(unit: dict) -> list[dict]:
+    out = [unit]
+    for child in unit.get("children") or []:
+        out += _walk(child)
+    return out
+
+
+def _unique(items: list[dict], key: str) -> list[dict]:
+    return list({item[key]: item for item in items}.values())
+
+
+class SeldonDeploymentReconciler(Reconciler):
+    """Runs SeldonDeployments (see the module docstring)."""
+
+    name = "seldon"
+    kinds = ("SeldonDeployment",)
+    watches = ("InferenceService",)
+
+    def __init__(self, store: Store, home: Path) -> None:
+        super().__init__(store)
+        self.home = home
+
+    def reconcile(self, key: Key) -> float | None:
+        try:
+            obj = self.store.get(key.kind, key.namespace, key.name)
+        except NotFound:
+            return None
+        if is_being_deleted(obj):
+            return None
+        status = copy.deepcopy(obj.get("status") or {})
+        before = copy.deepcopy(status)
+        wanted: dict[str, dict] = {}
+        problems: list[str] = []
+        for predictor in obj["spec"]["predictors"]:
+            try:
+                wanted[predictor["name"]] = predictor_service(obj, predictor, self.home)
+            except SpecProblem as exc:
+                problems.append(f"predictor {predictor['name']!r}: {exc}")
+        owned = {o["metadata"]["name"]: o for o in self.store.list("InferenceService", key.namespace,
+                                                                   owner_uid=obj["metadata"]["uid"])}
+        for child in wanted.values():
+            self._apply(child, owned.get(child["metadata"]["name"]))
+        for stale in set(owned) - {c["metadata"]["name"] for c in wanted.values()}:
+            try:
+                self.store.delete("InferenceService", key.namespace, stale)
+            except NotFound:
+                pass
+        self._status(obj, status, wanted, problems)
+        if status != before:
+            obj["status"] = status
+            try:
+                self.write_status(obj)
+            except Conflict:
+                return 0.05
+            except NotFound:
+                return None
+        return None if status.get("state") == "Available" else RECHECK_SECONDS
+
+    def _apply(self, child: dict, current: dict | None) -> None:
+        if current is None:
+            try:
+                self.store.create(child)
+            except AlreadyExists:
+                pass
+            return
+        if current["spec"] == child["spec"] and current["metadata"].get("annotations") == \
+                child["metadata"]["annotations"]:
+            return
+        current = {**current, "spec": child["spec"],
+                   "metadata": {**current["metadata"], "annotations": child["metadata"]["annotations"]}}
+        try:
+            self.store.update(current)
+        except (Conflict, NotFound):
+            self.wake(key_of(current))  # decided again from fresh state on the next pass
+
+    def _status(self, obj: dict, status: dict, wanted: dict[str, dict], problems: list[str]) -> None:
+        name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+        deployment: dict[str, dict] = {}
+        ready_all = not problems
+        failures = list(problems)
+        replicas = 0
+        for predictor, child in wanted.items():
+            try:
+                stored = self.store.get("InferenceService", ns, child["metadata"]["name"])
+            except NotFound:
+                ready_all = False
+                continue
+            child_status = stored.get("status") or {}
+            counts = ((child_status.get("components") or {}).get("predictor") or {}).get("replicas") or {}
+            ready = sum(int(r.get("ready", 0)) for r in counts.values()) if isinstance(counts, dict) else 0
+            total = sum(int(r.get("total", 0)) for r in counts.values()) if isinstance(counts, dict) else 0
+            replicas += total
+            deployment[child["metadata"]["name"]] = {"replicas": total, "availableReplicas": ready,
+                                                     "name": child["metadata"]["name"], "predictor": predictor}
+            if not status_true(child_status, "Ready"):
+                ready_all = False
+                failure = (child_status.get("modelStatus") or {}).get("lastFailureInfo") or {}
+                if failure.get("message"):
+                    failures.append(f"predictor {predictor!r}: {failure['message']}")
+        status["deploymentStatus"] = deployment
+        status["replicas"] = replicas
+        status["address"] = {"url": f"http://127.0.0.1:{self._ingress_port()}/seldon/{ns}/{name}/api/v1.0/predictions"}
+        if failures:
+            status["state"], status["description"] = "Failed", "; ".join(failures)
+        elif ready_all:
+            status["state"], status["description"] = "Available", ""
+        else:
+            status["state"], status["description"] = "Creating", "waiting for the predictors' replicas"
+
+    def _ingress_port(self) -> int:
+        try:
+            return int(json.loads((self.home / "serving" / "routes.json").read_text()).get("ingressPort") or 0)
+        except (OSError, ValueError):
+            return 0
