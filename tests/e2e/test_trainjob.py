@@ -412,3 +412,24 @@ def test_a_one_node_mpi_trainjob_is_its_launcher_alone(plane, tmp_path):
     pods = _node_pods(plane, "solo")
     assert [p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods] == ["launcher"]
     assert plane.cli("logs", pods[0]["metadata"]["name"]).stdout.strip() == "solo-launcher-0-0"
+
+
+def test_a_namespaced_plain_runtime_runs_every_node(plane, tmp_path):
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+               "metadata": {"name": "plain", "labels": {"trainer.kubeflow.org/framework": "plainml"}},
+               "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [{
+                   "name": "node", "template": {"metadata": {"labels": {
+                       "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                       "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+                           "name": "node", "image": "python:3.11", "command": ["python", "-c", "print('default')"]
+                       }]}}}}}]}}}}
+    _apply(plane, tmp_path, runtime)
+    rank = "import os; print('node', os.environ['JOB_COMPLETION_INDEX'])"
+    _apply(plane, tmp_path, _trainjob("plain", "plain", {"numNodes": 2, "command": ["python", "-c", rank]},
+                                      runtimeRef={"name": "plain", "kind": "TrainingRuntime"}))
+    plane.cli("wait", "trainjob/plain", "--for=condition=Complete", "--timeout=60s")
+    pods = _node_pods(plane, "plain")
+    assert sorted(plane.cli("logs", p["metadata"]["name"]).stdout.strip() for p in pods) == ["node 0", "node 1"]
+    assert not [k for k in _env(pods[0]) if k.startswith(("PET_", "JAX_", "DMLC_"))], "plain ML injects nothing"
+    assert "plain" in plane.cli("get", "trainingruntimes").stdout
+    assert "torch-distributed" in plane.cli("get", "clustertrainingruntimes").stdout
