@@ -431,5 +431,10 @@ def test_a_namespaced_plain_runtime_runs_every_node(plane, tmp_path):
     pods = _node_pods(plane, "plain")
     assert sorted(plane.cli("logs", p["metadata"]["name"]).stdout.strip() for p in pods) == ["node 0", "node 1"]
     assert not [k for k in _env(pods[0]) if k.startswith(("PET_", "JAX_", "DMLC_"))], "plain ML injects nothing"
+    assert plane.cli("logs", "plain").stdout.strip() == "node 0", "a TrainJob's log is its node 0's"
+    second = plane.cli("logs", "trainjob/plain", "--replica-type", "node", "--replica-index", "1").stdout
+    assert second.strip() == "node 1"
+    described = plane.cli("describe", "trainjob", "plain").stdout
+    assert all(p["metadata"]["name"] in described for p in pods), described
     assert "plain" in plane.cli("get", "trainingruntimes").stdout
     assert "torch-distributed" in plane.cli("get", "clustertrainingruntimes").stdout

@@ -141,10 +141,7 @@ def describe(kind: str, name: str | None = typer.Argument(None), namespace: str 
     try:
         obj = client.get(info.kind, namespace or "default", name)
         events = client.events(info.kind, obj["metadata"].get("namespace") or None, name)
-        pods = []
-        if info.kind != "Pod":
-            uid = obj["metadata"]["uid"]
-            pods = [p for p in client.list("Pod", obj["metadata"].get("namespace")) if owned_by(p, uid)]
+        pods = [] if info.kind == "Pod" else _pods_of(client, obj)
     except APIError as exc:
         _fail(str(exc))
     describe_object(console, obj, events, pods)
@@ -214,7 +211,7 @@ def _find_pod(client: Client, ns: str, ref: str, replica_type: str | None, index
     else:
         from trimaran.api.kinds import kubeflow_job_kinds
 
-        candidates = [*kubeflow_job_kinds(), "Job"]
+        candidates = [*kubeflow_job_kinds(), "TrainJob", "Job"]
     for k in candidates:
         if k == "Pod":
             return name
@@ -224,25 +221,43 @@ def _find_pod(client: Client, ns: str, ref: str, replica_type: str | None, index
             if exc.status == 404:
                 continue
             raise
-        uid = job["metadata"]["uid"]
-        pods = [p for p in client.list("Pod", ns) if owned_by(p, uid)]
+        pods = _pods_of(client, job)
         if replica_type is not None:
             rt = replica_type.lower()
             for p in pods:
                 labels = p["metadata"].get("labels") or {}
-                if labels.get("training.kubeflow.org/replica-type") == rt and \
-                        labels.get("training.kubeflow.org/replica-index") == str(index):
+                if (labels.get("training.kubeflow.org/replica-type") or labels.get(_RJOB_LABEL)) == rt and \
+                        (labels.get("training.kubeflow.org/replica-index") or labels.get(_INDEX_LABEL)) == str(index):
                     return p["metadata"]["name"]
             raise _NoPodYet(404, f"{k} {name} has no pod for replica {replica_type}[{index}]")
         for p in pods:
-            # The pod a person means: the master (TF, PyTorch, MPIJob v1's launcher) or the
-            # MPI operator's launcher.
-            if (p["metadata"].get("labels") or {}).get("training.kubeflow.org/job-role") in ("master", "launcher"):
+            # The pod a person means: the master (TF, PyTorch, MPIJob v1's launcher), the MPI
+            # operator's launcher, or a TrainJob's launcher, else its node 0 (the SDK's node-0).
+            labels = p["metadata"].get("labels") or {}
+            if labels.get("training.kubeflow.org/job-role") in ("master", "launcher") or \
+                    labels.get(_RJOB_LABEL) == "launcher":
+                return p["metadata"]["name"]
+        for p in pods:
+            labels = p["metadata"].get("labels") or {}
+            if labels.get(_RJOB_LABEL) == "node" and labels.get(_INDEX_LABEL) == "0":
                 return p["metadata"]["name"]
         if pods:
             return sorted(pods, key=lambda p: p["metadata"]["name"])[0]["metadata"]["name"]
         raise _NoPodYet(404, f"{k} {name} has no pods yet")
     raise APIError(404, f"no pod or job named {name!r} in namespace {ns}")
+
+
+_RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+
+
+def _pods_of(client: Client, obj: dict) -> list[dict]:
+    """A workload's pods: those it owns, or for a JobSet (and a TrainJob's, named like it) its Jobs' pods."""
+    ns = obj["metadata"].get("namespace")
+    if obj["kind"] in ("JobSet", "TrainJob"):
+        return client.list("Pod", ns, selector=f"jobset.sigs.k8s.io/jobset-name={obj['metadata']['name']}")
+    uid = obj["metadata"]["uid"]
+    return [p for p in client.list("Pod", ns) if owned_by(p, uid)]
 
 
 # -- delete ---------------------------------------------------------------------------------------
