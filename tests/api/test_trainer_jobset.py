@@ -134,3 +134,51 @@ def test_a_runtimes_own_initializer_step_gets_the_source():
     assert [r["name"] for r in jobset["spec"]["replicatedJobs"]] == ["dataset-initializer", "node"]
     assert _node_env(jobset, "dataset-initializer") == {"STORAGE_URI": "hf://org/data"}
     assert "volumeClaimPolicies" not in jobset["spec"], "the runtime's own step brings its own storage"
+
+
+def _stored_trainjob(store, name: str, **spec: Any) -> dict:
+    job = validate({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec}}).object
+    return store.create(job)
+
+
+def test_the_reconciler_leaves_other_managers_jobs_and_foreign_jobsets_alone(tmp_path):
+    import pytest
+
+    from trimaran.controllers.base import Key
+    from trimaran.controllers.ports import PortAllocator
+    from trimaran.controllers.trainer import TrainJobReconciler, install_builtin_runtimes
+    from trimaran.store import open_store
+
+    store = open_store(tmp_path / "trimaran.db")
+    ports = PortAllocator()
+    try:
+        store.ensure_namespace("default")
+        install_builtin_runtimes(store)
+        reconciler = TrainJobReconciler(store, ports)
+        _stored_trainjob(store, "kueued", managedBy="kueue.x-k8s.io/multikueue")
+        assert reconciler.reconcile(Key("TrainJob", "default", "kueued")) is None
+        assert store.list("JobSet", "default") == [] and not store.get("TrainJob", "default", "kueued").get("status")
+
+        theirs = validate({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                           "metadata": {"name": "taken", "namespace": "default"},
+                           "spec": {"replicatedJobs": [{"name": "x", "template": {"spec": {"template": {"spec": {
+                               "containers": [{"name": "c", "image": "i"}]}}}}}]}}).object
+        store.create(theirs)
+        _stored_trainjob(store, "taken")
+        with pytest.raises(RuntimeError, match="JobSet taken exists and is not this TrainJob's"):
+            reconciler.reconcile(Key("TrainJob", "default", "taken"))
+
+        _stored_trainjob(store, "mine")
+        key = Key("TrainJob", "default", "mine")
+        passes = [reconciler.reconcile(key) for _ in range(2)]  # the port is recorded, then the JobSet made
+        assert passes[0] == 0.05 and passes[1] != 0.05
+        port = int(store.get("TrainJob", "default", "mine")["metadata"]["annotations"]["trimaran.io/trainer-port"])
+        assert store.get("JobSet", "default", "mine")["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+        store.delete("TrainJob", "default", "mine")
+        assert reconciler.reconcile(key) is None
+        assert port not in ports._reserved, "a TrainJob that is gone gives its port back"
+    finally:
+        ports.release(list(ports._reserved))
+        store.close()
