@@ -87,7 +87,7 @@ class Executor:
             stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         self.client = httpx.Client(base_url=self.url, timeout=30)
 
-    def wait_ready(self) -> Executor:
+    def wait_ready(self, timeout: float = 60) -> Executor:
         def ready() -> bool:
             if self.process.poll() is not None:
                 raise AssertionError(f"executor exited with {self.process.returncode}:\n{self.log_path.read_text()}")
@@ -96,7 +96,7 @@ class Executor:
             except httpx.TransportError:
                 return False
 
-        poll(ready, timeout=60, what="the executor ready")
+        poll(ready, timeout=timeout, what="the executor ready")
         return self
 
     def predict(self, body: dict, path: str = "/api/v1.0/predictions") -> httpx.Response:

@@ -133,12 +133,20 @@ class PrepackagedModel(Unit):
             raise RuntimeError(f"unit {self.name!r}: {self.implementation} cannot load {model_dir}: {exc}") from exc
         self.method = str(parameters.get("method") or ("predict_proba" if runtime == "sklearn" else "predict"))
         self.signature = parameters.get("signature_name")
+        self.model_name = str(parameters.get("model_name") or self.name)
+        if self.signature:
+            from trimaran.serving.runtimes import InferenceInputError
+
+            try:
+                self.model.signature_specs(self.signature)
+            except InferenceInputError as exc:
+                raise RuntimeError(f"unit {self.name!r}: parameter signature_name: {exc}") from exc
 
     def predict(self, msg: Message) -> Message:
         from trimaran.serving.runtimes import InferenceInputError
 
         x = _array(self, msg)
-        inputs = self.model.inputs
+        inputs = self.model.signature_specs(self.signature)[0] if self.signature else self.model.inputs
         name = inputs[0].name if len(inputs) == 1 else "input-0"
         if inputs and inputs[0].datatype.startswith("FP") and x.dtype.kind in "iuf":
             x = x.astype(np.float32)
@@ -150,7 +158,7 @@ class PrepackagedModel(Unit):
                     raise self.error("the model has no predict_proba; set the parameter method=predict")
             else:
                 out = self.model.predict({name: x}, signature_name=self.signature)
-                result = next(iter(out.values()))
+                result = out[sorted(out)[0]] if len(out) > 1 else next(iter(out.values()))
         except InferenceInputError as exc:
             raise self.error(str(exc)) from None
         result = np.asarray(result)
@@ -158,7 +166,7 @@ class PrepackagedModel(Unit):
         return reply(msg, result, names)
 
     def metadata(self) -> dict[str, Any]:
-        return {**self.model.metadata(), "versions": [self.model.version]}
+        return {**self.model.metadata(), "name": self.model_name, "versions": [self.model.version]}
 
 
 def _version_dir(model_dir: Path) -> Path:
