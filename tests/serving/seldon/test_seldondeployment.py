@@ -93,3 +93,15 @@ def test_bad_graph_is_refused_at_apply_and_nothing_is_stored(plane: ControlPlane
     assert 'spec.predictors[0].graph.children[0].name: Invalid value: "ghost": names no container' in result.stderr
     assert 'spec.predictors[0].graph.children[1].implementation: Unsupported value: "NOPE_SERVER"' in result.stderr
     assert plane.cli("get", "sdep", "broken", check=False).returncode != 0
+
+
+def test_a_model_that_is_not_there_fails_the_deployment_saying_which_unit(plane: ControlPlaneHandle,
+                                                                          tmp_path: Path) -> None:
+    sdep = {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment", "metadata": {"name": "lost"},
+            "spec": {"predictors": [{"name": "p", "graph": {
+                "name": "clf", "implementation": "SKLEARN_SERVER", "modelUri": str(tmp_path / "no-model")}}]}}
+    _apply(plane, tmp_path, sdep)
+    status = poll(lambda: (plane.get("sdep", "lost").get("status") or {}).get("state") == "Failed"
+                  and plane.get("sdep", "lost")["status"], timeout=30, interval=0.2, what="lost Failed")
+    assert "predictor 'p': unit 'clf': modelUri" in status["description"]
+    assert "no-model does not exist" in status["description"]

@@ -1,0 +1,72 @@
+"""What the SeldonDeployment controller asks of an InferenceService per predictor: replicas by Seldon's
+precedence, hpaSpec as HPA bounds, V2 on the model server, the ingress annotations, the class a
+componentSpecs container names, and a model directory that does not exist refused with the unit's name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trimaran.controllers.serving.seldon import SpecProblem, predictor_service
+
+
+def _sdep(*predictors: dict, **spec: object) -> dict:
+    return {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment",
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u-1"},
+            "spec": {"predictors": list(predictors), **spec}}
+
+
+SIMPLE = {"name": "m", "implementation": "SIMPLE_MODEL", "type": "MODEL"}
+
+
+def test_replicas_follow_seldons_precedence_and_hpa_spec(tmp_path: Path) -> None:
+    only_spec = {"name": "p", "graph": SIMPLE, "traffic": 100}
+    assert predictor_service(_sdep(only_spec, replicas=3), only_spec, tmp_path)["spec"]["predictor"]["minReplicas"] == 3
+    predictor = {**only_spec, "replicas": 2, "componentSpecs": [{"replicas": 4, "spec": {"containers": []}}]}
+    assert predictor_service(_sdep(predictor, replicas=3), predictor, tmp_path)["spec"]["predictor"]["minReplicas"] == 4
+    hpa = {**only_spec, "componentSpecs": [{"spec": {"containers": []}, "hpaSpec": {
+        "minReplicas": 1, "maxReplicas": 3,
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu", "targetAverageUtilization": 10}}]}}]}
+    component = predictor_service(_sdep(hpa), hpa, tmp_path)["spec"]["predictor"]
+    assert (component["minReplicas"], component["maxReplicas"], component["scaleMetric"], component["scaleTarget"]) == \
+        (1, 3, "cpu", 10)
+
+
+def test_shadow_traffic_v2_and_user_class(tmp_path: Path) -> None:
+    shadow = {"name": "mirror", "graph": SIMPLE, "shadow": True}
+    isvc = predictor_service(_sdep(shadow), shadow, tmp_path)
+    assert isvc["metadata"]["name"] == "s-mirror"
+    assert isvc["metadata"]["annotations"] == {"serving.trimaran.io/ingress-path": "/seldon/ns/s/",
+                                               "serving.trimaran.io/ingress-weight": "0",
+                                               "serving.trimaran.io/shadow": "true"}
+    assert isvc["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    v2 = {"name": "p", "traffic": 100, "graph": {"name": "iris", "implementation": "SKLEARN_SERVER",
+                                                  "modelUri": "pvc://models/iris"}}
+    model = predictor_service(_sdep(v2, protocol="v2"), v2, tmp_path)["spec"]["predictor"]["model"]
+    assert model == {"modelFormat": {"name": "sklearn"}, "storageUri": "pvc://models/iris", "protocolVersion": "v2",
+                     "args": ["--model-name", "iris"]}
+    custom = {"name": "p", "traffic": 100, "graph": {"name": "clf", "type": "MODEL"}, "componentSpecs": [{"spec": {
+        "containers": [{"name": "clf", "command": ["seldon-core-microservice"], "args": ["pkg.Model", "--http-port"],
+                        "workingDir": "/code", "volumeMounts": [{"name": "src", "mountPath": "/src"}],
+                        "env": [{"name": "LEVEL", "value": "3"}]}],
+        "volumes": [{"name": "src", "configMap": {"name": "code"}}]}}]}
+    pod = predictor_service(_sdep(custom), custom, tmp_path)["spec"]["predictor"]
+    container = pod["containers"][0]
+    config = json.loads(container["env"][0]["value"])
+    assert config["sources"] == {"clf": {"class": "pkg.Model", "paths": ["/code", "/src"]}}
+    assert container["env"][1] == {"name": "LEVEL", "value": "3"}
+    assert container["volumeMounts"] == [{"name": "c0-src", "mountPath": "/src"}]
+    assert pod["volumes"] == [{"name": "c0-src", "configMap": {"name": "code"}}]
+
+
+def test_missing_local_model_or_class_is_a_problem_naming_the_unit(tmp_path: Path) -> None:
+    missing = {"name": "p", "traffic": 100, "graph": {"name": "clf", "implementation": "SKLEARN_SERVER",
+                                                       "modelUri": str(tmp_path / "nowhere")}}
+    with pytest.raises(SpecProblem, match="unit 'clf': modelUri .*nowhere does not exist"):
+        predictor_service(_sdep(missing), missing, tmp_path)
+    nameless = {"name": "p", "traffic": 100, "graph": {"name": "clf", "type": "MODEL"},
+                "componentSpecs": [{"spec": {"containers": [{"name": "clf", "image": "seldonio/mock:1.3"}]}}]}
+    with pytest.raises(SpecProblem, match="container 'clf' names no class"):
+        predictor_service(_sdep(nameless), nameless, tmp_path)
