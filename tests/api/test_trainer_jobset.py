@@ -143,7 +143,7 @@ def _stored_trainjob(store, name: str, **spec: Any) -> dict:
     return store.create(job)
 
 
-def test_the_reconciler_leaves_other_managers_jobs_and_foreign_jobsets_alone(tmp_path):
+def test_the_reconciler_leaves_others_alone_fails_what_it_cannot_make_and_frees_ports(tmp_path):
     import pytest
 
     from trimaran.controllers.base import Key
@@ -169,6 +169,15 @@ def test_the_reconciler_leaves_other_managers_jobs_and_foreign_jobsets_alone(tmp
         _stored_trainjob(store, "taken")
         with pytest.raises(RuntimeError, match="JobSet taken exists and is not this TrainJob's"):
             reconciler.reconcile(Key("TrainJob", "default", "taken"))
+
+        long = "a" * 50
+        _stored_trainjob(store, long)
+        assert reconciler.reconcile(Key("TrainJob", "default", long)) == 0.05
+        assert reconciler.reconcile(Key("TrainJob", "default", long)) is None
+        [failed] = store.get("TrainJob", "default", long)["status"]["conditions"]
+        assert (failed["type"], failed["reason"]) == ("Failed", "FailedCreate")
+        assert failed["message"].startswith("the runtime and the TrainJob make an invalid JobSet: JobSet ")
+        assert "pod names generated for this JobSet will exceed 63 characters" in failed["message"]
 
         _stored_trainjob(store, "mine")
         key = Key("TrainJob", "default", "mine")

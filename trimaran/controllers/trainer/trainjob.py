@@ -137,7 +137,8 @@ class TrainJobReconciler(Reconciler):
         if jobset is None:
             created = self._create_jobset(key, job, suspend)
             if isinstance(created, str):
-                # Its pods would be refused one by one on a cluster; here the TrainJob fails at once.
+                # Nothing would change on a retry: the TrainJob fails at once (a cluster's pods would be
+                # refused one by one).
                 set_condition(status, "Failed", "True", "FailedCreate", created)
                 self.store.record_event(job, "Warning", "FailedCreate", created)
                 self._release(key)
@@ -175,8 +176,8 @@ class TrainJobReconciler(Reconciler):
         return jobset
 
     def _create_jobset(self, key: Key, job: dict, suspend: bool) -> bool | str:
-        """Build and create the JobSet; False when the TrainJob changed under us (retry), or why the
-        namespace's Pod Security level refuses its pods."""
+        """Build and create the JobSet; False when the TrainJob changed under us (retry), or why it
+        cannot be made (its pods refused by the namespace's Pod Security level, an invalid JobSet)."""
         runtime = runtime_of(job, self._lookup)
         if runtime is None:
             ref = job["spec"]["runtimeRef"]
@@ -188,6 +189,10 @@ class TrainJobReconciler(Reconciler):
             if port is None:
                 return False
         jobset, children = build_jobset(job, runtime, port, suspend)
+        try:
+            jobset = validate(jobset).object
+        except ManifestError as exc:
+            return "the runtime and the TrainJob make an invalid JobSet: " + "; ".join(exc.problems)
         refused = self._pod_security_refusal(jobset)
         if refused:
             return refused
@@ -196,11 +201,6 @@ class TrainJobReconciler(Reconciler):
                 self.store.create(validate(child).object)
             except AlreadyExists:
                 pass
-        try:
-            jobset = validate(jobset).object
-        except ManifestError as exc:
-            raise RuntimeError("the runtime and the TrainJob make an invalid JobSet: "
-                               + "; ".join(exc.problems)) from None
         try:
             self.store.create(jobset)
         except AlreadyExists:
