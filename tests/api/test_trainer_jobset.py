@@ -58,6 +58,8 @@ def test_the_trainer_goes_on_the_node_container_and_num_nodes_on_the_node_job():
 
 def test_num_proc_per_node_a_number_or_gpus():
     assert _node_env(_build("torch-distributed", {"numProcPerNode": 4})[0])["PET_NPROC_PER_NODE"] == "4"
+    requested = _build("torch-distributed", {"resourcesPerNode": {"requests": {"cpu": "3"}}})[0]
+    assert _node_env(requested)["PET_NPROC_PER_NODE"] == "3", "without limits, the CPU request"
     gpus = _build("torch-distributed", {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "2"}}})[0]
     assert _node_env(gpus)["PET_NPROC_PER_NODE"] == "auto", "torchrun counts the GPUs itself"
 
@@ -80,10 +82,15 @@ def test_runtime_patches_merge_by_name_in_order():
 
 def test_jax_and_xgboost_environment():
     jax = _node_env(_build("jax-distributed", {"numNodes": 2})[0])
-    assert (jax["JAX_NUM_PROCESSES"], jax["JAX_COORDINATOR_ADDRESS"]) == ("2", "tj-node-0-0.tj:21000")
+    assert {k: v for k, v in jax.items() if k != "JAX_PROCESS_ID"} == {
+        "JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "tj-node-0-0.tj:21000", "JAX_COORDINATOR_PORT": "21000",
+        "JAX_DISTRIBUTED_BACKEND": "gloo"}
     xgb = _node_env(_build("xgboost-distributed", {"numNodes": 2})[0])
     assert (xgb["DMLC_TRACKER_URI"], xgb["DMLC_TRACKER_PORT"], xgb["DMLC_NUM_WORKER"]) == ("tj-node-0-0.tj",
                                                                                            "21000", "2")
+    gpus = _node_env(_build("xgboost-distributed", {"numNodes": 2, "resourcesPerNode": {
+        "limits": {"nvidia.com/gpu": "2"}}})[0])
+    assert gpus["DMLC_NUM_WORKER"] == "4", "one worker per GPU"
     index = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
     assert jax["JAX_PROCESS_ID"] == xgb["DMLC_TASK_ID"] == index
 

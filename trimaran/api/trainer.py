@@ -39,6 +39,8 @@ __all__ = [
     "API_VERSION",
     "CONTROLLER_NAME",
     "FRAMEWORK_LABEL",
+    "TORCH_RESERVED_ENV",
+    "XGBOOST_RESERVED_ENV",
     "ClusterTrainingRuntime",
     "TrainJob",
     "TrainingRuntime",
@@ -58,12 +60,9 @@ MODEL_INITIALIZER = "model-initializer"
 NODE = "node"
 LAUNCHER = "launcher"
 
-# Variables each framework's plugin sets, which a TrainJob's trainer.env may not.
-RESERVED_ENV = {
-    "torch": ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"),
-    "jax": ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS"),
-    "xgboost": ("DMLC_NUM_WORKER", "DMLC_TASK_ID", "DMLC_TRACKER_URI", "DMLC_TRACKER_PORT"),
-}
+# Variables a framework's plugin sets, which a TrainJob's trainer.env may not (jax's plugin checks none).
+TORCH_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+XGBOOST_RESERVED_ENV = ("DMLC_NUM_WORKER", "DMLC_TASK_ID", "DMLC_TRACKER_URI", "DMLC_TRACKER_PORT")
 NUM_PROC_WORDS = ("auto", "cpu", "gpu")
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://.+")
 _MANAGERS = (CONTROLLER_NAME, MULTIKUEUE)
@@ -469,7 +468,7 @@ class TrainJob(Resource):
 
 def _check_num_proc(path: str, value: int | str | None) -> list[FieldError]:
     if isinstance(value, str) and value not in NUM_PROC_WORDS:
-        return [FieldError.not_supported(path, value, NUM_PROC_WORDS)]
+        return [FieldError.invalid(path, value, f"must have an int value or [{' '.join(NUM_PROC_WORDS)}]")]
     if isinstance(value, int) and value < 1:
         return [FieldError.invalid(path, value, "should be greater than or equal to 1")]
     return []
@@ -507,9 +506,13 @@ def runtime_errors(trainjob: dict[str, Any], lookup: Lookup) -> list[FieldError]
     framework = MLPolicy.model_validate(runtime["spec"].get("mlPolicy") or {}).framework()
     trainer = spec.get("trainer") or {}
     errs: list[FieldError] = []
-    reserved = RESERVED_ENV.get(framework or "", ())
-    given = sorted({e["name"] for e in trainer.get("env") or [] if e.get("name") in reserved})
-    if given:
-        errs.append(FieldError.invalid("spec.trainer.env", trainer.get("env"),
-                                       f"must not have reserved envs, invalid envs configured: [{' '.join(given)}]"))
+    env = trainer.get("env") or []
+    if framework == "torch":
+        given = sorted({e["name"] for e in env if e.get("name") in TORCH_RESERVED_ENV})
+        if given:
+            errs.append(FieldError.invalid("spec.trainer.env", env, "must not have reserved envs, invalid envs "
+                                           f"configured: [{' '.join(given)}]"))
+    elif framework == "xgboost":
+        errs += [FieldError.forbidden(join_path("spec.trainer.env", i), f"{e['name']} is reserved for the XGBoost "
+                                      "runtime") for i, e in enumerate(env) if e.get("name") in XGBOOST_RESERVED_ENV]
     return errs

@@ -430,27 +430,43 @@ def _framework_env(framework: str | None, job: str, num_nodes: int, port: int | 
     if framework == "jax":
         return [{"name": "JAX_NUM_PROCESSES", "value": str(num_nodes)},
                 _index_env("JAX_PROCESS_ID"),
-                {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{master}:{port}"}]
+                {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{master}:{port}"},
+                {"name": "JAX_COORDINATOR_PORT", "value": str(port)},
+                {"name": "JAX_DISTRIBUTED_BACKEND", "value": "gloo"}]
     if framework == "xgboost":
+        # One worker per GPU, else one per node.
+        workers = num_nodes * max(1, _gpus(_resources(node)))
         return [{"name": "DMLC_TRACKER_URI", "value": master},
                 {"name": "DMLC_TRACKER_PORT", "value": str(port)},
                 _index_env("DMLC_TASK_ID"),
-                {"name": "DMLC_NUM_WORKER", "value": str(num_nodes)}]
+                {"name": "DMLC_NUM_WORKER", "value": str(workers)}]
     return []
+
+
+def _resources(node: dict) -> dict:
+    """The node's limits, else its requests (as upstream's plugins read them)."""
+    resources = node.get("resources") or {}
+    return resources.get("limits") or resources.get("requests") or {}
+
+
+def _gpus(resources: dict) -> int:
+    return sum(int(parse_quantity(str(v))) for k, v in resources.items() if is_gpu_resource(k))
 
 
 def _torch_procs(trainer: dict, policy: MLPolicy, node: dict) -> str:
     """``PET_NPROC_PER_NODE``: the TrainJob's, else the runtime's, else auto; auto and cpu without
-    a GPU become the node's CPU limit (1 without one), as upstream's torch plugin decides."""
+    a GPU become the node's CPU limit (else request) rounded up, as upstream's torch plugin decides,
+    and 1 without either (upstream leaves torchrun's auto there, which starts a process per CPU of
+    the host: every node here shares one host)."""
     value = trainer.get("numProcPerNode")
     if value is None and policy.torch is not None:
         value = policy.torch.num_proc_per_node
     value = "auto" if value is None else value
     if isinstance(value, int):
         return str(value)
-    limits = (node.get("resources") or {}).get("limits") or {}
-    if value in ("auto", "cpu") and not any(is_gpu_resource(r) for r in limits):
-        cpu = limits.get("cpu")
+    resources = _resources(node)
+    if value in ("auto", "cpu") and not _gpus(resources):
+        cpu = resources.get("cpu")
         return str(max(1, math.ceil(parse_quantity(str(cpu))))) if cpu is not None else "1"
     return value
 
