@@ -240,6 +240,11 @@ def _check_predictor(path: str, predictor: PredictorSpec, protocol: str) -> list
                                            hpa.min_replicas, "must not be greater than maxReplicas"))
     if predictor.explainer:
         errs.append(FieldError.forbidden(join_path(path, "explainer"), "explainers are not served locally"))
+    graph = predictor.graph
+    if protocol in ("v2", "kfserving") and (graph.children or graph.implementation not in PREPACKAGED_SERVERS):
+        errs.append(FieldError.forbidden(join_path(path, "graph"),
+                                         f"protocol {protocol} serves one prepackaged model (a graph of one unit with "
+                                         "a prepackaged implementation) locally; graphs speak the seldon protocol"))
     seen: dict[str, str] = {}
     for unit_path, unit in predictor.graph.walk(join_path(path, "graph")):
         if not unit.name:

@@ -73,4 +73,6 @@ def test_traffic_protocol_and_router_rules() -> None:
     message = _errors(tf_router)
     assert "graph.type: Forbidden: protocol tensorflow runs single models" in message
     assert "graph.children: Invalid value: 1: RANDOM_ABTEST routes between exactly 2 children" in message
+    v2_graph = _sdep({"name": "m", "implementation": "SIMPLE_MODEL"}, protocol="v2")
+    assert "spec.predictors[0].graph: Forbidden: protocol v2 serves one prepackaged model" in _errors(v2_graph)
     assert "modelUri: Required value" in _errors(_sdep({"name": "m", "implementation": "SKLEARN_SERVER"}))

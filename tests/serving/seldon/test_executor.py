@@ -4,6 +4,7 @@ COMBINER graph of user classes whose per-child answers are checked, with request
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,6 +62,8 @@ def test_sklearn_server_ndarray_and_tensor(sklearn_server: Executor) -> None:
     assert tensor["data"]["tensor"]["values"] == pytest.approx([v for row in probabilities for v in row])
     predict = sklearn_server.predict({"data": {"ndarray": ROWS}}, "/seldon/ns/iris/api/v1.0/predictions")
     assert predict.status_code == 200 and len(predict.json()["data"]["ndarray"]) == 2
+    form = sklearn_server.client.post("/api/v1.0/predictions", data={"json": json.dumps({"data": {"ndarray": ROWS}})})
+    assert form.status_code == 200 and form.json()["data"]["ndarray"] == probabilities
 
 
 def test_sklearn_server_bad_payloads_answer_in_seldon_shape(sklearn_server: Executor) -> None:

@@ -47,6 +47,11 @@ def test_shadow_traffic_v2_and_user_class(tmp_path: Path) -> None:
     model = predictor_service(_sdep(v2, protocol="v2"), v2, tmp_path)["spec"]["predictor"]["model"]
     assert model == {"modelFormat": {"name": "sklearn"}, "storageUri": "pvc://models/iris", "protocolVersion": "v2",
                      "args": ["--model-name", "iris"]}
+    triton = {"name": "p", "traffic": 100, "graph": {"name": "net", "implementation": "TRITON_SERVER",
+                                                      "modelUri": "pvc://models/net"}}
+    server = predictor_service(_sdep(triton, protocol="v2"), triton, tmp_path)["spec"]["predictor"]["containers"][0]
+    assert server["command"] == ["python", "-m", "trimaran.serving"]
+    assert server["args"][:4] == ["--model-name", "net", "--model-dir", "/mnt/seldon/net/net"]
     custom = {"name": "p", "traffic": 100, "graph": {"name": "clf", "type": "MODEL"}, "componentSpecs": [{"spec": {
         "containers": [{"name": "clf", "command": ["seldon-core-microservice"], "args": ["pkg.Model", "--http-port"],
                         "workingDir": "/code", "volumeMounts": [{"name": "src", "mountPath": "/src"}],

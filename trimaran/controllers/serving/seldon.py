@@ -63,10 +63,12 @@ def predictor_service(sdep: dict, predictor: dict, home: Path) -> dict:
     replicas = predictor_replicas(spec, predictor)
     component = {"minReplicas": replicas, "maxReplicas": max(replicas, 1), **_autoscaling(predictor)}
     lone = not graph.get("children") and graph.get("implementation") in PREPACKAGED_SERVERS
-    if protocol == "v2" and lone and PREPACKAGED_SERVERS[graph["implementation"]]:
+    if protocol in ("v2", "kfserving") and lone and PREPACKAGED_SERVERS[graph["implementation"]]:
         component["model"] = {"modelFormat": {"name": PREPACKAGED_SERVERS[graph["implementation"]]},
                               "storageUri": graph["modelUri"], "protocolVersion": "v2",
                               "args": ["--model-name", graph["name"]]}
+    elif protocol in ("v2", "kfserving") and lone:
+        component.update(_triton(graph, sdep["metadata"]["namespace"], home))
     else:
         component.update(_executor(sdep, predictor, protocol, home))
     annotations = {INGRESS_PATH_ANNOTATION: f"/seldon/{ns}/{name}/",
@@ -143,6 +145,21 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
     if volumes:
         out["volumes"] = volumes
     return out
+
+
+def _triton(unit: dict, namespace: str, home: Path) -> dict:
+    """TRITON_SERVER: our V2 server on the model's directory, its format found from its files."""
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    source = _model_source(unit, namespace, home, volumes, mounts)
+    if "modelDir" not in source:
+        raise SpecProblem(f"unit {unit['name']!r}: TRITON_SERVER reads a claim or local modelUri here, "
+                          f"not {unit['modelUri']}")
+    container = {"name": "kserve-container", "command": ["python", "-m", "trimaran.serving"],
+                 "args": ["--model-name", unit["name"], "--model-dir", source["modelDir"], "--host", "127.0.0.1",
+                          "--http-port", "$(PORT)", "--grpc-port", "0", "--workers", "1"],
+                 "volumeMounts": mounts}
+    return {"containers": [container], "volumes": volumes}
 
 
 def _model_source(unit: dict, namespace: str, home: Path, volumes: list[dict], mounts: list[dict]) -> dict:

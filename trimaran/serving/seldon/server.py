@@ -24,6 +24,7 @@ import signal
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
@@ -109,8 +110,15 @@ def _method(req: Request, allowed: str) -> None:
 
 
 def _body(req: Request) -> Any:
+    """JSON, or a form with the message in its ``json`` field (what Seldon's client sends a microservice)."""
+    body = req.body
+    if req.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        fields = parse_qs(body.decode("utf-8", "replace"))
+        if "json" not in fields:
+            raise SeldonError("a form body carries the SeldonMessage in its json field")
+        body = fields["json"][0].encode()
     try:
-        return load_json(req.body)
+        return load_json(body)
     except BodyError as exc:
         raise SeldonError(f"the body is not JSON: {exc}") from None
 
