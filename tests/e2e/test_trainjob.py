@@ -404,14 +404,15 @@ def test_runtime_patches_cannot_get_past_pod_security(plane, tmp_path):
     assert not plane.client().list("JobSet", "default") and not _node_pods(plane, "escape")
 
 
-def test_a_one_node_mpi_trainjob_is_its_launcher_alone(plane, tmp_path):
-    hostname = "import socket; print(socket.gethostname())"
+def test_a_one_node_mpi_trainjob_keeps_a_node_beside_its_launcher_as_upstream(plane, tmp_path):
+    hostname = "import socket; print(socket.gethostname(), flush=True)"
     command = ["mpirun", "--hostfile", "/etc/mpi/hostfile", "python", "-c", hostname]
     _apply(plane, tmp_path, _trainjob("solo", "mlx-distributed", {"numNodes": 1, "command": command}))
-    plane.cli("wait", "trainjob/solo", "--for=condition=Complete", "--timeout=60s")
-    pods = _node_pods(plane, "solo")
-    assert [p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods] == ["launcher"]
-    assert plane.cli("logs", pods[0]["metadata"]["name"]).stdout.strip() == "solo-launcher-0-0"
+    plane.cli("wait", "trainjob/solo", "--for=condition=Complete", "--timeout=120s")
+    hostfile = plane.client().get("ConfigMap", "default", "solo-mpi-hostfile")["data"]["hostfile"]
+    assert hostfile == "solo-launcher-0-0 slots=1\nsolo-node-0-0.solo slots=1\n"
+    out = plane.cli("logs", "solo").stdout  # the launcher's, where mpirun gathers every rank's output
+    assert sorted(out.split()) == ["solo-launcher-0-0", "solo-node-0-0"], out
 
 
 def test_a_namespaced_plain_runtime_runs_every_node(plane, tmp_path):

@@ -17,8 +17,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from trimaran.api.quantity import parse_quantity
 from trimaran.api.trainer import LAUNCHER, NODE, MLPolicy
 from trimaran.runtime import podexec
+from trimaran.runtime.gpus import is_gpu_resource
 
 CONFIG_DIR = "/etc/mpi"
 HOSTFILE = f"{CONFIG_DIR}/hostfile"
@@ -36,15 +38,32 @@ def token_secret(job: str) -> str:
     return f"{job}-podexec"
 
 
-def prepare(job: dict, policy: MLPolicy, template: dict, num_nodes: int, trainer: dict) -> list[dict]:
+def gpus_per_node(rjobs: dict[str, dict]) -> int:
+    """GPUs of the trainer container (the launcher's, else a node's), from its limits or requests."""
+    for rjob_name in (LAUNCHER, NODE):
+        pod = (rjobs.get(rjob_name) or {}).get("template", {}).get("spec", {}).get("template", {})
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            if container.get("name") == NODE:
+                resources = container.get("resources") or {}
+                amounts = resources.get("limits") or resources.get("requests") or {}
+                return sum(int(parse_quantity(str(v))) for k, v in amounts.items() if is_gpu_resource(k))
+    return 0
+
+
+def prepare(job: dict, policy: MLPolicy, template: dict, trainer: dict) -> list[dict]:
     """Point the launcher's mpirun at the nodes; return the hostfile ConfigMap and token Secret."""
     assert policy.mpi is not None
     name, ns, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"]["uid"]
-    slots = int(trainer.get("numProcPerNode") or policy.mpi.num_proc_per_node or 1)
     rjobs = {r["name"]: r for r in template["spec"]["replicatedJobs"]}
+    slots = int(trainer.get("numProcPerNode") or policy.mpi.num_proc_per_node or 1)
+    if not trainer.get("numProcPerNode") and slots == 1:
+        slots = max(1, gpus_per_node(rjobs))  # upstream: a runtime's single slot becomes one per GPU
     as_node = bool(policy.mpi.run_launcher_as_node) and LAUNCHER in rjobs
+    # The launcher by its own hostname, which mpirun knows for itself (its ranks start in place);
+    # upstream lists every pod's FQDN and ssh's into the launcher too.
     hosts = [f"{name}-{LAUNCHER}-0-0"] if as_node else []
-    hosts += [f"{name}-{NODE}-0-{i}.{name}" for i in range(num_nodes - len(hosts))]
+    nodes = rjobs[NODE]["template"]["spec"].get("parallelism", 1) if NODE in rjobs else 0
+    hosts += [f"{name}-{NODE}-0-{i}.{name}" for i in range(nodes)]
     env = {
         "OMPI_MCA_orte_default_hostfile": HOSTFILE,
         "OMPI_MCA_orte_keep_fqdn_hostnames": "true",

@@ -302,8 +302,9 @@ def build_jobset(job: dict, runtime: dict, port: int | None, suspend: bool) -> t
         if step in (DATASET_INITIALIZER, MODEL_INITIALIZER):
             _apply_initializer(spec, step, pod)
         if rjob["name"] == NODE:
-            nodes = num_nodes - 1 if framework == "mpi" and _launcher_is_node(policy, rjobs) else num_nodes
-            rjob["template"]["spec"]["parallelism"] = rjob["template"]["spec"]["completions"] = max(nodes, 0)
+            # A launcher that is a node takes one of them, but upstream keeps at least one node.
+            nodes = max(num_nodes - 1, 1) if framework == "mpi" and _launcher_is_node(policy, rjobs) else num_nodes
+            rjob["template"]["spec"]["parallelism"] = rjob["template"]["spec"]["completions"] = nodes
         node = _container(pod, NODE)
         if node is None:
             continue
@@ -325,7 +326,7 @@ def build_jobset(job: dict, runtime: dict, port: int | None, suspend: bool) -> t
                         if other["name"] in (target.container_names or []):
                             other["env"] = [*(other.get("env") or []), *copy.deepcopy(env)]
     if framework == "mpi":
-        children += mpi.prepare(job, policy, template, num_nodes, trainer)
+        children += mpi.prepare(job, policy, template, trainer)
     labels = {**((template.get("metadata") or {}).get("labels") or {}), TRAINJOB_NAME_LABEL: name}
     annotations = (template.get("metadata") or {}).get("annotations") or {}
     js_spec["suspend"] = suspend
