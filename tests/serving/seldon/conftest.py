@@ -70,6 +70,13 @@ class Echo:
 
     def init_metadata(self):
         return {"inputs": [{"messagetype": "strData"}], "custom": {"author": "tests"}}
+
+
+class Raw:
+    """MODEL in Seldon's raw form: sees the whole message, answers jsonData with what it saw."""
+
+    def predict_raw(self, message):
+        return {"jsonData": {"keys": sorted(message), "puid": message["meta"]["puid"]}}
 '''
 
 

@@ -22,11 +22,6 @@ def sklearn_server(start_executor: Callable[[dict], Executor], iris_model: Path)
                            "sources": {"iris": {"modelDir": str(iris_model)}}}).wait_ready()
 
 
-def _component(name: str, cls: str, directory: Path, **params: tuple[str, str]) -> dict:
-    return {"name": name, "type": "MODEL",
-            "parameters": [{"name": k, "type": t, "value": v} for k, (t, v) in params.items()]}
-
-
 @pytest.fixture(scope="module")
 def graph_server(start_executor: Callable[[dict], Executor], components_dir: Path) -> Executor:
     """router (child = first value) → [avg: AVERAGE_COMBINER over double (x2) and quad (x4), echo]."""
@@ -101,6 +96,14 @@ def test_router_combiner_graph_per_child_answers(graph_server: Executor) -> None
     assert feedback.status_code == 200 and set(feedback.json()["meta"]["requestPath"]) == {"router", "echo"}
     echo_meta = graph_server.client.get("/api/v1.0/metadata/echo").json()
     assert echo_meta["custom"] == {"author": "tests"}
+
+
+def test_raw_predict_sees_the_whole_message(start_executor: Callable[[dict], Executor], components_dir: Path) -> None:
+    server = start_executor({"graph": {"name": "raw", "type": "MODEL"},
+                             "sources": {"raw": {"class": "components.Raw", "paths": [str(components_dir)]}}})
+    answer = server.wait_ready().predict({"data": {"ndarray": [[1]]}, "meta": {"puid": "x-1"}}).json()
+    assert answer["jsonData"] == {"keys": ["data", "meta"], "puid": "x-1"}
+    assert answer["meta"]["puid"] == "x-1"
 
 
 def test_router_index_out_of_range_and_combiner_shape_mismatch_name_the_unit(graph_server: Executor) -> None:

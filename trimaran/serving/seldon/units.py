@@ -7,7 +7,8 @@ Every unit answers the same five calls (`Unit`): ``predict`` (MODEL), ``transfor
 implements what its type needs, as with ``seldon-core-microservice``: ``predict(X, feature_names)``
 (``meta=`` too when its signature takes it), ``transform_input``, ``transform_output``, ``route``,
 ``aggregate(Xs, features_names)``, ``send_feedback(features, feature_names, reward, truth, routing=)``,
-``tags()``, ``metrics()``, ``init_metadata()``, ``load()``, and ``class_names`` for its output's names.
+``tags()``, ``metrics()``, ``init_metadata()``, ``load()``, and ``class_names`` for its output's names;
+``predict_raw``, ``transform_input_raw`` and ``transform_output_raw`` take and return whole messages.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from trimaran.api.seldon import PREPACKAGED_SERVERS, parameter_value
-from trimaran.serving.seldon.protocol import Message, SeldonError, reply
+from trimaran.serving.seldon.protocol import Message, SeldonError, decode, encode, reply
 
 __all__ = ["Unit", "load_user_class", "make_unit"]
 
@@ -207,6 +208,16 @@ class UserUnit(Unit):
         return [f"t:{i}" for i in range(array.shape[1])] if array is not None and array.ndim == 2 else []
 
     def _answer(self, method: str, msg: Message) -> Message:
+        raw = getattr(self.instance, method + "_raw", None)
+        if raw is not None:  # Seldon's low-level form: the whole message in, a whole message out
+            try:
+                answer = raw(encode(msg))
+            except Exception as exc:  # the user's code, as in _call
+                raise self.error(f"{method}_raw raised {type(exc).__name__}: {exc}", 500,
+                                 "MICROSERVICE_INTERNAL_ERROR") from exc
+            out = decode(answer)
+            out.meta = msg.meta
+            return out
         if not hasattr(self.instance, method):
             return msg
         result = self._call(method, msg)
