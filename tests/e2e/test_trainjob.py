@@ -194,6 +194,18 @@ def test_suspended_trainjob_makes_no_pods_until_resumed(plane, tmp_path):
     assert _node_pods(plane, "sus")[0]["metadata"]["name"] in page and "<h2>Jobs</h2>" in page
 
 
+def test_patches_given_while_suspended_reach_the_jobset(plane, tmp_path):
+    echo = {"command": ["python", "-c", "print('ran')"]}
+    _apply(plane, tmp_path, _trainjob("kq", "torch-distributed", echo, suspend=True))
+    plane.cli("wait", "trainjob/kq", "--for=condition=Suspended", "--timeout=60s")
+    patch = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {"nodeSelector": {"zone": "b"}}}}}}]}}}}
+    _apply(plane, tmp_path, _trainjob("kq", "torch-distributed", echo, suspend=True, runtimePatches=[patch]))
+    node = lambda: plane.get("jobset", "kq")["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]  # noqa: E731
+    poll(lambda: node()["spec"].get("nodeSelector") == {"zone": "b"}, timeout=30,
+         what="the suspended JobSet to take the patch")
+
+
 def _dashboard(plane, path: str) -> str:
     import http.client
     import urllib.parse

@@ -144,7 +144,9 @@ class TrainJobReconciler(Reconciler):
                 self._release(key)
                 return None
             return left if created else 0.05
-        if bool(jobset["spec"].get("suspend")) != suspend:
+        if suspend and jobset["spec"].get("suspend"):
+            self._refresh_suspended(job, jobset)
+        elif bool(jobset["spec"].get("suspend")) != suspend:
             fresh = copy.deepcopy(jobset)
             fresh["spec"]["suspend"] = suspend
             try:
@@ -207,6 +209,31 @@ class TrainJobReconciler(Reconciler):
             return True
         self.store.record_event(job, "Normal", "SuccessfulCreate", f"Created JobSet {jobset['metadata']['name']}")
         return True
+
+    def _refresh_suspended(self, job: dict, jobset: dict) -> None:
+        """While both are suspended the TrainJob's patches may change (Kueue's, before it admits the
+        job): the JobSet takes them before it resumes, as upstream applies the JobSet again."""
+        runtime = runtime_of(job, self._lookup)
+        if runtime is None:
+            return
+        wanted, _ = build_jobset(job, runtime, _recorded_port(job), True)
+        try:
+            wanted = validate(wanted).object
+        except ManifestError as exc:
+            self.store.record_event(job, "Warning", "FailedUpdate", "; ".join(exc.problems))
+            return
+        if wanted["spec"]["replicatedJobs"] == jobset["spec"]["replicatedJobs"]:
+            return
+        refused = self._pod_security_refusal(wanted)
+        if refused:
+            self.store.record_event(job, "Warning", "FailedUpdate", refused)
+            return
+        fresh = copy.deepcopy(jobset)
+        fresh["spec"]["replicatedJobs"] = wanted["spec"]["replicatedJobs"]
+        try:
+            self.store.update(fresh)
+        except (NotFound, Conflict):
+            pass  # the JobSet's change wakes this TrainJob again
 
     def _pod_security_refusal(self, jobset: dict) -> str | None:
         """Why the namespace's enforced level refuses the JobSet's pods (the runtime's templates
