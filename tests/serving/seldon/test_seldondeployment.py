@@ -80,6 +80,10 @@ def test_router_graph_with_a_configmap_class_and_a_prepackaged_model(plane: Cont
     wrong = httpx.post(url, json={"data": {"ndarray": [[4, 0]]}}, timeout=30)
     assert wrong.status_code == 400 and "unit 'router' (ROUTER)" in wrong.json()["status"]["info"]
     assert obj["status"]["deploymentStatus"]["iris-main"]["availableReplicas"] == 1
+    table = plane.cli("get", "sdep").stdout
+    assert "iris" in table and "Available" in table
+    pods = plane.cli("get", "pods", "-l", "seldon-deployment-id=iris", "-o", "json").stdout
+    assert [p["metadata"]["labels"]["seldon.io/predictor"] for p in json.loads(pods)["items"]] == ["main"]
 
 
 def test_bad_graph_is_refused_at_apply_and_nothing_is_stored(plane: ControlPlaneHandle, tmp_path: Path) -> None:

@@ -61,7 +61,8 @@ def predictor_service(sdep: dict, predictor: dict, home: Path) -> dict:
     protocol = spec.get("protocol") or "seldon"
     graph = predictor["graph"]
     replicas = predictor_replicas(spec, predictor)
-    component = {"minReplicas": replicas, "maxReplicas": max(replicas, 1), **_autoscaling(predictor)}
+    component = {"minReplicas": replicas, "maxReplicas": max(replicas, 1), **_autoscaling(predictor),
+                 "labels": {SDEP_LABEL: name, PREDICTOR_LABEL: predictor["name"]}}
     lone = not graph.get("children") and graph.get("implementation") in PREPACKAGED_SERVERS
     if protocol in ("v2", "kfserving") and lone and PREPACKAGED_SERVERS[graph["implementation"]]:
         component["model"] = {"modelFormat": {"name": PREPACKAGED_SERVERS[graph["implementation"]]},
@@ -300,6 +301,7 @@ class SeldonDeploymentReconciler(Reconciler):
                     failures.append(f"predictor {predictor!r}: {failure['message']}")
         status["deploymentStatus"] = deployment
         status["replicas"] = replicas
+        status["selector"] = f"{SDEP_LABEL}={name}"  # the scale subresource's: every predictor's pods
         status["address"] = {"url": f"http://127.0.0.1:{self._ingress_port()}/seldon/{ns}/{name}/api/v1.0/predictions"}
         if failures:
             status["state"], status["description"] = "Failed", "; ".join(failures)
