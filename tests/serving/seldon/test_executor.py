@@ -114,3 +114,27 @@ def test_router_index_out_of_range_and_combiner_shape_mismatch_name_the_unit(gra
     assert mismatch.status_code == 400
     info = mismatch.json()["status"]["info"]
     assert "unit 'avg' (COMBINER)" in info and "double: [1, 3], quad: [1, 2]" in info
+
+
+def test_remote_model_uri_is_fetched_into_the_cache(iris_model: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from trimaran.serving.seldon.server import build_graph
+
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(iris_model))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TRIMARAN_STORAGE_CACHE", str(tmp_path / "cache"))
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}/model.joblib"
+        graph = build_graph({"graph": {"name": "iris", "type": "MODEL", "implementation": "SKLEARN_SERVER",
+                                       "modelUri": uri}, "sources": {"iris": {"modelUri": uri}}})
+    finally:
+        server.shutdown()
+        server.server_close()
+    answer = graph.predict({"data": {"ndarray": ROWS}})
+    assert [max(range(3), key=row.__getitem__) for row in answer["data"]["ndarray"]] == [0, 1]
+    assert list((tmp_path / "cache").iterdir())
