@@ -7,6 +7,7 @@ Python scripts run as host processes (the pods' default path).
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import urllib.error
@@ -220,6 +221,56 @@ def test_liveness_failure_restarts_the_container(api: Client) -> None:
     assert any(r == "Unhealthy" and m.startswith("Liveness probe failed: cat: /tmp/healthy") for r, m in messages), \
         messages
     assert ("Killing", "Container liveness failed liveness probe, will be restarted") in messages
+
+
+# A gRPC server answering grpc.health.v1.Health/Check with the status its argument names
+# (1 SERVING, 2 NOT_SERVING), as the response's bytes: field 1, varint.
+GRPC_HEALTH = """
+import sys, time
+from concurrent import futures
+import grpc
+answer = bytes([0x08, int(sys.argv[2])])
+def check(request, context):
+    return answer
+handler = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+    "Check": grpc.unary_unary_rpc_method_handler(check)})
+server = grpc.server(futures.ThreadPoolExecutor(2), handlers=[handler])
+server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+server.start()
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("status, ready", [(1, True), (2, False)])
+def test_startup_then_grpc_readiness_probes(api: Client, status: int, ready: bool) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    name = f"grpc-health-{status}"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+           "spec": {"containers": [{"name": "server", "image": "python",
+                                    "command": ["python", "-c", GRPC_HEALTH, str(port), str(status)],
+                                    "startupProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1,
+                                                     "failureThreshold": 30},
+                                    "readinessProbe": {"grpc": {"port": port}, "periodSeconds": 1}}]}}
+    apply(api, pod)
+
+    def probed() -> dict | None:
+        p = api.get("Pod", NS, name)
+        statuses = (p.get("status") or {}).get("containerStatuses") or [{}]
+        return p if statuses[0].get("started") else None
+
+    started = poll(probed, timeout=30, what="the startup probe to pass")
+    assert started["status"]["containerStatuses"][0]["restartCount"] == 0
+    if ready:
+        poll(lambda: api.get("Pod", NS, name)["status"]["containerStatuses"][0]["ready"], timeout=15,
+             what="the gRPC readiness probe to pass")
+        return
+    event = poll(lambda: next((e for e in api.events("Pod", NS, name) if e["reason"] == "Unhealthy" and
+                               e["message"].startswith("Readiness")), None),
+                 timeout=15, what="the gRPC readiness probe to fail")
+    assert event["message"] == 'Readiness probe failed: service unhealthy (responded with "NOT_SERVING")'
+    assert api.get("Pod", NS, name)["status"]["containerStatuses"][0]["ready"] is False
 
 
 def test_bad_input_is_refused_in_the_api_servers_words(api: Client) -> None:

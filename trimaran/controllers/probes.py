@@ -316,7 +316,7 @@ async def _grpc_health(spec: dict) -> None:
             raise _ProbeFailed(f"rpc error: code = {exc.code().name} desc = {exc.details()}") from None
     # HealthCheckResponse{status = 1: SERVING}: field 1, varint.
     if answer != b"\x08\x01":
-        raise _ProbeFailed(f"service unhealthy (responded with {_health_status(answer)!r})")
+        raise _ProbeFailed(f'service unhealthy (responded with "{_health_status(answer)}")')
 
 
 def _health_status(answer: bytes) -> str:

@@ -68,15 +68,27 @@ class ServiceReconciler(Reconciler):
         self._listening: dict[Key, set[Address]] = {}
         self._names: dict[Key, list[str]] = {}
         self._said_empty: set[Key] = set()
+        # Each Service's selector, kept from the watch: pod events are many, and mapping each to its
+        # Services must not cost the watch thread a store query.
+        self._selectors: dict[Key, dict[str, str]] = {}
+
+    def initial_keys(self) -> list[Key]:
+        services = self.store.list("Service", shared=True)
+        self._selectors = {key_of(s): (s.get("spec") or {}).get("selector") or {} for s in services}
+        return list(self._selectors)
 
     def keys_for_event(self, event: WatchEvent) -> list[Key]:
         obj = event.object
         if obj["kind"] == "Service":
+            if event.type == "DELETED":
+                self._selectors.pop(key_of(obj), None)
+            else:
+                self._selectors[key_of(obj)] = (obj.get("spec") or {}).get("selector") or {}
             return [key_of(obj)]
+        namespace = obj["metadata"].get("namespace")
         labels = obj["metadata"].get("labels") or {}
-        return [key_of(s) for s in self.store.list("Service", obj["metadata"].get("namespace"), shared=True)
-                if (s.get("spec") or {}).get("selector") and
-                selector_matches({"matchLabels": s["spec"]["selector"]}, labels)]
+        return [key for key, selector in list(self._selectors.items())
+                if key.namespace == namespace and selector and selector_matches({"matchLabels": selector}, labels)]
 
     def reconcile(self, key: Key) -> float | None:
         try:
