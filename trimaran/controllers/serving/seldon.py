@@ -196,8 +196,10 @@ def _class_name(container: dict, unit: str) -> str:
     for var in container.get("env") or []:
         if var.get("name") == "MODEL_NAME" and var.get("value"):
             return str(var["value"])
-    raise SpecProblem(f"unit {unit!r}: container {container['name']!r} names no class: set MODEL_NAME in its env "
-                      "or run seldon-core-microservice CLASS")
+    image = f" (image {container['image']})" if container.get("image") else ""
+    raise SpecProblem(f"unit {unit!r}: container {container['name']!r}{image} names no class: units run as Python "
+                      "classes in the predictor's executor here; set MODEL_NAME in its env or run "
+                      "seldon-core-microservice CLASS, with the class's file in its workingDir or a volume")
 
 
 def _walk(unit: dict) -> list[dict]:
