@@ -73,5 +73,5 @@ def test_missing_local_model_or_class_is_a_problem_naming_the_unit(tmp_path: Pat
         predictor_service(_sdep(missing), missing, tmp_path)
     nameless = {"name": "p", "traffic": 100, "graph": {"name": "clf", "type": "MODEL"},
                 "componentSpecs": [{"spec": {"containers": [{"name": "clf", "image": "seldonio/mock:1.3"}]}}]}
-    with pytest.raises(SpecProblem, match="container 'clf' names no class"):
+    with pytest.raises(SpecProblem, match=r"container 'clf' \(image seldonio/mock:1.3\) names no class"):
         predictor_service(_sdep(nameless), nameless, tmp_path)
