@@ -196,6 +196,24 @@ class SeldonDeployment(Resource):
                 if unit.type is None and unit.implementation in BUILTIN_IMPLEMENTATIONS:
                     unit.type = BUILTIN_IMPLEMENTATIONS[unit.implementation]
 
+    def admission_warnings(self) -> list[str]:
+        """Fields accepted for portability that change nothing here: say so rather than ignore them."""
+        warnings: list[str] = []
+        for i, predictor in enumerate(self.spec.predictors):
+            path = f"spec.predictors[{i}]"
+            for unit_path, unit in predictor.graph.walk(f"{path}.graph"):
+                if unit.logger is not None:
+                    warnings.append(f"{unit_path}.logger: request logging is not served locally; nothing is logged")
+            for j, component in enumerate(predictor.component_specs or []):
+                for field, value in (("kedaSpec", component.keda_spec), ("pdbSpec", component.pdb_spec)):
+                    if value:
+                        warnings.append(f"{path}.componentSpecs[{j}].{field}: ignored locally (one node)")
+            if predictor.ssl:
+                warnings.append(f"{path}.ssl: ignored locally; the ingress speaks plain HTTP on loopback")
+        if self.spec.oauth_key or self.spec.oauth_secret:
+            warnings.append("spec.oauth_key: ignored locally; the ingress does not authenticate (as without oauth)")
+        return warnings
+
     def check(self) -> list[FieldError]:
         errs = super().check()
         spec = self.spec
