@@ -198,12 +198,21 @@ def test_readiness_gates_the_endpoints(api: Client) -> None:
     pod = poll(lambda: next((p for p in pods_of(api, "gated") if p["status"].get("phase") == "Running"), None),
                timeout=20, what="the pod to run")
     assert pod["status"]["containerStatuses"][0]["ready"] is False
+    endpoints = poll(lambda: (e := _existing(api, "Endpoints", "gated")) and e.get("subsets") and e, timeout=10,
+                     what="the service's Endpoints")
+    assert [a["targetRef"]["name"] for a in endpoints["subsets"][0]["notReadyAddresses"]] == [
+        pod["metadata"]["name"]]
+    assert "addresses" not in endpoints["subsets"][0]
     with pytest.raises(OSError):
         get_text(f"http://{ip}/")  # no ready endpoint: refused, as kube-proxy rejects
     deploy = api.get("Deployment", NS, "gated")
     assert (deploy.get("status") or {}).get("availableReplicas", 0) == 0
     rolled_out(api, "gated", 1, timeout=30)
     assert poll(lambda: _answers(f"http://{ip}/"), timeout=10, what="the ready pod behind the service")
+    own_port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+    ready = poll(lambda: "addresses" in api.get("Endpoints", NS, "gated")["subsets"][0] and
+                 api.get("Endpoints", NS, "gated")["subsets"][0], timeout=10, what="the pod among ready addresses")
+    assert ready["ports"] == [{"port": own_port, "protocol": "TCP"}]
 
 
 def test_liveness_failure_restarts_the_container(api: Client) -> None:
@@ -296,6 +305,13 @@ def test_service_selecting_nothing_says_so(api: Client) -> None:
                  timeout=10, what="a NoEndpoints event")
     assert event["type"] == "Warning"
     assert "selector app=nobody matches no pods" in event["message"]
+
+
+def _existing(api: Client, kind: str, name: str) -> dict | None:
+    try:
+        return api.get(kind, NS, name)
+    except APIError:
+        return None
 
 
 def _answers(url: str) -> bool:

@@ -27,8 +27,8 @@ from trimaran.api.meta import (
 )
 from trimaran.api.printers import AGE, PrinterColumn
 
-__all__ = ["APPS_V1", "DEPLOYMENT_COLUMNS", "SERVICE_COLUMNS", "Deployment", "Service", "fixed_ports",
-           "percent_or_int", "port_env_name", "reads_port_from_env", "selector_matches"]
+__all__ = ["APPS_V1", "DEPLOYMENT_COLUMNS", "ENDPOINTS_COLUMNS", "SERVICE_COLUMNS", "Deployment", "Endpoints",
+           "Service", "fixed_ports", "percent_or_int", "port_env_name", "reads_port_from_env", "selector_matches"]
 
 APPS_V1 = "apps/v1"
 _PORT_REFERENCE = re.compile(r"\$\(PORT(?:_[A-Z0-9_]+)?\)")
@@ -53,6 +53,11 @@ DEPLOYMENT_COLUMNS = (
     PrinterColumn("Ready", value=lambda o: f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 0)}"),
     PrinterColumn("Up-to-date", "integer", value=lambda o: _status(o).get("updatedReplicas", 0)),
     PrinterColumn("Available", "integer", value=lambda o: _status(o).get("availableReplicas", 0)),
+    AGE)
+ENDPOINTS_COLUMNS = (
+    PrinterColumn("Endpoints", value=lambda o: ",".join(
+        f"{a.get('ip')}:{p.get('port')}" for s in o.get("subsets") or [] for a in s.get("addresses") or []
+        for p in s.get("ports") or []) or "<none>"),
     AGE)
 SERVICE_COLUMNS = (
     PrinterColumn("Type", value=lambda o: (o.get("spec") or {}).get("type", "ClusterIP")),
@@ -343,3 +348,9 @@ class Service(Resource):
             return [FieldError.invalid("spec.clusterIP", after, "field is immutable")]
         return []
 
+
+
+class Endpoints(Resource):
+    """core v1 Endpoints: the ready (and not ready) pods behind a Service, at their ports."""
+
+    subsets: list[dict[str, Any]] | None = None

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from trimaran.api import printers
-from trimaran.api.apps import APPS_V1, DEPLOYMENT_COLUMNS, SERVICE_COLUMNS, Deployment, Service
+from trimaran.api.apps import (
+    APPS_V1,
+    DEPLOYMENT_COLUMNS,
+    ENDPOINTS_COLUMNS,
+    SERVICE_COLUMNS,
+    Deployment,
+    Endpoints,
+    Service,
+)
 from trimaran.api.batch import Job
 from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.errors import FieldError
@@ -359,6 +367,8 @@ for _info in (
              DEPLOYMENT_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
              pod_templates=_job_template),
     KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS),
+    KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,
+             status_subresource=False),
 ):
     register(_info)
 

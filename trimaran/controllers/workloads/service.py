@@ -25,12 +25,12 @@ from pathlib import Path
 
 from trimaran.api.apps import selector_matches
 from trimaran.controllers.base import Key, Reconciler, key_of
-from trimaran.controllers.pods import LOOPBACK, is_terminating, phase
+from trimaran.controllers.pods import LOOPBACK, is_terminating, owner_reference, phase
 from trimaran.controllers.probes import resolve_port
 from trimaran.controllers.workloads.deployment import is_available
 from trimaran.controllers.workloads.proxy import Address, ServiceProxy
 from trimaran.runtime import LocalRuntime
-from trimaran.store import Conflict, NotFound, Store
+from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.store.base import WatchEvent
 
 __all__ = ["ServiceReconciler", "cluster_ip_candidates", "service_names"]
@@ -114,6 +114,7 @@ class ServiceReconciler(Reconciler):
         pods = [p for p in self.store.list("Pod", key.namespace, shared=True)
                 if selector_matches({"matchLabels": selector}, p["metadata"].get("labels")) and not is_terminating(p)]
         self._say_if_empty(svc, selector, pods)
+        self._write_endpoints(svc, pods)
         wanted: set[Address] = set()
         for port in spec.get("ports") or []:
             address = (ip, int(port["port"]))
@@ -134,6 +135,51 @@ class ServiceReconciler(Reconciler):
             self.proxy.drop(address)
         self._listening[key] = wanted
         return None
+
+    def _write_endpoints(self, svc: dict, pods: list[dict]) -> None:
+        """The Service's Endpoints object, as the endpoints controller keeps it: pods grouped by the
+        ports they serve, ready ones under ``addresses``, the rest under ``notReadyAddresses``."""
+        spec = svc["spec"]
+        groups: dict[tuple, dict[str, list]] = {}
+        for pod in pods:
+            if phase(pod) != "Running":
+                continue
+            ports = tuple((p.get("name"), resolve_port(pod, p.get("targetPort", p["port"])), p.get("protocol", "TCP"))
+                          for p in spec.get("ports") or [])
+            if any(port is None for _, port, _ in ports):
+                continue
+            meta = pod["metadata"]
+            address = {"ip": LOOPBACK, "hostname": meta["name"], "nodeName": "localhost", "targetRef": {
+                "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}}
+            ready = spec.get("publishNotReadyAddresses") or is_available(pod)
+            group = groups.setdefault(ports, {"addresses": [], "notReadyAddresses": []})
+            group["addresses" if ready else "notReadyAddresses"].append(address)
+        subsets = []
+        for ports, group in groups.items():
+            subset = {k: v for k, v in group.items() if v}
+            subset["ports"] = [{**({"name": n} if n else {}), "port": port, "protocol": proto}
+                               for n, port, proto in ports]
+            subsets.append(subset)
+        meta = svc["metadata"]
+        try:
+            current = self.store.get("Endpoints", meta["namespace"], meta["name"])
+        except NotFound:
+            current = None
+        if current is not None and (current.get("subsets") or []) == subsets:
+            return
+        labels = dict(meta.get("labels") or {})
+        body = {"apiVersion": "v1", "kind": "Endpoints",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": labels,
+                             "ownerReferences": [owner_reference(svc)]},
+                "subsets": subsets}
+        try:
+            if current is None:
+                self.store.create(body)
+            else:
+                current["subsets"] = subsets
+                self.store.update(current)
+        except (Conflict, AlreadyExists):
+            self.wake(key_of(svc))  # written meanwhile: compare again
 
     def _assign_ip(self, svc: dict) -> str | None:
         meta = svc["metadata"]
