@@ -94,6 +94,9 @@ def test_router_combiner_graph_per_child_answers(graph_server: Executor) -> None
     feedback = graph_server.client.post("/api/v1.0/feedback", json={
         "request": {"strData": "hi"}, "response": text, "reward": 1.0})
     assert feedback.status_code == 200 and set(feedback.json()["meta"]["requestPath"]) == {"router", "echo"}
+    combined = graph_server.client.post("/api/v1.0/feedback", json={
+        "request": {"data": {"ndarray": [[0, 1]]}}, "response": body, "reward": 0.5}).json()
+    assert set(combined["meta"]["requestPath"]) == {"router", "avg", "double", "quad"}
     echo_meta = graph_server.client.get("/api/v1.0/metadata/echo").json()
     assert echo_meta["custom"] == {"author": "tests"}
 

@@ -64,7 +64,7 @@ class Graph:
 
     def feedback(self, body: Any) -> dict[str, Any]:
         """``{request, response, reward, truth}``: every unit on the response's route gets ``send_feedback``
-        (a router with the child it chose, from ``response.meta.routing``)."""
+        (a router with the child it chose, from ``response.meta.routing``; a combiner's children all)."""
         if not isinstance(body, dict) or "request" not in body:
             raise SeldonError("feedback needs request (the SeldonMessage predicted on), response, reward and truth")
         request = decode(body["request"])
@@ -75,17 +75,22 @@ class Graph:
             raise SeldonError("reward must be a number")
         truth = decode(body["truth"]).payload if isinstance(body.get("truth"), dict) else None
         meta = new_meta(request.meta)
-        unit: Unit | None = self.root
-        while unit is not None:
-            chosen = routing.get(unit.name)
-            meta["requestPath"][unit.name] = unit.implementation or "python"
-            unit.send_feedback(request, response, float(reward or 0.0), truth, chosen)
-            if unit.type == "ROUTER":
-                unit = unit.children[int(chosen)] if chosen is not None and 0 <= int(chosen) < len(unit.children) \
-                    else None
-            else:
-                unit = unit.children[0] if len(unit.children) == 1 else None
+        self._feedback(self.root, request, response, float(reward or 0.0), truth, routing, meta)
         return {"meta": meta}
+
+    def _feedback(self, unit: Unit, request: Message, response: Message, reward: float, truth: Any,
+                  routing: dict[str, Any], meta: dict[str, Any]) -> None:
+        """As Seldon's engine: a router passes feedback to the child it chose, a combiner to all of them."""
+        chosen = routing.get(unit.name)
+        meta["requestPath"][unit.name] = unit.implementation or "python"
+        unit.send_feedback(request, response, reward, truth, chosen)
+        if unit.type == "ROUTER":
+            children = [unit.children[int(chosen)]] if isinstance(chosen, int) and 0 <= chosen < len(unit.children) \
+                else []
+        else:
+            children = unit.children
+        for child in children:
+            self._feedback(child, request, response, reward, truth, routing, meta)
 
     def metadata(self, unit_name: str | None = None) -> dict[str, Any]:
         """The graph's metadata (every unit's), or one unit's."""
