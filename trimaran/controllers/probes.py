@@ -35,6 +35,7 @@ __all__ = ["ContainerProbes", "Prober", "apply_probe_state", "has_probes", "reso
 log = logging.getLogger(__name__)
 
 _PORTS_ANNOTATION = "trimaran.io/ports"  # a Deployment's per-pod ports (controllers/workloads)
+_SERVING_PORTS_ANNOTATION = "serving.trimaran.io/ports"  # an InferenceService replica's "http[,grpc]"
 _OUTPUT_LIMIT = 1024
 
 
@@ -43,16 +44,25 @@ def has_probes(container: dict) -> bool:
 
 
 def resolve_port(pod: dict, port: int | str) -> int | None:
-    """A probe's or Service's port on a pod: a container port's name, or a number (a Deployment
-    pod's own port stands in for the number its template declared)."""
+    """A probe's or Service's port on a pod: a container port's name, or a number. A port the
+    controller moved stands in for the number the template declared: a Deployment pod's own port
+    (annotation ``trimaran.io/ports``), an InferenceService replica's HTTP port (its container
+    declares KServe's port, the replica listens on ``$PORT``)."""
     if isinstance(port, str) and not port.isdigit():
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            for declared in container.get("ports") or []:
-                if declared.get("name") == port:
-                    return int(declared["containerPort"])
-        return None
-    own = json.loads((pod["metadata"].get("annotations") or {}).get(_PORTS_ANNOTATION) or "{}").get(str(port))
-    return int(own) if own else int(port)
+        named = [int(p["containerPort"]) for c in (pod.get("spec") or {}).get("containers") or []
+                 for p in c.get("ports") or [] if p.get("name") == port]
+        if not named:
+            return None
+        port = named[0]
+    number = int(port)
+    annotations = pod["metadata"].get("annotations") or {}
+    own = json.loads(annotations.get(_PORTS_ANNOTATION) or "{}").get(str(number))
+    if own:
+        return int(own)
+    serving = [int(p) for p in (annotations.get(_SERVING_PORTS_ANNOTATION) or "").split(",") if p.isdigit()]
+    if serving and number not in serving:
+        return serving[0]
+    return number
 
 
 @dataclass
@@ -184,7 +194,7 @@ class Prober:
                 raise _ProbeFailed(f"dial tcp {host}:{port}: connect: {_reason(exc)}") from None
             writer.close()
         elif probe.get("grpc"):
-            await _grpc_health(probe["grpc"])
+            await _grpc_health(_port(pod, probe["grpc"].get("port")), probe["grpc"])
         elif probe.get("exec"):
             await self._exec(pod, container["name"], list(probe["exec"].get("command") or []))
         else:
@@ -261,7 +271,10 @@ def _comm(pid: int) -> str:
 
 
 def _port(pod: dict, port: int | str | None) -> int:
-    resolved = resolve_port(pod, port) if port is not None else None
+    if port is None:  # KServe's containers may leave it out: the replica's HTTP port
+        serving = (pod["metadata"].get("annotations") or {}).get(_SERVING_PORTS_ANNOTATION) or ""
+        port = serving.split(",")[0] if serving else None
+    resolved = resolve_port(pod, port) if port else None
     if resolved is None:
         raise _ProbeFailed(f"port {port!r} is not a port of the pod")
     return resolved
@@ -302,10 +315,9 @@ async def _http_get(pod: dict, spec: dict) -> None:
         raise _ProbeFailed(f"HTTP probe failed with statuscode: {code}")
 
 
-async def _grpc_health(spec: dict) -> None:
+async def _grpc_health(port: int, spec: dict) -> None:
     import grpc
 
-    port = int(spec.get("port"))
     service = (spec.get("service") or "").encode()
     request = b"\x0a" + bytes([len(service)]) + service if service else b""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
