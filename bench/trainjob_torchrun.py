@@ -16,6 +16,8 @@ digits) under torchrun, each node a torchrun of one process, as the Kubeflow SDK
 Rounds alternate the arms; the medians and their ratio are printed (goal: at most 1.10×). Each
 round also runs the same TrainJob with ``true`` as its command: what is left of its time is the
 platform's own (the two CLI calls, the controllers' hops, the sandboxes, completion detection).
+``--hops`` adds a batch Job and a JobSet of the same two ``true`` pods, to see what the TrainJob →
+JobSet → Job hops add.
 """
 
 from __future__ import annotations
@@ -62,11 +64,26 @@ def trainjob(name: str, command: list[str]) -> dict:
                      "runtimePatches": [{"manager": "bench", "trainingRuntimeSpec": {"template": {"spec": patch}}}]}}
 
 
-def run_trainjob(env: dict, name: str, command: list[str]) -> float:
+def empty_job(kind: str, name: str) -> dict:
+    """A batch Job or a JobSet of two Indexed pods running ``true``: the hops below a TrainJob."""
+    job = {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0,
+           "template": {"spec": {"restartPolicy": "Never",
+                                 "containers": [{"name": "node", "image": "x", "command": ["true"]}]}}}
+    if kind == "Job":
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": job}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": job}}]}}
+
+
+def run(env: dict, obj: dict, condition: str = "Complete") -> float:
+    """``trimaran apply`` then ``trimaran wait`` for the condition; deleted afterwards, not timed."""
+    ref = f"{obj['kind'].lower()}/{obj['metadata']['name']}"
     start = time.perf_counter()
-    cli(env, "apply", "-f", "-", stdin=json.dumps(trainjob(name, command)))
-    cli(env, "wait", f"trainjob/{name}", "--for=condition=Complete", "--timeout=300s")
-    return time.perf_counter() - start
+    cli(env, "apply", "-f", "-", stdin=json.dumps(obj))
+    cli(env, "wait", ref, f"--for=condition={condition}", "--timeout=300s")
+    elapsed = time.perf_counter() - start
+    cli(env, "delete", *ref.split("/"))
+    return elapsed
 
 
 def run_torchrun(steps: int, out: Path) -> float:
@@ -95,11 +112,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--hops", action="store_true", help="also time a batch Job and a JobSet of `true`")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trimaran-bench-"))
     env = dict(os.environ, TRIMARAN_HOME=str(tmp / "home"), PATH=f"{Path(PY).parent}:{os.environ['PATH']}")
     env.pop("KUBECONFIG", None)
-    ours, peer, empty = [], [], []
+    ours, peer, empty, hops = [], [], [], {"Job": [], "JobSet": []}
     load_before = os.getloadavg()[0]
     train = ["torchrun", "/app/train.py", "--steps", str(args.steps)]
     try:
@@ -108,13 +126,16 @@ def main() -> None:
                      "data": {"train.py": TRAIN.read_text()}}
         cli(env, "apply", "-f", "-", stdin=json.dumps(configmap))
         for i in range(args.rounds):
-            ours.append(run_trainjob(env, f"bench-{i}", train))
-            cli(env, "delete", "trainjob", f"bench-{i}")
+            ours.append(run(env, trainjob(f"bench-{i}", train)))
             peer.append(run_torchrun(args.steps, tmp / "out"))
-            empty.append(run_trainjob(env, f"empty-{i}", ["true"]))
-            cli(env, "delete", "trainjob", f"empty-{i}")
-            print(f"round {i}: TrainJob {ours[-1]:.2f} s, torchrun x2 {peer[-1]:.2f} s, "
-                  f"TrainJob of `true` {empty[-1]:.2f} s", flush=True)
+            empty.append(run(env, trainjob(f"empty-{i}", ["true"])))
+            line = (f"round {i}: TrainJob {ours[-1]:.2f} s, torchrun x2 {peer[-1]:.2f} s, "
+                    f"TrainJob of `true` {empty[-1]:.2f} s")
+            if args.hops:
+                hops["Job"].append(run(env, empty_job("Job", f"job-{i}")))
+                hops["JobSet"].append(run(env, empty_job("JobSet", f"jobset-{i}"), "Completed"))
+                line += f", Job {hops['Job'][-1]:.2f} s, JobSet {hops['JobSet'][-1]:.2f} s"
+            print(line, flush=True)
     finally:
         subprocess.run([PY, "-m", "trimaran.cli", "server", "stop"], env=env, capture_output=True)
         from trimaran.server.daemon import stop_pods
@@ -128,6 +149,9 @@ def main() -> None:
     print(f"torch-distributed TrainJob, 2 nodes x {args.steps} DDP steps, apply -> Complete: {o:.2f} s; "
           f"torchrun --nnodes=2 by hand: {p:.2f} s; ratio {o / p:.2f}x (goal <= 1.10)")
     print(f"the same TrainJob running `true`, apply -> Complete: {statistics.median(empty):.2f} s")
+    if args.hops:
+        print(f"2 Indexed pods of `true`, apply -> Complete: batch Job {statistics.median(hops['Job']):.2f} s, "
+              f"JobSet {statistics.median(hops['JobSet']):.2f} s")
 
 
 if __name__ == "__main__":
