@@ -84,6 +84,9 @@ def test_router_graph_with_a_configmap_class_and_a_prepackaged_model(plane: Cont
     assert "iris" in table and "Available" in table
     pods = plane.cli("get", "pods", "-l", "seldon-deployment-id=iris", "-o", "json").stdout
     assert [p["metadata"]["labels"]["seldon.io/predictor"] for p in json.loads(pods)["items"]] == ["main"]
+    plane.cli("delete", "sdep", "iris")
+    poll(lambda: plane.cli("get", "isvc", "iris-main", check=False).returncode != 0, timeout=60, interval=0.2,
+         what="the predictor's InferenceService deleted with its SeldonDeployment")
 
 
 def test_bad_graph_is_refused_at_apply_and_nothing_is_stored(plane: ControlPlaneHandle, tmp_path: Path) -> None:
