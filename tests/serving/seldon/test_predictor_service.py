@@ -55,13 +55,14 @@ def test_shadow_traffic_v2_and_user_class(tmp_path: Path) -> None:
     custom = {"name": "p", "traffic": 100, "graph": {"name": "clf", "type": "MODEL"}, "componentSpecs": [{"spec": {
         "containers": [{"name": "clf", "command": ["seldon-core-microservice"], "args": ["pkg.Model", "--http-port"],
                         "workingDir": "/code", "volumeMounts": [{"name": "src", "mountPath": "/src"}],
-                        "env": [{"name": "LEVEL", "value": "3"}]}],
+                        "env": [{"name": "LEVEL", "value": "3"}], "resources": {"requests": {"cpu": "500m"}}}],
         "volumes": [{"name": "src", "configMap": {"name": "code"}}]}}]}
     pod = predictor_service(_sdep(custom), custom, tmp_path)["spec"]["predictor"]
     container = pod["containers"][0]
     config = json.loads(container["env"][0]["value"])
     assert config["sources"] == {"clf": {"class": "pkg.Model", "paths": ["/code", "/src"]}}
     assert container["env"][1] == {"name": "LEVEL", "value": "3"}
+    assert container["resources"] == {"requests": {"cpu": "500m"}}
     assert container["volumeMounts"] == [{"name": "c0-src", "mountPath": "/src"}]
     assert pod["volumes"] == [{"name": "c0-src", "configMap": {"name": "code"}}]
 

@@ -139,7 +139,10 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
             "env": [{"name": "SELDON_GRAPH_CONFIG", "value": json.dumps(config, sort_keys=True)}, *env]}
     if mounts:
         main["volumeMounts"] = _unique(mounts, "mountPath")
-    resources = (predictor.get("svcOrchSpec") or {}).get("resources")
+    # The executor runs every unit: it asks what the orchestrator asks for, else what the first unit's container
+    # does (a CPU request is what an hpaSpec's utilization target is measured against).
+    unit_resources = [c.get("resources") for _, c in containers.values() if c.get("resources")]
+    resources = (predictor.get("svcOrchSpec") or {}).get("resources") or next(iter(unit_resources), None)
     if resources:
         main["resources"] = resources
     out: dict[str, Any] = {"containers": [main], **pod_fields}
