@@ -71,6 +71,10 @@ def test_sklearn_server_bad_payloads_answer_in_seldon_shape(sklearn_server: Exec
     assert "exactly one of" in both["info"]
     ragged = sklearn_server.predict({"data": {"tensor": {"shape": [3, 4], "values": [1.0, 2.0]}}}).json()
     assert ragged["status"]["code"] == 400 and "data.tensor" in ragged["status"]["info"]
+    narrow = sklearn_server.predict({"data": {"ndarray": [[1.0, 2.0]]}})
+    assert narrow.status_code == 400 and "unit 'iris' (MODEL)" in narrow.json()["status"]["info"]
+    text = sklearn_server.predict({"data": {"ndarray": [["a", "b", "c", "d"]]}})
+    assert text.status_code in (400, 500) and "unit 'iris' (MODEL)" in text.json()["status"]["info"], text.text
     metadata = sklearn_server.client.get("/api/v1.0/metadata").json()
     assert metadata["name"] == "default" and metadata["models"]["iris"]["platform"] == "sklearn"
 

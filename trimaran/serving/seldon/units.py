@@ -162,6 +162,11 @@ class PrepackagedModel(Unit):
                 result = out[sorted(out)[0]] if len(out) > 1 else next(iter(out.values()))
         except InferenceInputError as exc:
             raise self.error(str(exc)) from None
+        except SeldonError:
+            raise
+        except Exception as exc:  # the framework refused the input (a wrong width, text for numbers, ...)
+            raise self.error(f"{self.implementation} failed: {type(exc).__name__}: {exc}", 500,
+                             "MICROSERVICE_INTERNAL_ERROR") from exc
         result = np.asarray(result)
         names = [f"t:{i}" for i in range(result.shape[1])] if result.ndim == 2 else []
         return reply(msg, result, names)
