@@ -154,7 +154,6 @@ def test_rendezvous_that_cannot_complete_fails_naming_the_missing_worker(plane, 
     failed = next(c for c in plane.get("pytorchjob", "stuck")["status"]["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PyTorchJobFailed"
     assert "rendezvous could not complete within the join timeout of 5s" in failed["message"]
-    print(failed["message"])
     assert "missing: Worker 0 (pod stuck-worker-0 cannot be scheduled" in failed["message"] and \
         "Worker 1 (pod stuck-worker-1 cannot be scheduled" in failed["message"], failed["message"]
 
