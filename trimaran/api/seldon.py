@@ -7,7 +7,9 @@ A predictor's ``graph`` is a tree of units. A unit is served by one of:
 - a prepackaged server (``SKLEARN_SERVER``, ``XGBOOST_SERVER``, ``TENSORFLOW_SERVER``, ``TRITON_SERVER``,
   ``MLFLOW_SERVER`` where an ``mlflow`` model runtime is installed) reading its ``modelUri``;
 - a container of the predictor's ``componentSpecs`` with the unit's name: a Python class in Seldon's
-  wrapper shape (see `trimaran.serving.seldon`).
+  wrapper shape (see `trimaran.serving.seldon`);
+- a Seldon microservice already running at ``endpoint.service_host``/``service_port`` (a Service, say),
+  called over Seldon's internal REST API.
 
 Anything else is refused with the unit's field path, as are duplicate unit names (a graph is a
 tree: a name met twice would make a cycle of the executor's calls), parameters whose value does
@@ -65,8 +67,9 @@ class Parameter(ApiModel):
 class Endpoint(ApiModel):
     """Where a unit listens on a cluster; locally every unit runs in its predictor's executor."""
 
-    service_host: str | None = None
-    service_port: NonNegInt32 | None = None
+    # Seldon spells these two in snake case.
+    service_host: str | None = Field(default=None, alias="service_host")
+    service_port: NonNegInt32 | None = Field(default=None, alias="service_port")
     type: Literal["REST", "GRPC"] | None = None
     http_port: NonNegInt32 | None = None
     grpc_port: NonNegInt32 | None = None
@@ -163,8 +166,8 @@ class SeldonDeploymentSpec(ApiModel):
 
     name: str | None = None
     predictors: list[PredictorSpec]
-    oauth_key: str | None = None
-    oauth_secret: str | None = None
+    oauth_key: str | None = Field(default=None, alias="oauth_key")
+    oauth_secret: str | None = Field(default=None, alias="oauth_secret")
     annotations: dict[str, str] | None = None
     protocol: str | None = None
     transport: str | None = None
@@ -287,12 +290,13 @@ def _check_unit(path: str, unit: PredictiveUnit, containers: set[str], protocol:
     impl = unit.implementation
     children = unit.children or []
     if impl in (None, "", "UNKNOWN_IMPLEMENTATION"):
-        if unit.name and unit.name not in containers:
+        remote = unit.endpoint is not None and unit.endpoint.service_host
+        if unit.name and unit.name not in containers and not remote:
             errs.append(FieldError.invalid(
                 join_path(path, "name"), unit.name,
-                "names no container of the predictor's componentSpecs and has no implementation "
+                "names no container of the predictor's componentSpecs, has no implementation "
                 f"(built-ins: {', '.join(BUILTIN_IMPLEMENTATIONS)}; prepackaged servers: "
-                f"{', '.join(_available_servers())})"))
+                f"{', '.join(_available_servers())}) and no endpoint.service_host to call"))
     elif impl in BUILTIN_IMPLEMENTATIONS:
         if kind != BUILTIN_IMPLEMENTATIONS[impl]:
             errs.append(FieldError.invalid(join_path(path, "type"), kind,

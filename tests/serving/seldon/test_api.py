@@ -49,6 +49,8 @@ def test_unit_without_container_or_implementation_is_refused_by_path() -> None:
     message = _errors(_sdep(graph, ("clf",)))
     assert 'spec.predictors[0].graph.children[1].name: Invalid value: "ghost": names no container' in message
     assert "children[0]" not in message
+    remote = {"name": "ghost", "type": "MODEL", "endpoint": {"service_host": "classifier.models", "service_port": 9000}}
+    validate(_sdep({**graph, "children": [graph["children"][0], remote]}, ("clf",)))  # called at its endpoint
 
 
 def test_unsupported_implementation_duplicate_name_and_bad_parameter() -> None:

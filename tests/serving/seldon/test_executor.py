@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving.conftest import free_port
 from tests.serving.seldon.conftest import Executor
 
 ROWS = [[0.1, 0.0, 0.2, 0.1], [5.1, 4.9, 5.0, 5.2]]
@@ -145,3 +146,59 @@ def test_remote_model_uri_is_fetched_into_the_cache(iris_model: Path, tmp_path: 
     answer = graph.predict({"data": {"ndarray": ROWS}})
     assert [max(range(3), key=row.__getitem__) for row in answer["data"]["ndarray"]] == [0, 1]
     assert list((tmp_path / "cache").iterdir())
+
+
+def test_units_at_an_endpoint_are_called_over_seldons_internal_api() -> None:
+    """A ROUTER and a MODEL served by a Seldon microservice elsewhere (a stub of its internal API here)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from trimaran.serving.seldon.protocol import SeldonError
+    from trimaran.serving.seldon.server import build_graph
+
+    calls: list[str] = []
+
+    class Microservice(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            calls.append(self.path)
+            if self.path == "/route":
+                answer = {"data": {"ndarray": [[int(body["data"]["ndarray"][0][0])]]}}
+            elif self.path == "/predict":
+                answer = {"data": {"names": ["tripled"], "ndarray": [[3 * v for v in row]
+                                                                       for row in body["data"]["ndarray"]]}}
+            else:
+                answer = {}
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Microservice)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    endpoint = {"service_host": "127.0.0.1", "service_port": server.server_address[1], "type": "REST"}
+    graph = build_graph({"graph": {"name": "split", "type": "ROUTER", "endpoint": endpoint, "children": [
+        {"name": "simple", "type": "MODEL", "implementation": "SIMPLE_MODEL"},
+        {"name": "triple", "type": "MODEL", "endpoint": endpoint}]},
+        "sources": {"split": {"url": url}, "triple": {"url": url}}})
+    try:
+        remote = graph.predict({"data": {"ndarray": [[1, 2]]}})
+        assert remote["data"] == {"names": ["tripled"], "ndarray": [[3, 6]]}
+        assert remote["meta"]["routing"] == {"split": 1} and calls == ["/route", "/predict"]
+        assert graph.predict({"data": {"ndarray": [[0, 2]]}})["data"]["names"] == ["class0", "class1", "class2"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    closed = f"http://127.0.0.1:{free_port()}"
+    gone = build_graph({"graph": {"name": "triple", "type": "MODEL", "endpoint": endpoint},
+                        "sources": {"triple": {"url": closed}}})
+    with pytest.raises(SeldonError, match="unit 'triple' \\(MODEL\\): cannot reach") as down:
+        gone.predict({"data": {"ndarray": [[1, 2]]}})
+    assert down.value.http_status == 502

@@ -47,6 +47,11 @@ def test_shadow_traffic_v2_and_user_class(tmp_path: Path) -> None:
     model = predictor_service(_sdep(v2, protocol="v2"), v2, tmp_path)["spec"]["predictor"]["model"]
     assert model == {"modelFormat": {"name": "sklearn"}, "storageUri": "pvc://models/iris", "protocolVersion": "v2",
                      "args": ["--model-name", "iris"]}
+    remote = {"name": "p", "traffic": 100, "graph": {"name": "clf", "type": "MODEL",
+                                                      "endpoint": {"service_host": "clf.models", "service_port": 9000}}}
+    config = json.loads(predictor_service(_sdep(remote), remote, tmp_path)["spec"]["predictor"]["containers"][0]
+                        ["env"][0]["value"])
+    assert config["sources"] == {"clf": {"url": "http://clf.models:9000"}}
     triton = {"name": "p", "traffic": 100, "graph": {"name": "net", "implementation": "TRITON_SERVER",
                                                       "modelUri": "pvc://models/net"}}
     server = predictor_service(_sdep(triton, protocol="v2"), triton, tmp_path)["spec"]["predictor"]["containers"][0]

@@ -13,8 +13,9 @@ directory after the same checks as an InferenceService's storageUri) or, for a r
 the executor with `trimaran.serving.storage.fetch`; a unit named after a componentSpecs container is
 that container's Python class: ``MODEL_NAME`` in its env or the argument after
 ``seldon-core-microservice``, found in its ``workingDir`` or volume mounts (a ConfigMap, a claim), whose
-volumes, mounts and env the executor's container takes over. With ``protocol: v2`` a lone prepackaged
-MODEL is served by the model server itself (V2 REST, named after the unit).
+volumes, mounts and env the executor's container takes over; a unit with ``endpoint.service_host`` is a
+Seldon microservice running there (a Service's name, say), called over HTTP. With ``protocol: v2`` a
+lone prepackaged MODEL is served by the model server itself (V2 REST, named after the unit).
 
 Replicas follow Seldon's precedence (`trimaran.api.seldon.predictor_replicas`); a componentSpec's
 ``hpaSpec`` becomes the InferenceService's HPA bounds and target (cpu or memory utilization).
@@ -117,6 +118,10 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
         impl = unit.get("implementation")
         if impl in PREPACKAGED_SERVERS:
             sources[unit["name"]] = _model_source(unit, ns, home, volumes, mounts)
+        elif unit["name"] not in containers and (unit.get("endpoint") or {}).get("service_host"):
+            endpoint = unit["endpoint"]
+            port = endpoint.get("service_port") or endpoint.get("httpPort") or 9000
+            sources[unit["name"]] = {"url": f"http://{endpoint['service_host']}:{port}"}
         elif unit["name"] in containers:
             j, container = containers[unit["name"]]
             pod_spec = (predictor["componentSpecs"][j].get("spec") or {})

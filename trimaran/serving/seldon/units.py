@@ -9,18 +9,22 @@ implements what its type needs, as with ``seldon-core-microservice``: ``predict(
 ``aggregate(Xs, features_names)``, ``send_feedback(features, feature_names, reward, truth, routing=)``,
 ``tags()``, ``metrics()``, ``init_metadata()``, ``load()``, and ``class_names`` for its output's names;
 ``predict_raw``, ``transform_input_raw`` and ``transform_output_raw`` take and return whole messages.
+A unit at ``endpoint.service_host`` is a Seldon microservice called over HTTP (`RemoteUnit`).
 """
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
 import inspect
 import random
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from trimaran.api.seldon import PREPACKAGED_SERVERS, parameter_value
 from trimaran.serving.seldon.protocol import Message, SeldonError, decode, encode, reply
@@ -284,6 +288,81 @@ class UserUnit(Unit):
         return {**base, **(fn() or {})} if fn else base
 
 
+class RemoteUnit(Unit):
+    """A Seldon microservice at ``url`` (e.g. ``seldon-core-microservice`` behind a Service), called over
+    Seldon's internal REST API: ``/predict``, ``/transform-input``, ``/transform-output``, ``/route``,
+    ``/aggregate`` and ``/send-feedback``, each a SeldonMessage (list) as JSON."""
+
+    TIMEOUT_SECONDS = 60.0
+
+    def __init__(self, *args: Any, url: str) -> None:
+        super().__init__(*args)
+        parsed = urllib.parse.urlsplit(url)
+        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        data = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+        for attempt in (1, 2):  # a kept-alive connection the service closed is opened again once
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.TIMEOUT_SECONDS)
+            try:
+                self._conn.request("POST", path, data, {"content-type": "application/json"})
+                response = self._conn.getresponse()
+                payload = response.read()
+                break
+            except (OSError, http.client.HTTPException) as exc:
+                self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise self.error(f"cannot reach http://{self.host}:{self.port}{path}: {exc}", 502,
+                                     "MICROSERVICE_UNREACHABLE") from None
+        try:
+            answer = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            answer = None
+        if response.status != 200:
+            info = ((answer or {}).get("status") or {}).get("info") if isinstance(answer, dict) else None
+            raise self.error(f"{path} answered {response.status}: {info or payload[:200]!r}", response.status,
+                             "MICROSERVICE_ERROR")
+        if not isinstance(answer, dict):
+            raise self.error(f"{path} answered something that is not a SeldonMessage", 502, "MICROSERVICE_BAD_DATA")
+        return answer
+
+    def _message(self, path: str, msg: Message) -> Message:
+        out = decode(self._post(path, encode(msg)))
+        out.meta = msg.meta
+        return out
+
+    def predict(self, msg: Message) -> Message:
+        return self._message("/predict", msg)
+
+    def transform_input(self, msg: Message) -> Message:
+        return self._message("/transform-input", msg)
+
+    def transform_output(self, msg: Message) -> Message:
+        return self._message("/transform-output", msg)
+
+    def route(self, msg: Message) -> int:
+        answer = decode(self._post("/route", encode(msg)))
+        try:
+            return int(np.asarray(answer.payload).ravel()[0])
+        except (TypeError, ValueError, IndexError):
+            raise self.error(f"/route answered {answer.payload!r}, not a child's index") from None
+
+    def aggregate(self, msgs: list[Message]) -> Message:
+        out = decode(self._post("/aggregate", {"seldonMessages": [encode(m) for m in msgs]}))
+        out.meta = msgs[0].meta
+        return out
+
+    def send_feedback(self, request: Message, response: Message, reward: float, truth: Any,
+                      routing: int | None) -> None:
+        body: dict[str, Any] = {"request": encode(request), "reward": reward}
+        if response.payload is not None:
+            body["response"] = encode(response)
+        self._post("/send-feedback", body)
+
+
 def _parameters(fn: Any) -> set[str]:
     try:
         return set(inspect.signature(fn).parameters)
@@ -341,6 +420,8 @@ def make_unit(graph: dict[str, Any], sources: dict[str, dict[str, Any]]) -> Unit
         return AverageCombiner(*args)
     if impl in PREPACKAGED_SERVERS:
         return PrepackagedModel(*args, model_dir=Path(source["modelDir"]), parameters=params)
+    if source.get("url"):
+        return RemoteUnit(*args, url=source["url"])
     cls = load_user_class(source["class"], list(source.get("paths") or []))
     instance = cls(**params)
     if hasattr(instance, "load"):
