@@ -126,6 +126,7 @@ def kubeflow_python() -> str:
     return venv_python("TRIMARAN_KUBEFLOW_PYTHON", "kubeflow.trainer", ".venv-kubeflow")
 
 
+@pytest.mark.heavy
 def test_trainer_client_trains_digits_with_ddp_on_two_nodes(kubeflow_python: str, plane: ControlPlaneHandle,
                                                             tmp_path: Path) -> None:
     out = run_client(kubeflow_python, plane, DIGITS, tmp_path, timeout=240)
