@@ -191,6 +191,19 @@ def test_service_reached_by_name_from_inside_a_pod(api: Client) -> None:
     assert done["status"]["phase"] == "Succeeded", log
     assert log.count("v1 named-") == 4, log
 
+    # Another namespace resolves the qualified names only, as cluster DNS searches the pod's own.
+    ip = api.get("Service", NS, "named")["spec"]["clusterIP"]
+    lookup = ("import socket\n"
+              "print(socket.gethostbyname('named.default.svc'))\n"
+              "try:\n    socket.gethostbyname('named')\nexcept OSError:\n    print('short name unknown')\n")
+    apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}})
+    apply(api, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lookup", "namespace": "elsewhere"},
+                "spec": {"restartPolicy": "Never",
+                         "containers": [{"name": "c", "image": "python", "command": ["python", "-c", lookup]}]}})
+    poll(lambda: api.get("Pod", "elsewhere", "lookup").get("status", {}).get("phase") == "Succeeded", timeout=30,
+         what="the lookup pod to finish")
+    assert b"".join(api.log("elsewhere", "lookup")).decode().split() == [ip, "short", "name", "unknown"]
+
 
 def test_readiness_gates_the_endpoints(api: Client) -> None:
     apply(api, deployment("gated", ready_after=4), service("gated"))

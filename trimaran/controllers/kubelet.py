@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,8 @@ class Kubelet(Reconciler):
         self._stopping: set[str] = set()
         self._stopper = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pod-stop")
         self.prober = Prober(store, runtime, lambda key: self.wake(key))
+        # Names every pod of a namespace resolves beside its own gang's (the Services'), set by the control plane.
+        self.namespace_hosts: Callable[[str], dict[str, str]] = lambda namespace: {}
         self._adopt()
 
     # -- start-up ---------------------------------------------------------------------------------
@@ -278,7 +281,8 @@ class Kubelet(Reconciler):
     def _start(self, pod: dict, gpu_env: dict[str, str], gpus: list[str], attempt: int,
                images: dict[str, ImageRun], storage: dict[str, Path] | None = None) -> None:
         uid = pod["metadata"]["uid"]
-        hosts = json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))
+        hosts = {**self.namespace_hosts(pod["metadata"]["namespace"]),
+                 **json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))}
         try:
             env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
             key = key_of(pod)

@@ -93,13 +93,15 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     kubelet = Kubelet(store, runtime, node)
     trials = TrialReconciler(store, runtime)
     ports = PortAllocator()  # one allocator: training replicas and serving replicas share loopback
+    services = ServiceReconciler(store, runtime)
+    kubelet.namespace_hosts = services.hosts_for
     trainjobs = TrainJobReconciler(store, ports)
     manager = ControllerManager(store, [
         TrainingJobReconciler(store, ports), BatchJobReconciler(store), JobSetReconciler(store),
         trainjobs, ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
         SeldonDeploymentReconciler(store, home), kubelet,
-        DeploymentReconciler(store, ports), ServiceReconciler(store, runtime),
+        DeploymentReconciler(store, ports), services,
         GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs)

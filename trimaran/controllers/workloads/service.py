@@ -3,10 +3,10 @@
 Each Service gets ``spec.clusterIP`` in 127.1.0.1-127.254.255.254 (a digest of the home and the
 Service's namespace/name, the next free one on a clash), so its ports are its own even where
 another Service, or a pod, uses the same number. ``<svc>``, ``<svc>.<ns>``, ``<svc>.<ns>.svc`` and
-``<svc>.<ns>.svc.cluster.local`` resolve to it in every sandbox: they go into the hosts of pods
-started later, and the hosts files of running pods are rewritten in place (they are bound into the
-sandbox by inode). The short name is machine-wide here, not per namespace: two namespaces with a
-Service of one name share it (the qualified names stay apart).
+``<svc>.<ns>.svc.cluster.local`` resolve to it in every sandbox (``<svc>`` in the Service's own
+namespace, as cluster DNS searches it): they go into the hosts of pods started later (the kubelet
+asks `hosts_for`), and the hosts files of running pods are rewritten in place (they are bound into
+the sandbox by inode).
 
 Traffic to ``clusterIP:port`` goes through `ServiceProxy` to the ready pods behind the selector
 (round-robin), at each pod's ``targetPort``: a number, or a container port's name, as the pod
@@ -66,7 +66,7 @@ class ServiceReconciler(Reconciler):
         self.runtime = runtime
         self.proxy = ServiceProxy()
         self._listening: dict[Key, set[Address]] = {}
-        self._names: dict[Key, list[str]] = {}
+        self._names: dict[Key, str] = {}  # the Services whose names are published, and their address
         self._said_empty: set[Key] = set()
         # Each Service's selector, kept from the watch: pod events are many, and mapping each to its
         # Services must not cost the watch thread a store query.
@@ -209,30 +209,35 @@ class ServiceReconciler(Reconciler):
                                     f"the service has no endpoints")
 
     # -- names ------------------------------------------------------------------------------------
+    def hosts_for(self, namespace: str) -> dict[str, str]:
+        """Every Service's names a pod of ``namespace`` resolves: qualified ones, and the short
+        names of its own namespace's Services."""
+        out: dict[str, str] = {}
+        for key, ip in list(self._names.items()):
+            for name in service_names(key.name, key.namespace)[0 if key.namespace == namespace else 1:]:
+                out[name] = ip
+        return out
+
     def _publish_names(self, key: Key, ip: str) -> None:
-        names = service_names(key.name, key.namespace)
-        if all(self.runtime.service_hosts.get(n) == ip for n in names):
+        if self._names.get(key) == ip:
             return
-        for name in names:
-            self.runtime.service_hosts[name] = ip
-        self._names[key] = names
+        self._names[key] = ip
         self._rewrite_hosts()
 
     def _forget(self, key: Key) -> None:
         for address in self._listening.pop(key, set()):
             self.proxy.drop(address)
         self._said_empty.discard(key)
-        names = self._names.pop(key, [])
-        for name in names:
-            self.runtime.service_hosts.pop(name, None)
-        if names:
+        if self._names.pop(key, None):
             self._rewrite_hosts()
 
     def _rewrite_hosts(self) -> None:
         """Bring the Services' lines of every running pod's /etc/hosts up to date, in place."""
-        lines = [f"{ip}\t{name}{_MARK}\n" for key, names in self._names.items() for name in names
-                 if (ip := self.runtime.service_hosts.get(name))]
         for uid in self.runtime.running_pods():
+            identity = self.runtime.pod_identity(uid)
+            if identity is None:
+                continue
+            lines = [f"{ip}\t{name}{_MARK}\n" for name, ip in self.hosts_for(identity[0]).items()]
             for hosts in (self.runtime.home / "pods" / uid / "runs").glob("*/hosts"):
                 try:
                     with open(hosts, "r+", encoding="utf-8") as handle:
