@@ -95,3 +95,12 @@ def test_etcd_on_loopback_is_started_for_the_job_on_worker_zeros_port():
     pod["status"]["phase"] = "Pending"
     assert PT.prerequisites(view, [pod]) == ([], False)  # made, not answering yet: workers wait
     assert PT.stuck(view, [pod])[0] is None
+
+
+def test_an_etcd_that_never_answers_fails_the_job_after_the_join_timeout():
+    view = _view(rdzvBackend="etcd", rdzvConf=[{"key": "join_timeout", "value": "5"}])
+    etcd = {"metadata": {"name": "el-etcd", "labels": {ETCD_LABEL: "el"}, "creationTimestamp": _pod(0, "", 10)[
+        "metadata"]["creationTimestamp"]}, "status": {"phase": "Pending"}}
+    assert PT.prerequisites(view, [etcd]) == ([], False)
+    assert PT.stuck(view, [etcd])[0] == ("PyTorchJob default/el has failed because its etcd did not answer at "
+                                         "127.0.0.1:20001 within the join timeout of 5s (pod el-etcd is Pending)")

@@ -120,16 +120,25 @@ class PyTorch(Framework):
         elastic = job.spec.get("elasticPolicy")
         if not elastic:
             return None, None
-        plan, _ = self._etcd_plan(job, pods)
+        plan, port = self._etcd_plan(job, pods)
         if plan not in ("none", "external", "ready", "start", "starting"):
             return f"PyTorchJob {job.namespace}/{job.name} has failed because {plan}", None
+        timeout = float(_rdzv_conf(elastic).get("join_timeout", DEFAULT_JOIN_TIMEOUT))
+        if plan == "starting":
+            # The workers wait for the job's etcd; one that never answers must not hold them forever.
+            own = next(p for p in pods if p["metadata"].get("labels", {}).get(ETCD_LABEL) == job.name)
+            age = seconds_since(own["metadata"].get("creationTimestamp"))
+            if age < timeout:
+                return None, timeout - age + 0.05
+            why = waiting_reason([own]) or f"pod {own['metadata']['name']} is {phase(own)}"
+            return (f"PyTorchJob {job.namespace}/{job.name} has failed because its etcd did not answer at "
+                    f"127.0.0.1:{port} within the join timeout of {timeout:g}s ({why})"), None
         workers = {int(p["metadata"]["labels"].get("training.kubeflow.org/replica-index", -1)): p for p in pods
                    if p["metadata"]["labels"].get("training.kubeflow.org/replica-type") == "worker"}
         running = sum(1 for p in workers.values() if phase(p) == "Running")
         needed = int(elastic.get("minReplicas") or 1)
         if running >= needed:
             return None, None
-        timeout = float(_rdzv_conf(elastic).get("join_timeout", DEFAULT_JOIN_TIMEOUT))
         replicas = int((job.spec.get(self.spec_key) or {}).get("Worker", {}).get("replicas", 1))
         waiting = [(i, workers.get(i)) for i in range(replicas)
                    if workers.get(i) is None or phase(workers[i]) == "Pending"]
