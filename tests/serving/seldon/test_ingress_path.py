@@ -108,3 +108,13 @@ def test_traffic_split_and_shadow_copies_on_the_ingress_path(harness: RouterHarn
     poll(lambda: mirror.count() == 400, timeout=30, what=f"the shadow's copies ({mirror.count()} of 400)")
     assert set(mirror.paths) == set(a.paths) == {PATH}  # the whole path, which the executor strips
     assert Client(harness.ingress, "unknown.default.example.com").predict()[0] == 404
+
+
+def test_an_ingress_path_of_another_namespace_is_not_routed() -> None:
+    from trimaran.controllers.serving.reconciler import _ingress_path
+
+    def isvc(namespace: str, path: str) -> dict:
+        return {"metadata": {"namespace": namespace, "annotations": {"serving.trimaran.io/ingress-path": path}}}
+
+    assert _ingress_path(isvc("team-a", "/seldon/team-b/model/")) == {}
+    assert _ingress_path(isvc("team-b", "/seldon/team-b/model/"))["path"]["prefix"] == "/seldon/team-b/model/"

@@ -652,7 +652,8 @@ def _ingress_path(obj: dict) -> dict:
     (`controllers/serving/seldon`): its prefix, weight and whether it is a shadow, from its annotations."""
     annotations = obj["metadata"].get("annotations") or {}
     prefix = annotations.get(INGRESS_PATH_ANNOTATION)
-    if not prefix:
+    # Only a path of its own namespace: an annotation must not draw another namespace's traffic.
+    if not prefix or not prefix.startswith(f"/seldon/{obj['metadata']['namespace']}/"):
         return {}
     return {"path": {"prefix": prefix, "weight": float(annotations.get(INGRESS_WEIGHT_ANNOTATION) or 100),
                      "shadow": annotations.get(SHADOW_ANNOTATION) == "true"}}
