@@ -104,3 +104,15 @@ def test_an_etcd_that_never_answers_fails_the_job_after_the_join_timeout():
     assert PT.prerequisites(view, [etcd]) == ([], False)
     assert PT.stuck(view, [etcd])[0] == ("PyTorchJob default/el has failed because its etcd did not answer at "
                                          "127.0.0.1:20001 within the join timeout of 5s (pod el-etcd is Pending)")
+
+
+def test_only_resource_utilization_metrics_drive_the_autoscaler():
+    from trimaran.controllers.serving.autoscaling import ResourceSampler
+
+    pods_metric = _view(metrics=[{"type": "Pods", "pods": {"metric": {"name": "qps"},
+                                                           "target": {"type": "AverageValue", "averageValue": "1"}}}])
+    assert PT.autoscale_period(pods_metric) is None and PT.autoscale(pods_metric, [], ResourceSampler(None)) is None
+    cpu = _view(metrics=[{"type": "Resource", "resource": {"name": "cpu", "target": {
+        "type": "Utilization", "averageUtilization": 50}}}])
+    assert PT.autoscale_period(cpu) == 15.0
+    assert PT.autoscale(cpu, [], ResourceSampler(None)) is None  # nothing measured yet: nothing decided

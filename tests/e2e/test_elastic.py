@@ -189,3 +189,20 @@ def test_etcd_rendezvous_with_no_etcd_to_use_fails_saying_so(plane, tmp_path):
         "etcd), and Trimaran starts one itself only on this machine's loopback (spec.elasticPolicy.rdzvHost unset, "
         "localhost or 127.0.0.1)")
     assert plane.client().list("Pod", "default") == []
+
+
+@pytest.mark.heavy
+def test_cpu_metric_scales_the_workers_up_as_the_operators_hpa_does(plane, tmp_path):
+    job = elastic_job("hpa", 2, 2, 3, epochs=100000)
+    job["spec"]["elasticPolicy"]["metrics"] = [{"type": "Resource", "resource": {
+        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 10}}}]
+    # A training worker keeps far more than a tenth of its 100m request busy.
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m"}}
+    apply(plane, tmp_path, job)
+    poll(lambda: plane.get("pytorchjob", "hpa")["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3,
+         timeout=240, what="the autoscaler's scale-up to maxReplicas")
+    events = plane.client().events("PyTorchJob", "default", "hpa")
+    assert any(e["reason"] == "SuccessfulRescale" and e["message"] == (
+        "New size: 3; reason: cpu resource utilization (percentage of request) above target") for e in events)
+    poll(lambda: 3 in worlds(plane, "hpa-worker-2"), timeout=240, what="the third worker training")

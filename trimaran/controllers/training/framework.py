@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 from trimaran.api.training import Framework as KindFacts
 
 if TYPE_CHECKING:
+    from trimaran.controllers.serving.autoscaling import ResourceSampler
     from trimaran.store import Store
 
 
@@ -123,6 +124,15 @@ class Framework(ABC):
         """What the replicas need running before they start (e.g. a rendezvous server): objects to
         create now (the job owns them; already there is fine), and whether the replicas may start."""
         return [], True
+
+    def autoscale(self, job: JobView, pods: list[dict], usage: ResourceSampler) -> tuple[int, str] | None:
+        """A new replica count for the scale subresource and why, as an autoscaler the job asks for
+        would write it (``pods``: the running replicas it measures), or None to leave it."""
+        return None
+
+    def autoscale_period(self, job: JobView) -> float | None:
+        """How often ``autoscale`` wants a pass while the job runs (None: only on changes)."""
+        return None
 
     def stuck(self, job: JobView, pods: list[dict]) -> tuple[str | None, float | None]:
         """Why the running job can never go on (it fails with that message), else None and in how

@@ -44,6 +44,7 @@ from trimaran.controllers.pods import (
     waiting_reason,
 )
 from trimaran.controllers.ports import PortAllocator
+from trimaran.controllers.serving.autoscaling import ResourceSampler
 from trimaran.controllers.training.framework import (
     Framework,
     JobView,
@@ -65,8 +66,9 @@ PREREQUISITE_POLL = 0.2
 class TrainingJobReconciler(Reconciler):
     name = "training"
 
-    def __init__(self, store: Store, ports: PortAllocator | None = None) -> None:
+    def __init__(self, store: Store, ports: PortAllocator | None = None, runtime: object | None = None) -> None:
         super().__init__(store)
+        self.usage = ResourceSampler(runtime)
         self.kinds = tuple(f.kind for f in frameworks())
         self.watches = ("Pod",)
         self.ports = ports or PortAllocator()
@@ -256,11 +258,21 @@ class TrainingJobReconciler(Reconciler):
         if outcome == "Running" and all(phase(p) == "Running" for p in pods if not is_terminating(p)):
             if not is_true(status, "Running"):
                 set_training_condition(status, "Running", f"{fw.kind}Running", message)
+            rescale = fw.autoscale(view, [p for p in pods if not is_terminating(p)], self.usage)
+            if rescale is not None:
+                self._rescale(job, fw, *rescale)
         # Look again at the deadline, when the framework asks, and soon while prerequisites start.
-        delays = [recheck, None if ready else PREREQUISITE_POLL]
+        delays = [recheck, None if ready else PREREQUISITE_POLL, fw.autoscale_period(_job_view(job))]
         if deadline is not None:
             delays.append(max(0.05, float(deadline) - seconds_since(status.get("startTime"))))
         return min((d for d in delays if d is not None), default=None)
+
+    def _rescale(self, job: dict, fw: Framework, replicas: int, reason: str) -> None:
+        """Write the Worker count as the HorizontalPodAutoscaler writes the scale subresource; a
+        conflicting write is decided again on the next pass."""
+        job["spec"][fw.spec_key]["Worker"]["replicas"] = replicas
+        job["metadata"] = self.store.update(job)["metadata"]
+        self._event("Normal", "SuccessfulRescale", f"New size: {replicas}; reason: {reason}")
 
     def _fail(self, job: dict, fw: Framework, status: dict, pods: list[dict], reason: str, message: str) -> None:
         if set_training_condition(status, "Failed", reason, message):

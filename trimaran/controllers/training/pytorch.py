@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from trimaran.api.training import PYTORCHJOB
@@ -9,13 +10,18 @@ from trimaran.controllers.conditions import seconds_since
 from trimaran.controllers.pods import phase, request_deletion, waiting_reason
 from trimaran.controllers.training.etcd import ETCD_LABEL, LOOPBACK_HOSTS, etcd_installed, etcd_pod, serves_v2
 from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
+from trimaran.serving.autoscaler import HPA, HPAConfig
 
 if TYPE_CHECKING:
+    from trimaran.controllers.serving.autoscaling import ResourceSampler
     from trimaran.store import Store
 
 
 class PyTorch(Framework):
     facts = PYTORCHJOB
+
+    def __init__(self) -> None:
+        self._hpas: dict[str, HPA] = {}  # per elastic job with metrics (by uid): its autoscaler's history
 
     def env(self, job: JobView, rtype: str, index: int, addresses: dict[str, list[ReplicaAddress]],
             container: dict) -> list[dict]:
@@ -152,8 +158,40 @@ class PyTorch(Framework):
                 f"within the join timeout of {timeout:g}s: {running} of minReplicas {needed} workers are running; "
                 f"missing: {missing}"), None
 
+    def autoscale_period(self, job: JobView) -> float | None:
+        return HPAConfig.sync_period if _utilization_target(job.spec) else None
+
+    def autoscale(self, job: JobView, pods: list[dict], usage: ResourceSampler) -> tuple[int, str] | None:
+        """``elasticPolicy.metrics`` as the HorizontalPodAutoscaler the operator makes of them
+        (name {job}, on the scale subresource, min/maxReplicas): Resource cpu/memory metrics with an
+        Utilization target, by Kubernetes' rule (serving's HPA: 15 s syncs, tolerance, down
+        stabilisation). Other metric types need a metrics API there is none of here: not acted on."""
+        target = _utilization_target(job.spec)
+        if target is None:
+            return None
+        metric, percent = target
+        elastic = job.spec["elasticPolicy"]
+        worker = (job.spec.get(self.spec_key) or {}).get("Worker") or {}
+        current = int(worker.get("replicas", 1))
+        running = [p for p in pods if phase(p) == "Running"
+                   and p["metadata"].get("labels", {}).get("training.kubeflow.org/replica-type") == "worker"]
+        utilization = usage.utilization(running, (worker.get("template") or {}).get("spec") or {}, metric)
+        if utilization is None:
+            return None
+        config = HPAConfig(metric=metric, target_utilization=percent, min_replicas=int(elastic["minReplicas"]),
+                           max_replicas=int(elastic["maxReplicas"]))
+        now = time.monotonic()
+        hpa = self._hpas.setdefault(job.uid, HPA(config, now=now))
+        hpa.reconfigure(config)
+        decision = hpa.recommend(now, current, utilization)
+        if decision is None or decision.desired == current:
+            return None
+        side = "above" if decision.desired > current else "below"
+        return decision.desired, f"{metric} resource utilization (percentage of request) {side} target"
+
     def finished(self, job: JobView, pods: list[dict], store: Store) -> bool:
         """The job's etcd stops with the job."""
+        self._hpas.pop(job.uid, None)
         for pod in pods:
             if pod["metadata"].get("labels", {}).get(ETCD_LABEL) == job.name:
                 request_deletion(store, pod)
@@ -201,6 +239,17 @@ SHARED_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 #: torch's default join_timeout of the c10d and etcd rendezvous (seconds).
 DEFAULT_JOIN_TIMEOUT = 600
+
+
+def _utilization_target(spec: dict) -> tuple[str, float] | None:
+    """The first Resource metric of elasticPolicy.metrics with an Utilization target: (cpu|memory, %)."""
+    for metric in (spec.get("elasticPolicy") or {}).get("metrics") or []:
+        resource = metric.get("resource") or {}
+        target = resource.get("target") or {}
+        if metric.get("type") == "Resource" and resource.get("name") in ("cpu", "memory") \
+                and target.get("type") == "Utilization" and target.get("averageUtilization"):
+            return resource["name"], float(target["averageUtilization"])
+    return None
 
 
 def _rdzv_conf(elastic: dict) -> dict[str, str]:
