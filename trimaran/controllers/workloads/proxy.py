@@ -42,6 +42,8 @@ class ServiceProxy:
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
         self._listeners: dict[Address, _Listener] = {}
+        # The loop holds tasks weakly: a connection's pipe must live until both directions end.
+        self._pipes: set[asyncio.Task] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, name="service-proxy", daemon=True)
         self._thread.start()
 
@@ -68,7 +70,7 @@ class ServiceProxy:
             listener.backends = backends
             return
         holder: list[_Listener] = []
-        server = await asyncio.start_server(lambda r, w: self._pipe(holder[0], r, w), address[0], address[1],
+        server = await asyncio.start_server(lambda r, w: self._accept(holder[0], r, w), address[0], address[1],
                                             reuse_address=True)
         holder.append(_Listener(server, backends))
         self._listeners[address] = holder[0]
@@ -78,6 +80,11 @@ class ServiceProxy:
         if listener is not None:
             listener.server.close()
             await listener.server.wait_closed()
+
+    def _accept(self, listener: _Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = self._loop.create_task(self._pipe(listener, reader, writer))
+        self._pipes.add(task)
+        task.add_done_callback(self._pipes.discard)
 
     async def _pipe(self, listener: _Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream = None
