@@ -1,6 +1,6 @@
 """A ``torch-distributed`` TrainJob of 2 nodes beside ``torchrun --nnodes=2`` started by hand, in one run.
 
-    .venv/bin/python bench/trainjob_torchrun.py [--rounds 5] [--steps 20]
+    .venv/bin/python bench/trainjob_torchrun.py [--rounds 5] [--steps 20] [--hops]
 
 Both arms run the same script (``examples/pytorch-ddp/train.py --steps 20``: DDP over gloo on
 digits) under torchrun, each node a torchrun of one process, as the Kubeflow SDK's command does:
@@ -14,8 +14,8 @@ digits) under torchrun, each node a torchrun of one process, as the Kubeflow SDK
   on each of two machines), until both exit.
 
 Rounds alternate the arms; the medians and their ratio are printed (goal: at most 1.10×). Each
-round also runs the same TrainJob with ``true`` as its command: what is left of its time is the
-platform's own (the two CLI calls, the controllers' hops, the sandboxes, completion detection).
+round also runs the same TrainJob with ``true`` as its command, whose time is all the platform's
+(the two CLI calls, the controllers' hops, the sandboxes, completion detection).
 ``--hops`` adds a batch Job and a JobSet of the same two ``true`` pods, to see what the TrainJob →
 JobSet → Job hops add.
 """
