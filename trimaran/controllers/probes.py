@@ -204,8 +204,10 @@ class Prober:
         pid = self._innermost(pod["metadata"]["uid"], container)
         if pid is None:
             raise _ProbeFailed(f"container {container} is not running")
+        # The container's own user namespace, where it has one (not under the setpriv fallback).
+        user = ["-U", "--preserve-credentials"] if _namespace(pid, "user") != _namespace(os.getpid(), "user") else []
         proc = await asyncio.create_subprocess_exec(
-            "nsenter", "-t", str(pid), "-m", "-p", "-U", "--preserve-credentials", "-r", "-w", "--", *command,
+            "nsenter", "-t", str(pid), "-m", "-p", *user, "-r", "-w", "--", *command,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         try:
             output, _ = await proc.communicate()
@@ -225,11 +227,11 @@ class Prober:
             return None
         if status is None or status.pid is None:
             return None
-        mine = os.readlink("/proc/self/ns/mnt")
+        mine = _namespace(os.getpid(), "mnt")
         inside = []
         for pid, _ in _shim.descendants(status.pid):
             with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/ns/mnt") != mine and _comm(pid) != "bwrap":
+                if _namespace(pid, "mnt") != mine and _comm(pid) != "bwrap":
                     inside.append(pid)
         return inside[-1] if inside else None
 
@@ -263,6 +265,10 @@ def apply_probe_state(status: dict, states: dict[str, tuple[bool, bool]]) -> boo
 def _reason(exc: OSError) -> str:
     """Go's words for a failed dial ("connection refused")."""
     return os.strerror(exc.errno).lower() if exc.errno else str(exc)
+
+
+def _namespace(pid: int, kind: str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/{kind}")
 
 
 def _comm(pid: int) -> str:
