@@ -25,7 +25,7 @@ CASES = {
     "random": ({}, 30),
     "tpe": ({"n_startup_trials": "5"}, 30),
     "multivariate-tpe": ({"n_startup_trials": "5"}, 30),
-    "bayesianoptimization": ({"n_initial_points": "4"}, 10),
+    "bayesianoptimization": ({"n_initial_points": "4"}, 7),
     "cmaes": ({}, 30),
     "sobol": ({}, 30),
     "nsga2": ({"population_size": "6"}, 30),
@@ -86,7 +86,7 @@ def test_a_restart_suggests_exactly_what_the_running_process_would(name: str) ->
     algorithm = get_algorithm(name, settings)
     trials: list[TrialRecord] = []
     calls: list[tuple[list[TrialRecord], list[dict[str, str]]]] = []
-    rounds = 6 if name == "bayesianoptimization" else 14
+    rounds = 4 if name == "bayesianoptimization" else 14
     for step in range(rounds):
         snapshot = list(trials)
         got = algorithm.suggest(space, snapshot, "minimize", 3).assignments
