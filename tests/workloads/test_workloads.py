@@ -154,6 +154,28 @@ def test_rolling_update_keeps_the_service_answering(api: Client) -> None:
     assert all(p["metadata"]["labels"]["pod-template-hash"] for p in pods_of(api, "rolling"))
 
 
+def test_revisions_are_replica_sets_kept_to_the_history_limit(api: Client) -> None:
+    def records() -> dict[str, str]:
+        return {rs["metadata"]["labels"]["pod-template-hash"]: rs["metadata"]["annotations"][
+            "deployment.kubernetes.io/revision"] for rs in api.list("ReplicaSet", NS, selector="app=history")}
+
+    hashes = []
+    for version in ("v1", "v2", "v3"):
+        apply(api, deployment("history", version=version, revisionHistoryLimit=1))
+        rolled_out(api, "history", 1)
+        hashes.append(pods_of(api, "history")[0]["metadata"]["labels"]["pod-template-hash"])
+    assert poll(lambda: records() == {hashes[1]: "2", hashes[2]: "3"} or None, timeout=10,
+                what=f"revisions 2 and 3 only, not {records()}")
+    # Going back to an earlier template (what `kubectl rollout undo` sends) reuses its ReplicaSet.
+    apply(api, deployment("history", version="v2", revisionHistoryLimit=1))
+    rolled_out(api, "history", 1)
+    assert poll(lambda: records() == {hashes[1]: "4", hashes[2]: "3"} or None, timeout=10,
+                what=f"revision 2's ReplicaSet as revision 4, not {records()}")
+    rs = api.get("ReplicaSet", NS, f"history-{hashes[1]}")
+    assert rs["spec"]["replicas"] == 1 and rs["status"]["availableReplicas"] == 1
+    assert rs["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
+
+
 def test_recreate_stops_old_pods_before_new_ones_start(api: Client) -> None:
     apply(api, deployment("recreate", replicas=2, strategy={"type": "Recreate"}))
     first = rolled_out(api, "recreate", 2)
@@ -310,6 +332,11 @@ def test_bad_input_is_refused_in_the_api_servers_words(api: Client) -> None:
     assert "binds containerPort 8080 as written" in str(refused.value)
     with pytest.raises(APIError):
         api.get("Deployment", NS, "mismatched")
+    standalone = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "mine", "namespace": NS},
+                  "spec": deployment("mine")["spec"]}
+    with pytest.raises(APIError) as refused:
+        apply(api, standalone)
+    assert "ReplicaSets are made by Deployments here" in str(refused.value)
 
 
 def test_service_selecting_nothing_says_so(api: Client) -> None:

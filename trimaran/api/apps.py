@@ -27,8 +27,9 @@ from trimaran.api.meta import (
 )
 from trimaran.api.printers import AGE, PrinterColumn
 
-__all__ = ["APPS_V1", "DEPLOYMENT_COLUMNS", "ENDPOINTS_COLUMNS", "SERVICE_COLUMNS", "Deployment", "Endpoints",
-           "Service", "fixed_ports", "percent_or_int", "port_env_name", "reads_port_from_env", "selector_matches"]
+__all__ = ["APPS_V1", "DEPLOYMENT_COLUMNS", "ENDPOINTS_COLUMNS", "REPLICASET_COLUMNS", "SERVICE_COLUMNS", "Deployment",
+           "Endpoints", "ReplicaSet", "Service", "fixed_ports", "percent_or_int", "port_env_name",
+           "reads_port_from_env", "selector_matches"]
 
 APPS_V1 = "apps/v1"
 _PORT_REFERENCE = re.compile(r"\$\(PORT(?:_[A-Z0-9_]+)?\)")
@@ -53,6 +54,11 @@ DEPLOYMENT_COLUMNS = (
     PrinterColumn("Ready", value=lambda o: f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 0)}"),
     PrinterColumn("Up-to-date", "integer", value=lambda o: _status(o).get("updatedReplicas", 0)),
     PrinterColumn("Available", "integer", value=lambda o: _status(o).get("availableReplicas", 0)),
+    AGE)
+REPLICASET_COLUMNS = (
+    PrinterColumn("Desired", "integer", value=lambda o: _spec(o).get("replicas", 0)),
+    PrinterColumn("Current", "integer", value=lambda o: _status(o).get("replicas", 0)),
+    PrinterColumn("Ready", "integer", value=lambda o: _status(o).get("readyReplicas", 0)),
     AGE)
 ENDPOINTS_COLUMNS = (
     PrinterColumn("Endpoints", value=lambda o: ",".join(
@@ -354,3 +360,19 @@ class Endpoints(Resource):
     """core v1 Endpoints: the ready (and not ready) pods behind a Service, at their ports."""
 
     subsets: list[dict[str, Any]] | None = None
+
+
+class ReplicaSet(Resource):
+    """apps/v1 ReplicaSet, here the record of one revision of a Deployment (its template, how many
+    of its pods run): the Deployment controller writes it and owns the pods itself, so a ReplicaSet
+    of one's own is refused."""
+
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+    def check(self) -> list[FieldError]:
+        owners = [ref for ref in self.metadata.owner_references or [] if ref.kind == "Deployment" and ref.controller]
+        if not owners:
+            return [FieldError.forbidden("metadata.ownerReferences", "ReplicaSets are made by Deployments here: "
+                                         "apply a Deployment with this template instead")]
+        return super().check()

@@ -18,7 +18,9 @@ from trimaran.api.apps import (
     ENDPOINTS_COLUMNS,
     SERVICE_COLUMNS,
     Deployment,
+    REPLICASET_COLUMNS,
     Endpoints,
+    ReplicaSet,
     Service,
 )
 from trimaran.api.batch import Job
@@ -367,6 +369,8 @@ for _info in (
              DEPLOYMENT_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
              pod_templates=_job_template),
     KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS),
+    KindInfo("ReplicaSet", APPS_V1, "apps", "v1", "replicasets", ("rs",), True, ReplicaSet, ("all",),
+             REPLICASET_COLUMNS),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,
              status_subresource=False),
 ):

@@ -37,7 +37,7 @@ from trimaran.controllers.pods import (
     set_gang,
 )
 from trimaran.controllers.ports import PortAllocator
-from trimaran.store import Conflict, NotFound, Store
+from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
 __all__ = ["HASH_LABEL", "PORTS_ANNOTATION", "REVISION_ANNOTATION", "DeploymentReconciler", "is_available"]
 
@@ -47,12 +47,24 @@ HASH_LABEL = "pod-template-hash"
 REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
 PORTS_ANNOTATION = "trimaran.io/ports"  # declared containerPort -> this pod's own port
 _TEMPLATE_HASH_ANNOTATION = "trimaran.io/template-hash"
+_CHANGE_CAUSE = "kubernetes.io/change-cause"
 
 
 def template_hash(template: dict) -> str:
-    """A short, stable digest of a pod template (upstream uses FNV over the same content)."""
-    text = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    """A short, stable digest of a pod template (upstream uses FNV over the same content). Empty
+    fields do not count: a client that writes ``resources: {}`` back (``kubectl rollout undo``)
+    means the same template."""
+    text = json.dumps(_pruned(template), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _pruned(value: object) -> object:
+    if isinstance(value, dict):
+        kept = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in (None, {}, [])}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
 
 
 def is_available(pod: dict, min_ready_seconds: int = 0) -> bool:
@@ -107,7 +119,85 @@ class DeploymentReconciler(Reconciler):
             self._roll(deploy, current, revision, new, old, pods)
             live = [p for p in live if not is_terminating(p)]
             new = [p for p in new if not is_terminating(p)]
+        self._record_revisions(deploy, current, revision, live)
         return self._write_status(deploy, current, live, new, pods)
+
+    # -- revisions ----------------------------------------------------------------------------
+    def _record_revisions(self, deploy: dict, current: str, revision: str, live: list[dict]) -> None:
+        """Keep one ReplicaSet per revision, as upstream's (template, revision, how many of its pods
+        run), which ``kubectl rollout history|undo`` and ``describe`` read; the oldest empty ones
+        beyond ``revisionHistoryLimit`` go."""
+        meta, spec = deploy["metadata"], deploy["spec"]
+        min_ready = int(spec.get("minReadySeconds") or 0)
+        records = {rs["metadata"]["name"]: rs for rs in self.store.list("ReplicaSet", meta["namespace"],
+                                                                         owner_uid=meta["uid"])}
+        by_hash: dict[str, list[dict]] = {}
+        for pod in live:
+            by_hash.setdefault(_hash(pod), []).append(pod)
+        for rs in records.values():
+            by_hash.setdefault(rs["metadata"].get("labels", {}).get(HASH_LABEL, ""), [])
+        by_hash.setdefault(current, [])
+        for h, pods in by_hash.items():
+            if not h:
+                continue
+            name = f"{meta['name']}-{h}"
+            rs = records.get(name)
+            if rs is None and h != current:
+                continue  # an old revision whose record was never made (made before this controller kept them)
+            replicas = int(spec.get("replicas", 1)) if h == current else len(pods)
+            if rs is None:
+                rs = self._new_record(deploy, h, revision, replicas)
+            wanted = dict(rs["metadata"].get("annotations") or {})
+            if h == current:
+                wanted[REVISION_ANNOTATION] = revision
+                cause = (meta.get("annotations") or {}).get(_CHANGE_CAUSE)
+                if cause:
+                    wanted[_CHANGE_CAUSE] = cause
+            if rs["spec"].get("replicas") != replicas or rs["metadata"].get("annotations") != wanted:
+                rs["spec"]["replicas"] = replicas
+                rs["metadata"]["annotations"] = wanted
+                try:
+                    rs = self.store.update(rs)
+                except (Conflict, NotFound):
+                    continue
+            status = {"replicas": len(pods), "fullyLabeledReplicas": len(pods),
+                      "readyReplicas": sum(1 for p in pods if is_available(p)),
+                      "availableReplicas": sum(1 for p in pods if is_available(p, min_ready)),
+                      "observedGeneration": rs["metadata"].get("generation", 1)}
+            if rs.get("status") != status:
+                rs["status"] = status
+                try:
+                    self.store.update_status(rs)
+                except (Conflict, NotFound):
+                    pass
+        limit = int(spec.get("revisionHistoryLimit", 10))
+        spent = sorted((rs for rs in records.values()
+                        if rs["metadata"].get("labels", {}).get(HASH_LABEL) != current
+                        and not by_hash.get(rs["metadata"].get("labels", {}).get(HASH_LABEL, ""))),
+                       key=lambda rs: int((rs["metadata"].get("annotations") or {}).get(REVISION_ANNOTATION) or 0))
+        for rs in spent[:max(0, len(spent) - limit)]:
+            try:
+                self.store.delete("ReplicaSet", meta["namespace"], rs["metadata"]["name"])
+            except NotFound:
+                pass
+
+    def _new_record(self, deploy: dict, current: str, revision: str, replicas: int) -> dict:
+        meta, spec = deploy["metadata"], deploy["spec"]
+        template = copy.deepcopy(spec["template"])
+        template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = current
+        selector = copy.deepcopy(spec.get("selector") or {})
+        selector.setdefault("matchLabels", {})[HASH_LABEL] = current
+        body = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": f"{meta['name']}-{current}", "namespace": meta["namespace"],
+                             "labels": dict(template["metadata"]["labels"]),
+                             "annotations": {REVISION_ANNOTATION: revision},
+                             "ownerReferences": [owner_reference(deploy)]},
+                "spec": {"replicas": replicas, "selector": selector, "template": template,
+                         "minReadySeconds": int(spec.get("minReadySeconds") or 0)}}
+        try:
+            return self.store.create(body)
+        except AlreadyExists:
+            return self.store.get("ReplicaSet", meta["namespace"], body["metadata"]["name"])
 
     # -- rolling ------------------------------------------------------------------------------
     def _roll(self, deploy: dict, current: str, revision: str, new: list[dict], old: list[dict],
