@@ -26,6 +26,8 @@ from trimaran.api.apps import (
 from trimaran.api.batch import Job
 from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.errors import FieldError
+from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
+from trimaran.api.inferencegraph import InferenceGraph
 from trimaran.api.jobset import API_VERSION as JOBSET_V1ALPHA2
 from trimaran.api.jobset import JobSet
 from trimaran.api.meta import Resource
@@ -365,6 +367,10 @@ for _info in (
                  PrinterColumn("LatestReadyRevision",
                                json_path=".status.components.predictor.traffic[?(@.latestRevision==true)].revisionName"),
                  AGE), pod_templates=_serving_components),
+    KindInfo("InferenceGraph", KSERVE_V1ALPHA1, "serving.kserve.io", "v1alpha1", "inferencegraphs", ("ig",), True,
+             InferenceGraph, printer_columns=(
+                 PrinterColumn("URL", json_path=".status.url"),
+                 PrinterColumn("Ready", json_path=".status.conditions[?(@.type=='Ready')].status"), AGE)),
     KindInfo("Deployment", APPS_V1, "apps", "v1", "deployments", ("deploy",), True, Deployment, ("all",),
              DEPLOYMENT_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
              pod_templates=_job_template),

@@ -21,7 +21,11 @@ from trimaran.controllers.gc import GarbageCollector
 from trimaran.controllers.jobset import JobSetReconciler
 from trimaran.controllers.kubelet import Kubelet
 from trimaran.controllers.ports import PortAllocator
-from trimaran.controllers.serving import InferenceServiceReconciler, SeldonDeploymentReconciler
+from trimaran.controllers.serving import (
+    InferenceGraphReconciler,
+    InferenceServiceReconciler,
+    SeldonDeploymentReconciler,
+)
 from trimaran.controllers.trainer import TrainJobReconciler, install_builtin_runtimes
 from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
@@ -100,7 +104,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         TrainingJobReconciler(store, ports, runtime), BatchJobReconciler(store), JobSetReconciler(store),
         trainjobs, ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
-        SeldonDeploymentReconciler(store, home), kubelet,
+        SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet,
         DeploymentReconciler(store, ports), services,
         GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
@@ -168,6 +172,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     from trimaran.server.kube import WatchHub
     from trimaran.server.kube.watch import MAX_STREAMS_PER_CLIENT, Streams
     from trimaran.server.kubeconfig import ensure_user_token, write_kubeconfig
+    from trimaran.server.monitoring import write_prometheus_config
     from trimaran.server.tls import ensure_pki
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -217,6 +222,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     signal.signal(signal.SIGINT, on_signal)
 
     write_kubeconfig(home, url, ensure_user_token(home, tokens), pki.ca_pem())
+    write_prometheus_config(home, url, tokens, pki.ca_pem())
     plane.trials.api_url = f"https://127.0.0.1:{pod_port}"
     plane.trials.pod_security = Policy.default(pod_security)
     if plane.trainjobs is not None:

@@ -1,0 +1,3 @@
+from trimaran.serving.graph.server import main
+
+raise SystemExit(main())
