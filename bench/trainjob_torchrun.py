@@ -1,6 +1,6 @@
 """A ``torch-distributed`` TrainJob of 2 nodes beside ``torchrun --nnodes=2`` started by hand, in one run.
 
-    .venv/bin/python bench/trainjob_torchrun.py [--rounds 5] [--steps 20] [--hops]
+    .venv/bin/python bench/trainjob_torchrun.py [--rounds 5] [--steps 20] [--hops] [--trace N]
 
 Both arms run the same script (``examples/pytorch-ddp/train.py --steps 20``: DDP over gloo on
 digits) under torchrun, each node a torchrun of one process, as the Kubeflow SDK's command does:
@@ -17,7 +17,8 @@ Rounds alternate the arms; the medians and their ratio are printed (goal: at mos
 round also runs the same TrainJob with ``true`` as its command, whose time is all the platform's
 (the two CLI calls, the controllers' hops, the sandboxes, completion detection).
 ``--hops`` adds a batch Job and a JobSet of the same two ``true`` pods, to see what the TrainJob →
-JobSet → Job hops add.
+JobSet → Job hops add; ``--trace N`` first follows N TrainJobs of ``true`` step by step through the
+API (no CLI), in milliseconds.
 """
 
 from __future__ import annotations
@@ -108,11 +109,43 @@ def run_torchrun(steps: int, out: Path) -> float:
     return elapsed
 
 
+def _true(obj: dict, ctype: str) -> bool:
+    return any(c["type"] == ctype and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def trace(home: Path, name: str) -> str:
+    """Milliseconds from creating a TrainJob of ``true`` (through the API, no CLI) to each step
+    seen, polled as fast as the API answers."""
+    from trimaran.cli.client import Client
+
+    client = Client.connect(home, autostart=False)
+    seen: dict[str, float] = {}
+    start = time.perf_counter()
+    client.apply([{"object": trainjob(name, ["true"])}])
+    seen["created"] = time.perf_counter() - start
+    selector = f"jobset.sigs.k8s.io/jobset-name={name}"
+    while "TrainJob Complete" not in seen and time.perf_counter() - start < 60:
+        job = client.get("TrainJob", "default", name)
+        jobsets = [j for j in client.list("JobSet", "default") if j["metadata"]["name"] == name]
+        jobs = client.list("Job", "default", selector=selector)
+        phases = [(p.get("status") or {}).get("phase") for p in client.list("Pod", "default", selector=selector)]
+        for step, reached in (("JobSet", bool(jobsets)), ("Job", bool(jobs)), ("2 pods", len(phases) == 2),
+                              ("pods Succeeded", len(phases) == 2 and set(phases) == {"Succeeded"}),
+                              ("Job Complete", bool(jobs) and _true(jobs[0], "Complete")),
+                              ("JobSet Completed", bool(jobsets) and _true(jobsets[0], "Completed")),
+                              ("TrainJob Complete", _true(job, "Complete"))):
+            if reached:
+                seen.setdefault(step, time.perf_counter() - start)
+    return ", ".join(f"{step} {at * 1000:.0f} ms" for step, at in seen.items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--hops", action="store_true", help="also time a batch Job and a JobSet of `true`")
+    parser.add_argument("--trace", type=int, default=0, metavar="N",
+                        help="first trace N TrainJobs of `true` step by step through the API")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trimaran-bench-"))
     env = dict(os.environ, TRIMARAN_HOME=str(tmp / "home"), PATH=f"{Path(PY).parent}:{os.environ['PATH']}")
@@ -125,6 +158,8 @@ def main() -> None:
         configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CODE},
                      "data": {"train.py": TRAIN.read_text()}}
         cli(env, "apply", "-f", "-", stdin=json.dumps(configmap))
+        for i in range(args.trace):
+            print(f"trace {i}: {trace(tmp / 'home', f'trace-{i}')}", flush=True)
         for i in range(args.rounds):
             ours.append(run(env, trainjob(f"bench-{i}", train)))
             peer.append(run_torchrun(args.steps, tmp / "out"))
