@@ -15,6 +15,8 @@ done
 command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 # etcd for elastic PyTorchJobs with rdzvBackend etcd: each such job runs its own on loopback.
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+# Prometheus, to scrape what ServiceMonitors/PodMonitors select: $TRIMARAN_HOME/prometheus/prometheus.yml.
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || need_apt+=(libseccomp2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -9,6 +9,8 @@ bash scripts/bootstrap.sh || exit 1
 need_apt=()
 command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+# tests/monitoring: a real Prometheus scrapes through the generated configuration.
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 busybox --list 2>/dev/null | grep -qx sh && ldd "$(command -v busybox)" 2>&1 | grep -q 'not a dynamic' \
   || need_apt+=(busybox-static)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -16,9 +16,9 @@ from trimaran.api.apps import (
     APPS_V1,
     DEPLOYMENT_COLUMNS,
     ENDPOINTS_COLUMNS,
+    REPLICASET_COLUMNS,
     SERVICE_COLUMNS,
     Deployment,
-    REPLICASET_COLUMNS,
     Endpoints,
     ReplicaSet,
     Service,
@@ -31,6 +31,8 @@ from trimaran.api.inferencegraph import InferenceGraph
 from trimaran.api.jobset import API_VERSION as JOBSET_V1ALPHA2
 from trimaran.api.jobset import JobSet
 from trimaran.api.meta import Resource
+from trimaran.api.monitoring import API_VERSION as MONITORING_V1
+from trimaran.api.monitoring import PodMonitor, ServiceMonitor
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
 from trimaran.api.seldon import SeldonDeployment
@@ -379,6 +381,10 @@ for _info in (
              REPLICASET_COLUMNS),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,
              status_subresource=False),
+    KindInfo("ServiceMonitor", MONITORING_V1, "monitoring.coreos.com", "v1", "servicemonitors", ("smon",), True,
+             ServiceMonitor, ("prometheus-operator",), status_subresource=False),
+    KindInfo("PodMonitor", MONITORING_V1, "monitoring.coreos.com", "v1", "podmonitors", ("pmon",), True,
+             PodMonitor, ("prometheus-operator",), status_subresource=False),
 ):
     register(_info)
 

@@ -15,6 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from prometheus_client import Histogram
+
 from trimaran.store import NotFound, Store
 from trimaran.store.base import WatchEvent
 
@@ -140,6 +142,11 @@ class _Queue:
                 self._ready.append(key)
             self._cond.notify()
 
+    def __len__(self) -> int:
+        """Keys ready for a worker (client-go's workqueue depth; delayed retries not counted)."""
+        with self._cond:
+            return len(self._ready)
+
     def get(self, stop: threading.Event) -> Key | None:
         with self._cond:
             while not stop.is_set():
@@ -185,6 +192,14 @@ class ControllerManager:
         # (reconciler, key) -> (failures in a row, when the last event was recorded, its message)
         self._failing: dict[tuple[str, Key], tuple[int, float, str]] = {}
         self._failing_lock = threading.Lock()
+        # Off the global registry: each control plane (tests run several per process) has its own.
+        self.reconcile_seconds = Histogram("controller_runtime_reconcile_time_seconds",
+                                           "Length of time per reconciliation per controller.", ["controller"],
+                                           registry=None)
+
+    def queue_depths(self) -> dict[str, int]:
+        """Each reconciler's keys waiting for it, as controller-runtime's ``workqueue_depth``."""
+        return {name: len(queue) for name, queue in self._queues.items()}
 
     def enqueue(self, reconciler: Reconciler, key: Key, after: float = 0.0) -> None:
         self._queues[reconciler.name].add(key, after)
@@ -246,6 +261,7 @@ class ControllerManager:
             key = queue.get(self._stop)
             if key is None:
                 return
+            began = time.perf_counter()
             try:
                 after = r.reconcile(key)
                 with self._failing_lock:
@@ -255,6 +271,7 @@ class ControllerManager:
                 after = self._failed(r, key, exc)
             finally:
                 queue.done(key)
+                self.reconcile_seconds.labels(r.name).observe(time.perf_counter() - began)
             if after is not None:
                 queue.add(key, after)
 

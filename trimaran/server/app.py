@@ -9,11 +9,13 @@ routes of our own remain, where Kubernetes has no equivalent (docs/architecture.
 * ``GET /trimaran/v1/namespaces/{ns}/observations``: every stored observation of an experiment's
   trials (``trimaran trials``, the dashboard's curves; Katib keeps them in its own database).
 
-Plus the dashboard (``/dashboard``) and ``/healthz``.
+Plus the dashboard (``/dashboard``), ``/healthz``, ``/metrics`` and Prometheus' service discovery of
+what ServiceMonitors and PodMonitors select (`trimaran.server.monitoring`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import orjson
@@ -31,6 +33,7 @@ from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import dashboard_router
 from trimaran.server.kube import KubeAPI, StatusError, WatchHub, principal_of, routes, status_response
 from trimaran.server.kube.watch import metrics_exposition
+from trimaran.server.monitoring import ControlPlaneCollector, monitoring_router
 from trimaran.server.observations import add_pushed_observations
 from trimaran.server.tokens import TokenStore
 from trimaran.store import NotFound
@@ -109,14 +112,17 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
 
     app.router.routes.extend(routes(kube, server_address, started))
     app.include_router(dashboard_router(plane))
+    app.include_router(monitoring_router(store))
+    collector = ControlPlaneCollector(store, plane.manager, plane.kubelet.runtime.node)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
-        """Open watches and log follows, as kube-apiserver's ``apiserver_longrunning_requests``."""
+        """Open watches and log follows, as kube-apiserver's ``apiserver_longrunning_requests``; the
+        store's objects, the controllers and the node (`ControlPlaneCollector`)."""
         principal = principal_of(request)
         if principal.namespaces is not None:
             raise StatusError(403, "Forbidden", f'User "{principal.name}" cannot get path "/metrics"')
-        body, media = metrics_exposition(hub)
+        body, media = await asyncio.to_thread(metrics_exposition, hub, collector)
         return Response(body, media_type=media)
 
     @app.get("/", include_in_schema=False)

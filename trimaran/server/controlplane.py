@@ -172,6 +172,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     from trimaran.server.kube import WatchHub
     from trimaran.server.kube.watch import MAX_STREAMS_PER_CLIENT, Streams
     from trimaran.server.kubeconfig import ensure_user_token, write_kubeconfig
+    from trimaran.server.monitoring import write_prometheus_config
     from trimaran.server.tls import ensure_pki
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -221,6 +222,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     signal.signal(signal.SIGINT, on_signal)
 
     write_kubeconfig(home, url, ensure_user_token(home, tokens), pki.ca_pem())
+    write_prometheus_config(home, url, tokens, pki.ca_pem())
     plane.trials.api_url = f"https://127.0.0.1:{pod_port}"
     plane.trials.pod_security = Policy.default(pod_security)
     if plane.trainjobs is not None:

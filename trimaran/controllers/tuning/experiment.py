@@ -19,6 +19,8 @@ import logging
 import secrets
 import string
 
+from prometheus_client import Counter
+
 from trimaran.api.tuning import substitute_trial_template, trial_parameter_values
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
@@ -38,6 +40,9 @@ from trimaran.tuning import SearchSpace, get_algorithm, pareto_front
 from trimaran.tuning._labels import EXPERIMENT_LABEL, TRIAL_LABEL
 
 log = logging.getLogger(__name__)
+
+# The control plane's /metrics reads it; its rate is trials per second. One control plane per process.
+TRIALS_CREATED = Counter("trimaran_katib_trials_created", "Katib trials created by experiments.", registry=None)
 
 _LISTS = {
     "Running": "runningTrialList", "Created": "pendingTrialList", "Succeeded": "succeededTrialList",
@@ -243,6 +248,7 @@ class ExperimentReconciler(Reconciler):
             extra = suggestions.labels[offset] if suggestions.labels else {}
             trial = self._trial(exp, template, name, sequence, assignment, extra)
             self.store.create(trial)
+            TRIALS_CREATED.inc()
             events.append(("Normal", "TrialCreated", f"Created trial {name} with " +
                            ", ".join(f"{k}={v}" for k, v in assignment.items())))
         return suggestions.exhausted and not suggestions.assignments, len(suggestions.assignments)

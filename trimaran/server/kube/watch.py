@@ -296,8 +296,10 @@ class _Collector:
                                 value=self.hub.watchers)
 
 
-def metrics_exposition(hub: WatchHub) -> tuple[bytes, str]:
-    """The control plane's ``/metrics`` (Prometheus' text format) and its media type."""
+def metrics_exposition(hub: WatchHub, *collectors: Any) -> tuple[bytes, str]:
+    """The control plane's ``/metrics`` (Prometheus' text format, with ``collectors``' series) and its media type."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(hub))
+    for collector in collectors:
+        registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST
