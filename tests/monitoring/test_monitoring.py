@@ -173,28 +173,45 @@ def test_prometheus_scrapes_with_the_generated_config(plane: ControlPlaneHandle,
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("the Debian package prometheus is not installed (scripts/test.sh installs it)")
-    api.apply([{"object": {
-        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-        "metadata": {"name": "scraped", "namespace": NS},
-        "spec": {"selector": {"matchLabels": {"app": "exporter"}},
-                 "podMetricsEndpoints": [{"port": "metrics", "interval": "1s"}]}}}])
+    import joblib
+    from sklearn.dummy import DummyClassifier
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    joblib.dump(DummyClassifier(strategy="constant", constant=1).fit([[0.0], [1.0]], [1, 0]),
+                model_dir / "model.joblib")
+    api.apply([
+        {"object": {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+                    "metadata": {"name": "scraped", "namespace": NS},
+                    "spec": {"selector": {"matchLabels": {"app": "exporter"}},
+                             "podMetricsEndpoints": [{"port": "metrics", "interval": "1s"}]}}},
+        {"object": {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+                    "metadata": {"name": "scraped-model", "namespace": NS},
+                    "spec": {"predictor": {"model": {"modelFormat": {"name": "sklearn"},
+                                                     "storageUri": str(model_dir)}}}}},
+        # A model server's replicas by KServe's label, at KServe's container port (each replica's own here).
+        {"object": {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+                    "metadata": {"name": "model-servers", "namespace": NS},
+                    "spec": {"selector": {"matchLabels": {"serving.kserve.io/inferenceservice": "scraped-model"}},
+                             "podMetricsEndpoints": [{"targetPort": 8080, "interval": "1s"}]}}},
+    ])
     port = _free_port()
     log = (tmp_path / "prometheus.log").open("wb")
     proc = subprocess.Popen([binary, f"--config.file={prometheus_config_path(plane.home)}",
                              f"--web.listen-address=127.0.0.1:{port}", f"--storage.tsdb.path={tmp_path / 'tsdb'}"],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
-        def target_health() -> str | None:
+        def both_up() -> bool:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/targets", timeout=5) as response:
                     targets = json.load(response)["data"]["activeTargets"]
             except OSError:
-                return None
-            return next((t["health"] for t in targets if t["labels"].get("job") == f"{NS}/scraped"
-                         and t["health"] == "up"), None)
+                return False
+            up = {t["labels"].get("job") for t in targets if t["health"] == "up"}
+            return {f"{NS}/scraped", f"{NS}/model-servers"} <= up
 
         try:
-            poll(target_health, timeout=60, interval=0.5, what="Prometheus scraping the pod")
+            poll(both_up, timeout=90, interval=0.5, what="Prometheus scraping the pod and the model server")
         except AssertionError as exc:
             log.flush()
             raise AssertionError(f"{exc}\n{(tmp_path / 'prometheus.log').read_text()[-3000:]}") from None
