@@ -73,7 +73,8 @@ def router_service(graph: dict, services: dict[str, dict]) -> dict:
                           "value": json.dumps(router_config(graph, services), sort_keys=True)}]}
     if spec.get("resources"):
         container["resources"] = spec["resources"]
-    predictor: dict = {"containers": [container], "minReplicas": spec.get("minReplicas") or 1,
+    min_replicas = spec.get("minReplicas")
+    predictor: dict = {"containers": [container], "minReplicas": 1 if min_replicas is None else min_replicas,
                        "labels": {GRAPH_LABEL: name}}
     if spec.get("maxReplicas"):
         predictor["maxReplicas"] = spec["maxReplicas"]
