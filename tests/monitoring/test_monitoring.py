@@ -108,7 +108,9 @@ def test_pod_monitor_selects_a_named_port(plane: ControlPlaneHandle, api: Client
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
         "metadata": {"name": "exporters", "namespace": NS},
         "spec": {"selector": {"matchLabels": {"app": "exporter"}}, "podTargetLabels": ["app"],
-                 "podMetricsEndpoints": [{"port": "metrics", "interval": "1s", "params": {"format": ["text"]}}]}}}])
+                 "podMetricsEndpoints": [{"port": "metrics", "interval": "1s", "params": {"format": ["text"]},
+                                          "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_name"],
+                                                           "targetLabel": "instance_pod", "regex": "ex(.*)"}]}]}}}])
     [group] = poll(lambda: _groups_of(plane, f"{NS}/exporters"), timeout=10, what="the PodMonitor's target")
     assert group["targets"] == [f"127.0.0.1:{metrics_pod['port']}"]
     labels = group["labels"]
@@ -117,6 +119,7 @@ def test_pod_monitor_selects_a_named_port(plane: ControlPlaneHandle, api: Client
         "namespace": NS, "pod": "exporter", "container": "exporter", "endpoint": "metrics", "app": "exporter",
         "__metrics_path__": "/metrics", "__scrape_interval__": "1s", "__param_format": "text"}
     assert labels["__meta_kubernetes_pod_label_app"] == "exporter"
+    assert labels["instance_pod"] == "porter"  # the endpoint's relabelings ran on the target
 
     # The token rules of the API: another namespace's token sees none of this namespace's targets.
     other = plane.cli("token", "create", "--namespace", "elsewhere", "--role", "view").stdout.strip().split()[-1]

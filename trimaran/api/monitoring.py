@@ -3,8 +3,9 @@
 The control plane serves what they select as a Prometheus HTTP service-discovery endpoint
 (``server/monitoring.py``) rather than running an operator: a user's own Prometheus reads it. The
 fields that pick and shape targets take effect (selector, namespaceSelector, port, targetPort,
-path, scheme, params, interval, scrapeTimeout, jobLabel, targetLabels, podTargetLabels); the rest
-of upstream's fields (relabelings, auth, TLS, limits) are accepted and kept for a cluster.
+path, scheme, params, interval, scrapeTimeout, jobLabel, targetLabels, podTargetLabels,
+relabelings); the rest of upstream's fields (metricRelabelings, auth, TLS, limits) are accepted and
+kept for a cluster.
 """
 
 # Annotations are evaluated eagerly (no `from __future__ import annotations`), as in apps.py.

@@ -3,7 +3,8 @@
 * ``GET /trimaran/v1/prometheus/targets`` answers Prometheus' HTTP service discovery
   (``http_sd_configs``): one target group per selected pod port, with the labels the Prometheus
   operator's generated configuration would give it (``job``, ``namespace``, ``pod``, ``container``,
-  ``endpoint``, ``service``, ``__metrics_path__``, ...). It reads the store at request time, so a
+  ``endpoint``, ``service``, ``__metrics_path__``, ...), after each endpoint's ``relabelings``
+  (`relabel`, Prometheus' rules). It reads the store at request time, so a
   monitor applied now is scraped at Prometheus' next refresh, and lists only the namespaces the
   caller's token may list.
 * `write_prometheus_config` writes ``$TRIMARAN_HOME/prometheus/prometheus.yml``: one job reading
@@ -18,6 +19,7 @@ port, an InferenceService replica's HTTP port stand in for the declared number).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -40,12 +42,14 @@ from trimaran.server.kube import principal_of
 from trimaran.server.tokens import TokenStore, write_private
 from trimaran.store import NotFound, Store
 
-__all__ = ["SD_PATH", "ControlPlaneCollector", "monitoring_router", "prometheus_config_path", "scrape_targets",
-           "write_prometheus_config"]
+__all__ = ["SD_PATH", "ControlPlaneCollector", "monitoring_router", "prometheus_config_path", "relabel",
+           "scrape_targets", "write_prometheus_config"]
 
 SD_PATH = "/trimaran/v1/prometheus/targets"
 _LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 _TOKEN_NAME = "prometheus"
+_GROUP_REFERENCE = re.compile(r"\$\$|\$\{(\w+)\}|\$(\w+)")
+_VALID_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _DEFAULT_TIMEOUT_SECONDS = 10.0
 _DURATION_PART = re.compile(r"([0-9]+)(ms|y|w|d|h|m|s)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
@@ -84,6 +88,61 @@ def _scrape_labels(endpoint: dict) -> dict[str, str]:
     for name, values in (endpoint.get("params") or {}).items():
         if values:  # a target label holds one value, as Prometheus' own __param_ relabeling
             labels[f"__param_{name}"] = values[0]
+    return labels
+
+
+def _expand(match: re.Match[str], template: str) -> str:
+    """Go's ``Regexp.Expand``, as Prometheus fills ``replacement`` and ``targetLabel``: ``$1``, ``${1}``,
+    ``$name``; ``$$`` is a dollar; a group that does not exist is empty."""
+    def group(ref: re.Match[str]) -> str:
+        if ref.group(0) == "$$":
+            return "$"
+        name = ref.group(1) or ref.group(2)
+        try:
+            return match.group(int(name) if name.isdigit() else name) or ""
+        except IndexError:
+            return ""
+    return _GROUP_REFERENCE.sub(group, template)
+
+
+def relabel(labels: dict[str, str], configs: list[dict]) -> dict[str, str] | None:
+    """Prometheus' target relabeling (``relabel_configs``) of one target; ``None`` when it is dropped.
+
+    Applied here because the generated job is one for all monitors: each endpoint's ``relabelings``
+    run on its targets' labels, ``__meta_*`` included, as the operator's per-monitor job would."""
+    labels = dict(labels)
+    for config in configs:
+        action = (config.get("action") or "replace").lower()
+        regex = re.compile(f"^(?:{config.get('regex', '(.*)')})$")
+        value = (config.get("separator") or ";").join(labels.get(n, "") for n in config.get("sourceLabels") or [])
+        target = config.get("targetLabel") or ""
+        replacement = config.get("replacement", "$1")
+        if action == "replace":
+            match = regex.match(value)
+            if match:
+                name = _expand(match, target)
+                if _VALID_LABEL.match(name):
+                    if new := _expand(match, replacement):
+                        labels[name] = new
+                    else:
+                        labels.pop(name, None)
+        elif action in ("keep", "drop"):
+            if (regex.match(value) is None) == (action == "keep"):
+                return None
+        elif action in ("keepequal", "dropequal"):
+            if (value == labels.get(target, "")) != (action == "keepequal"):
+                return None
+        elif action == "hashmod":
+            digest = hashlib.md5(value.encode()).digest()  # noqa: S324 - Prometheus' sharding hash, not security
+            labels[target] = str(int.from_bytes(digest[8:], "big") % int(config.get("modulus") or 1))
+        elif action in ("lowercase", "uppercase"):
+            labels[target] = value.lower() if action == "lowercase" else value.upper()
+        elif action == "labelmap":
+            for name, label_value in list(labels.items()):
+                if match := regex.match(name):
+                    labels[_expand(match, replacement)] = label_value
+        elif action in ("labeldrop", "labelkeep"):
+            labels = {k: v for k, v in labels.items() if (regex.match(k) is None) == (action == "labeldrop")}
     return labels
 
 
@@ -130,7 +189,7 @@ def _pod_monitor_targets(store: Store, monitor: dict, namespaces: list[str]) -> 
                           "__meta_kubernetes_pod_container_port_number": str(number),
                           "container": container, "endpoint": str(wanted),
                           "job": job or f"{meta['namespace']}/{meta['name']}", **_scrape_labels(endpoint)}
-                yield {"targets": [f"{LOOPBACK}:{number}"], "labels": labels}
+                yield from _group(f"{LOOPBACK}:{number}", labels, endpoint)
 
 
 def _service_port_names(service: dict, endpoint: dict) -> set[str]:
@@ -184,7 +243,15 @@ def _endpoint_target(store: Store, namespace: str, address: dict, port: dict, re
             return  # gone since the Endpoints were written
         out = {**_pod_labels(pod, spec.get("podTargetLabels") or []), **out}
         out["container"] = _container_of(pod, port["port"])[0]
-    yield {"targets": [f"{address.get('ip') or LOOPBACK}:{port['port']}"], "labels": out}
+    yield from _group(f"{address.get('ip') or LOOPBACK}:{port['port']}", out, endpoint)
+
+
+def _group(target: str, labels: dict[str, str], endpoint: dict) -> Iterator[dict]:
+    """One ``http_sd_configs`` target group, after the endpoint's ``relabelings`` (none when they drop it)."""
+    kept = relabel({**labels, "__address__": target}, endpoint.get("relabelings") or [])
+    if kept is not None:
+        address = kept.pop("__address__", "") or target
+        yield {"targets": [address], "labels": kept}
 
 
 def scrape_targets(store: Store, may_list: Callable[[str], bool]) -> list[dict]:
