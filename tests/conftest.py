@@ -7,6 +7,7 @@ import ssl
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,26 @@ def _stop_everything(home: Path) -> None:
 
     stop_server(home)
     stop_pods(home, grace_seconds=1.0)
+
+
+@contextmanager
+def module_plane(tmp_path_factory: pytest.TempPathFactory, label: str) -> Iterator[ControlPlaneHandle]:
+    """A real control plane for a whole test module (a module-scoped fixture's body), with its own
+    TRIMARAN_HOME, which the test process sees as its own while it runs."""
+    from trimaran.server.daemon import start_server
+
+    home = tmp_path_factory.mktemp(label) / "home"
+    old = os.environ.get("TRIMARAN_HOME")
+    os.environ["TRIMARAN_HOME"] = str(home)
+    try:
+        start_server(home=home)
+        yield ControlPlaneHandle(home=home, env=dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO)))
+    finally:
+        _stop_everything(home)
+        if old is None:
+            os.environ.pop("TRIMARAN_HOME", None)
+        else:
+            os.environ["TRIMARAN_HOME"] = old
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ module; each test uses monitors of its own.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -20,8 +19,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ControlPlaneHandle, _stop_everything
-from tests.helpers import REPO, poll
+from tests.conftest import ControlPlaneHandle, module_plane
+from tests.helpers import poll
 from trimaran.cli.client import Client
 from trimaran.server.monitoring import SD_PATH, prometheus_config_path
 
@@ -49,20 +48,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    from trimaran.server.daemon import start_server
-
-    home = tmp_path_factory.mktemp("monitoring") / "home"
-    old = os.environ.get("TRIMARAN_HOME")
-    os.environ["TRIMARAN_HOME"] = str(home)
-    try:
-        start_server(home=home)
-        yield ControlPlaneHandle(home=home, env=dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO)))
-    finally:
-        _stop_everything(home)
-        if old is None:
-            os.environ.pop("TRIMARAN_HOME", None)
-        else:
-            os.environ["TRIMARAN_HOME"] = old
+    with module_plane(tmp_path_factory, "monitoring") as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ Python scripts run as host processes (the pods' default path).
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -17,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, _stop_everything
-from tests.helpers import REPO, poll
+from tests.conftest import ControlPlaneHandle, module_plane
+from tests.helpers import poll
 from trimaran.cli.client import APIError, Client
 
 NS = "default"
@@ -45,20 +44,8 @@ server.serve_forever()
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    from trimaran.server.daemon import start_server
-
-    home = tmp_path_factory.mktemp("workloads") / "home"
-    old = os.environ.get("TRIMARAN_HOME")
-    os.environ["TRIMARAN_HOME"] = str(home)
-    try:
-        start_server(home=home)
-        yield ControlPlaneHandle(home=home, env=dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO)))
-    finally:
-        _stop_everything(home)
-        if old is None:
-            os.environ.pop("TRIMARAN_HOME", None)
-        else:
-            os.environ["TRIMARAN_HOME"] = old
+    with module_plane(tmp_path_factory, "workloads") as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")

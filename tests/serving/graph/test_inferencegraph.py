@@ -5,7 +5,6 @@ apply with their field path, and a graph naming a missing service not Ready, say
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ControlPlaneHandle, _stop_everything
-from tests.helpers import REPO, poll
+from tests.conftest import ControlPlaneHandle, module_plane
+from tests.helpers import poll
 from tests.serving.conftest import free_port
 
 IG = "serving.kserve.io/v1alpha1"
@@ -55,20 +54,8 @@ def _ready(plane: ControlPlaneHandle, name: str) -> dict | None:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    from trimaran.server.daemon import start_server
-
-    home = tmp_path_factory.mktemp("graph") / "home"
-    old = os.environ.get("TRIMARAN_HOME")
-    os.environ["TRIMARAN_HOME"] = str(home)
-    try:
-        start_server(home=home)
-        yield ControlPlaneHandle(home=home, env=dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO)))
-    finally:
-        _stop_everything(home)
-        if old is None:
-            os.environ.pop("TRIMARAN_HOME", None)
-        else:
-            os.environ["TRIMARAN_HOME"] = old
+    with module_plane(tmp_path_factory, "graph") as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")

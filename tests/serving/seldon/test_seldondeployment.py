@@ -4,34 +4,21 @@ from a ConfigMap, served at the ingress path with its per-child answers; bad gra
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import ControlPlaneHandle, _stop_everything
-from tests.helpers import REPO, poll
+from tests.conftest import ControlPlaneHandle, module_plane
+from tests.helpers import poll
 from tests.serving.seldon.conftest import COMPONENTS
 
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    from trimaran.server.daemon import start_server
-
-    home = tmp_path_factory.mktemp("seldon") / "home"
-    old = os.environ.get("TRIMARAN_HOME")
-    os.environ["TRIMARAN_HOME"] = str(home)
-    try:
-        start_server(home=home)
-        yield ControlPlaneHandle(home=home, env=dict(os.environ, TRIMARAN_HOME=str(home), PYTHONPATH=str(REPO)))
-    finally:
-        _stop_everything(home)
-        if old is None:
-            os.environ.pop("TRIMARAN_HOME", None)
-        else:
-            os.environ["TRIMARAN_HOME"] = old
+    with module_plane(tmp_path_factory, "seldon") as handle:
+        yield handle
 
 
 def _apply(plane: ControlPlaneHandle, tmp: Path, *docs: dict, check: bool = True):  # noqa: ANN202
