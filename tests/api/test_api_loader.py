@@ -221,8 +221,10 @@ def test_malformed_json_line_and_column() -> None:
         ("kind: Pod\n", "x.yaml (document 1): apiVersion: Required value"),
         ("apiVersion: v1\n", "x.yaml (document 1): kind: Required value"),
         ("apiVersion: 1\nkind: Pod\n", "x.yaml (document 1): apiVersion: Invalid value: 1: must be of type string"),
-        ("apiVersion: v1\nkind: Deployment\n", 'x.yaml (document 1): no matches for kind "Deployment" in version "v1". '
-                                               'Trimaran runs these kinds: '),
+        ("apiVersion: apps/v1\nkind: StatefulSet\n",
+         'x.yaml (document 1): no matches for kind "StatefulSet" in version "apps/v1". Trimaran runs these kinds: '),
+        ("apiVersion: v1\nkind: Deployment\n", 'x.yaml (document 1): no matches for kind "Deployment" in version "v1" '
+                                               "(known versions: apps/v1)"),
         (
             "apiVersion: kubeflow.org/v2\nkind: TFJob\n",
             'x.yaml (document 1): no matches for kind "TFJob" in version "kubeflow.org/v2" '
