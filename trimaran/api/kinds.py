@@ -29,7 +29,7 @@ from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
 from trimaran.api.inferencegraph import InferenceGraph
 from trimaran.api.jobset import API_VERSION as JOBSET_V1ALPHA2
-from trimaran.api.jobset import JobSet
+from trimaran.api.jobset import JOBSET_NAME_KEY, JobSet
 from trimaran.api.meta import Resource
 from trimaran.api.monitoring import API_VERSION as MONITORING_V1
 from trimaran.api.monitoring import PodMonitor, ServiceMonitor
@@ -208,6 +208,9 @@ class KindInfo:
     # The pods an object stands for, checked at admission (Pod Security): none for kinds without.
     pod_templates: PodTemplates | None = None
     references: References | None = None
+    # A label every pod of an object carries with the object's name as its value, where its pods
+    # come from child Jobs rather than being owned by it (a JobSet's, and a TrainJob's JobSet's).
+    pods_label: str | None = None
 
     @property
     def singular(self) -> str:
@@ -297,6 +300,16 @@ def all_kinds() -> list[KindInfo]:
     return list(_by_object.values())
 
 
+def jobset_backed_kinds() -> tuple[str, ...]:
+    """Kinds whose pods are their child Jobs' and carry the object's name in ``pods_label``."""
+    return tuple(dict.fromkeys(k.kind for k in _by_object.values() if k.pods_label))
+
+
+def pods_label_of(kind: str) -> str | None:
+    """The ``pods_label`` of a kind, by its exact name; None for a kind that has none or is unknown."""
+    return next((k.pods_label for k in _by_object.values() if k.kind == kind and k.pods_label), None)
+
+
 def kubeflow_job_kinds() -> tuple[str, ...]:
     """The Kubeflow training kinds (their pods come from ``spec.*ReplicaSpecs``), in registration order."""
     return tuple(dict.fromkeys(k.kind for k in _by_object.values() if k.pod_templates is _replica_templates))
@@ -323,9 +336,9 @@ for _info in (
                  PrinterColumn("Restarts", json_path=".status.restarts"),
                  PrinterColumn("Completed", json_path=".status.conditions[?(@.type=='Completed')].status"),
                  PrinterColumn("Suspended", json_path=".spec.suspend"),
-                 AGE), pod_templates=_replicated_job_templates),
+                 AGE), pod_templates=_replicated_job_templates, pods_label=JOBSET_NAME_KEY),
     KindInfo("TrainJob", TRAINER_V1ALPHA1, "trainer.kubeflow.org", "v1alpha1", "trainjobs", (), True, TrainJob,
-             printer_columns=_CONDITION_STATE, references=runtime_errors),
+             printer_columns=_CONDITION_STATE, references=runtime_errors, pods_label=JOBSET_NAME_KEY),
     KindInfo("TrainingRuntime", TRAINER_V1ALPHA1, "trainer.kubeflow.org", "v1alpha1", "trainingruntimes", (), True,
              TrainingRuntime, status_subresource=False, pod_templates=_runtime_templates),
     KindInfo("ClusterTrainingRuntime", TRAINER_V1ALPHA1, "trainer.kubeflow.org", "v1alpha1",

@@ -209,9 +209,9 @@ def _find_pod(client: Client, ns: str, ref: str, replica_type: str | None, index
     if kind:
         candidates = [_kind_info(client, kind).kind]
     else:
-        from trimaran.api.kinds import kubeflow_job_kinds
+        from trimaran.api.kinds import jobset_backed_kinds, kubeflow_job_kinds
 
-        candidates = [*kubeflow_job_kinds(), "TrainJob", "Job"]
+        candidates = [*kubeflow_job_kinds(), *jobset_backed_kinds(), "Job"]
     for k in candidates:
         if k == "Pod":
             return name
@@ -253,9 +253,12 @@ _INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 def _pods_of(client: Client, obj: dict) -> list[dict]:
     """A workload's pods: those it owns, or for a JobSet (and a TrainJob's, named like it) its Jobs' pods."""
+    from trimaran.api.kinds import pods_label_of
+
     ns = obj["metadata"].get("namespace")
-    if obj["kind"] in ("JobSet", "TrainJob"):
-        return client.list("Pod", ns, selector=f"jobset.sigs.k8s.io/jobset-name={obj['metadata']['name']}")
+    label = pods_label_of(obj["kind"])
+    if label:
+        return client.list("Pod", ns, selector=f"{label}={obj['metadata']['name']}")
     uid = obj["metadata"]["uid"]
     return [p for p in client.list("Pod", ns) if owned_by(p, uid)]
 

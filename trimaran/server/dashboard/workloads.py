@@ -14,8 +14,7 @@ from trimaran.server.kube.table import table
 from trimaran.store import Store
 
 TRAINING_KINDS = kinds.kubeflow_job_kinds()
-# Kinds whose pods come from child Jobs: found by JobSet's label, which a TrainJob's JobSet (its name) carries too.
-JOBSET_KINDS = ("TrainJob", "JobSet")
+JOBSET_KINDS = kinds.jobset_backed_kinds()
 JOB_KINDS = (*TRAINING_KINDS, *JOBSET_KINDS, "Job")
 # What the overview lists, in this order.
 OVERVIEW = ("Experiment", "TrainJob", *TRAINING_KINDS, "JobSet", "Job", "InferenceService", "Pod")
@@ -114,8 +113,9 @@ def job_page(store: Store, job: dict) -> h.Page:
         rows = [[h.esc(j.get("name")), *(h.esc(j.get(k, 0)) for k in ("ready", "active", "succeeded", "failed"))]
                 for j in jobs]
         body.append("<h2>Jobs</h2>" + h.table(["replicated job", "ready", "active", "succeeded", "failed"], rows))
-    if job["kind"] in JOBSET_KINDS:
-        pods = store.list("Pod", ns, label_selector={"jobset.sigs.k8s.io/jobset-name": name})
+    label = kinds.pods_label_of(job["kind"])
+    if label:
+        pods = store.list("Pod", ns, label_selector={label: name})
     else:
         pods = owned_pods(store, job)
     body.append("<h2>Pods</h2>" + _pods_table(pods))
