@@ -54,6 +54,10 @@ export TRIMARAN_TRAINING_PYTHON="$PWD/.venv-training/bin/python"
 # it pins kubernetes<36 and reads objects through the trainer and Katib APIs' pydantic models.
 client_venv .venv-kubeflow "kubeflow==0.5.0" || exit 1
 export TRIMARAN_KUBEFLOW_PYTHON="$PWD/.venv-kubeflow/bin/python"
+# Kubeflow Pipelines' SDK (tests/pipelines/): it pins protobuf 6, kubernetes<31 and requests; it
+# compiles the test pipelines, drives kfp.Client and runs kfp.local for comparison.
+client_venv .venv-kfp "kfp==2.17.3" "kfp-kubernetes==2.17.3" || exit 1
+export TRIMARAN_KFP_PYTHON="$PWD/.venv-kfp/bin/python"
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 # The base test images (busybox; Debian minbase with python3 by debootstrap, about a minute), built
 # before the suite so its time is the tests' own; cached in .cache/test-images for later runs.

@@ -33,6 +33,16 @@ from trimaran.api.jobset import JOBSET_NAME_KEY, JobSet
 from trimaran.api.meta import Resource
 from trimaran.api.monitoring import API_VERSION as MONITORING_V1
 from trimaran.api.monitoring import PodMonitor, ServiceMonitor
+from trimaran.api.pipelines import (
+    KFP_API_VERSION,
+    TRIMARAN_API_VERSION,
+    Pipeline,
+    PipelineExperiment,
+    PipelineVersion,
+    RecurringRun,
+    Run,
+    version_ref_errors,
+)
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
 from trimaran.api.seldon import SeldonDeployment
@@ -398,6 +408,27 @@ for _info in (
              ServiceMonitor, ("prometheus-operator",), status_subresource=False),
     KindInfo("PodMonitor", MONITORING_V1, "monitoring.coreos.com", "v1", "podmonitors", ("pmon",), True,
              PodMonitor, ("prometheus-operator",), status_subresource=False),
+    KindInfo("Pipeline", KFP_API_VERSION, "pipelines.kubeflow.org", "v2beta1", "pipelines", (), True, Pipeline,
+             ("kubeflow",), status_subresource=False),
+    KindInfo("PipelineVersion", KFP_API_VERSION, "pipelines.kubeflow.org", "v2beta1", "pipelineversions", (), True,
+             PipelineVersion, ("kubeflow",), (PrinterColumn("Pipeline", json_path=".spec.pipelineName"), AGE),
+             status_subresource=False),
+    KindInfo("PipelineExperiment", TRIMARAN_API_VERSION, "pipelines.trimaran.io", "v1", "pipelineexperiments",
+             ("pexp",), True, PipelineExperiment, ("kubeflow",), status_subresource=False),
+    KindInfo("Run", TRIMARAN_API_VERSION, "pipelines.trimaran.io", "v1", "runs", (), True, Run, ("all", "kubeflow"),
+             (PrinterColumn("Display Name", json_path=".spec.displayName"),
+              PrinterColumn("State", json_path=".status.state"),
+              PrinterColumn("Started", "date", ".status.startedAt"),
+              PrinterColumn("Experiment", json_path=".spec.experiment", priority=1),
+              PrinterColumn("Message", json_path=".status.message", priority=1), AGE),
+             references=version_ref_errors),
+    KindInfo("RecurringRun", TRIMARAN_API_VERSION, "pipelines.trimaran.io", "v1", "recurringruns", (), True,
+             RecurringRun, ("kubeflow",),
+             (PrinterColumn("Mode", json_path=".spec.mode"),
+              PrinterColumn("Cron", json_path=".spec.trigger.cronSchedule.cron"),
+              PrinterColumn("Interval", "integer", ".spec.trigger.periodicSchedule.intervalSecond"),
+              PrinterColumn("Last Run", "date", ".status.lastRunTime"), AGE),
+             references=version_ref_errors),
 ):
     register(_info)
 
