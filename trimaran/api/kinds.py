@@ -23,6 +23,8 @@ from trimaran.api.apps import (
     ReplicaSet,
     Service,
 )
+from trimaran.api.autoscaling import API_VERSION as AUTOSCALING_V2
+from trimaran.api.autoscaling import HPA_COLUMNS, HorizontalPodAutoscaler
 from trimaran.api.batch import Job
 from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.errors import FieldError
@@ -400,6 +402,8 @@ for _info in (
              DEPLOYMENT_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
              pod_templates=_job_template),
     KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS),
+    KindInfo("HorizontalPodAutoscaler", AUTOSCALING_V2, "autoscaling", "v2", "horizontalpodautoscalers", ("hpa",),
+             True, HorizontalPodAutoscaler, ("all",), HPA_COLUMNS),
     KindInfo("ReplicaSet", APPS_V1, "apps", "v1", "replicasets", ("rs",), True, ReplicaSet, ("all",),
              REPLICASET_COLUMNS),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,

@@ -30,7 +30,7 @@ from trimaran.controllers.trainer import TrainJobReconciler, install_builtin_run
 from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
-from trimaran.controllers.workloads import DeploymentReconciler, ServiceReconciler
+from trimaran.controllers.workloads import DeploymentReconciler, HorizontalPodAutoscalerReconciler, ServiceReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import HomeLock, HomeLocked, clear_server_info, home_dir, lock_home, write_server_info
@@ -105,7 +105,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         trainjobs, ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet,
-        DeploymentReconciler(store, ports), services,
+        DeploymentReconciler(store, ports), services, HorizontalPodAutoscalerReconciler(store, runtime),
         GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs)

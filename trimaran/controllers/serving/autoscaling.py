@@ -101,24 +101,23 @@ class ResourceSampler:
     def utilization(self, pods: list[dict], spec: dict, metric: str = "cpu") -> float | None:
         """None while no replica can be measured (for CPU: until two samples exist)."""
         request = _request(spec, metric)
-        values = []
-        stale = time.monotonic() - 600  # replicas not seen for ten minutes are gone
-        for uid in [u for u, (t, _) in self._last.items() if t < stale]:
-            del self._last[uid]
-        for pod in pods:
-            uid = pod["metadata"]["uid"]
-            used = self._usage(uid, metric)
-            if used is None:
-                continue
-            if metric == "memory":
-                values.append(used / request * 100.0)
-                continue
-            now = time.monotonic()
-            prev = self._last.get(uid)
-            self._last[uid] = (now, used)
-            if prev is not None and now > prev[0]:
-                values.append((used - prev[1]) / (now - prev[0]) / request * 100.0)
+        values = [used / request * 100.0 for used in (self.pod_usage(pod, metric) for pod in pods)
+                  if used is not None]
         return sum(values) / len(values) if values else None
+
+    def pod_usage(self, pod: dict, metric: str) -> float | None:
+        """A pod's CPU use in cores since its previous sample (None at its first), or its resident bytes;
+        None when the pod has no process to measure."""
+        now = time.monotonic()
+        for uid in [u for u, (t, _) in self._last.items() if t < now - 600]:
+            del self._last[uid]  # replicas not seen for ten minutes are gone
+        uid = pod["metadata"]["uid"]
+        used = self._usage(uid, metric)
+        if used is None or metric == "memory":
+            return used
+        prev = self._last.get(uid)
+        self._last[uid] = (now, used)
+        return (used - prev[1]) / (now - prev[0]) if prev is not None and now > prev[0] else None
 
     def _usage(self, uid: str, metric: str) -> float | None:
         """CPU seconds, or resident bytes, of the pod's processes and their children."""
