@@ -7,6 +7,7 @@ only when a model of theirs is loaded, so importing this package imports neither
 modelFormat   files (``model.<suffix>``, or the only file with the suffix)  platform
 ============  ==========================================================  =================================
 custom        ``model.py`` (a class in KServe's shape; wins over the rest)  custom (payload level)
+mlflow        ``MLmodel`` (python_function flavour; wins over its files)  mlflow
 tensorflow    ``saved_model.pb`` + ``variables/``                           tensorflow_savedmodel
 keras         ``.keras`` (tf-keras or Keras 3), ``.h5``                     tensorflow_keras
 onnx          ``.onnx``                                                     onnx_onnxv1
@@ -32,9 +33,9 @@ Example::
 
 from __future__ import annotations
 
-# Imported to register their runtimes, in detection order: a model.py first (it may load files of the other
-# formats itself), the sklearn pickle suffixes last.
-from trimaran.serving.runtimes import _custom, _tensorflow, _keras, _onnx  # noqa: F401  isort: skip
+# Imported to register their runtimes, in detection order: a model.py and an MLmodel first (they may load files
+# of the other formats themselves), the sklearn pickle suffixes last.
+from trimaran.serving.runtimes import _custom, _mlflow, _tensorflow, _keras, _onnx  # noqa: F401  isort: skip
 from trimaran.serving.runtimes import _pytorch, _xgboost, _lightgbm, _sklearn  # noqa: F401  isort: skip
 from trimaran.serving.runtimes._base import InferenceInputError, Model, ModelLoadError, TensorSpec
 from trimaran.serving.runtimes._datatypes import datatype_to_numpy, numpy_to_datatype

@@ -173,6 +173,7 @@ def _construct(cls: type, name: str, file: Path, options: dict[str, Any]) -> Any
 class CustomRuntime(Runtime):
     format = "custom"
     looks_for = "model.py (a class in KServe's custom-model shape)"
+    claims_directory = True
 
     def find(self, path: Path) -> Path | None:
         if path.is_file():

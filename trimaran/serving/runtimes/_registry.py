@@ -21,6 +21,9 @@ class Runtime(ABC):
 
     format: str
     looks_for: str
+    #: Its file describes the whole directory (``model.py``, ``MLmodel``): detection picks this runtime even
+    #: when files of other formats lie beside it (the model it describes may load them itself).
+    claims_directory: bool = False
 
     @abstractmethod
     def find(self, path: Path) -> Path | None:
@@ -69,8 +72,8 @@ def _describe(path: Path) -> str:
 def detect_format(path: Path) -> str:
     """The modelFormat name of the model at ``path`` (a version directory or one model file).
 
-    A ``model.py`` (a custom model) wins over the files it may load itself; otherwise exactly one format
-    must be present. Raises ModelLoadError when none is (listing what was looked for) or several are.
+    A ``model.py`` (a custom model) or an ``MLmodel`` wins over the files it may load itself; otherwise exactly
+    one format must be present. Raises ModelLoadError when none is (listing what was looked for) or several are.
     """
     path = Path(path)
     _check_exists(path)
@@ -78,8 +81,8 @@ def detect_format(path: Path) -> str:
     for runtime in _RUNTIMES.values():
         artifact = runtime.find(path)
         if artifact is not None:
-            if runtime.format == "custom":
-                return "custom"
+            if runtime.claims_directory:
+                return runtime.format
             found.append((runtime.format, artifact))
     if len(found) == 1:
         return found[0][0]
@@ -102,7 +105,7 @@ def load_model(path: Path, *, name: str, version: str = "1", model_format: str |
         name: the model's name, as clients address it.
         version: the version's name.
         model_format: a KServe modelFormat name (sklearn, xgboost, lightgbm, onnx, pytorch, tensorflow,
-            keras, custom). None detects it (:func:`detect_format`); given, that runtime's files must be
+            keras, mlflow, custom). None detects it (:func:`detect_format`); given, that runtime's files must be
             present.
         options: runtime-specific settings. The custom runtime takes ``predictor_host`` and
             ``predictor_protocol`` (``v1``/``v2``) for transformers; other runtimes ignore them.

@@ -1,0 +1,135 @@
+"""The mlflow modelFormat: model directories written by MLflow itself (mlflow.sklearn.save_model,
+mlflow.pytorch.save_model), loaded without MLflow for those flavours, their signatures as V2
+metadata, and a real model server answering V2 REST over one; bad directories and requests refused
+with the file or the input named."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits, load_iris
+from sklearn.linear_model import LogisticRegression
+
+from tests.serving.conftest import ModelServer
+from trimaran.serving.runtimes import InferenceInputError, ModelLoadError, TensorSpec, detect_format, load_model
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs mlflow to write models")
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[np.ndarray, np.ndarray, LogisticRegression]:
+    x, y = load_digits(return_X_y=True)
+    return x, y, LogisticRegression(max_iter=300).fit(x[:600], y[:600])
+
+
+def _save_sklearn(path: Path, estimator: object, x: object, **kwargs: object) -> Path:
+    import mlflow.sklearn
+    from mlflow.models import infer_signature
+
+    mlflow.sklearn.save_model(estimator, str(path), signature=infer_signature(x, estimator.predict(x)),
+                              pip_requirements=["scikit-learn"], **kwargs)
+    return path
+
+
+@pytest.mark.parametrize("serialization", ["skops", "cloudpickle"])
+def test_sklearn_flavour_serves_its_signature(tmp_path: Path, digits, serialization: str) -> None:
+    x, _, clf = digits
+    model_dir = _save_sklearn(tmp_path / "m", clf, x[:5], serialization_format=serialization)
+
+    # MLmodel claims the directory although model.pkl is an sklearn runtime file too.
+    assert detect_format(model_dir) == "mlflow"
+    model = load_model(model_dir, name="digits")
+    assert model.platform == "mlflow"
+    assert model.inputs == [TensorSpec("input-0", "FP64", (-1, 64))]
+    assert model.outputs == [TensorSpec("output-0", "INT64", (-1,))]
+    out = model.predict({"input-0": x[600:650]})
+    np.testing.assert_array_equal(out["output-0"], clf.predict(x[600:650]))
+    # Signature mismatches name the input: width, an unknown name, a missing one, text for numbers.
+    with pytest.raises(InferenceInputError, match=r"input 'input-0' has shape \[2, 63\].*\[-1, 64\]"):
+        model.predict({"input-0": x[:2, :63]})
+    with pytest.raises(InferenceInputError, match="no input 'pixels'"):
+        model.predict({"pixels": x[:2]})
+    with pytest.raises(InferenceInputError, match="input 'input-0' has datatype <U1"):
+        model.predict({"input-0": np.full((1, 64), "a")})
+
+
+def test_column_signature_takes_columns_or_one_matrix(tmp_path: Path) -> None:
+    iris = load_iris(as_frame=True)
+    frame = iris.data.rename(columns=lambda c: c.replace(" (cm)", "").replace(" ", "_"))
+    clf = LogisticRegression(max_iter=300).fit(frame, iris.target)
+    model_dir = _save_sklearn(tmp_path / "iris", clf, frame.head(), serialization_format="cloudpickle")
+
+    model = load_model(model_dir, name="iris", model_format="mlflow")
+    assert [(s.name, s.datatype, s.shape) for s in model.inputs] == [
+        ("sepal_length", "FP64", (-1,)), ("sepal_width", "FP64", (-1,)),
+        ("petal_length", "FP64", (-1,)), ("petal_width", "FP64", (-1,))]
+    want = clf.predict(frame.head(3))
+    by_column = {name: frame[name].to_numpy()[:3] for name in frame.columns}
+    np.testing.assert_array_equal(model.predict(by_column)["output-0"], want)
+    # [-1, 1] columns and the whole matrix (Seldon's ndarray, V1 instances) work too.
+    as_2d = {name: v.reshape(-1, 1) for name, v in by_column.items()}
+    np.testing.assert_array_equal(model.predict(as_2d)["output-0"], want)
+    np.testing.assert_array_equal(model.predict({"input-0": frame.to_numpy()[:3]})["output-0"], want)
+    with pytest.raises(InferenceInputError, match="input 'petal_width' of model 'iris' is missing"):
+        model.predict({k: v for k, v in by_column.items() if k != "petal_width"})
+    with pytest.raises(InferenceInputError, match=r"no input 'input-0'.*got shape \[3, 3\]"):
+        model.predict({"input-0": frame.to_numpy()[:3, :3]})
+
+
+def test_pytorch_flavour_exported_program(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import mlflow.pytorch
+
+    net = torch.nn.Sequential(torch.nn.Linear(64, 10))
+    example = np.zeros((2, 64), dtype=np.float32)
+    mlflow.pytorch.save_model(net, str(tmp_path / "net"), input_example=example, pip_requirements=["torch"])
+    model = load_model(tmp_path / "net", name="net")
+    assert model.inputs == [TensorSpec("input-0", "FP32", (-1, 64))]
+    assert model.outputs == [TensorSpec("output-0", "FP32", (-1, 10))]
+    rows = np.random.default_rng(0).random((3, 64), dtype=np.float32)
+    with torch.no_grad():
+        want = net(torch.from_numpy(rows)).numpy()
+    np.testing.assert_allclose(model.predict({"input-0": rows})["output-0"], want, rtol=1e-5)
+
+
+def test_bad_model_directories_are_named(tmp_path: Path, digits) -> None:
+    x, _, clf = digits
+    with pytest.raises(ModelLoadError, match=r"modelFormat 'mlflow' needs MLmodel"):
+        load_model(tmp_path, name="empty", model_format="mlflow")
+    model_dir = _save_sklearn(tmp_path / "m", clf, x[:5])
+    mlmodel = model_dir / "MLmodel"
+    text = mlmodel.read_text()
+    mlmodel.write_text(text.replace("python_function:", "not_pyfunc:"))
+    with pytest.raises(ModelLoadError, match=r"MLmodel has no python_function flavour \(flavours: not_pyfunc, sklearn"):
+        load_model(model_dir, name="m")
+    mlmodel.write_text(text.replace("predict_fn: predict", "predict_fn: transform_all"))
+    with pytest.raises(ModelLoadError, match=r"LogisticRegression has no transform_all\(\)"):
+        load_model(model_dir, name="m")
+
+
+def test_model_server_answers_v2_with_signature_metadata(tmp_path: Path, digits) -> None:
+    x, _, clf = digits
+    model_dir = _save_sklearn(tmp_path / "m", clf, x[:5], serialization_format="cloudpickle")
+    server = ModelServer(model_dir, tmp_path, name="digits", grpc=False, model_format="mlflow").wait_ready()
+    try:
+        meta = server.client.get("/v2/models/digits").json()
+        assert meta["platform"] == "mlflow"
+        assert meta["inputs"] == [{"name": "input-0", "datatype": "FP64", "shape": [-1, 64]}]
+        assert meta["outputs"] == [{"name": "output-0", "datatype": "INT64", "shape": [-1]}]
+        body = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [2, 64],
+                            "data": x[700:702].ravel().tolist()}]}
+        answer = server.client.post("/v2/models/digits/infer", json=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["data"] == clf.predict(x[700:702]).tolist()
+        wrong = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [1, 3], "data": [1, 2, 3]}]}
+        refused = server.client.post("/v2/models/digits/infer", json=wrong)
+        assert refused.status_code == 400
+        assert "input 'input-0' has shape [1, 3]" in refused.json()["error"]
+        v1 = server.client.post("/v1/models/digits:predict", json={"instances": x[:2].tolist()})
+        assert v1.status_code == 200, v1.text
+        assert v1.json()["predictions"] == clf.predict(x[:2]).tolist()
+    finally:
+        server.stop()
