@@ -36,3 +36,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[train,serve,test]'
   touch "$stamp"
 fi
+# The kfp package that lightweight pipeline components import in their pods (no network install
+# while a pipeline runs; controllers/pipelines/run.py puts it on their PYTHONPATH).
+kfp_runtime=.venv/share/trimaran/kfp-runtime
+if [ ! -d "$kfp_runtime/kfp" ]; then
+  .venv/bin/python -m pip install -q --no-deps --target "$kfp_runtime" kfp==2.17.3
+fi
