@@ -17,13 +17,15 @@ from dataclasses import dataclass
 
 from prometheus_client import Histogram
 
-from trimaran.store import NotFound, Store
+from trimaran.store import Conflict, NotFound, Store
 from trimaran.store.base import WatchEvent
 
 log = logging.getLogger(__name__)
 
 # Own status writes remembered until their watch event arrives; a bound against a lost event.
 _OWN_WRITES_KEPT = 10_000
+# After a lost status write (another writer got there first), when to look at the object again.
+CONFLICT_RETRY_SECONDS = 0.05
 # A failing reconcile is retried after 1 s, doubling up to this, as client-go's rate-limited queue.
 _MAX_RETRY_SECONDS = 60.0
 # The same error on the same object is an event at most this often (the log has every one).
@@ -90,6 +92,22 @@ class Reconciler(ABC):
                 self._own_writes.clear()  # events that never came (a relist); forgetting them is safe
             self._own_writes.add((key_of(stored), revision))
         return stored
+
+    def settle_status(self, obj: dict, status: dict, before: dict, requeue: float | None) -> float | None:
+        """End a pass: store ``status`` on ``obj`` when it differs from ``before``, then requeue as
+        the pass asked. A conflict records nothing and looks again shortly, from fresh state; an
+        object deleted meanwhile needs nothing more (its children are being collected).
+        """
+        if status == before:
+            return requeue
+        obj["status"] = status
+        try:
+            self.write_status(obj)
+        except Conflict:
+            return CONFLICT_RETRY_SECONDS
+        except NotFound:
+            return None
+        return requeue
 
     def wrote(self, obj: dict) -> bool:
         """Whether this change of a primary object is this reconciler's own status write."""

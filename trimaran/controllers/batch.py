@@ -27,7 +27,7 @@ from trimaran.controllers.pods import (
     restart_count,
     set_gang,
 )
-from trimaran.store import Conflict, NotFound, Store
+from trimaran.store import NotFound, Store
 
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # As the job controller's MaxPodCreateDeletePerSync: a Job asking for a million pods gets them in
@@ -72,15 +72,7 @@ class BatchJobReconciler(Reconciler):
             status.setdefault("startTime", now_rfc3339())
             requeue = self._run(job, status, pods)
 
-        if status != before:
-            job["status"] = status
-            try:
-                self.write_status(job)
-            except Conflict:
-                return 0.05
-            except NotFound:
-                return None
-        return requeue
+        return self.settle_status(job, status, before, requeue)
 
     def _run(self, job: dict, status: dict, pods: list[dict]) -> float | None:
         spec = job["spec"]

@@ -90,15 +90,7 @@ class JobSetReconciler(Reconciler):
             self._startup_conditions(spec, status)
             requeue = self._step(jobset, status, current, {j["metadata"]["name"] for j in stale})
 
-        if status != before:
-            jobset["status"] = status
-            try:
-                self.write_status(jobset)
-            except Conflict:
-                return 0.05
-            except NotFound:
-                return None
-        return requeue
+        return self.settle_status(jobset, status, before, requeue)
 
     def _step(self, jobset: dict, status: dict, jobs: list[dict], leaving: set[str]) -> float | None:
         spec = jobset["spec"]

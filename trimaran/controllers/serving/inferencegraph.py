@@ -148,15 +148,7 @@ class InferenceGraphReconciler(Reconciler):
         set_condition(status, "Ready", "False" if reason else "True", reason, message)
         status["deploymentMode"] = "Serverless"
         status["observedGeneration"] = graph["metadata"].get("generation", 1)
-        if status != before:
-            graph["status"] = status
-            try:
-                self.write_status(graph)
-            except Conflict:
-                return 0.05
-            except NotFound:
-                return None
-        return RECHECK_SECONDS if reason else None
+        return self.settle_status(graph, status, before, RECHECK_SECONDS if reason else None)
 
     def _apply(self, wanted: dict) -> dict | None:
         ns, name = wanted["metadata"]["namespace"], wanted["metadata"]["name"]

@@ -105,15 +105,7 @@ class TrainJobReconciler(Reconciler):
         else:
             requeue = self._step(key, job, status, jobset)
 
-        if status != before:
-            job["status"] = status
-            try:
-                self.write_status(job)
-            except Conflict:
-                return 0.05
-            except NotFound:
-                return None
-        return requeue
+        return self.settle_status(job, status, before, requeue)
 
     def _step(self, key: Key, job: dict, status: dict, jobset: dict | None) -> float | None:
         spec = job["spec"]

@@ -22,7 +22,7 @@ import string
 from prometheus_client import Counter
 
 from trimaran.api.tuning import substitute_trial_template, trial_parameter_values
-from trimaran.controllers.base import Key, Reconciler, is_being_deleted
+from trimaran.controllers.base import CONFLICT_RETRY_SECONDS, Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owner_reference
 from trimaran.controllers.tuning.checkpoints import volume_claim, volume_claim_name
@@ -360,7 +360,7 @@ class ExperimentReconciler(Reconciler):
             try:
                 self.write_status(exp)
             except Conflict:
-                return 0.05
+                return CONFLICT_RETRY_SECONDS
             except NotFound:
                 return None
         for etype, reason, message in events:

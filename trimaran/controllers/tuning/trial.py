@@ -21,7 +21,7 @@ from trimaran.controllers.pods import owned_pods, owner_reference, request_delet
 from trimaran.controllers.tuning.checkpoints import CheckpointMount, checkpoint_mount, prepare_checkpoint
 from trimaran.controllers.tuning.records import experiment_of, trial_records
 from trimaran.runtime import LocalRuntime
-from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+from trimaran.store import AlreadyExists, NotFound, Store
 from trimaran.tuning._labels import TRIAL_LABEL
 from trimaran.tuning.early_stopping import get_early_stopper
 from trimaran.tuning.metrics import CollectorSources, MetricsCollector, Observation, summarize
@@ -344,15 +344,8 @@ class TrialReconciler(Reconciler):
         status["completionTime"] = now_rfc3339()
 
     def _write(self, trial: dict, status: dict, before: dict, requeue: float) -> float | None:
-        if status != before:
-            trial["status"] = status
-            try:
-                self.write_status(trial)
-            except Conflict:
-                return 0.05
-            except NotFound:
-                return None
-        return requeue if trial_state(trial) not in FINISHED else 0.0
+        trial["status"] = status
+        return self.settle_status(trial, status, before, requeue if trial_state(trial) not in FINISHED else 0.0)
 
 
 #: Trial kinds whose pods belong to their children (a JobSet's Jobs), by kind, outermost first.

@@ -398,14 +398,7 @@ class DeploymentReconciler(Reconciler):
         if status != before:
             for cond in status.get("conditions") or []:
                 cond.setdefault("lastUpdateTime", now_rfc3339())
-            deploy["status"] = status
-            try:
-                self.write_status(deploy)
-            except Conflict:
-                return 0.05
-            except NotFound:
-                return None
-        return requeue
+        return self.settle_status(deploy, status, before, requeue)
 
 
 def _hash(pod: dict) -> str:
