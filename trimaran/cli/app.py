@@ -22,6 +22,7 @@ EXAMPLES = """Examples:
   trimaran describe pytorchjob digits-ddp
   trimaran scale pytorchjob/elastic-digits --replicas 3
   trimaran trials cnn-hyperparameter-tuning -n kubeflow
+  trimaran run -f pipeline.yaml -p learning_rate=0.01 --wait
   trimaran server stop --pods"""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, epilog=EXAMPLES,
@@ -157,13 +158,23 @@ def logs(
     container: str | None = typer.Option(None, "--container", "-c"),
     replica_type: str | None = typer.Option(None, "--replica-type", help="e.g. worker, Master, ps (any case)."),
     replica_index: int = typer.Option(0, "--replica-index"),
+    task: str | None = typer.Option(None, "--task", help="A pipeline run's task (run/NAME): its name or its id "
+                                    "(a loop iteration's, e.g. for-loop-2.iteration-0.add)."),
 ) -> None:
-    """Print a pod's log (a job's master replica by default)."""
+    """Print a pod's log (a job's master replica by default, a pipeline run's task with --task)."""
     client = _client()
     ns = namespace or "default"
     written = 0
     try:
-        pod = _resolve_pod(client, ns, name, replica_type, replica_index, wait=POD_WAIT_SECONDS if follow else 0)
+        if task is not None:
+            from trimaran.cli.pipelines import wait_for_task_pod
+
+            kind, _, run_name = name.rpartition("/")
+            if kind and _kind_info(client, kind).kind != "Run":
+                _fail("--task names a task of a pipeline run: trimaran logs run/NAME --task T")
+            pod = wait_for_task_pod(client, ns, run_name, task, wait=POD_WAIT_SECONDS if follow else 0)
+        else:
+            pod = _resolve_pod(client, ns, name, replica_type, replica_index, wait=POD_WAIT_SECONDS if follow else 0)
         for chunk in client.log(ns, pod, container=container, previous=previous, follow=follow):
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
@@ -593,6 +604,7 @@ def server_status() -> None:
     console.print(f"running at {info['url']} (pid {info['pid']}, home {home_dir()})", highlight=False)
 
 
+import trimaran.cli.pipelines  # noqa: E402,F401  `trimaran run` (registers itself on app)
 import trimaran.cli.predict  # noqa: E402,F401  `trimaran predict` (registers itself on app)
 import trimaran.cli.serve  # noqa: E402,F401  `trimaran serve` (registers itself on app)
 

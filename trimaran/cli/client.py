@@ -327,6 +327,11 @@ class Client:
         ref = self._ref(kind)
         return self._json("GET", ref.path(namespace or self.namespace, name))
 
+    def create(self, kind: str | KindRef, namespace: str | None, obj: dict) -> dict:
+        """POST a new object (a ``generateName`` is expanded by the server); the stored object comes back."""
+        ref = self._ref(kind)
+        return self._json("POST", ref.path(namespace or self.namespace), obj)
+
     def delete(self, kind: str | KindRef, namespace: str | None, name: str, propagation: str = "Background"
                ) -> dict:
         """Delete an object; return its ``uid`` (and the object while it is still being deleted)."""

@@ -63,6 +63,10 @@ def describe_object(console: Console, obj: dict, events: list[dict], pods: list[
         _describe_experiment(console, obj)
     if obj["kind"] == "InferenceService":
         _describe_isvc(console, obj)
+    if obj["kind"] == "Run":
+        from trimaran.cli.pipelines import describe_run
+
+        describe_run(console, obj)
 
     if status.get("conditions"):
         console.print("Conditions:")

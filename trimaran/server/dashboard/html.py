@@ -129,5 +129,5 @@ def document(page: Page) -> str:
     note = f'<span class="muted">refreshing every {REFRESH_SECONDS}s</span>' if page.refresh else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
             f"<title>{esc(page.title)} · Trimaran</title><style>{_STYLE}</style></head><body>"
-            f'<header><a href="{PREFIX}/"><b>Trimaran</b></a>{note}</header>'
+            f'<header><a href="{PREFIX}/"><b>Trimaran</b></a><a href="{PREFIX}/runs">Pipeline runs</a>{note}</header>'
             f"<main><h1>{esc(page.title)}</h1>{page.body}</main></body></html>")

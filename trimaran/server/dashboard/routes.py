@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import html as h
+from trimaran.server.dashboard.pipelines import add_routes as add_pipeline_routes
 from trimaran.server.dashboard.tuning import experiment_page, trial_page
 from trimaran.server.dashboard.workloads import JOB_KINDS, isvc_page, job_page, overview_page, pod_page
 from trimaran.store import NotFound
@@ -57,4 +58,5 @@ def dashboard_router(plane: ControlPlane) -> APIRouter:
     def pod(namespace: str, name: str) -> HTMLResponse:
         return _respond(lambda: pod_page(store, runtime, store.get("Pod", namespace, name)))
 
+    add_pipeline_routes(router, store, runtime)
     return router
