@@ -9,7 +9,8 @@ routes of our own remain, where Kubernetes has no equivalent (docs/architecture.
 * ``GET /trimaran/v1/namespaces/{ns}/observations``: every stored observation of an experiment's
   trials (``trimaran trials``, the dashboard's curves; Katib keeps them in its own database).
 
-Plus the dashboard (``/dashboard``), ``/healthz``, ``/metrics`` and Prometheus' service discovery of
+Plus Kubeflow Pipelines' v2beta1 REST API (``/apis/v2beta1``, what ``kfp.Client`` calls:
+`trimaran.server.kfp`), the dashboard (``/dashboard``), ``/healthz``, ``/metrics`` and Prometheus' service discovery of
 what ServiceMonitors and PodMonitors select (`trimaran.server.monitoring`).
 """
 
@@ -31,6 +32,7 @@ from trimaran.controllers.tuning.trial import FINISHED, trial_state
 from trimaran.server.auth import TokenMiddleware, is_dashboard
 from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import dashboard_router
+from trimaran.server.kfp import kfp_routes
 from trimaran.server.kube import KubeAPI, StatusError, WatchHub, principal_of, routes, status_response
 from trimaran.server.kube.watch import metrics_exposition
 from trimaran.server.monitoring import ControlPlaneCollector, monitoring_router
@@ -110,6 +112,8 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     def healthz() -> Response:
         return Response(b"ok", media_type="text/plain")
 
+    # KFP's /apis/v2beta1 first: the Kubernetes API's /apis/{group} would take it.
+    app.router.routes.extend(kfp_routes(store))
     app.router.routes.extend(routes(kube, server_address, started))
     app.include_router(dashboard_router(plane))
     app.include_router(monitoring_router(store))
