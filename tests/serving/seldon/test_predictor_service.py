@@ -1,5 +1,5 @@
 """What the SeldonDeployment controller asks of an InferenceService per predictor: replicas by Seldon's
-precedence, hpaSpec as HPA bounds, V2 on the model server, the ingress annotations, the class a
+precedence, hpaSpec as an HPA of the SeldonDeployment, V2 on the model server, the ingress annotations, the class a
 componentSpecs container names, and a model directory that does not exist refused with the unit's name."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trimaran.controllers.serving.seldon import SpecProblem, predictor_service
+from trimaran.controllers.serving.seldon import SpecProblem, autoscaler_for, predictor_service
 
 
 def _sdep(*predictors: dict, **spec: object) -> dict:
@@ -30,8 +30,24 @@ def test_replicas_follow_seldons_precedence_and_hpa_spec(tmp_path: Path) -> None
         "minReplicas": 1, "maxReplicas": 3,
         "metrics": [{"type": "Resource", "resource": {"name": "cpu", "targetAverageUtilization": 10}}]}}]}
     component = predictor_service(_sdep(hpa), hpa, tmp_path)["spec"]["predictor"]
-    assert (component["minReplicas"], component["maxReplicas"], component["scaleMetric"], component["scaleTarget"]) == \
-        (1, 3, "cpu", 10)
+    assert (component["minReplicas"], component["maxReplicas"]) == (1, 1) and "scaleMetric" not in component
+    # The HPA writes spec.replicas (the scale subresource): a predictor with an hpaSpec runs that many.
+    component = predictor_service(_sdep(hpa, replicas=3), {**hpa, "replicas": 2}, tmp_path)["spec"]["predictor"]
+    assert (component["minReplicas"], component["maxReplicas"]) == (3, 3)
+
+
+def test_hpa_spec_becomes_an_hpa_named_as_seldons_operator_names_it() -> None:
+    cpu = {"type": "Resource", "resource": {"name": "cpu", "targetAverageUtilization": 10}}
+    hpa = {"name": "p", "graph": SIMPLE, "componentSpecs": [{"spec": {"containers": [{"name": "m"}]}, "hpaSpec": {
+        "maxReplicas": 3, "metrics": [cpu]}}]}
+    made = autoscaler_for(_sdep(hpa))
+    assert made is not None and made["metadata"]["name"] == "s-p-0-m"
+    assert made["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert made["spec"] == {"scaleTargetRef": {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment",
+                                               "name": "s"}, "maxReplicas": 3,
+                            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                                "type": "Utilization", "averageUtilization": 10}}}]}
+    assert autoscaler_for(_sdep({"name": "p", "graph": SIMPLE})) is None
 
 
 def test_shadow_traffic_v2_and_user_class(tmp_path: Path) -> None:

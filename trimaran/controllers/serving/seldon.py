@@ -17,8 +17,12 @@ volumes, mounts and env the executor's container takes over; a unit with ``endpo
 Seldon microservice running there (a Service's name, say), called over HTTP. With ``protocol: v2`` a
 lone prepackaged MODEL is served by the model server itself (V2 REST, named after the unit).
 
-Replicas follow Seldon's precedence (`trimaran.api.seldon.predictor_replicas`); a componentSpec's
-``hpaSpec`` becomes the InferenceService's HPA bounds and target (cpu or memory utilization).
+Replicas follow Seldon's precedence (`trimaran.api.seldon.predictor_replicas`). A componentSpec's
+``hpaSpec`` becomes an autoscaling/v2 HorizontalPodAutoscaler owned by ``S``, named as Seldon's operator
+names it (after the Deployment it would make: ``S-P-<index>-<containers>``), whose target is ``S``'s own
+scale subresource (``spec.replicas``): a predictor with an hpaSpec runs that many replicas, so scaling
+has one path, the HPA controller's (`controllers/workloads/hpa.py`). The first hpaSpec is the HPA: all
+of a predictor's units run in one executor, and one count is all ``S`` can hold.
 Status: ``state`` Creating until every predictor's InferenceService is Ready (Available), Failed when
 one cannot start, ``address.url`` the ingress path, ``deploymentStatus`` per predictor.
 """
@@ -26,11 +30,13 @@ one cannot start, ``address.url`` the ingress path, ``deploymentStatus`` per pre
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import shlex
 from pathlib import Path
 from typing import Any
 
+from trimaran.api import ManifestError, validate
 from trimaran.api.seldon import PREPACKAGED_SERVERS, predictor_replicas
 from trimaran.api.serving import StorageUriError, parse_storage_uri, resolve_storage_uri
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
@@ -43,7 +49,7 @@ from trimaran.controllers.serving.reconciler import (
 )
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
-__all__ = ["SeldonDeploymentReconciler", "predictor_service"]
+__all__ = ["SeldonDeploymentReconciler", "autoscaler_for", "predictor_service"]
 
 SDEP_LABEL = "seldon-deployment-id"
 PREDICTOR_LABEL = "seldon.io/predictor"
@@ -62,7 +68,9 @@ def predictor_service(sdep: dict, predictor: dict, home: Path) -> dict:
     protocol = spec.get("protocol") or "seldon"
     graph = predictor["graph"]
     replicas = predictor_replicas(spec, predictor)
-    component = {"minReplicas": replicas, "maxReplicas": max(replicas, 1), **_autoscaling(predictor),
+    if spec.get("replicas") is not None and any(c.get("hpaSpec") for c in predictor.get("componentSpecs") or []):
+        replicas = int(spec["replicas"])  # what the HPA last wrote through the scale subresource
+    component = {"minReplicas": replicas, "maxReplicas": max(replicas, 1),
                  "labels": {SDEP_LABEL: name, PREDICTOR_LABEL: predictor["name"]}}
     lone = not graph.get("children") and graph.get("implementation") in PREPACKAGED_SERVERS
     if protocol in ("v2", "kfserving") and lone and PREPACKAGED_SERVERS[graph["implementation"]]:
@@ -87,21 +95,47 @@ def predictor_service(sdep: dict, predictor: dict, home: Path) -> dict:
     }
 
 
-def _autoscaling(predictor: dict) -> dict:
-    for component in predictor.get("componentSpecs") or []:
-        hpa = component.get("hpaSpec")
-        if not hpa:
-            continue
-        out: dict[str, Any] = {"minReplicas": int(hpa.get("minReplicas") or 1), "maxReplicas": int(hpa["maxReplicas"])}
-        for metric in (hpa.get("metricsv2") or []) + (hpa.get("metrics") or []):
-            resource = metric.get("resource") or {}
-            target = resource.get("targetAverageUtilization") or \
-                (resource.get("target") or {}).get("averageUtilization")
-            if resource.get("name") in ("cpu", "memory") and target:
-                out.update(scaleMetric=resource["name"], scaleTarget=int(target))
-                break
-        return out
-    return {}
+def autoscaler_for(sdep: dict) -> dict | None:
+    """The HorizontalPodAutoscaler Seldon's operator makes of the first ``hpaSpec``, aimed at ``sdep``'s scale
+    subresource; its ``metrics`` in autoscaling/v2beta1's shape are converted, ``metricsv2`` taken as is."""
+    name = sdep["metadata"]["name"]
+    for predictor in sdep["spec"]["predictors"]:
+        for index, component in enumerate(predictor.get("componentSpecs") or []):
+            hpa = component.get("hpaSpec")
+            if not hpa:
+                continue
+            deployment = (component.get("metadata") or {}).get("name") or "-".join(
+                [name, predictor["name"], str(index),
+                 *(c["name"] for c in (component.get("spec") or {}).get("containers") or [])])
+            if len(deployment) > 63:
+                deployment = "seldon-" + hashlib.md5(deployment.encode()).hexdigest()
+            spec: dict[str, Any] = {"scaleTargetRef": {"apiVersion": sdep["apiVersion"], "kind": "SeldonDeployment",
+                                                       "name": name},
+                                    "maxReplicas": hpa["maxReplicas"]}
+            if hpa.get("minReplicas") is not None:
+                spec["minReplicas"] = hpa["minReplicas"]
+            metrics = hpa.get("metricsv2") or [_v2_metric(m) for m in hpa.get("metrics") or []]
+            if metrics:
+                spec["metrics"] = metrics
+            return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                    "metadata": {"name": deployment, "namespace": sdep["metadata"]["namespace"],
+                                 "labels": {SDEP_LABEL: name}, "ownerReferences": [owner_reference(sdep)]},
+                    "spec": spec}
+    return None
+
+
+def _v2_metric(metric: dict) -> dict:
+    """An autoscaling/v2beta1 MetricSpec (``targetAverageUtilization``, ``targetAverageValue``) in v2's shape."""
+    kind = metric.get("type")
+    source = dict(metric.get({"Resource": "resource", "Pods": "pods"}.get(kind or "", "")) or {})
+    if "targetAverageUtilization" in source:
+        source["target"] = {"type": "Utilization", "averageUtilization": source.pop("targetAverageUtilization")}
+    elif "targetAverageValue" in source:
+        source["target"] = {"type": "AverageValue", "averageValue": source.pop("targetAverageValue")}
+    if kind == "Pods" and "metricName" in source:
+        source["metric"] = {"name": source.pop("metricName")}
+    return {**metric, {"Resource": "resource", "Pods": "pods"}[kind]: source} if kind in ("Resource", "Pods") \
+        else metric
 
 
 def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
@@ -226,7 +260,7 @@ class SeldonDeploymentReconciler(Reconciler):
 
     name = "seldon"
     kinds = ("SeldonDeployment",)
-    watches = ("InferenceService",)
+    watches = ("InferenceService", "HorizontalPodAutoscaler")
 
     def __init__(self, store: Store, home: Path) -> None:
         super().__init__(store)
@@ -257,6 +291,7 @@ class SeldonDeploymentReconciler(Reconciler):
                 self.store.delete("InferenceService", key.namespace, stale)
             except NotFound:
                 pass
+        problems += self._autoscaler(obj)
         self._status(obj, status, wanted, problems)
         if status != before:
             obj["status"] = status
@@ -284,6 +319,35 @@ class SeldonDeploymentReconciler(Reconciler):
             self.store.update(current)
         except (Conflict, NotFound):
             self.wake(key_of(current))  # decided again from fresh state on the next pass
+
+    def _autoscaler(self, sdep: dict) -> list[str]:
+        """Keep the HPA of the hpaSpec as Seldon's operator makes it (and none without one); what is wrong with it."""
+        wanted = autoscaler_for(sdep)
+        problems: list[str] = []
+        if wanted is not None:
+            try:
+                wanted = validate(wanted).object  # defaulted as the API would store it
+            except ManifestError as exc:
+                problems.append(f"hpaSpec: {'; '.join(exc.problems)}")
+                wanted = None
+        ns = sdep["metadata"]["namespace"]
+        existing = {o["metadata"]["name"]: o for o in self.store.list("HorizontalPodAutoscaler", ns,
+                                                                      owner_uid=sdep["metadata"]["uid"])}
+        keep = wanted["metadata"]["name"] if wanted is not None else None
+        for name in set(existing) - {keep}:
+            try:
+                self.store.delete("HorizontalPodAutoscaler", ns, name)
+            except NotFound:
+                pass
+        current = existing.get(keep or "")
+        try:
+            if wanted is not None and current is None:
+                self.store.create(wanted)
+            elif wanted is not None and current is not None and current["spec"] != wanted["spec"]:
+                self.store.update({**current, "spec": wanted["spec"]})
+        except (AlreadyExists, Conflict, NotFound):
+            self.wake(key_of(sdep))  # decided again from fresh state on the next pass
+        return problems
 
     def _status(self, obj: dict, status: dict, wanted: dict[str, dict], problems: list[str]) -> None:
         name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
