@@ -27,7 +27,7 @@ class ModelServer:
     """A ``python -m trimaran.serving`` process; its log goes to a file the failure message shows."""
 
     def __init__(self, model_dir: Path, log_dir: Path, *, name: str = "digits", grpc: bool = True,
-                 **options: object) -> None:
+                 extra_args: tuple[str, ...] = (), **options: object) -> None:
         self.name = name
         self.http_port = free_port()
         self.grpc_port = free_port() if grpc else 0
@@ -38,6 +38,7 @@ class ModelServer:
         options.setdefault("workers", 1)
         for key, value in options.items():
             args += [f"--{key.replace('_', '-')}", str(value)]
+        args += extra_args  # repeatable options, which keyword arguments cannot say
         self.log_path = log_dir / f"server-{self.http_port}.log"
         self._log = self.log_path.open("wb")
         env = {**os.environ, "PYTHONPATH": str(REPO)}  # pickled test models import tests.serving.models

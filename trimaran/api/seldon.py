@@ -5,7 +5,8 @@ A predictor's ``graph`` is a tree of units. A unit is served by one of:
 
 - a built-in (``SIMPLE_MODEL``, ``SIMPLE_ROUTER``, ``RANDOM_ABTEST``, ``AVERAGE_COMBINER``);
 - a prepackaged server (``SKLEARN_SERVER``, ``XGBOOST_SERVER``, ``TENSORFLOW_SERVER``, ``TRITON_SERVER``,
-  ``MLFLOW_SERVER`` where an ``mlflow`` model runtime is installed) reading its ``modelUri``;
+  ``MLFLOW_SERVER``) reading its ``modelUri`` (``models:/`` and ``runs:/`` too, resolved by the tracking
+  server of ``MLFLOW_TRACKING_URI`` in the env of a componentSpecs container named after the unit);
 - a container of the predictor's ``componentSpecs`` with the unit's name: a Python class in Seldon's
   wrapper shape (see `trimaran.serving.seldon`);
 - a Seldon microservice already running at ``endpoint.service_host``/``service_port`` (a Service, say),
@@ -26,7 +27,7 @@ from pydantic import Field
 from trimaran.api.core import PodSpec
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import ApiModel, NonNegInt32, ObjectMeta, Resource
-from trimaran.api.serving import StorageUriError, parse_storage_uri
+from trimaran.api.serving import StorageUriError, check_logger_url, parse_storage_uri
 
 __all__ = [
     "API_VERSIONS",
@@ -76,10 +77,14 @@ class Endpoint(ApiModel):
 
 
 class Logger(ApiModel):
-    """Request logging for a unit (``mode`` all, request or response; ``url`` a CloudEvents sink)."""
+    """Request logging for a unit (``mode`` all, request or response; ``url`` a CloudEvents sink): the executor
+    sends what the unit receives and answers (trimaran/serving/logger.py)."""
 
     url: str | None = None
     mode: Literal["all", "request", "response"] | None = None
+
+    def check(self, path: str) -> list[FieldError]:
+        return check_logger_url(join_path(path, "url"), self.url)
 
 
 class PredictiveUnit(ApiModel):
@@ -204,9 +209,6 @@ class SeldonDeployment(Resource):
         warnings: list[str] = []
         for i, predictor in enumerate(self.spec.predictors):
             path = f"spec.predictors[{i}]"
-            for unit_path, unit in predictor.graph.walk(f"{path}.graph"):
-                if unit.logger is not None:
-                    warnings.append(f"{unit_path}.logger: request logging is not served locally; nothing is logged")
             for j, component in enumerate(predictor.component_specs or []):
                 for field, value in (("kedaSpec", component.keda_spec), ("pdbSpec", component.pdb_spec)):
                     if value:
@@ -283,6 +285,8 @@ def _check_predictor(path: str, predictor: PredictorSpec, protocol: str) -> list
 
 def _check_unit(path: str, unit: PredictiveUnit, containers: set[str], protocol: str) -> list[FieldError]:
     errs: list[FieldError] = []
+    if unit.logger is not None:
+        errs.extend(unit.logger.check(join_path(path, "logger")))
     if unit.type is not None and unit.type not in UNIT_TYPES:
         errs.append(FieldError.not_supported(join_path(path, "type"), unit.type, UNIT_TYPES))
         return errs
@@ -305,11 +309,7 @@ def _check_unit(path: str, unit: PredictiveUnit, containers: set[str], protocol:
             errs.append(FieldError.invalid(join_path(path, "children"), len(children),
                                            "RANDOM_ABTEST routes between exactly 2 children"))
     elif impl in PREPACKAGED_SERVERS or impl in _UNAVAILABLE_SERVERS:
-        if impl == "MLFLOW_SERVER" and impl not in _available_servers():
-            errs.append(FieldError.forbidden(join_path(path, "implementation"),
-                                             "MLFLOW_SERVER needs the mlflow model runtime, which this "
-                                             "installation lacks"))
-        elif impl not in _available_servers():
+        if impl not in _available_servers():
             errs.append(FieldError.not_supported(join_path(path, "implementation"), impl,
                                                  [*BUILTIN_IMPLEMENTATIONS, *_available_servers()]))
         elif not unit.model_uri:
@@ -352,7 +352,7 @@ def _check_unit(path: str, unit: PredictiveUnit, containers: set[str], protocol:
 
 
 def _available_servers() -> list[str]:
-    """The prepackaged servers this machine serves: those whose runtime is installed (MLflow's may not be)."""
+    """The prepackaged servers this machine serves: those whose model runtime is registered."""
     from trimaran.serving.runtimes import runtime_names  # the model runtimes, loaded on first check
 
     installed = set(runtime_names())

@@ -241,6 +241,29 @@ class Batcher(ApiModel):
     timeout: NonNegInt32 | None = None
 
 
+class LoggerSpec(ApiModel):
+    """``logger``: inference requests and/or responses sent as CloudEvents to ``url`` (an http:// sink)."""
+
+    url: str | None = None
+    mode: Literal["all", "request", "response"] | None = None
+    metadata_headers: list[str] | None = None
+    metadata_annotations: list[str] | None = None
+    storage: dict[str, Any] | None = None
+
+    def check(self, path: str) -> list[FieldError]:
+        return check_logger_url(join_path(path, "url"), self.url)
+
+
+def check_logger_url(path: str, url: str | None) -> list[FieldError]:
+    """A payload logger's sink (KServe's and Seldon's ``logger.url``)."""
+    if not url:
+        # KServe and Seldon fall back to the cluster's default broker; none runs here, so nothing would be logged.
+        return [FieldError.required(path, "no default broker runs locally: name the sink")]
+    if not re.match(r"^http://[^/?#\s]+", url):
+        return [FieldError.invalid(path, url, "must be an http:// URL with a host")]
+    return []
+
+
 class ModelSpec(ApiModel):
     """A model to serve (``predictor.model``, and each framework shortcut): where it is, how to
     talk to it, and the serving container's overrides (``args``, ``env``, ``resources``)."""
@@ -276,7 +299,7 @@ class ComponentExtensionSpec(ApiModel):
     timeout: NonNegInt64 | None = None
     canary_traffic_percent: NonNegInt64 | None = None
     batcher: Batcher | None = None
-    logger: dict[str, Any] | None = None
+    logger: LoggerSpec | None = None
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     deployment_strategy: dict[str, Any] | None = None
@@ -296,6 +319,8 @@ class ComponentExtensionSpec(ApiModel):
                                            "must be between 0 and 100, inclusive"))
         if self.batcher is not None and self.batcher.max_batch_size == 0:
             errs.append(FieldError.invalid(join_path(path, "batcher", "maxBatchSize"), 0, "must be at least 1"))
+        if self.logger is not None:
+            errs.extend(self.logger.check(join_path(path, "logger")))
         if self.scale_metric in ("cpu", "memory") and self.min_replicas == 0:
             errs.append(FieldError.invalid(join_path(path, "minReplicas"), 0,
                                            f"scaleMetric {self.scale_metric} (HPA) cannot scale to zero"))

@@ -82,6 +82,13 @@ class ServerConfig:
     predictor_protocol: str = "v1"
     drain_timeout: float = 5.0
     keepalive_timeout: float = 65.0  # KServe's: longer than a proxy's idle timeout, so the proxy closes first
+    # Payload logging (trimaran.serving.logger): KServe agent's --log-url/--log-mode, its ce-source and the
+    # CloudEvents extensions it names the service by (inferenceservicename, namespace, component, endpoint).
+    log_url: str | None = None
+    log_mode: str = "all"
+    log_source: str | None = None
+    log_extensions: dict[str, str] = dataclasses.field(default_factory=dict)
+    log_queue: int = 1024  # events waiting to be sent; more are dropped (and counted), never waited for
 
     def __post_init__(self) -> None:
         if self.workers <= 0:
@@ -89,11 +96,15 @@ class ServerConfig:
         VersionPolicy.parse(self.version_policy)  # fail at startup, not in each worker
         if self.predictor_protocol not in ("v1", "v2"):
             raise ValueError(f"--predictor-protocol must be v1 or v2, not {self.predictor_protocol!r}")
-        for name in ("max_queue", "max_body_bytes"):
+        for name in ("max_queue", "max_body_bytes", "log_queue"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.request_timeout <= 0:
             raise ValueError("--request-timeout must be positive")
+        if self.log_url:
+            from trimaran.serving.logger import SinkConfig
+
+            SinkConfig(self.log_url, self.log_mode)  # a bad URL or mode fails at startup, not in each worker
 
     @property
     def policy(self) -> VersionPolicy:
@@ -131,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--predictor-protocol", choices=["v1", "v2"], default="v1")
     p.add_argument("--drain-timeout", type=float, default=5.0,
                    help="seconds SIGTERM waits for in-flight requests before exiting")
+    p.add_argument("--log-url", default=None, help="send inference requests/responses as CloudEvents here")
+    p.add_argument("--log-mode", choices=["all", "request", "response"], default="all")
+    p.add_argument("--log-source", default=None, help="the events' ce-source (default: this server's URL)")
+    p.add_argument("--log-extension", dest="log_extensions", action="append", default=[], metavar="NAME=VALUE",
+                   help="a CloudEvents extension sent on every event (repeatable)")
+    p.add_argument("--log-queue", type=int, default=1024,
+                   help="events waiting for the sink before more are dropped (counted in /metrics)")
     return p
 
 
@@ -138,6 +156,13 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
     """Parse a command line into a ServerConfig; exits with a usage message when it is invalid."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    extensions = {}
+    for item in args.log_extensions:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--log-extension {item!r}: expected NAME=VALUE")
+        extensions[name] = value
+    args.log_extensions = extensions
     try:
         return ServerConfig(**vars(args))
     except ValueError as exc:

@@ -13,6 +13,8 @@ Series:
     ``trimaran_batch_size{model_name}``: requests per executed batch.
     ``trimaran_queue_depth{model_name}``: requests waiting for the model.
     ``trimaran_inflight_requests{model_name}``: requests being served (the autoscaler's concurrency).
+    ``trimaran_payload_log_events_total{outcome}``: payload-logger events ``sent``, ``dropped`` (queue full)
+        or ``failed`` (the sink refused, failed or timed out).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class ServerMetrics:
         gauge_kw = {**kw, "multiprocess_mode": "livesum"}
         self.queue = Gauge("trimaran_queue_depth", "Requests waiting for the model.", ["model_name"], **gauge_kw)
         self.inflight = Gauge("trimaran_inflight_requests", "Requests being served.", ["model_name"], **gauge_kw)
+        self.log_events = Counter("trimaran_payload_log_events", "Payload-logger events by outcome.", ["outcome"],
+                                  **kw)
         self._children: dict[tuple, Any] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -70,6 +74,9 @@ class ServerMetrics:
     def predicted(self, model: str, seconds: float, batch_size: int) -> None:
         self._child(self.predict, model).observe(seconds)
         self._child(self.batch, model).observe(batch_size)
+
+    def log_event(self, outcome: str) -> None:
+        self._child(self.log_events, outcome).inc()
 
     def queue_depth(self, model: str, delta: int) -> None:
         self._child(self.queue, model).inc(delta)

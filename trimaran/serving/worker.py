@@ -59,7 +59,18 @@ async def serve_worker(config: ServerConfig, index: int) -> None:
         return
     first_load.result()
     app = RestApp(plane, metrics, config.max_body_bytes)
-    http = HttpServer(app, max_body=config.max_body_bytes, keepalive_timeout=config.keepalive_timeout,
+    handler, payload_logger = app, None
+    if config.log_url:
+        from trimaran.serving.logger import LoggingApp, PayloadLogger, SinkConfig
+
+        shown = f"[{config.host}]" if ":" in config.host else config.host
+        sink = SinkConfig(config.log_url, config.log_mode,
+                          config.log_source or f"http://{shown}:{config.http_port}/",
+                          extensions=config.log_extensions)
+        payload_logger = PayloadLogger(sink, capacity=config.log_queue, on_outcome=metrics.log_event)
+        payload_logger.start()
+        handler = LoggingApp(app, payload_logger, _is_inference)
+    http = HttpServer(handler, max_body=config.max_body_bytes, keepalive_timeout=config.keepalive_timeout,
                       on_crash=app.crashed)
     await http.start(config.host, config.http_port)
     grpc_server = None
@@ -75,9 +86,16 @@ async def serve_worker(config: ServerConfig, index: int) -> None:
     if grpc_server is not None:
         drains.append(grpc_server.stop(config.drain_timeout))
     await asyncio.gather(*drains)
+    if payload_logger is not None:
+        await payload_logger.close()
     loader.cancel()
     plane.stop()
     log.info("worker %d stopped", index)
+
+
+def _is_inference(path: str) -> bool:
+    """The paths KServe's agent logs: V1 ``:predict``/``:explain`` and V2 ``/infer``."""
+    return path.endswith(("/infer", ":predict", ":explain"))
 
 
 def main() -> None:

@@ -78,11 +78,15 @@ def test_traffic_protocol_and_router_rules() -> None:
     v2_graph = _sdep({"name": "m", "implementation": "SIMPLE_MODEL"}, protocol="v2")
     assert "spec.predictors[0].graph: Forbidden: protocol v2 serves one prepackaged model" in _errors(v2_graph)
     assert "modelUri: Required value" in _errors(_sdep({"name": "m", "implementation": "SKLEARN_SERVER"}))
+    no_sink = _sdep({"name": "m", "implementation": "SIMPLE_MODEL", "logger": {"mode": "all"}})
+    assert "spec.predictors[0].graph.logger.url: Required value" in _errors(no_sink)
+    https = _sdep({"name": "m", "implementation": "SIMPLE_MODEL", "logger": {"url": "https://sink"}})
+    assert "spec.predictors[0].graph.logger.url: Invalid value" in _errors(https)
 
 
 def test_fields_without_local_effect_are_warned_about() -> None:
     obj = _sdep({"name": "m", "implementation": "SIMPLE_MODEL", "logger": {"mode": "all", "url": "http://sink"}})
     obj["spec"]["predictors"][0]["componentSpecs"] = [{"pdbSpec": {"minAvailable": 1}}]
     warnings = validate(obj).warnings
-    assert any(w.startswith("spec.predictors[0].graph.logger: request logging is not served") for w in warnings)
+    assert not any("logger" in w for w in warnings)  # served: trimaran/serving/logger.py
     assert "spec.predictors[0].componentSpecs[0].pdbSpec: ignored locally (one node)" in warnings

@@ -81,7 +81,7 @@ def model_storage(storage_uri: str, host_path: Path | None) -> tuple[dict, dict,
 
 
 def model_server_args(isvc_name: str, model: dict, component: dict, model_dir: str, http_port: int,
-                      grpc_port: int) -> list[str]:
+                      grpc_port: int, extra: list[str] | None = None) -> list[str]:
     """``python -m trimaran.serving`` arguments for one replica; the user's ``args`` come last (and win)."""
     args = ["--model-name", isvc_name, "--model-dir", model_dir, "--host", "127.0.0.1",
             "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--workers", "1"]
@@ -95,7 +95,7 @@ def model_server_args(isvc_name: str, model: dict, component: dict, model_dir: s
         args += ["--max-batch-latency-ms", str(batcher["maxLatency"])]
     if component.get("timeout"):
         args += ["--request-timeout", str(component["timeout"])]
-    return args + list(model.get("args") or [])
+    return args + list(extra or []) + list(model.get("args") or [])
 
 
 def replica_pod(isvc: dict, component_name: str, revision: dict, index: int, ports: list[int],
@@ -117,7 +117,14 @@ def replica_pod(isvc: dict, component_name: str, revision: dict, index: int, por
     if model is not None:
         volume, mount, model_dir = model_storage(model["storageUri"], host_path)
         volumes.append(volume)
-        args = model_server_args(name, model, component, model_dir, http_port, grpc_port)
+        log_args: list[str] = []
+        logger = component.get("logger") or {}
+        if logger.get("url"):  # KServe's agent's flags and CloudEvents extensions, served by the model server
+            log_args += ["--log-url", logger["url"], "--log-mode", logger.get("mode") or "all"]
+            for key, value in (("inferenceservicename", name), ("namespace", ns), ("component", component_name),
+                               ("endpoint", "default")):
+                log_args += ["--log-extension", f"{key}={value}"]
+        args = model_server_args(name, model, component, model_dir, http_port, grpc_port, log_args)
         if predictor_host:
             args += ["--predictor-host", predictor_host]
         container = {

@@ -152,6 +152,8 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
         impl = unit.get("implementation")
         if impl in PREPACKAGED_SERVERS:
             sources[unit["name"]] = _model_source(unit, ns, home, volumes, mounts)
+            # A container named after a prepackaged unit sets its server's env (MLFLOW_TRACKING_URI, say).
+            env += (containers.get(unit["name"], (0, {}))[1]).get("env") or []
         elif unit["name"] not in containers and (unit.get("endpoint") or {}).get("service_host"):
             endpoint = unit["endpoint"]
             port = endpoint.get("service_port") or endpoint.get("httpPort") or 9000
@@ -172,7 +174,7 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
                 paths.append(mount["mountPath"])
             env += [e for e in container.get("env") or [] if e.get("name") != "MODEL_NAME"]
             sources[unit["name"]] = {"class": _class_name(container, unit["name"]), "paths": paths}
-    config = {"name": sdep["metadata"]["name"], "predictor": predictor["name"], "protocol": protocol,
+    config = {"name": sdep["metadata"]["name"], "namespace": ns, "predictor": predictor["name"], "protocol": protocol,
               "graph": predictor["graph"], "sources": sources}
     main = {"name": "kserve-container", "command": ["python", "-m", "trimaran.serving.seldon"],
             "env": [{"name": "SELDON_GRAPH_CONFIG", "value": json.dumps(config, sort_keys=True)}, *env]}

@@ -5,25 +5,31 @@ For each unit, as Seldon's engine does: a TRANSFORMER's ``transform_input`` or a
 ``predict`` first; then its children: a ROUTER's ``route`` picks one (its index recorded in
 ``meta.routing``), a COMBINER ``aggregate``s all of theirs, any other unit passes its output to its
 only child; an OUTPUT_TRANSFORMER's ``transform_output`` last. ``meta.requestPath`` names every
-unit the request went through, ``meta.tags`` and ``meta.metrics`` gather theirs.
+unit the request went through, ``meta.tags`` and ``meta.metrics`` gather theirs. A unit with a ``logger``
+has the message it receives and the one it answers sent to its sink (`trimaran.serving.logger`), with the
+request's ``puid`` as the event id.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+from trimaran.serving.logger import PayloadLogger
 from trimaran.serving.seldon.protocol import Message, SeldonError, decode, encode, new_meta
 from trimaran.serving.seldon.units import Unit
 
-__all__ = ["Graph"]
+__all__ = ["Graph", "walk_config"]
 
 
 class Graph:
     """One predictor's graph, rooted at ``root``."""
 
-    def __init__(self, name: str, root: Unit) -> None:
+    def __init__(self, name: str, root: Unit, loggers: dict[str, PayloadLogger] | None = None) -> None:
         self.name = name
         self.root = root
+        self.loggers = loggers or {}
 
     def predict(self, body: Any) -> dict[str, Any]:
         """A predictions request body → the response body; raises SeldonError."""
@@ -35,6 +41,17 @@ class Graph:
         return encode(out)
 
     def _run(self, unit: Unit, msg: Message, meta: dict[str, Any]) -> Message:
+        logger = self.loggers.get(unit.name)
+        if logger is None:
+            return self._run_unit(unit, msg, meta)
+        puid = meta["puid"]
+        extensions = ((b"ce-requestid", puid.encode()),)
+        logger.request(puid, _message_bytes(msg, meta), extensions=extensions)
+        out = self._run_unit(unit, msg, meta)
+        logger.response(puid, _message_bytes(out, meta), extensions=extensions)
+        return out
+
+    def _run_unit(self, unit: Unit, msg: Message, meta: dict[str, Any]) -> Message:
         meta["requestPath"][unit.name] = unit.implementation or "python"
         if unit.type == "MODEL":
             msg = unit.predict(msg)
@@ -103,6 +120,19 @@ class Graph:
         return {"name": self.name, "models": models,
                 "graphinputs": models[self.root.name].get("inputs", []),
                 "graphoutputs": models[_last(self.root).name].get("outputs", [])}
+
+
+def _message_bytes(msg: Message, meta: dict[str, Any]) -> bytes:
+    return orjson.dumps(encode(Message(msg.form, msg.payload, msg.names, {"puid": meta["puid"]})),
+                        option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def walk_config(unit: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every unit of a graph as the configuration spells it, depth first."""
+    units = [unit]
+    for child in unit.get("children") or []:
+        units += walk_config(child)
+    return units
 
 
 def _walk(unit: Unit) -> list[Unit]:

@@ -8,7 +8,8 @@ Paths (also under the ingress prefix ``/seldon/<namespace>/<name>``): ``POST /ap
 
 The configuration (JSON, written by the SeldonDeployment controller)::
 
-    {"name": "my-sdep", "predictor": "default", "protocol": "seldon", "graph": {...the predictor's graph...},
+    {"name": "my-sdep", "namespace": "ns", "predictor": "default", "protocol": "seldon",
+     "graph": {...the predictor's graph, units' ``logger`` included...},
      "sources": {"clf": {"modelDir": "/mnt/seldon/clf"}, "remote": {"modelUri": "gs://b/m"},
                  "mine": {"class": "MyModel", "paths": ["/mnt/code"]}}}
 """
@@ -31,7 +32,8 @@ import orjson
 from trimaran.jsonbody import BodyError
 from trimaran.jsonbody import loads as load_json
 from trimaran.serving.http import HttpServer, Request, Response
-from trimaran.serving.seldon.graph import Graph
+from trimaran.serving.logger import SELDON_TYPES, PayloadLogger, SinkConfig
+from trimaran.serving.seldon.graph import Graph, walk_config
 from trimaran.serving.seldon.protocol import SeldonError
 from trimaran.serving.seldon.units import make_unit
 
@@ -50,7 +52,24 @@ def build_graph(config: dict[str, Any]) -> Graph:
 
             cache = Path(os.environ.get("TRIMARAN_STORAGE_CACHE") or Path(tempfile.gettempdir()) / "seldon-models")
             source["modelDir"] = str(fetch(source["modelUri"], cache))
-    return Graph(str(config.get("predictor") or config.get("name") or "graph"), make_unit(config["graph"], sources))
+    predictor = str(config.get("predictor") or config.get("name") or "graph")
+    return Graph(predictor, make_unit(config["graph"], sources), _loggers(config))
+
+
+def _loggers(config: dict[str, Any]) -> dict[str, PayloadLogger]:
+    """A payload logger per unit with a ``logger.url`` (Seldon's executor's event types and extensions)."""
+    name = str(config.get("name") or "")
+    namespace = str(config.get("namespace") or "default")
+    predictor = str(config.get("predictor") or "")
+    loggers = {}
+    for unit in walk_config(config["graph"]):
+        spec = unit.get("logger") or {}
+        if spec.get("url"):
+            loggers[unit["name"]] = PayloadLogger(SinkConfig(
+                spec["url"], spec.get("mode") or "all", f"http://{name}-{predictor}.{namespace}:8000/", SELDON_TYPES,
+                {"modelid": unit["name"], "inferenceservicename": name, "namespace": namespace,
+                 "endpoint": predictor}))
+    return loggers
 
 
 class SeldonApp:
@@ -138,11 +157,14 @@ async def _serve(app: SeldonApp, host: str, port: int) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    for payload_logger in app.graph.loggers.values():
+        payload_logger.start()
     http = HttpServer(app, max_body=MAX_BODY, on_crash=_crashed)
     await http.start(host, port, reuse_port=False)
     log.info("serving %s on %s:%d", app.graph.name, host, port)
     await stop.wait()
     await http.shutdown(5.0)
+    await asyncio.gather(*(payload_logger.close() for payload_logger in app.graph.loggers.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
