@@ -84,6 +84,9 @@ def _compile(names: list[str], python: str) -> None:
     done = subprocess.run([python, "-W", "ignore::FutureWarning", "-c", _COMPILE, *argv],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"compiling {names} failed:\n{done.stderr}"
+    current = {_cache_path(name, python) for name in corpus_names()}
+    for stale in {p for p in _CACHE.glob("*.yaml") if ".tmp" not in p.name} - current:
+        stale.unlink(missing_ok=True)  # an edited pipeline's earlier YAML (not another worker's temporary)
 
 
 def _module_constants(name: str) -> tuple[dict[str, Any], bool]:
