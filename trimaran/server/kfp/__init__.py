@@ -556,7 +556,8 @@ class _Api:
             items = [r for r in items if r["metadata"]["namespace"] == experiment["metadata"]["namespace"]
                      and r["spec"].get("experiment") == experiment["metadata"]["name"]]
         refs = Refs(self.store)
-        return page([recurring_run_view(r, refs) for r in items], params, "recurring_runs", "recurring_run_id")
+        # "recurringRuns": the one list KFP's gateway writes in camelCase (kfp_server_api reads that).
+        return page([recurring_run_view(r, refs) for r in items], params, "recurringRuns", "recurring_run_id")
 
     def delete_recurring_run(self, principal: Principal, params: Any, ident: str) -> dict[str, Any]:
         self.delete(self.find(principal, "RecurringRun", ident, "delete"))
