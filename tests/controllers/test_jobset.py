@@ -158,7 +158,7 @@ def test_max_restarts_recreates_every_job_then_fails(api: Client) -> None:
     restarted = [e for e in api.events("JobSet", NS, "flaky") if e["reason"] == "RestartJobSetFailurePolicyAction"]
     assert [e["message"] for e in restarted] == [
         "applying RestartJobSet failure policy action (first failed job: flaky-a-0)"]
-    poll(lambda: not api.list("Pod", NS, selector="job-name=flaky-b-0") or None, timeout=20,
+    poll(lambda: not api.list("Pod", NS, selector="job-name=flaky-b-0") or None, timeout=60,
          what="the running job's pods to go when the set fails")
 
 
