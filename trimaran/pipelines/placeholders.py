@@ -17,8 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CONTEXT_PLACEHOLDERS", "PlaceholderError", "executor_input", "local_path", "read_outputs",
-           "resolve_args"]
+__all__ = ["CONTEXT_PLACEHOLDERS", "PlaceholderError", "coerce_parameter", "executor_input", "local_path",
+           "read_outputs", "resolve_args"]
 
 EXECUTOR_OUTPUT = "executor_output.json"
 # The run's and task's own facts (dsl.PIPELINE_*_PLACEHOLDER, dsl.WORKSPACE_PATH_PLACEHOLDER): the
@@ -38,8 +38,9 @@ class PlaceholderError(ValueError):
     """A placeholder, input or output that does not fit the component: the message says which."""
 
 
-def _coerce(name: str, value: Any, kind: str) -> Any:
-    """`value` as a `kind` parameter arrives in the component after KFP's protobuf round trip."""
+def coerce_parameter(name: str, value: Any, kind: str) -> Any:
+    """`value` as a `kind` parameter arrives in the component after KFP's protobuf round trip;
+    PlaceholderError when it cannot be one."""
     if kind == "NUMBER_INTEGER":
         if isinstance(value, str):
             value = _loads(name, value)
@@ -111,9 +112,10 @@ def executor_input(component: Mapping, *, parameters: Mapping[str, Any], artifac
     values: dict[str, Any] = {}
     for name, definition in declared.items():
         if name in parameters and parameters[name] is not None:
-            values[name] = _coerce(name, parameters[name], definition.get("parameterType", "STRING"))
+            values[name] = coerce_parameter(name, parameters[name], definition.get("parameterType", "STRING"))
         elif "defaultValue" in definition:
-            values[name] = _coerce(name, definition["defaultValue"], definition.get("parameterType", "STRING"))
+            kind = definition.get("parameterType", "STRING")
+            values[name] = coerce_parameter(name, definition["defaultValue"], kind)
     # Values the compiler injected for f-strings (pipelinechannel--...) are not declared: as given.
     values.update({k: v for k, v in parameters.items() if k not in declared and v is not None})
     document: dict[str, Any] = {"inputs": {"parameterValues": values}, "outputs": {}}
@@ -300,7 +302,7 @@ def read_outputs(component: Mapping, executor_input: Mapping) -> tuple[dict[str,
                 raise PlaceholderError(f"output parameter {name!r} was not written (neither in "
                                        f"{EXECUTOR_OUTPUT} nor in {file or 'its output file'})")
             value = _read_file_parameter(name, file, kind)
-        parameters[name] = _coerce(name, value, kind)
+        parameters[name] = coerce_parameter(name, value, kind)
     written_artifacts = written.get("artifacts") or {}
     artifacts: dict[str, list[dict]] = {}
     for name in _definitions(component, "outputDefinitions", "artifacts"):
