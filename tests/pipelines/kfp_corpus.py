@@ -43,7 +43,7 @@ class CompiledPipeline:
     name: str
     path: Path  # the YAML file: the PipelineSpec, then the platforms document when kfp-kubernetes is used
     pipeline_spec: dict[str, Any]
-    platform_spec: dict[str, Any] | None  # the second document's `platforms` mapping
+    platform_spec: dict[str, Any] | None  # the second document, {platforms: {kubernetes: ...}}: a run's platformSpec
     arguments: dict[str, Any]  # the module's ARGUMENTS: the parameters the tests run it with
     local: bool  # kfp.local's SubprocessRunner can run it
 
@@ -109,8 +109,8 @@ def compiled(name: str) -> CompiledPipeline:
     if not path.exists():
         # One interpreter for every stale module: importing kfp is most of the cost.
         _compile([n for n in corpus_names() if not _cache_path(n, python).exists()], python)
-    documents = list(yaml.safe_load_all(path.read_text()))
-    platform = documents[1].get("platforms") if len(documents) > 1 and documents[1] else None
+    documents = list(yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    platform = documents[1] if len(documents) > 1 and documents[1] else None
     arguments, local = _module_constants(name)
     return CompiledPipeline(name, path, documents[0], platform, arguments, local)
 
