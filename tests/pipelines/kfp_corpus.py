@@ -147,7 +147,11 @@ def run_local(name: str, pipeline_root: Path, arguments: dict[str, Any] | None =
               timeout: float = 300) -> dict[str, Any]:
     """Corpus pipeline `name` run by ``kfp.local`` (SubprocessRunner, this venv's interpreter):
     ``{"outputs": {output name: value}, "error": None}``, or ``{"outputs": {}, "error": why}`` when a
-    task failed (kfp.local's words)."""
+    task failed (kfp.local's words).
+
+    One difference is kfp.local's own: numbers inside LIST and STRUCT values and in artifact metadata
+    reach its components as doubles (``[1.0]``, ``rows=5.0``; Python's protobuf JSON), where a cluster
+    and Trimaran hand on ``[1]`` and ``rows=5``; compare outputs that do not print such values."""
     if not _module_constants(name)[1]:
         raise ValueError(f"{name}: kfp.local's SubprocessRunner cannot run it (LOCAL is not True)")
     python = kfp_python()

@@ -42,7 +42,7 @@ def test_parameters_are_typed_as_declared_kfp_client_doubles_included() -> None:
                                                      "items": [1, "x"], "config": '{"k": 1}'},
                               artifacts={}, outputs_dir="/o", artifacts_uri="/a")
     assert document["inputs"]["parameterValues"] == {"text": "a", "count": 3, "ratio": 2.0, "flag": True,
-                                                     "items": [1.0, "x"], "config": {"k": 1.0}}
+                                                     "items": [1, "x"], "config": {"k": 1}}
     assert document["outputs"]["parameters"]["count"] == {"outputFile": "/o/count"}
     assert document["outputs"]["outputFile"] == "/o/executor_output.json"
     with pytest.raises(PlaceholderError, match="'count'.*NUMBER_INTEGER"):
@@ -59,8 +59,8 @@ def test_kfp_executor_runs_on_our_executor_input_and_its_outputs_read_back(tmp_p
     parameters, artifacts = read_outputs(train, first)
     assert parameters == {"raw": "raw text"}  # an OutputPath(str) file
     assert artifacts["metrics"] == [{"name": "metrics", "uri": str(tmp_path / "t" / "metrics"),
-                                     "type": "system.Metrics", "metadata": {"accuracy": 0.75, "rows": 3.0}}]
-    assert artifacts["confusion"][0]["metadata"]["confusionMatrix"]["rows"][0]["row"] == [3.0, 1.0]
+                                     "type": "system.Metrics", "metadata": {"accuracy": 0.75, "rows": 3}}]
+    assert artifacts["confusion"][0]["metadata"]["confusionMatrix"]["rows"][0]["row"] == [3, 1]
     assert Path(artifacts["dataset"][0]["uri"]).read_text().splitlines() == ["0", "1", "2"]
 
     evaluate, evaluate_container = _component("artifacts", "evaluate")
@@ -68,8 +68,8 @@ def test_kfp_executor_runs_on_our_executor_input_and_its_outputs_read_back(tmp_p
                             artifacts={name: artifacts[name] for name in ("dataset", "model", "metrics", "extra")},
                             outputs_dir=str(tmp_path / "e"), artifacts_uri=str(tmp_path / "e"))
     _run(evaluate_container, second, tmp_path)
-    # What kfp.local prints for this step: metadata numbers come back as doubles (rows=3.0).
-    assert read_outputs(evaluate, second) == ({"Output": "3 rows=3.0 weights none acc=0.75 extra raw text"}, {})
+    # As on a cluster: metadata numbers stay as written (kfp.local would print rows=3.0).
+    assert read_outputs(evaluate, second) == ({"Output": "3 rows=3 weights none acc=0.75 extra raw text"}, {})
 
 
 def test_named_tuple_outputs_are_typed(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ def test_named_tuple_outputs_are_typed(tmp_path: Path) -> None:
                               artifacts={}, outputs_dir=str(tmp_path), artifacts_uri=str(tmp_path))
     _run(container, document, tmp_path)
     assert read_outputs(component, document) == ({"text": "AB", "count": 4, "ratio": 0.5, "flag": True,
-                                                  "items": [0.0], "config": {"seen": True}}, {})
+                                                  "items": [0], "config": {"seen": True}}, {})
 
 
 def test_container_placeholders_concat_if_present_and_context(tmp_path: Path) -> None:

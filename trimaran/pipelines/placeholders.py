@@ -2,9 +2,11 @@
 command and args with every placeholder the compiler writes resolved, and its outputs read back after
 it ran (``executor_output.json`` and the output parameter files).
 
-Parameters are typed by the component's declared ``parameterType`` as KFP's protobuf round trip
-leaves them: a NUMBER_INTEGER is an int (kfp.Client sends every number as a double), a
-NUMBER_DOUBLE a float, and numbers inside a LIST or STRUCT doubles, as on a cluster. An artifact's
+Parameters are typed by the component's declared ``parameterType``: a NUMBER_INTEGER is an int
+(kfp.Client sends every number as a double, the compiler writes 3.0 for 3), a NUMBER_DOUBLE a float.
+Numbers inside a LIST or STRUCT, and in artifact metadata, stay as JSON has them, as on a cluster
+(its driver writes the ExecutorInput with Go's protojson, where the double 1 is ``1``; kfp.local's
+Python protobuf writes ``1.0`` instead). An artifact's
 local path is its URI when that is a local path (kfp's ``Artifact.path`` maps ``gs://``, ``s3://``
 and ``minio://`` to mount points; so do we).
 """
@@ -62,7 +64,7 @@ def coerce_parameter(name: str, value: Any, kind: str) -> Any:
         if isinstance(value, str):
             value = _loads(name, value)
         if isinstance(value, list if kind == "LIST" else dict):
-            return _as_protobuf(value)
+            return value
     elif kind == "STRING":
         return value if isinstance(value, str) else json.dumps(value)
     else:  # TASK_FINAL_STATUS and types to come: as given
@@ -75,17 +77,6 @@ def _loads(name: str, text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise PlaceholderError(f"parameter {name!r}: {text!r} is not JSON ({exc})") from None
-
-
-def _as_protobuf(value: Any) -> Any:
-    """Numbers inside lists and structs as a protobuf Value holds them: doubles."""
-    if isinstance(value, list):
-        return [_as_protobuf(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _as_protobuf(v) for k, v in value.items()}
-    if isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
 
 
 def _definitions(component: Mapping, side: str, kind: str) -> Mapping[str, Any]:
@@ -277,8 +268,7 @@ def _read_file_parameter(name: str, path: str, kind: str) -> Any:
 def read_outputs(component: Mapping, executor_input: Mapping) -> tuple[dict[str, Any], dict[str, list[dict]]]:
     """The task's outputs after it ran: parameters from ``executor_output.json``, else their output
     files, typed by the component; artifacts with the metadata the component wrote (a Metrics'
-    logged values, ...; numbers as doubles, as KFP's metadata store keeps them). A declared output
-    parameter nobody wrote is an error naming it."""
+    logged values, ...). A declared output parameter nobody wrote is an error naming it."""
     outputs = executor_input.get("outputs") or {}
     written: dict[str, Any] = {}
     path = outputs.get("outputFile")
@@ -311,6 +301,5 @@ def read_outputs(component: Mapping, executor_input: Mapping) -> tuple[dict[str,
         artifacts[name] = [{"name": reported.get("name") or planned.get("name") or name,
                             "uri": reported.get("uri") or planned["uri"],
                             "type": planned["type"]["schemaTitle"],
-                            "metadata": _as_protobuf({**(planned.get("metadata") or {}),
-                                                      **(reported.get("metadata") or {})})}]
+                            "metadata": {**(planned.get("metadata") or {}), **(reported.get("metadata") or {})}}]
     return parameters, artifacts
