@@ -17,7 +17,7 @@ def work(x: int) -> int:
 
 @dsl.component
 def gather(values: List[int]) -> int:
-    return sum(values)
+    return int(sum(values))  # kfp.local collects ints as doubles
 
 
 @dsl.pipeline(name="fanout")

@@ -13,7 +13,7 @@ def square(x: int) -> int:
 
 @dsl.component
 def total(values: List[int]) -> int:
-    return sum(values)
+    return int(sum(values))  # kfp.local collects ints as doubles
 
 
 @dsl.component
