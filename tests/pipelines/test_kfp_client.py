@@ -2,14 +2,13 @@
 ``/apis/v2beta1``: pipelines and versions, experiments, runs with filters, sorting and pages, archive,
 terminate, delete, bad uploads refused with the path, and the token rules.
 
-Each script runs every call it can in one interpreter (importing kfp takes a second or two) and
-prints what it saw as JSON; the assertions are here.
+One script runs every section in one interpreter (importing kfp takes a second or two) and prints
+what each saw as JSON; the tests assert on their section.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -28,8 +27,7 @@ config = yaml.safe_load(open(os.environ["KUBECONFIG"]))
 cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
 with open("ca.crt", "wb") as fh:
     fh.write(base64.b64decode(cluster["certificate-authority-data"]))
-client = kfp.Client(host=cluster["server"], existing_token=os.environ.get("TOKEN") or user["token"],
-                    ssl_ca_cert="ca.crt")
+client = kfp.Client(host=cluster["server"], existing_token=user["token"], ssl_ca_cert="ca.crt")
 
 
 def refused(call, *args, **kwargs):
@@ -48,8 +46,8 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHand
         yield handle
 
 
-PIPELINES = CONNECT + r'''
-hello = sys.argv[1]
+# Each section below leaves what it saw in `out`, kept under its name; one interpreter runs them all.
+PIPELINES = r'''
 out = {"multi_user": client.get_kfp_healthz().multi_user}
 pipeline = client.upload_pipeline(hello, pipeline_name="Hello pipeline", description="greets")
 out["pipeline"] = [pipeline.display_name, pipeline.name, pipeline.description]
@@ -68,12 +66,11 @@ for version in versions:
     client.delete_pipeline_version(pipeline.pipeline_id, version.pipeline_version_id)
 client.delete_pipeline(pipeline.pipeline_id)
 out["deleted"] = refused(client.get_pipeline, pipeline.pipeline_id)["status"]
-print(json.dumps(out))
 '''
 
 
-def test_pipelines_and_versions_through_kfp_client(plane: ControlPlaneHandle, tmp_path: Path) -> None:
-    out = run_client(kfp_python(), plane, PIPELINES, tmp_path, str(compiled("hello").path))
+def test_pipelines_and_versions_through_kfp_client(seen: dict) -> None:
+    out = seen["pipelines"]
     assert out["multi_user"] is False
     assert out["pipeline"] == ["Hello pipeline", "hello-pipeline", "greets"]
     assert out["by_name"] and out["by_name_path"]
@@ -86,8 +83,7 @@ def test_pipelines_and_versions_through_kfp_client(plane: ControlPlaneHandle, tm
     assert out["deleted"] == 404
 
 
-RUNS = CONNECT + r'''
-hello = sys.argv[1]
+RUNS = r'''
 out = {}
 experiment = client.create_experiment("Nightly", description="every night")
 out["same_experiment"] = client.create_experiment("Nightly").experiment_id == experiment.experiment_id
@@ -139,12 +135,11 @@ out["retry_unfinished"] = refused(client.runs.run_service_retry_run, run_id=firs
 client.delete_run(third.run_id)
 out["deleted"] = refused(client.get_run, third.run_id)["status"]
 out["names"] = {"first": first.run_id, "second": second}
-print(json.dumps(out))
 '''
 
 
-def test_runs_through_kfp_client(plane: ControlPlaneHandle, tmp_path: Path) -> None:
-    out = run_client(kfp_python(), plane, RUNS, tmp_path, str(compiled("hello").path))
+def test_runs_through_kfp_client(plane: ControlPlaneHandle, seen: dict) -> None:
+    out = seen["runs"]
     assert out["same_experiment"]
     assert out["first"] == {"display_name": "first", "experiment": True, "parameters": {"name": "a"},
                             "state": out["first"]["state"], "storage_state": "AVAILABLE", "spec": "hello"}
@@ -175,24 +170,17 @@ def test_runs_through_kfp_client(plane: ControlPlaneHandle, tmp_path: Path) -> N
     assert runs[out["names"]["second"]]["spec"]["experiment"] == "default"
 
 
-BAD = CONNECT + r'''
-hello, not_pipeline, future = sys.argv[1:4]
+BAD = r'''
 out = {"not_pipeline": refused(client.upload_pipeline, not_pipeline, pipeline_name="not-a-pipeline"),
        "future": refused(client.upload_pipeline, future, pipeline_name="future"),
        "wrong_type": refused(client.create_run_from_pipeline_package, hello, arguments={"name": 3}),
        "unknown_param": refused(client.create_run_from_pipeline_package, hello, arguments={"colour": "red"}),
        "pipelines": [p.display_name for p in client.list_pipelines().pipelines or []]}
-print(json.dumps(out))
 '''
 
 
-def test_bad_uploads_and_runs_are_refused_with_the_path(plane: ControlPlaneHandle, tmp_path: Path) -> None:
-    hello = compiled("hello")
-    not_pipeline = tmp_path / "not-a-pipeline.yaml"
-    not_pipeline.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
-    future = tmp_path / "future.yaml"
-    future.write_text(hello.path.read_text().replace("schemaVersion: 2.1.0", "schemaVersion: 9.0.0"))
-    out = run_client(kfp_python(), plane, BAD, tmp_path, str(hello.path), str(not_pipeline), str(future))
+def test_bad_uploads_and_runs_are_refused_with_the_path(seen: dict) -> None:
+    out = seen["bad"]
     for case, words in (("not_pipeline", ["spec.pipelineSpec", "not a compiled pipeline"]),
                         ("future", ["spec.pipelineSpec.schemaVersion", "9.0.0"]),
                         ("wrong_type", ["spec.parameters.name", "must be STRING"]),
@@ -204,16 +192,31 @@ def test_bad_uploads_and_runs_are_refused_with_the_path(plane: ControlPlaneHandl
     assert "not-a-pipeline" not in out["pipelines"] and "future" not in out["pipelines"]  # nothing half-made
 
 
-TOKENS = CONNECT + r'''
-out = {"list": client.list_runs(namespace="team-a").total_size or 0,
-       "create": refused(client.create_experiment, "mine", namespace="team-a")["status"],
-       "elsewhere": refused(client.list_runs, namespace="default")["status"]}
-print(json.dumps(out))
+TOKENS = r'''
+viewer = kfp.Client(host=cluster["server"], existing_token=os.environ["VIEW_TOKEN"], ssl_ca_cert="ca.crt")
+out = {"list": viewer.list_runs(namespace="team-a").total_size or 0,
+       "create": refused(viewer.create_experiment, "mine", namespace="team-a")["status"],
+       "elsewhere": refused(viewer.list_runs, namespace="default")["status"]}
 '''
 
 
-def test_a_view_token_reads_its_namespace_only(plane: ControlPlaneHandle, tmp_path: Path) -> None:
+def test_a_view_token_reads_its_namespace_only(seen: dict) -> None:
+    assert seen["tokens"] == {"list": 0, "create": 403, "elsewhere": 403}
+
+
+@pytest.fixture(scope="module")
+def seen(plane: ControlPlaneHandle, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """What every section saw, from one kfp.Client script."""
+    tmp_path = tmp_path_factory.mktemp("kfp-client-script")
+    hello = compiled("hello")
+    not_pipeline = tmp_path / "not-a-pipeline.yaml"
+    not_pipeline.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    future = tmp_path / "future.yaml"
+    future.write_text(hello.path.read_text().replace("schemaVersion: 2.1.0", "schemaVersion: 9.0.0"))
     created = plane.cli("token", "create", "--namespace", "team-a", "--role", "view")
     token = next(w for w in created.stdout.split() if w.startswith("tmr"))
-    out = run_client(kfp_python(), plane, TOKENS, tmp_path, env={"TOKEN": token})
-    assert out == {"list": 0, "create": 403, "elsewhere": 403}
+    sections = {"pipelines": PIPELINES, "runs": RUNS, "bad": BAD, "tokens": TOKENS}
+    script = CONNECT + "hello, not_pipeline, future = sys.argv[1:4]\nseen = {}\n" + "".join(
+        f"{body}\nseen[{name!r}] = out\n" for name, body in sections.items()) + "print(json.dumps(seen))\n"
+    return run_client(kfp_python(), plane, script, tmp_path, str(hello.path), str(not_pipeline), str(future),
+                      env={"VIEW_TOKEN": token})
