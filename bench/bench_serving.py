@@ -1,7 +1,8 @@
-"""Model serving: the same scikit-learn digits model behind Trimaran, MLServer and KServe, one load generator.
+"""Model serving: the same scikit-learn digits model behind Trimaran, MLServer, KServe, BentoML and Seldon Core's
+Python wrapper, one load generator.
 
     .venv/bin/python bench/bench_serving.py [--duration 4] [--rounds 3] [--quick]
-        [--peers mlserver,kserve] [--no-defaults] [--skip-install] [--json out.json] [--markdown]
+        [--peers mlserver,kserve,bentoml,seldon] [--no-defaults] [--skip-install] [--json out.json] [--markdown]
     .venv/bin/python bench/bench_serving.py --report out.json [--markdown]   # reprint a run
 
 (about 12 minutes with the defaults; --quick: one round of 2 s runs without the peers' defaults)
@@ -14,6 +15,11 @@ Issue 4's targets, measured on loopback with wrk (V2 REST, FP32 [1,64] and [32,6
   batching run; the 32-row rate is printed beside it);
 - gRPC ModelInfer throughput (bench/serving/grpc_load.py) beside REST at c=64.
 
+Each server takes the body of its own protocol, with the same rows: V2 (Trimaran, MLServer, KServe), Seldon's
+SeldonMessage `{"data": {"ndarray": ...}}` at /api/v1.0/predictions (Trimaran's Seldon executor, what a
+SeldonDeployment runs, and `seldon-core-microservice`, Seldon Core 1.18's gunicorn + Flask wrapper, on
+bench/serving/seldon_digits.py), BentoML's `{"input": ...}` at /predict (bench/serving/bentoml_digits.py);
+the summary compares Trimaran's V2 REST and Trimaran's Seldon protocol each with the best peer.
 One LogisticRegression is trained on digits and saved once as model.joblib; each server loads
 that file from a model dir laid out its way. The peers live in their own venvs under
 bench/.peers/ (bench/serving/peers.py installs them, pinned, once). Every server gets as many
@@ -36,6 +42,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -79,9 +86,14 @@ def train(workdir: Path):
     return model, X.astype(np.float32), path
 
 
-def rest_body(x) -> bytes:
+def rest_body(x, protocol: str = "v2") -> bytes:
+    """The REST body of rows ``x`` in a server's protocol: V2, Seldon's SeldonMessage, or BentoML's."""
     import orjson
 
+    if protocol == "seldon":
+        return orjson.dumps({"data": {"ndarray": x.tolist()}})
+    if protocol == "bentoml":
+        return orjson.dumps({"input": x.tolist()})
     return orjson.dumps({"inputs": [{"name": "input-0", "shape": list(x.shape), "datatype": "FP32",
                                      "data": x.ravel().tolist()}]})
 
@@ -136,10 +148,14 @@ class Server:
     log: Path | None = None
     error: str | None = None   # why it is not measured
     grpc_error: str | None = None
+    protocol: str = "v2"  # the REST body it takes: v2, seldon (SeldonMessage) or bentoml ({"input": ...})
+    path: str = f"/v2/models/{MODEL}/infer"
+    ready_path: str = f"/v2/models/{MODEL}/ready"
+    has_grpc: bool = True  # serves V2 gRPC ModelInfer on grpc_port
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}/v2/models/{MODEL}/infer"
+        return f"http://127.0.0.1:{self.http_port}{self.path}"
 
     def start(self, logdir: Path) -> None:
         self.log = logdir / f"{self.name}.log"
@@ -155,7 +171,7 @@ class Server:
         (a server with several processes behind one port may answer from a process that is ready
         while another is still loading)."""
         deadline = time.monotonic() + timeout
-        url = f"http://127.0.0.1:{self.http_port}/v2/models/{MODEL}/ready"
+        url = f"http://127.0.0.1:{self.http_port}{self.ready_path}"
         streak = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -264,11 +280,62 @@ def kserve_server(model_path: Path, root: Path, name: str, workers: int | None) 
                   f"--workers {workers} --enable_latency_logging false --configure_logging false")
 
 
+def trimaran_seldon_server(model_path: Path, root: Path, workers: int) -> Server:
+    """Trimaran's Seldon executor (what a SeldonDeployment runs) with SKLEARN_SERVER, method predict; one process
+    per core on one port (SO_REUSEPORT), as the model server's workers."""
+    mdir = root / "trimaran-seldon" / MODEL
+    mdir.mkdir(parents=True)
+    shutil.copy(model_path, mdir / "model.joblib")
+    config = mdir.parent / "graph.json"
+    config.write_text(json.dumps({"name": MODEL, "namespace": "bench", "predictor": "default", "protocol": "seldon",
+                         "graph": {"name": MODEL, "implementation": "SKLEARN_SERVER", "type": "MODEL",
+                                   "parameters": [{"name": "method", "value": "predict", "type": "STRING"}]},
+                         "sources": {MODEL: {"modelDir": str(mdir)}}}))
+    one = (f"{shlex.quote(PY)} -m trimaran.serving.seldon --port {{http}} --reuse-port "
+           f"--config @{shlex.quote(str(config))}")
+    argv = ["sh", "-c", " & ".join([one] * workers) + " & wait"]
+    return Server("trimaran-seldon", "Trimaran Seldon protocol", "trimaran", argv, REPO,
+                  f"python -m trimaran.serving.seldon x {workers} (SO_REUSEPORT), SKLEARN_SERVER method predict",
+                  protocol="seldon", path="/api/v1.0/predictions", ready_path="/ready", has_grpc=False)
+
+
+def seldon_server(model_path: Path, root: Path, workers: int | None) -> Server:
+    """Seldon Core 1.18's Python wrapper (seldon-core-microservice: gunicorn + Flask) on a wrapper-shaped class."""
+    argv = [str(peers.venv_python("seldon").parent / "seldon-core-microservice"), "seldon_digits.Digits",
+            "--service-type", "MODEL", "--http-port", "{http}", "--grpc-port", "{grpc}",
+            "--metrics-port", str(free_port()), "--log-level", "WARNING"]
+    env = {"MODEL_PATH": str(model_path), "PYTHONPATH": str(HERE / "serving")}
+    if workers is None:
+        return Server("seldon-default", "Seldon wrapper default", "seldon", argv, HERE / "serving",
+                      "defaults (1 gunicorn worker)", env=env, protocol="seldon", path="/api/v1.0/predictions",
+                      ready_path="/health/ping", has_grpc=False)
+    argv += ["--workers", str(workers)]
+    return Server("seldon", f"Seldon wrapper {workers} workers", "seldon", argv, HERE / "serving",
+                  f"--workers {workers} (gunicorn)", env=env, protocol="seldon", path="/api/v1.0/predictions",
+                  ready_path="/health/ping", has_grpc=False)
+
+
+def bentoml_server(model_path: Path, root: Path, workers: int | None) -> Server:
+    """`bentoml serve` on bench/serving/bentoml_digits.py (its own JSON protocol, POST /predict)."""
+    argv = [str(peers.venv_python("bentoml").parent / "bentoml"), "serve", "bentoml_digits:Digits",
+            "--host", "127.0.0.1", "--port", "{http}"]
+    env = {"MODEL_PATH": str(model_path), "BENTOML_DO_NOT_TRACK": "true", "BENTO_WORKERS": str(workers or 1)}
+    name, label, settings = (("bentoml-default", "BentoML default", "defaults (1 worker)") if workers is None else
+                             ("bentoml", f"BentoML {workers} workers", f"@bentoml.service(workers={workers})"))
+    return Server(name, label, "bentoml", argv, HERE / "serving", settings, env=env, protocol="bentoml",
+                  path="/predict", ready_path="/readyz", has_grpc=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # correctness
 
 
-def _decode_rest_outputs(payload: dict) -> list[list]:
+def _decode_rest_outputs(payload) -> list[list]:
+    if isinstance(payload, list):  # BentoML: the array itself
+        return [payload]
+    if "data" in payload:  # SeldonMessage
+        data = payload["data"]
+        return [data.get("ndarray", (data.get("tensor") or {}).get("values"))]
     return [o.get("data") for o in payload.get("outputs", [])]
 
 
@@ -328,7 +395,7 @@ def check_under_load(server: Server, model, X, background_body: Path, n: int = 6
 
     def one(i: int) -> str | None:
         try:
-            _check_rest_once(server, rest_body(rows[i]), expected[i])
+            _check_rest_once(server, rest_body(rows[i], server.protocol), expected[i])
             return None
         except Exception as exc:  # noqa: BLE001
             return f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -479,7 +546,8 @@ def report(res: dict) -> list[str]:
                  f"{ceil['1']['calls_per_s']:,.0f} calls/s; "
                  f"32 rows {ceil['32']['calls_per_s']:,.0f} calls/s = {ceil['32']['rows_per_s']:,.0f} rows/s")
     measured = [s for s in res["servers"] if not s.get("error")]
-    ours = "trimaran" if any(s["name"] == "trimaran" for s in measured) else None
+    ours_all = [n for n in ("trimaran", "trimaran-seldon") if any(s["name"] == n for s in measured)]
+    ours = "trimaran" if "trimaran" in ours_all else None
     peer_names = [s["name"] for s in measured if s["peer"] != "trimaran"]
     for cell in res["rest"]:
         rs = cell["results"]
@@ -488,28 +556,31 @@ def report(res: dict) -> list[str]:
             continue
         best_rps = max(valid_peers, key=lambda p: rs[p]["rps"])
         best_p99 = min(valid_peers, key=lambda p: rs[p]["p99_ms"])
-        if ours and ours in rs and rs[ours].get("rps"):
-            o = rs[ours]
+        if not any(o in rs and rs[o].get("rps") for o in ours_all):
+            lines.append(f"c={cell['c']} {cell['rows']}-row: best peer {rs[best_rps]['rps']:,.0f} req/s "
+                         f"({servers[best_rps]['label']}), best p99 {rs[best_p99]['p99_ms']:.2f} ms "
+                         f"({servers[best_p99]['label']}); Trimaran not measured")
+        for mine in ours_all:
+            if mine not in rs or not rs[mine].get("rps"):
+                continue
+            o = rs[mine]
+            who = servers[mine]["label"]
             note = "" if o.get("errors") == 0 else f" [{o.get('errors')} errors]"
             if cell["c"] == 64:
                 ratio = o["rps"] / rs[best_rps]["rps"]
-                lines.append(f"c=64 {cell['rows']}-row: Trimaran {o['rps']:,.0f} req/s vs best peer "
+                lines.append(f"c=64 {cell['rows']}-row: {who} {o['rps']:,.0f} req/s vs best peer "
                              f"{rs[best_rps]['rps']:,.0f} ({servers[best_rps]['label']}) = {ratio:.2f}x "
                              f"(target >= 3x: {'met' if ratio >= 3 else 'NOT met'}){note}")
                 eff = [p for p in valid_peers if per_cpu(rs[p])]
                 if per_cpu(o) and eff:
                     best_eff = max(eff, key=lambda p: per_cpu(rs[p]))
-                    lines.append(f"  per server CPU-second: Trimaran {per_cpu(o):,.0f} req vs best peer "
+                    lines.append(f"  per server CPU-second: {who} {per_cpu(o):,.0f} req vs best peer "
                                  f"{per_cpu(rs[best_eff]):,.0f} ({servers[best_eff]['label']}) = "
                                  f"{per_cpu(o) / per_cpu(rs[best_eff]):.2f}x (less sensitive to the machine's load)")
             ok = o["p99_ms"] <= rs[best_p99]["p99_ms"]
-            lines.append(f"p99 c={cell['c']} {cell['rows']}-row: Trimaran {o['p99_ms']:.2f} ms vs best peer "
+            lines.append(f"p99 c={cell['c']} {cell['rows']}-row: {who} {o['p99_ms']:.2f} ms vs best peer "
                          f"{rs[best_p99]['p99_ms']:.2f} ms ({servers[best_p99]['label']}) "
                          f"(target no worse: {'met' if ok else 'NOT met'}){note}")
-        else:
-            lines.append(f"c={cell['c']} {cell['rows']}-row: best peer {rs[best_rps]['rps']:,.0f} req/s "
-                         f"({servers[best_rps]['label']}), best p99 {rs[best_p99]['p99_ms']:.2f} ms "
-                         f"({servers[best_p99]['label']}); Trimaran not measured")
     b = res.get("batching")
     if b and b.get("rps"):
         again = [r["rows_per_s"] for r in res.get("ceiling_at_batching") or []]
@@ -585,7 +656,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per wrk run (default 4)")
     ap.add_argument("--rounds", type=int, default=3, help="repeat every cell, report the median (default 3)")
     ap.add_argument("--quick", action="store_true", help="one round of 2 s runs, no 'default' peer configurations")
-    ap.add_argument("--peers", default="mlserver,kserve", help="comma list of mlserver,kserve (or empty)")
+    ap.add_argument("--peers", default="mlserver,kserve,bentoml,seldon",
+                    help="comma list of mlserver,kserve,bentoml,seldon (or empty)")
     ap.add_argument("--no-defaults", action="store_true", help="skip the peers' default configurations")
     ap.add_argument("--no-trimaran", action="store_true", help="peers only")
     ap.add_argument("--no-grpc", action="store_true", help="skip the gRPC runs")
@@ -643,8 +715,9 @@ def main() -> None:
     bodies, grpc_reqs, expected = {}, {}, {}
     for rows in sorted(set(row_counts) | {32}):
         x = X[:rows] if rows <= len(X) else X[[i % len(X) for i in range(rows)]]
-        bodies[rows] = tmp / f"body-{rows}.json"
-        bodies[rows].write_bytes(rest_body(x))
+        for protocol in ("v2", "seldon", "bentoml"):
+            bodies[protocol, rows] = tmp / f"body-{protocol}-{rows}.json"
+            bodies[protocol, rows].write_bytes(rest_body(x, protocol))
         grpc_reqs[rows] = tmp / f"grpc-{rows}.bin"
         grpc_reqs[rows].write_bytes(grpc_request(x))
         expected[rows] = [int(v) for v in model.predict(x)]
@@ -656,6 +729,8 @@ def main() -> None:
             servers.append(trimaran_server(model_path, tmp, "trimaran", args.workers, batch=False))
             if 1 in row_counts and 64 in concurrencies:
                 servers.append(trimaran_server(model_path, tmp, "trimaran-batch", args.workers, batch=True))
+            if "seldon" in wanted_peers:
+                servers.append(trimaran_seldon_server(model_path, tmp, args.workers))
         else:
             print("trimaran/serving does not exist yet: measuring the peers only")
     if "mlserver" in wanted_peers:
@@ -666,6 +741,11 @@ def main() -> None:
         servers.append(kserve_server(model_path, tmp, "kserve", args.workers))
         if not args.no_defaults:
             servers.append(kserve_server(model_path, tmp, "kserve-default", None))
+    for peer, make in (("bentoml", bentoml_server), ("seldon", seldon_server)):
+        if peer in wanted_peers:
+            servers.append(make(model_path, tmp, args.workers))
+            if not args.no_defaults:
+                servers.append(make(model_path, tmp, None))
 
     try:
         for s in servers:
@@ -673,8 +753,8 @@ def main() -> None:
         for s in servers:
             try:
                 s.wait_ready(180)
-                check_rest(s, bodies[32].read_bytes(), expected[32])
-                check_rest(s, bodies[1].read_bytes(), expected[1]) if 1 in bodies else None
+                check_rest(s, bodies[s.protocol, 32].read_bytes(), expected[32])
+                check_rest(s, bodies[s.protocol, 1].read_bytes(), expected[1]) if (s.protocol, 1) in bodies else None
                 print(f"{s.label}: ready, REST answers match predict ({s.settings}; http {s.http_port}, "
                       f"grpc {s.grpc_port}; {len(s.pids())} processes)")
             except Exception as exc:  # noqa: BLE001 - a server that fails is reported, the others go on
@@ -683,6 +763,9 @@ def main() -> None:
         live = [s for s in servers if not s.error]
         if not args.no_grpc:
             for s in live:
+                if not s.has_grpc:
+                    s.grpc_error = "no V2 gRPC"
+                    continue
                 try:
                     check_grpc(s, grpc_reqs[32].read_bytes(), expected[32])
                 except Exception as exc:  # noqa: BLE001
@@ -691,13 +774,13 @@ def main() -> None:
 
         res["under_load"] = {}
         for s in live:
-            res["under_load"][s.name] = check_under_load(s, model, X, bodies[1] if 1 in bodies else bodies[32])
+            res["under_load"][s.name] = check_under_load(s, model, X, bodies[s.protocol, 1 if 1 in row_counts else 32])
             print(f"{s.label}: {res['under_load'][s.name]}", flush=True)
 
         # warm-up: every server, every body, c=16
         for rows in row_counts:
             for s in live:
-                wrk(s.url, bodies[rows], 16, 2)
+                wrk(s.url, bodies[s.protocol, rows], 16, 2)
 
         res["rest"], res["ceiling_at_batching"] = [], []
         batching = next((s for s in live if s.name == "trimaran-batch"), None)
@@ -712,7 +795,8 @@ def main() -> None:
                         order.append(batching)
                     turn += 1
                     for s in order:
-                        runs.setdefault(s.name, []).append(measured(s, wrk, s.url, bodies[rows], c, args.duration))
+                        runs.setdefault(s.name, []).append(measured(s, wrk, s.url, bodies[s.protocol, rows], c,
+                                                                    args.duration))
                     if batching and rows == 1 and c == 64:
                         # the ceiling again, under the machine's load of this moment
                         res["ceiling_at_batching"].append(ceiling(model, X, 1.0, sizes=(1,))[1])

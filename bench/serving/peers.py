@@ -21,11 +21,16 @@ PEERS_DIR = Path(__file__).resolve().parent.parent / ".peers"
 PINS = {
     "mlserver": ["mlserver==1.7.1", "mlserver-sklearn==1.7.1", "uvloop==0.21.0"],
     "kserve": ["kserve==0.21.0"],
+    "bentoml": ["bentoml==1.4.40"],
+    # gunicorn 20 (seldon-core's pin) imports pkg_resources, which setuptools 81 removed.
+    "seldon": ["seldon-core==1.18.2", "setuptools<81"],
 }
 SHOW = {
     "mlserver": ["mlserver", "mlserver-sklearn", "uvloop", "scikit-learn", "numpy", "fastapi", "uvicorn", "grpcio",
                  "orjson"],
     "kserve": ["kserve", "uvloop", "scikit-learn", "numpy", "fastapi", "uvicorn", "grpcio", "orjson"],
+    "bentoml": ["bentoml", "uvicorn", "starlette", "scikit-learn", "numpy", "pydantic"],
+    "seldon": ["seldon-core", "flask", "gunicorn", "grpcio", "protobuf", "scikit-learn", "numpy"],
 }
 
 

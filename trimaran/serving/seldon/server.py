@@ -152,7 +152,7 @@ def _crashed(_req: Request, exc: BaseException) -> Response:
                              "MICROSERVICE_INTERNAL_ERROR").body(), 500)
 
 
-async def _serve(app: SeldonApp, host: str, port: int) -> None:
+async def _serve(app: SeldonApp, host: str, port: int, reuse_port: bool = False) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -160,7 +160,7 @@ async def _serve(app: SeldonApp, host: str, port: int) -> None:
     for payload_logger in app.graph.loggers.values():
         payload_logger.start()
     http = HttpServer(app, max_body=MAX_BODY, on_crash=_crashed)
-    await http.start(host, port, reuse_port=False)
+    await http.start(host, port, reuse_port=reuse_port)
     log.info("serving %s on %s:%d", app.graph.name, host, port)
     await stop.wait()
     await http.shutdown(5.0)
@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the graph configuration: JSON, or @FILE")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "9000")))
+    parser.add_argument("--reuse-port", action="store_true",
+                        help="SO_REUSEPORT: several executors share the port, the kernel spreads connections")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s seldon %(levelname)s %(message)s")
     if not args.config:
@@ -186,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvloop
 
-    uvloop.run(_serve(SeldonApp(graph, str(config.get("protocol") or "seldon")), args.host, args.port))
+    uvloop.run(_serve(SeldonApp(graph, str(config.get("protocol") or "seldon")), args.host, args.port,
+                      args.reuse_port))
     logging.shutdown()
     # Every request is answered: skip the interpreter's teardown, which takes seconds with TensorFlow loaded.
     os._exit(0)
