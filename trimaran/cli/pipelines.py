@@ -159,7 +159,7 @@ def describe_run(out: Console, run: dict) -> None:
                       _duration(t.get("startedAt"), t.get("finishedAt")), str(t.get("attempts") or ""),
                       t.get("cachedFrom") or "", t.get("podName") or "")
     out.print(table)
-    for t in tasks:
+    for t in steps(run):
         if t.get("state") == "FAILED" and t.get("message"):
             out.print(f"Task {t['id']} failed:", highlight=False)
             out.print("  " + t["message"].rstrip().replace("\n", "\n  "), highlight=False)

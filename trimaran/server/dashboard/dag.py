@@ -205,6 +205,7 @@ def _draw(node: Node, ox: float, oy: float, parts: list[str], link: Any) -> None
     title = f"<title>{esc(node.id)}: {state}</title>"
     if node.type in GROUP_TYPES or not node.id:
         if node.id:
+            title = f"<title>{esc(node.id)}: {esc(node.label)} ({state})</title>"  # the label whole
             parts.append(f'<g class="group {esc(node.type)} state-{state}" data-task="{esc(node.id)}">{title}'
                          f'<rect x="{x:.1f}" y="{y:.1f}" width="{node.w:.1f}" height="{node.h:.1f}" rx="6" '
                          f'fill="none" stroke="{STROKE.get(node.state, "#9ca3af")}" stroke-dasharray="5 3"/>'

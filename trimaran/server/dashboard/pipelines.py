@@ -163,7 +163,7 @@ def _task_section(runtime: LocalRuntime, run: dict, task: dict) -> str:
             for ref in refs:
                 out.append(_artifact(run, artifact_name, ref))
     if task.get("podName"):
-        out.append("<h3>Log (last lines)</h3>")
+        out.append(f"<h3>Log (last lines, {h.link(h.url('pods', ns, task['podName']) + '#log', 'its pod')})</h3>")
         out.append(h.log_block(log_tail(runtime, ns, task["podName"], None), "no output yet"))
     out.append("</section>")
     return "".join(out)
