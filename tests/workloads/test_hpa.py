@@ -72,7 +72,7 @@ def hpa(name: str, target: dict, **spec: object) -> dict:
 
 def test_scales_a_cpu_bound_deployment_up_then_down(api: Client) -> None:
     name = "burner"
-    burn_seconds = 12.0
+    burn_seconds = 15.0
     api.apply([{"object": burner(name, time.time() + burn_seconds)}])
     api.apply([{"object": hpa(name, {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
                               behavior={"scaleDown": {"stabilizationWindowSeconds": 2}})}])
