@@ -178,7 +178,7 @@ class _Planner:
             self._record(**common, state="SKIPPED", message=message)
             results[name] = _Result("SKIPPED", upstream_failed=True, message=results[bad[0]].message)
             return results[name]
-        inputs = self._inputs(task, component, dag_inputs, results, parent)
+        inputs = self._inputs(task, component, dag_inputs, results, tasks)
         if policy.get("condition"):
             values = dict(inputs["parameters"])
             try:
@@ -215,9 +215,7 @@ class _Planner:
             return _Result(record["state"], record.get("outputs"), message=_leaf_message(record))
         if self.terminating:
             return self._not_started(common, tid, "PENDING")
-        previous = dict(fact or {})
-        previous.pop("state", None)
-        self._record(**{**previous, **common}, state="PENDING", inputs=inputs)
+        self._record(**{**(fact or {}), **common, "state": "PENDING", "inputs": inputs})
         self.plan.ready.append(Ready(
             id=tid, name=common["name"], component_name=common["component"], component=dict(component),
             executor_label=label, executor=executor, inputs=inputs,
@@ -300,12 +298,12 @@ class _Planner:
         return any(tid.startswith(prefix + ".") for tid in self.facts)
 
     def _inputs(self, task: Mapping[str, Any], component: Mapping[str, Any], dag_inputs: Mapping[str, Any],
-                results: Mapping[str, _Result], parent: str | None) -> dict[str, Any]:
+                results: Mapping[str, _Result], tasks: Mapping[str, Any]) -> dict[str, Any]:
         declared = (component.get("inputDefinitions") or {})
         spec = task.get("inputs") or {}
         parameters: dict[str, Any] = {}
         for name, source in (spec.get("parameters") or {}).items():
-            found, value = self._parameter(source, dag_inputs, results, parent)
+            found, value = self._parameter(source, dag_inputs, results, tasks)
             if not found:
                 continue
             selector = _SELECTOR.fullmatch(source.get("parameterExpressionSelector") or "")
@@ -330,7 +328,7 @@ class _Planner:
         return {"parameters": parameters, "artifacts": artifacts}
 
     def _parameter(self, source: Mapping[str, Any], dag_inputs: Mapping[str, Any], results: Mapping[str, _Result],
-                   parent: str | None) -> tuple[bool, Any]:
+                   tasks: Mapping[str, Any]) -> tuple[bool, Any]:
         if "componentInputParameter" in source:
             key = source["componentInputParameter"]
             return key in dag_inputs["parameters"], dag_inputs["parameters"].get(key)
@@ -346,7 +344,8 @@ class _Planner:
             result = results.get(producer) or _Result("FAILED")
             state = "FAILED" if result.state in _BAD or result.upstream_failed else result.state
             error = {"code": 0, "message": ""} if state == "SUCCEEDED" else {"code": 1, "message": result.message or ""}
-            return True, {"state": state, "pipelineJobResourceName": self.run_name, "pipelineTaskName": producer,
+            name = ((tasks.get(producer) or {}).get("taskInfo") or {}).get("name") or producer
+            return True, {"state": state, "pipelineJobResourceName": self.run_name, "pipelineTaskName": name,
                           "error": error}
         return False, None
 

@@ -21,6 +21,7 @@ from trimaran.controllers.gc import GarbageCollector
 from trimaran.controllers.jobset import JobSetReconciler
 from trimaran.controllers.kubelet import Kubelet
 from trimaran.controllers.pipelines.recurring import RecurringRunReconciler
+from trimaran.controllers.pipelines.run import RunReconciler
 from trimaran.controllers.ports import PortAllocator
 from trimaran.controllers.serving import (
     InferenceGraphReconciler,
@@ -107,7 +108,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet,
         DeploymentReconciler(store, ports), services, HorizontalPodAutoscalerReconciler(store, runtime),
-        RecurringRunReconciler(store), GarbageCollector(store)])
+        RecurringRunReconciler(store), RunReconciler(store, home, runtime), GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs)
 

@@ -1,0 +1,168 @@
+"""Runs of real kfp-compiled pipelines on a real control plane: every step a pod, artifacts under the
+pipeline root, failures with their log lines, exit handlers, retries, caching and termination.
+
+One control plane serves the module; each test uses run names of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ControlPlaneHandle, module_plane
+from tests.helpers import poll
+from tests.pipelines.kfp_corpus import compiled
+from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL, TRIMARAN_API_VERSION
+from trimaran.cli.client import APIError, Client
+
+NS = "default"
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELED")
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    with module_plane(tmp_path_factory, "pipelines-run") as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def api(plane: ControlPlaneHandle) -> Iterator[Client]:
+    client = plane.client()
+    yield client
+    client.close()
+
+
+def start(api: Client, name: str, pipeline: str | dict, parameters: dict[str, Any] | None = None,
+          **spec: Any) -> dict:
+    pipeline_spec = compiled(pipeline).pipeline_spec if isinstance(pipeline, str) else pipeline
+    if isinstance(pipeline, str):
+        parameters = {**compiled(pipeline).arguments, **(parameters or {})}
+    return api.create("Run", NS, {"apiVersion": TRIMARAN_API_VERSION, "kind": "Run",
+                                  "metadata": {"name": name, "namespace": NS},
+                                  "spec": {"pipelineSpec": pipeline_spec, "parameters": parameters or {}, **spec}})
+
+
+def finished(api: Client, name: str, timeout: float = 90.0) -> dict:
+    def done() -> dict | None:
+        run = api.get("Run", NS, name)
+        return run if (run.get("status") or {}).get("state") in FINISHED else None
+    return poll(done, timeout=timeout, interval=0.2, what=f"run {name} to finish")
+
+
+def task(run: dict, name: str) -> dict:
+    return next(t for t in run["status"]["tasks"] if t["name"] == name)
+
+
+def pod_log(api: Client, pod: str) -> str:
+    return api.request("GET", f"/api/v1/namespaces/{NS}/pods/{pod}/log", accept="text/plain").read().decode()
+
+
+def change_spec(api: Client, name: str, **fields: Any) -> None:
+    """Set fields of a run's spec as `kfp.Client` does (terminate, retry), again on a conflict with
+    the controller's status writes."""
+    def put() -> bool:
+        run = api.get("Run", NS, name)
+        run["spec"].update(fields)
+        try:
+            api.request("PUT", f"/apis/pipelines.trimaran.io/v1/namespaces/{NS}/runs/{name}", run).read()
+        except APIError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+    poll(put, timeout=10, interval=0.05, what=f"run {name}'s spec to change")
+
+
+def marker_dir(plane: ControlPlaneHandle, name: str) -> str:
+    """A directory the run's pods may write: under the namespace's runs directory, which every pod
+    of the namespace mounts."""
+    path = plane.home / "pipelines" / "runs" / NS / f"markers-{name}"
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def test_artifacts_and_parameters_pass_between_lightweight_steps(api: Client) -> None:
+    start(api, "artifacts", "artifacts")
+    run = finished(api, "artifacts")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    assert task(run, "evaluate")["outputs"]["parameters"]["Output"] == "5 rows=5 weights none acc=0.75 extra raw text"
+    train = task(run, "train")
+    dataset = train["outputs"]["artifacts"]["dataset"][0]
+    root = Path(run["status"]["pipelineRoot"])
+    assert Path(dataset["uri"]).is_relative_to(root) and Path(dataset["uri"]).read_text().splitlines()[-1] == "4"
+    assert dataset["type"] == "system.Dataset" and dataset["metadata"]["rows"] == 5
+    assert train["inputs"]["parameters"] == {"rows": 5}
+    assert train["state"] == "SUCCEEDED" and train["startedAt"] and train["finishedAt"] and train["attempts"] == 1
+    pod = api.get("Pod", NS, train["podName"])
+    assert pod["metadata"]["labels"][RUN_LABEL] == "artifacts" and pod["metadata"]["labels"][TASK_LABEL] == "train"
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "Run"
+
+
+def test_container_components_get_every_placeholder(api: Client) -> None:
+    start(api, "container", "container")
+    run = finished(api, "container")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    assert task(run, "count-lines")["outputs"]["parameters"]["Output"] == 2
+    logs = {t["id"]: pod_log(api, t["podName"]) for t in run["status"]["tasks"] if t["name"].startswith("show")}
+    with_suffix = next(text for text in logs.values() if "label=with/" in text)
+    assert "--suffix s" in with_suffix and "container" in with_suffix and "yo\nyo" in with_suffix
+    assert any("--no-suffix" in text for text in logs.values())
+
+
+def test_a_failing_step_fails_the_run_with_its_log_lines_and_the_exit_handler_runs(
+        api: Client, plane: ControlPlaneHandle) -> None:
+    markers = marker_dir(plane, "exit")
+    start(api, "exit", "exit_handler", {"marker_dir": markers})
+    run = finished(api, "exit")
+    assert run["status"]["state"] == "FAILED"
+    assert "fail" in run["status"]["message"] and "about to fail: the last log line" in run["status"]["message"]
+    assert task(run, "on-exit")["state"] == "SUCCEEDED"
+    seen = json.loads((Path(markers) / "exit-status.json").read_text())
+    assert seen["state"] == "FAILED" and seen["job"] == "exit" and seen["task"] == "guarded"
+
+
+def test_a_step_that_fails_once_is_retried(api: Client, plane: ControlPlaneHandle) -> None:
+    start(api, "retries", "retries", {"marker_dir": marker_dir(plane, "retries"), "fail_times": 1})
+    run = finished(api, "retries")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    flaky = task(run, "flaky")
+    assert flaky["attempts"] == 2 and flaky["outputs"]["parameters"]["Output"] == 2
+
+
+def test_a_second_run_reuses_cached_steps_unless_caching_is_off(api: Client) -> None:
+    first = finished(api, start(api, "cache-1", "caching")["metadata"]["name"])
+    second = finished(api, start(api, "cache-2", "caching")["metadata"]["name"])
+    assert first["status"]["state"] == second["status"]["state"] == "SUCCEEDED"
+    cached, fresh = task(second, "cached"), task(second, "uncached")
+    assert cached["state"] == "CACHED" and cached["cachedFrom"] == f"cache-1/{task(first, 'cached')['id']}"
+    assert cached["outputs"] == task(first, "cached")["outputs"]
+    assert fresh["state"] == "SUCCEEDED" and fresh["outputs"] != task(first, "uncached")["outputs"]
+    third = finished(api, start(api, "cache-3", "caching", enableCaching=False)["metadata"]["name"])
+    assert task(third, "cached")["state"] == "SUCCEEDED"
+    assert task(third, "cached")["outputs"] != task(first, "cached")["outputs"]
+
+
+def sleeper(seconds: int) -> dict:
+    """A one-step pipeline whose container sleeps (written as the compiler writes it)."""
+    return {"pipelineInfo": {"name": "sleeper"}, "schemaVersion": "2.1.0", "sdkVersion": "kfp-2.17.3",
+            "components": {"comp-sleep": {"executorLabel": "exec-sleep"}},
+            "deploymentSpec": {"executors": {"exec-sleep": {"container": {
+                "image": "busybox", "command": ["sleep"], "args": [str(seconds)]}}}},
+            "root": {"dag": {"tasks": {"sleep": {"componentRef": {"name": "comp-sleep"},
+                                                 "taskInfo": {"name": "sleep"}}}}}}
+
+
+def test_terminate_stops_the_running_step(api: Client) -> None:
+    start(api, "terminate", sleeper(300))
+    poll(lambda: (api.get("Run", NS, "terminate").get("status") or {}).get("state") == "RUNNING",
+         timeout=30, interval=0.2, what="the run to start")
+    change_spec(api, "terminate", terminate=True)
+    run = finished(api, "terminate", timeout=30)
+    assert run["status"]["state"] == "CANCELED"
+    assert task(run, "sleep")["state"] == "CANCELED"
+    pods = api.list("Pod", NS, selector=f"{RUN_LABEL}=terminate")
+    assert all(p["status"]["phase"] != "Running" or p["metadata"].get("deletionTimestamp") for p in pods)

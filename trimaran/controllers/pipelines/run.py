@@ -1,0 +1,557 @@
+"""The Run controller: a KFP v2 pipeline run as pods (Argo's and KFP's driver/launcher, locally).
+
+Each pass reads the Run, its IR (inline or its PipelineVersion) and its pods, turns finished pods
+into task facts (outputs read from the executor's files, failures with their last log lines,
+retries with back-off), asks :func:`trimaran.pipelines.dag.plan` what comes next and starts it:
+cache hits and importers at once (then plans again, so a fully cached run ends in one pass),
+container tasks as one pod per attempt. Pod names are derived from the task, its retry generation
+and attempt, so a pass repeated after a crash adopts the pod it created before instead of starting
+another.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL
+from trimaran.controllers.base import Key, Reconciler, is_being_deleted
+from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
+from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang
+from trimaran.pipelines import cache, dag, placeholders
+from trimaran.store import AlreadyExists, NotFound, Store
+
+__all__ = ["RunReconciler", "kfp_runtime_dir"]
+
+_RUN_TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED", "SKIPPED")
+_LOG_LINES = 20
+_CONTAINER = "main"
+# The packages KFP's lightweight-component preamble installs, which the kfp runtime directory holds.
+_RUNTIME_PACKAGES = {"kfp", "typing-extensions"}
+_PIP_INSTALL = re.compile(r"pip install ([^&\n]*)")
+
+
+def kfp_runtime_dir() -> Path:
+    """Where the ``kfp`` package for lightweight components' pods is (``pip install --no-deps
+    --target``; scripts/bootstrap.sh puts it beside the control plane's interpreter)."""
+    configured = os.environ.get("TRIMARAN_KFP_RUNTIME")
+    if configured:
+        return Path(configured)
+    import sys
+
+    return Path(sys.prefix) / "share" / "trimaran" / "kfp-runtime"
+
+
+class _TaskError(Exception):
+    """A task that cannot start: it fails with this message (the run goes on to its exit handler)."""
+
+
+class RunReconciler(Reconciler):
+    name = "pipelines"
+    kinds = ("Run",)
+    watches = ("Pod",)
+
+    def __init__(self, store: Store, home: Path, runtime: Any) -> None:
+        super().__init__(store)
+        self.home = Path(home)
+        self.runtime = runtime
+
+    # -- the pass ----------------------------------------------------------------------------
+
+    def reconcile(self, key: Key) -> float | None:
+        try:
+            run = self.store.get("Run", key.namespace, key.name)
+        except NotFound:
+            return None
+        if is_being_deleted(run):
+            return None
+        status = copy.deepcopy(run.get("status") or {})
+        before = copy.deepcopy(status)
+        return self.settle_status(run, status, before, self._drive(run, status))
+
+    def _drive(self, run: dict, status: dict) -> float | None:
+        spec = run["spec"]
+        retry = int(spec.get("retry") or 0)
+        if status.get("state") in _RUN_TERMINAL:
+            if retry <= int(status.get("observedRetry") or 0) or status["state"] == "SUCCEEDED":
+                status["observedRetry"] = max(retry, int(status.get("observedRetry") or 0))
+                return None
+            self._retry(run, status)
+        status.setdefault("observedRetry", retry)
+        try:
+            pipeline_spec = self._pipeline_spec(run)
+            root = self._pipeline_root(run)
+        except _TaskError as exc:
+            return self._finish(run, status, "FAILED", str(exc))
+        status["pipelineRoot"] = str(root)
+        status.setdefault("startedAt", now_rfc3339())
+        if status.get("state") is None:
+            self.store.record_event(run, "Normal", "Started", "Run started")
+        terminating = bool(spec.get("terminate"))
+        facts = {t["id"]: t for t in status.get("tasks") or [] if t.get("type") in dag.LEAF_TYPES
+                 and (t.get("podName") or t.get("attempts") or t.get("state") in dag.TERMINAL)}
+        pods = {p["metadata"]["name"]: p for p in self.store.list("Pod", run["metadata"]["namespace"],
+                                                                  owner_uid=run["metadata"]["uid"])}
+        requeue = self._observe(run, pipeline_spec, root, facts, pods, terminating)
+        parameters = spec.get("parameters") or {}
+        for _ in range(10_000):  # each round settles at least one task; the bound only guards a bug
+            planned = dag.plan(pipeline_spec, parameters, facts, run_name=run["metadata"]["name"],
+                               terminating=terminating)
+            settled, wait = self._start(run, int(status["observedRetry"]), root, planned.ready, facts, pods)
+            if wait is not None:
+                requeue = wait if requeue is None else min(requeue, wait)
+            if not settled:
+                break
+        status["tasks"] = planned.tasks
+        live = [p for p in pods.values() if phase(p) in ("Pending", "Running")
+                and not p["metadata"].get("deletionTimestamp")]
+        if terminating and planned.state not in _RUN_TERMINAL:
+            status["state"] = "CANCELING"
+        elif planned.state in _RUN_TERMINAL:
+            if terminating and any(phase(p) in ("Pending", "Running") for p in pods.values()):
+                status["state"] = "CANCELING"
+                return 0.5
+            failed = [t for t in planned.tasks if t["state"] == "FAILED" and t["type"] in dag.LEAF_TYPES]
+            message = f"task {failed[0]['name']} failed: {failed[0].get('message') or ''}".strip() if failed else None
+            return self._finish(run, status, planned.state, message)
+        else:
+            status["state"] = "RUNNING" if planned.state == "RUNNING" or live else "PENDING"
+        return requeue
+
+    def _finish(self, run: dict, status: dict, state: str, message: str | None) -> None:
+        if status.get("state") != state:
+            kind = "Normal" if state == "SUCCEEDED" else "Warning"
+            self.store.record_event(run, kind, state.capitalize(), message or f"Run {state.lower()}")
+        status["state"] = state
+        status.setdefault("finishedAt", now_rfc3339())
+        status["message"] = message
+        if message is None:
+            status.pop("message")
+        set_condition(status, "Succeeded", "True" if state == "SUCCEEDED" else "False", state.capitalize(),
+                      message or "")
+        return None
+
+    def _retry(self, run: dict, status: dict) -> None:
+        """``spec.retry`` raised: failed and canceled steps (and what waited on them) run again."""
+        status["observedRetry"] = int(run["spec"].get("retry") or 0)
+        kept = []
+        for task in status.get("tasks") or []:
+            if task.get("type") in dag.LEAF_TYPES and task.get("state") in ("FAILED", "CANCELED"):
+                continue
+            kept.append(task)
+        status["tasks"] = kept
+        for field in ("finishedAt", "message", "conditions"):
+            status.pop(field, None)
+        status["state"] = "RUNNING"
+        self.store.record_event(run, "Normal", "Retried", f"Retry {status['observedRetry']}: failed steps run again")
+
+    # -- facts from pods ---------------------------------------------------------------------
+
+    def _observe(self, run: dict, spec: dict, root: Path, facts: dict[str, dict], pods: dict[str, dict],
+                 terminating: bool) -> float | None:
+        requeue = None
+        for task in facts.values():
+            if task.get("state") in dag.TERMINAL or not task.get("podName"):
+                continue
+            pod = pods.get(task["podName"])
+            if terminating:
+                if pod is not None:
+                    request_deletion(self.store, pod)
+                self._end(task, "CANCELED", "the run was terminated")
+                continue
+            if pod is None:
+                self._end(task, "FAILED", f"pod {task['podName']} was deleted")
+                continue
+            current = phase(pod)
+            if current == "Running":
+                task["state"] = "RUNNING"
+            elif current == "Succeeded":
+                self._succeeded(run, spec, root, task)
+            elif current == "Failed":
+                wait = self._failed(run, task, pod, _retry_policy(spec, task))
+                if wait is not None:
+                    requeue = wait if requeue is None else min(requeue, wait)
+        return requeue
+
+    def _succeeded(self, run: dict, spec: dict, root: Path, task: dict) -> None:
+        component = (spec.get("components") or {}).get(task.get("component") or "") or {}
+        executor_input = self._executor_input(component, task, root)
+        try:
+            parameters, artifacts = placeholders.read_outputs(component, executor_input)
+        except Exception as exc:  # the step wrote outputs that do not fit its component
+            self._end(task, "FAILED", f"its outputs cannot be read: {exc}")
+            return
+        task["outputs"] = {"parameters": parameters, "artifacts": artifacts}
+        self._end(task, "SUCCEEDED", None)
+        if task.get("cacheKey"):
+            self._cache_put(run, task)
+
+    def _failed(self, run: dict, task: dict, pod: dict, policy: dict) -> float | None:
+        lines = self._log_tail(pod)
+        reason = _termination(pod)
+        message = (f"{reason}; last log lines:\n{lines}" if lines else reason)
+        attempts = int(task.get("attempts") or 1)
+        if attempts <= int(policy.get("maxRetryCount") or 0):
+            # Held PENDING without a pod: the next plan offers it again, after the back-off.
+            task["state"] = "PENDING"
+            task["message"] = f"attempt {attempts} failed: {message}"
+            task["finishedAt"] = now_rfc3339()
+            task.pop("podName", None)
+            return _backoff(policy, attempts)
+        self._end(task, "FAILED", message)
+        return None
+
+    def _end(self, task: dict, state: str, message: str | None) -> None:
+        task["state"] = state
+        task["finishedAt"] = now_rfc3339()
+        if message is not None:
+            task["message"] = message
+        else:
+            task.pop("message", None)
+
+    def _log_tail(self, pod: dict) -> str:
+        try:
+            path = self.runtime.log_path(pod["metadata"]["namespace"], pod["metadata"]["name"], _CONTAINER)
+            text = path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip("\n").splitlines()[-_LOG_LINES:])
+
+    # -- starting tasks ----------------------------------------------------------------------
+
+    def _start(self, run: dict, generation: int, root: Path, ready: list[dag.Ready], facts: dict[str, dict],
+               pods: dict[str, dict]) -> tuple[bool, float | None]:
+        """Start what is ready: whether anything started or settled (plan again), and when a back-off ends."""
+        settled = False
+        wait: float | None = None
+        for task in ready:
+            fact = facts.setdefault(task.id, {"id": task.id, "name": task.name, "type": "container",
+                                              "component": task.component_name})
+            fact["inputs"] = task.inputs
+            if "importer" in task.executor:
+                fact["type"] = "importer"
+                self._import(run, task, fact)
+                settled = True
+                continue
+            left = _backoff_left(fact, task.retry_policy or {})
+            if left > 0:
+                wait = left if wait is None else min(wait, left)
+                continue
+            try:
+                if self._cached(run, task, fact):
+                    settled = True
+                    continue
+                self._create_pod(run, generation, root, task, fact, pods)
+                settled = True
+            except _TaskError as exc:
+                fact.setdefault("startedAt", now_rfc3339())
+                self._end(fact, "FAILED", str(exc))
+                settled = True
+        return settled, wait
+
+    def _import(self, run: dict, task: dict[str, Any] | dag.Ready, fact: dict) -> None:
+        importer = task.executor["importer"]
+        source = importer.get("artifactUri") or {}
+        uri = source.get("constant")
+        if uri is None and "runtimeParameter" in source:
+            uri = task.inputs["parameters"].get(source["runtimeParameter"])
+        if uri is None:
+            uri = task.inputs["parameters"].get("uri")
+        fact["startedAt"] = fact.get("startedAt") or now_rfc3339()
+        try:
+            uri = str(self._allowed_path(str(uri), "the importer's artifactUri"))
+        except _TaskError as exc:
+            self._end(fact, "FAILED", str(exc))
+            return
+        title = (importer.get("typeSchema") or {}).get("schemaTitle") or "system.Artifact"
+        artifact = {"name": "artifact", "uri": uri, "type": title, "metadata": importer.get("metadata") or {}}
+        fact["outputs"] = {"parameters": {}, "artifacts": {"artifact": [artifact]}}
+        self._end(fact, "SUCCEEDED", None)
+
+    def _cached(self, run: dict, task: dag.Ready, fact: dict) -> bool:
+        if not (task.enable_cache and run["spec"].get("enableCaching", True)):
+            fact.pop("cacheKey", None)
+            return False
+        executor = task.executor.get("container") or {}
+        key = cache.cache_key(task.component, executor, task.inputs["parameters"], task.inputs["artifacts"])
+        fact["cacheKey"] = key
+        entry = self._cache_get(run, key)
+        if entry is None:
+            return False
+        fact["outputs"] = entry["outputs"]
+        fact["cachedFrom"] = f"{entry['run']}/{entry['task']}"
+        now = now_rfc3339()
+        fact["startedAt"] = now
+        self._end(fact, "CACHED", None)
+        fact["finishedAt"] = now
+        return True
+
+    def _cache_dir(self, run: dict) -> Path:
+        return self.home / "pipelines" / "cache" / run["metadata"]["namespace"]
+
+    def _cache_get(self, run: dict, key: str) -> dict | None:
+        try:
+            entry = json.loads((self._cache_dir(run) / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        for refs in (entry.get("outputs") or {}).get("artifacts", {}).values():
+            if any(not Path(ref["uri"]).exists() for ref in refs):
+                return None  # its artifacts were removed: run again
+        return entry
+
+    def _cache_put(self, run: dict, task: dict) -> None:
+        directory = self._cache_dir(run)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{task['cacheKey']}.json"
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"run": run["metadata"]["name"], "task": task["id"],
+                                         "outputs": task["outputs"]}))
+        temporary.replace(path)
+
+    def _executor_input(self, component: dict, task: dict, root: Path) -> dict:
+        inputs = task.get("inputs") or {}
+        base = root / task["id"].replace(".", "/")
+        return placeholders.executor_input(component, parameters=inputs.get("parameters") or {},
+                                           artifacts=inputs.get("artifacts") or {},
+                                           outputs_dir=str(base / ".kfp"), artifacts_uri=str(base))
+
+    def _create_pod(self, run: dict, generation: int, root: Path, task: dag.Ready, fact: dict,
+                    pods: dict[str, dict]) -> None:
+        attempt = int(fact.get("attempts") or 0) + 1
+        name = _pod_name(run, task.id, generation, attempt)
+        if name not in pods:
+            pod = self._build_pod(run, root, task, fact, name)
+            try:
+                pods[name] = self.store.create(pod)
+                self.store.record_event(run, "Normal", "TaskStarted", f"task {task.id}: pod {name}")
+            except AlreadyExists:
+                pods[name] = self.store.get("Pod", run["metadata"]["namespace"], name)
+        fact["podName"] = name
+        fact["attempts"] = attempt
+        fact["state"] = "RUNNING" if phase(pods[name]) == "Running" else "PENDING"
+        fact["startedAt"] = fact.get("startedAt") or now_rfc3339()
+        fact.pop("finishedAt", None)
+
+    def _build_pod(self, run: dict, root: Path, task: dag.Ready, fact: dict, name: str) -> dict:
+        container_spec = task.executor.get("container")
+        if not container_spec:
+            raise _TaskError(f"executor {task.executor_label} has neither a container nor an importer")
+        executor_input = self._executor_input(task.component, fact, root)
+        meta = run["metadata"]
+        context = {"pipeline_job_name": meta["name"], "pipeline_job_resource_name": meta["name"],
+                   "pipeline_job_uuid": meta["uid"], "pipeline_job_create_time_utc": meta.get("creationTimestamp", ""),
+                   "pipeline_task_name": task.name, "pipeline_task_uuid": f"{meta['uid']}-{task.id}",
+                   "pipeline_root": str(root)}
+        command = placeholders.resolve_args(list(container_spec.get("command") or []), executor_input, context)
+        args = placeholders.resolve_args(list(container_spec.get("args") or []), executor_input, context)
+        env = [{"name": e["name"], "value": str(e.get("value", ""))} for e in container_spec.get("env") or []]
+        command, runtime_env = _without_pip_preamble(command)
+        env += runtime_env
+        (root / task.id.replace(".", "/") / ".kfp").mkdir(parents=True, exist_ok=True)
+        container: dict[str, Any] = {
+            "name": _CONTAINER, "image": container_spec.get("image") or "python:3.11",
+            "env": env, "resources": _resources(container_spec.get("resources") or {}),
+            "volumeMounts": [],
+        }
+        if command:
+            container["command"] = command
+        if args:
+            container["args"] = args
+        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], "volumes": []}
+        # The namespace's runs directory, read-write: this run's outputs, and the outputs of earlier
+        # runs that cache hits handed on. Input artifacts from elsewhere (an importer's path, another
+        # pipeline root) are mounted read-only where they are.
+        shared = root.parent
+        sources = {str(shared): False}
+        for refs in (fact.get("inputs") or {}).get("artifacts", {}).values():
+            for ref in refs:
+                path = Path(ref["uri"])
+                if shared not in path.parents:
+                    sources.setdefault(str(path if path.is_dir() else path.parent), True)
+        for i, (source, read_only) in enumerate(sources.items()):
+            pod_spec["volumes"].append({"name": f"artifacts-{i}", "hostPath": {"path": source}})
+            container["volumeMounts"].append({"name": f"artifacts-{i}", "mountPath": source, "readOnly": read_only})
+        if run["spec"].get("serviceAccountName"):
+            pod_spec["serviceAccountName"] = run["spec"]["serviceAccountName"]
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": meta["namespace"],
+                         "labels": {RUN_LABEL: meta["name"], TASK_LABEL: _label_value(task.id)},
+                         "annotations": {"pipelines.trimaran.io/task-id": task.id},
+                         "ownerReferences": [owner_reference(run)]},
+            "spec": pod_spec,
+            "status": {"phase": "Pending"},
+        }
+        set_gang(pod, name, 1, {name: LOOPBACK})
+        return pod
+
+    # -- where the pipeline and its artifacts are --------------------------------------------
+
+    def _pipeline_spec(self, run: dict) -> dict:
+        spec = run["spec"]
+        if spec.get("pipelineSpec"):
+            return spec["pipelineSpec"]
+        ref = spec.get("pipelineVersionRef") or {}
+        namespace = run["metadata"]["namespace"]
+        if ref.get("version"):
+            try:
+                return self.store.get("PipelineVersion", namespace, ref["version"])["spec"]["pipelineSpec"]
+            except NotFound:
+                raise _TaskError(f"pipeline version {ref['version']} not found") from None
+        versions = [v for v in self.store.list("PipelineVersion", namespace)
+                    if v["spec"].get("pipelineName") == ref.get("pipeline")]
+        if not versions:
+            raise _TaskError(f"pipeline {ref.get('pipeline')} has no version")
+        newest = max(versions, key=lambda v: (v["metadata"].get("creationTimestamp") or "",
+                                              int(v["metadata"].get("resourceVersion") or 0)))
+        return newest["spec"]["pipelineSpec"]
+
+    def _allowed_roots(self) -> list[Path]:
+        extra = [Path(p) for p in os.environ.get("TRIMARAN_PIPELINE_ROOTS", "").split(os.pathsep) if p]
+        return [self.home / "pipelines", *extra]
+
+    def _allowed_path(self, uri: str, what: str) -> Path:
+        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        if not path.startswith("/"):
+            raise _TaskError(f"{what} {uri!r} must be an absolute path or a file:// URI")
+        resolved = Path(os.path.normpath(path))
+        roots = self._allowed_roots()
+        if not any(resolved == r or r in resolved.parents for r in roots):
+            raise _TaskError(f"{what} {uri!r} is outside the allowed roots ({', '.join(map(str, roots))}; "
+                             "TRIMARAN_PIPELINE_ROOTS adds more)")
+        return resolved
+
+    def _pipeline_root(self, run: dict) -> Path:
+        meta = run["metadata"]
+        configured = run["spec"].get("pipelineRoot")
+        base = (self._allowed_path(configured, "spec.pipelineRoot") if configured
+                else self.home / "pipelines" / "runs")
+        root = base / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+
+def _pod_name(run: dict, task_id: str, generation: int, attempt: int) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", task_id.lower()).strip("-")
+    digest = hashlib.sha256(f"{run['metadata']['uid']}/{task_id}/{generation}/{attempt}".encode()).hexdigest()[:6]
+    return f"{run['metadata']['name'][:30]}-{slug[:24]}-{digest}".replace("--", "-")
+
+
+def _label_value(task_id: str) -> str:
+    """A task id as a label value (63 characters at most): long nested ids end in a hash."""
+    if len(task_id) <= 63:
+        return task_id
+    return task_id[:50].rstrip(".-_") + "-" + hashlib.sha256(task_id.encode()).hexdigest()[:10]
+
+
+def _retry_policy(spec: dict, task: dict) -> dict:
+    """The retryPolicy of the IR task a status entry is (found by its component and name)."""
+    dags = [spec.get("root") or {}, *(spec.get("components") or {}).values()]
+    for component in dags:
+        for key, candidate in ((component.get("dag") or {}).get("tasks") or {}).items():
+            if ((candidate.get("componentRef") or {}).get("name") == task.get("component")
+                    and (candidate.get("taskInfo") or {}).get("name", key) == task.get("name")):
+                return candidate.get("retryPolicy") or {}
+    return {}
+
+
+def _termination(pod: dict) -> str:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            return f"exit code {term.get('exitCode')}" + (f" ({term['reason']})" if term.get("reason") else "")
+    return (pod.get("status") or {}).get("message") or "the pod failed"
+
+
+def _seconds(duration: Any) -> float:
+    if isinstance(duration, (int, float)):
+        return float(duration)
+    text = str(duration or "0s").strip()
+    return float(text[:-1]) if text.endswith("s") else float(text or 0)
+
+
+def _backoff(policy: dict, attempts: int) -> float:
+    """KFP's retry back-off: backoffDuration × backoffFactor^(failures − 1), at most backoffMaxDuration."""
+    first = _seconds(policy.get("backoffDuration"))
+    factor = float(policy.get("backoffFactor") or 2.0)
+    ceiling = _seconds(policy.get("backoffMaxDuration") or "3600s")
+    return min(first * factor ** max(attempts - 1, 0), ceiling)
+
+
+def _backoff_left(fact: dict, policy: dict) -> float:
+    if not fact.get("attempts") or not fact.get("finishedAt") or fact.get("podName"):
+        return 0.0
+    return _backoff(policy, int(fact["attempts"])) - seconds_since(fact["finishedAt"])
+
+
+def _resources(spec: dict) -> dict:
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    for field, target, key in (("CpuLimit", limits, "cpu"), ("CpuRequest", requests, "cpu"),
+                               ("MemoryLimit", limits, "memory"), ("MemoryRequest", requests, "memory")):
+        text = spec.get("resource" + field)
+        number = spec.get(field[0].lower() + field[1:])
+        if text:
+            target[key] = str(text)
+        elif number:
+            target[key] = str(number) if key == "cpu" else f"{number}G"
+    accelerator = spec.get("accelerator") or {}
+    kind = accelerator.get("resourceType") or accelerator.get("type")
+    count = accelerator.get("resourceCount") or accelerator.get("count")
+    if kind and count:
+        limits[kind] = str(count)
+    out = {}
+    if limits:
+        out["limits"] = limits
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def _without_pip_preamble(command: list[str]) -> tuple[list[str], list[dict[str, str]]]:
+    """A lightweight component's command without its ``pip install`` stage: ``kfp`` comes from the
+    kfp runtime directory (on PYTHONPATH) and ``packages_to_install`` must already be importable by
+    the pod's interpreter (the control plane's); nothing is downloaded while a pipeline runs."""
+    if len(command) < 3 or command[:2] != ["sh", "-c"] or "pip install" not in command[2]:
+        return command, []
+    missing = []
+    for group in _PIP_INSTALL.findall(command[2]):
+        for word in shlex.split(group):
+            if word.startswith("-"):
+                continue
+            try:
+                requirement = Requirement(word)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate():
+                continue
+            if requirement.name.lower().replace("_", "-") in _RUNTIME_PACKAGES:
+                continue
+            try:
+                version = importlib.metadata.version(requirement.name)
+            except importlib.metadata.PackageNotFoundError:
+                missing.append(word)
+                continue
+            if requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
+                missing.append(f"{word} (have {version})")
+    if missing:
+        import sys
+
+        raise _TaskError(f"packages_to_install not available to the pod's interpreter ({sys.executable}): "
+                         f"{', '.join(missing)}; install them there (pipelines do not install packages "
+                         "while they run)")
+    runtime = kfp_runtime_dir()
+    if not (runtime / "kfp").is_dir():
+        raise _TaskError(f"the kfp runtime for lightweight components is missing at {runtime}: run "
+                         f"`pip install kfp==2.17.3 --no-deps --target {runtime}` (scripts/bootstrap.sh does) "
+                         "or point TRIMARAN_KFP_RUNTIME at such a directory")
+    return ["sh", "-c", 'exec "$0" "$@"', *command[3:]], [{"name": "PYTHONPATH", "value": str(runtime)}]
