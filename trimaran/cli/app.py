@@ -22,7 +22,7 @@ EXAMPLES = """Examples:
   trimaran describe pytorchjob digits-ddp
   trimaran scale pytorchjob/elastic-digits --replicas 3
   trimaran trials cnn-hyperparameter-tuning -n kubeflow
-  trimaran run -f pipeline.yaml -p learning_rate=0.01 --wait
+  trimaran run -f examples/pipeline-train-tune-serve/pipeline.yaml -p trials=4 --wait
   trimaran server stop --pods"""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, epilog=EXAMPLES,
