@@ -79,13 +79,18 @@ def test_column_signature_takes_columns_or_one_matrix(tmp_path: Path) -> None:
         model.predict({"input-0": frame.to_numpy()[:3, :3]})
 
 
-def test_pytorch_flavour_exported_program(tmp_path: Path) -> None:
+@pytest.mark.parametrize("serialization", ["pt2", "pickle"])
+def test_pytorch_flavour(tmp_path: Path, serialization: str) -> None:
+    """MLflow 3's default torch.export program, and the cloudpickled module MLflow 2 wrote (seed 002's
+    ``mlflow.pytorch.log_model(model, "model")``), whose class travels inside it."""
     torch = pytest.importorskip("torch")
     import mlflow.pytorch
 
     net = torch.nn.Sequential(torch.nn.Linear(64, 10))
     example = np.zeros((2, 64), dtype=np.float32)
-    mlflow.pytorch.save_model(net, str(tmp_path / "net"), input_example=example, pip_requirements=["torch"])
+    mlflow.pytorch.save_model(net, str(tmp_path / "net"), input_example=example, pip_requirements=["torch"],
+                              serialization_format=serialization)
+    assert (tmp_path / "net" / "data" / ("model.pt2" if serialization == "pt2" else "model.pth")).is_file()
     model = load_model(tmp_path / "net", name="net")
     assert model.inputs == [TensorSpec("input-0", "FP32", (-1, 64))]
     assert model.outputs == [TensorSpec("output-0", "FP32", (-1, 10))]

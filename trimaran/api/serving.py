@@ -13,7 +13,8 @@ Where a model may live (``storageUri``). Local ones are read in place by the mod
   the allowed roots (`model_roots`: ``$TRIMARAN_MODEL_ROOTS``, ``os.pathsep``-separated, else the
   user's home, the system temp directory and ``$TRIMARAN_HOME``);
 - ``relative/path``: ``$TRIMARAN_HOME/models/relative/path`` (no ``..``);
-- ``s3://``, ``gs://``, ``http(s)://`` and ``hf://`` are downloaded by the controller into a
+- ``s3://``, ``gs://``, ``http(s)://``, ``hf://`` and MLflow's ``models:/`` and ``runs:/`` (resolved by
+  the tracking server of ``MLFLOW_TRACKING_URI`` in the model's env) are downloaded by the controller into a
   cache (`trimaran.serving.storage`) and the cached directory is mounted like a local path; the
   other KServe schemes (``hdfs://``, ``oci://``, Azure, ...) are refused with the supported list;
 - KServe's ``storage: {key, path, parameters}`` instead of a URI: an S3 bucket named by an entry of
@@ -117,6 +118,8 @@ class StorageUriError(ValueError):
 def parse_storage_uri(uri: str) -> StorageLocation:
     """The lexical part of resolving a storageUri (no file system access). Raises StorageUriError."""
     scheme, sep, rest = uri.partition("://")
+    if not sep and uri.lower().startswith(("models:/", "runs:/")):  # MLflow's URIs have one slash
+        scheme, sep = uri.partition(":")[0], ":/"
     if not sep:
         if not uri:
             raise StorageUriError("must not be empty")

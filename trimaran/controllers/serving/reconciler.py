@@ -364,7 +364,8 @@ class InferenceServiceReconciler(Reconciler):
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         account = spec.get("serviceAccountName") or "default"
         dl = self.downloads.ensure((ns, name, rev["name"]), uri,
-                                   lambda: self._storage_credentials(ns, account, rev["model"].get("storage")))
+                                   lambda: self._storage_credentials(ns, account, rev["model"].get("storage"),
+                                                                     rev["model"].get("env")))
         if dl.reported_attempt != dl.attempts:
             dl.reported_attempt = dl.attempts
             again = f" (attempt {dl.attempts})" if dl.attempts > 1 else ""
@@ -402,13 +403,16 @@ class InferenceServiceReconciler(Reconciler):
             secret = None
         return resolve_storage_spec(storage, secret)
 
-    def _storage_credentials(self, namespace: str, account: str, storage: dict | None) -> Credentials:
+    def _storage_credentials(self, namespace: str, account: str, storage: dict | None,
+                             env: list[dict] | None = None) -> Credentials:
         """What KServe's storage initializer would see: the control plane's environment, overlaid
         with the variables of each Secret the ServiceAccount names (as KServe's webhook sets them),
-        and for the ``storage:`` form, with its ``storage-config`` entry."""
+        and for the ``storage:`` form, with its ``storage-config`` entry; the model's own
+        ``MLFLOW_*`` env names the tracking server of a ``models:/`` or ``runs:/`` URI."""
         overlay = self._storage_spec(namespace, storage)[1] if storage is not None else None
+        literal = {e["name"]: str(e["value"]) for e in env or [] if e.get("name") and e.get("value") is not None}
         return account_credentials(self._find, namespace, account, overlay,
-                                   f"Secret {namespace}/{STORAGE_CONFIG_SECRET}")
+                                   f"Secret {namespace}/{STORAGE_CONFIG_SECRET}", container_env=literal)
 
     def _find(self, kind: str, namespace: str, name: str) -> dict | None:
         try:

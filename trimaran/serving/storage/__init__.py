@@ -1,4 +1,5 @@
-"""Models and artifacts from where users keep them: ``s3://``, ``gs://``, ``http(s)://``, ``hf://``.
+"""Models and artifacts from where users keep them: ``s3://``, ``gs://``, ``http(s)://``, ``hf://``, and
+MLflow's ``models:/`` and ``runs:/`` through a tracking server.
 
 One module per scheme behind :class:`Storage`; :func:`fetch` is what the rest of Trimaran calls
 (the InferenceService controller today; Seldon's ``modelUri`` and training initializers can use
@@ -32,6 +33,7 @@ from trimaran.serving.storage._cache import DownloadCache
 from trimaran.serving.storage._gcs import GCSStorage
 from trimaran.serving.storage._hf import HFStorage
 from trimaran.serving.storage._http import HTTPStorage
+from trimaran.serving.storage._mlflow import MlflowStorage
 from trimaran.serving.storage._s3 import S3Storage
 from trimaran.serving.storage._storage_config import STORAGE_CONFIG_SECRET, resolve_storage_spec
 
@@ -44,6 +46,7 @@ __all__ = [
     "HFStorage",
     "HTTPStorage",
     "InvalidStorageUri",
+    "MlflowStorage",
     "Progress",
     "S3Storage",
     "Snapshot",
@@ -54,19 +57,30 @@ __all__ = [
     "resolve_storage_spec",
     "secret_env",
     "storage_for",
+    "uri_scheme",
 ]
 
 _REGISTRY: dict[str, type[Storage]] = {
-    scheme: cls for cls in (S3Storage, GCSStorage, HTTPStorage, HFStorage) for scheme in cls.schemes}
+    scheme: cls for cls in (S3Storage, GCSStorage, HTTPStorage, HFStorage, MlflowStorage) for scheme in cls.schemes}
 #: The schemes that download.
 SCHEMES = tuple(_REGISTRY)
+
+
+def uri_scheme(uri: str) -> str | None:
+    """The scheme of ``scheme://...``, or of MLflow's ``models:/...`` and ``runs:/...``; None for a path."""
+    scheme, sep, _ = uri.partition("://")
+    if not sep:
+        scheme, sep, _ = uri.partition(":/")
+        if scheme.lower() not in MlflowStorage.schemes:
+            return None
+    return scheme.lower() if sep else None
 
 
 def storage_for(uri: str) -> Storage:
     """The scheme's handler for ``uri``, checked without any request. Raises InvalidStorageUri,
     with KServe's wording for a scheme nobody handles."""
-    scheme, sep, _ = uri.partition("://")
-    cls = _REGISTRY.get(scheme.lower()) if sep else None
+    scheme = uri_scheme(uri)
+    cls = _REGISTRY.get(scheme) if scheme else None
     if cls is None:
         raise InvalidStorageUri(f"Cannot recognize storage type for {uri}")
     return cls(uri)
@@ -82,7 +96,8 @@ def fetch(uri: str, cache_dir: Path, credentials: Credentials | None = None, pro
 
     Args:
         uri: ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``http(s)://host/file`` (an archive is
-            unpacked) or ``hf://owner/repo[:revision]``.
+            unpacked), ``hf://owner/repo[:revision]``, ``models:/name/version`` or ``runs:/run_id/path``
+            (``MLFLOW_TRACKING_URI`` in the credentials' environment).
         cache_dir: the cache's root (the control plane uses ``$TRIMARAN_HOME/storage``).
         credentials: what to authenticate with; None reads the process environment (`Credentials.from_env`).
         progress: called with ``(done_bytes, total_bytes)`` as bytes arrive (total None when unknown).

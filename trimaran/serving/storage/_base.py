@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
 import posixpath
+import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +77,13 @@ class Credentials:
     gcs_service_account: Mapping[str, Any] | None = field(default=None, repr=False)
     hf_token: str | None = field(default=None, repr=False)
     hf_endpoint: str | None = None
+    #: The MLflow tracking server that resolves ``models:/`` and ``runs:/``, and how to sign in to it.
+    mlflow_tracking_uri: str | None = None
+    mlflow_tracking_token: str | None = field(default=None, repr=False)
+    mlflow_tracking_username: str | None = None
+    mlflow_tracking_password: str | None = field(default=None, repr=False)
+    #: Host names resolved as a pod would (a Service's names, seen from the control plane) -> addresses.
+    hosts: Mapping[str, str] = field(default_factory=dict)
     #: Where these came from, for messages ("the control plane's environment", "Secret ns/name").
     origin: str = "the environment"
 
@@ -83,7 +92,8 @@ class Credentials:
         """Read KServe's variables: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
         ``AWS_ENDPOINT_URL`` (else ``S3_ENDPOINT`` with ``S3_USE_HTTPS``), ``AWS_REGION`` /
         ``AWS_DEFAULT_REGION``, ``S3_VERIFY_SSL``, ``AWS_CA_BUNDLE``, ``awsAnonymousCredential``,
-        ``GOOGLE_APPLICATION_CREDENTIALS`` (a key file), ``HF_TOKEN`` and ``HF_ENDPOINT``.
+        ``GOOGLE_APPLICATION_CREDENTIALS`` (a key file), ``HF_TOKEN``, ``HF_ENDPOINT``, and MLflow's
+        ``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_TOKEN``, ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``.
 
         Raises StorageError when ``GOOGLE_APPLICATION_CREDENTIALS`` names a file that is not a readable key.
         """
@@ -115,6 +125,10 @@ class Credentials:
             gcs_service_account=gcs,
             hf_token=env.get("HF_TOKEN") or None,
             hf_endpoint=env.get("HF_ENDPOINT") or None,
+            mlflow_tracking_uri=env.get("MLFLOW_TRACKING_URI") or None,
+            mlflow_tracking_token=env.get("MLFLOW_TRACKING_TOKEN") or None,
+            mlflow_tracking_username=env.get("MLFLOW_TRACKING_USERNAME") or None,
+            mlflow_tracking_password=env.get("MLFLOW_TRACKING_PASSWORD") or None,
             origin=origin,
         )
 
@@ -156,10 +170,14 @@ def secret_env(secret: Mapping[str, Any]) -> dict[str, str]:
 
 
 def account_credentials(lookup: Callable[[str, str, str], Mapping[str, Any] | None], namespace: str, account: str,
-                        overlay: Mapping[str, str] | None = None, overlay_origin: str = "") -> Credentials:
+                        overlay: Mapping[str, str] | None = None, overlay_origin: str = "",
+                        container_env: Mapping[str, str] | None = None) -> Credentials:
     """What KServe's storage initializer would see in a pod of ServiceAccount ``account``: this
     process's environment, overlaid with the variables of each Secret the account names (as
-    KServe's webhook sets them), then with ``overlay`` (from ``overlay_origin``).
+    KServe's webhook sets them), then with ``overlay`` (from ``overlay_origin``), then with the
+    serving container's own ``MLFLOW_*`` variables (``container_env``: the model server itself reads
+    those). An MLflow tracking server named by a Service (``http://mlflow-server:5000``) is reached
+    at the Service's address, as from a pod of ``namespace``.
     ``lookup(kind, namespace, name)`` reads an object, None when there is none."""
     env = dict(os.environ)
     sources: list[str] = []
@@ -177,9 +195,32 @@ def account_credentials(lookup: Callable[[str, str, str], Mapping[str, Any] | No
     if overlay is not None:
         env.update(overlay)
         sources.append(overlay_origin)
+    mlflow_env = {k: v for k, v in (container_env or {}).items() if k.startswith("MLFLOW_")}
+    if mlflow_env:
+        env.update(mlflow_env)
+        sources.append("the serving container's env")
     origin = (f"the control plane's environment and {', '.join(sources)}" if sources
               else f"the control plane's environment ({where})")
-    return Credentials.from_env(env, origin=origin)
+    creds = Credentials.from_env(env, origin=origin)
+    hosts = _service_hosts(lookup, namespace, creds.mlflow_tracking_uri)
+    return dataclasses.replace(creds, hosts=hosts) if hosts else creds
+
+
+def _service_hosts(lookup: Callable[[str, str, str], Mapping[str, Any] | None], namespace: str,
+                   url: str | None) -> dict[str, str]:
+    """``{host: clusterIP}`` when ``url``'s host is a Service's name (``<svc>``, ``<svc>.<ns>``,
+    ``<svc>.<ns>.svc[.cluster.local]``) as a pod of ``namespace`` resolves it; else empty."""
+    host = (urllib.parse.urlsplit(url).hostname or "") if url else ""
+    parts = host.split(".")
+    if len(parts) == 1:
+        service, where = parts[0], namespace
+    elif len(parts) == 2 or parts[2:] in (["svc"], ["svc", "cluster", "local"]):
+        service, where = parts[0], parts[1]
+    else:
+        return {}
+    found = lookup("Service", where, service) if service else None
+    address = ((found or {}).get("spec") or {}).get("clusterIP")
+    return {host: address} if address and address != "None" else {}
 
 
 @dataclass(frozen=True)
