@@ -20,6 +20,7 @@ no metrics API here: the HPA says so in ``ScalingActive`` and scales on the othe
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -232,8 +233,7 @@ class HorizontalPodAutoscalerReconciler(Reconciler):
         if hpa["metadata"].get("deletionTimestamp"):
             return None
         history = self._history.setdefault(hpa["metadata"]["uid"], ScalingHistory())
-        status: dict[str, Any] = dict(hpa.get("status") or {})
-        status["conditions"] = list(status.get("conditions") or [])
+        status: dict[str, Any] = copy.deepcopy(hpa.get("status") or {})
         retry = self._sync(hpa, status, history)
         if status != (hpa.get("status") or {}):
             hpa["status"] = status
