@@ -53,7 +53,6 @@ class Plan:
     tasks: list[dict[str, Any]] = field(default_factory=list)  # every task's status, parents first
     ready: list[Ready] = field(default_factory=list)
     state: str = "PENDING"  # the run's: PENDING, RUNNING, SUCCEEDED, FAILED, CANCELED
-    failed: list[str] = field(default_factory=list)  # ids of the leaf tasks that failed
 
 
 @dataclass
