@@ -1,16 +1,18 @@
 """``models:/`` and ``runs:/`` URIs without a tracking server: malformed ones refused at parse with the
-form to use, a missing ``MLFLOW_TRACKING_URI`` or an unreachable server named, and a tracking server
-named by a Service found at its clusterIP. (A real ``mlflow server`` resolving them, from a Deployment
-of seed 002, is tests/e2e/test_seed002_mlflow.py.)"""
+form to use, a missing ``MLFLOW_TRACKING_URI`` or an unreachable server named, a tracking server named
+by a Service found at its clusterIP, a Seldon MLFLOW_SERVER's container env passed on. (A real
+``mlflow server`` resolving them, from seed 002's Deployment, is tests/e2e/test_seed002_mlflow.py.)"""
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
 import pytest
 
 from trimaran.api.serving import StorageUriError, parse_storage_uri
+from trimaran.controllers.serving.seldon import predictor_service
 from trimaran.serving.storage import Credentials, StorageError, account_credentials, fetch, uri_scheme
 
 
@@ -59,3 +61,22 @@ def test_tracking_server_named_by_a_service_is_its_cluster_ip() -> None:
     # The short name is the Service of the pod's own namespace; other hosts are left to DNS.
     assert hosts("default", "http://mlflow-server:5000") == {}
     assert hosts("kubeflow", "http://mlflow.example.com:5000") == {}
+
+
+def test_seldon_mlflow_server_gets_its_containers_tracking_server(tmp_path: Path) -> None:
+    """MLFLOW_SERVER's ``modelUri`` is resolved with the env of the componentSpecs container named after
+    the unit: the executor's (seldon protocol, it fetches in the pod) or the model server's (v2)."""
+    tracking = [{"name": "MLFLOW_TRACKING_URI", "value": "http://mlflow-server:5000"}]
+    predictor = {"name": "p", "traffic": 100,
+                 "componentSpecs": [{"spec": {"containers": [{"name": "clf", "env": tracking}]}}],
+                 "graph": {"name": "clf", "implementation": "MLFLOW_SERVER", "modelUri": "models:/digits/1"}}
+
+    def sdep(**spec: object) -> dict:
+        return {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment",
+                "metadata": {"name": "s", "namespace": "ns", "uid": "u-1"}, "spec": {"predictors": [predictor], **spec}}
+
+    executor = predictor_service(sdep(), predictor, tmp_path)["spec"]["predictor"]["containers"][0]
+    assert executor["env"][1:] == tracking
+    assert json.loads(executor["env"][0]["value"])["sources"] == {"clf": {"modelUri": "models:/digits/1"}}
+    model = predictor_service(sdep(protocol="v2"), predictor, tmp_path)["spec"]["predictor"]["model"]
+    assert model["modelFormat"] == {"name": "mlflow"} and model["env"] == tracking

@@ -77,6 +77,11 @@ def predictor_service(sdep: dict, predictor: dict, home: Path) -> dict:
         component["model"] = {"modelFormat": {"name": PREPACKAGED_SERVERS[graph["implementation"]]},
                               "storageUri": graph["modelUri"], "protocolVersion": "v2",
                               "args": ["--model-name", graph["name"]]}
+        # The unit's own container sets the server's env (MLFLOW_TRACKING_URI for a models:/ URI, say).
+        unit_env = [e for cs in predictor.get("componentSpecs") or [] for c in (cs.get("spec") or {}).get("containers")
+                    or [] if c.get("name") == graph["name"] for e in c.get("env") or []]
+        if unit_env:
+            component["model"]["env"] = unit_env
     elif protocol in ("v2", "kfserving") and lone:
         component.update(_triton(graph, sdep["metadata"]["namespace"], home))
     else:
