@@ -2,22 +2,17 @@
 ``-p`` values and its refusals, ``get runs``, ``describe run``, ``logs run/NAME --task``, ``run
 --wait`` and ``delete run``.
 
-The pipelines are the corpus' (compiled by the real kfp SDK). Where a test needs a run's tasks in a
-given state, it writes the run's status through the API's status subresource as the Run controller
-writes it, and the task's pod is a real pod with the run and task labels.
+The pipelines are the corpus' (compiled by the real kfp SDK), run by the Run controller.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from tests.conftest import ControlPlaneHandle, module_plane
-from tests.helpers import REPO, poll
+from tests.helpers import poll
 from tests.pipelines.kfp_corpus import compiled
 from trimaran.cli.client import APIError
 from trimaran.cli.pipelines import ParameterError, parse_parameters, task_pod
@@ -31,23 +26,11 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHand
         yield handle
 
 
-def _write_status(plane: ControlPlaneHandle, run: str, status: dict) -> None:
-    plane.client().request("PATCH", STATUS_PATH.format(run), {"status": status},
-                           content_type="application/merge-patch+json").read()
-
-
-def _pod(plane: ControlPlaneHandle, name: str, run: str, task: str, text: str) -> None:
-    client = plane.client()
-    owner = {"apiVersion": "pipelines.trimaran.io/v1", "kind": "Run", "name": run, "controller": True,
-             "uid": client.get("Run", "default", run)["metadata"]["uid"]}
-    client.create("Pod", "default", {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"pipelines.trimaran.io/run": run, "pipelines.trimaran.io/task": task},
-                     "ownerReferences": [owner]},
-        "spec": {"restartPolicy": "Never",
-                 "containers": [{"name": "main", "image": "x", "command": ["sh", "-c", f"echo {text}"]}]}})
-    poll(lambda: (client.get("Pod", "default", name).get("status") or {}).get("phase") == "Succeeded",
-         timeout=60, what=f"pod {name} to finish")
+def _marker_dir(plane: ControlPlaneHandle) -> str:
+    """A directory the run's pods may write: under the namespace's runs directory, which they mount."""
+    path = plane.home / "pipelines" / "runs" / "default" / "markers"
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
 
 
 def test_run_types_parameters_as_the_pipeline_declares(plane):
@@ -61,6 +44,7 @@ def test_run_types_parameters_as_the_pipeline_declares(plane):
                                          "config": {"k": 1}, "text": "a=b"}
     assert run["spec"]["experiment"] == "cli-exp" and run["spec"]["enableCaching"] is True
     assert plane.get("pipelineexperiment", "cli-exp")["spec"]["displayName"] == "cli-exp", "made as kfp.Client does"
+    assert run["spec"]["pipelineSpec"] == compiled("parameters").pipeline_spec
     listed = plane.cli("get", "runs").stdout
     assert any(line.split()[0] == "typed" for line in listed.splitlines()[1:]), listed
 
@@ -91,60 +75,41 @@ def test_run_refuses_what_the_api_refuses_and_stores_nothing(plane, tmp_path):
     assert not [r for r in plane.client().list("Run", "default") if r["metadata"]["name"] == "missing"]
 
 
-def test_describe_and_logs_name_a_task_by_name_or_loop_iteration_id(plane):
-    plane.cli("run", "-f", str(compiled("loops").path), "--name", "looped")
-    _pod(plane, "looped-make-list", "looped", "make-list", "listing 3 items")
-    _pod(plane, "looped-square-1", "looped", "for-loop-2.iteration-1.square", "squaring 2")
-    iteration = {"type": "iteration", "state": "SUCCEEDED", "parent": "for-loop-2", "name": "for-loop-2"}
-    _write_status(plane, "looped", {"state": "RUNNING", "startedAt": "2026-01-01T00:00:00Z", "tasks": [
-        {"id": "make-list", "name": "make-list", "state": "SUCCEEDED", "podName": "looped-make-list", "attempts": 1,
-         "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:03Z"},
-        {"id": "for-loop-2", "name": "for-loop-2", "type": "loop", "state": "RUNNING"},
-        {**iteration, "id": "for-loop-2.iteration-0", "iteration": 0},
-        {**iteration, "id": "for-loop-2.iteration-1", "iteration": 1},
-        {"id": "for-loop-2.iteration-0.square", "name": "square", "parent": "for-loop-2.iteration-0",
-         "state": "CACHED", "cachedFrom": "earlier/for-loop-2.iteration-0.square"},
-        {"id": "for-loop-2.iteration-1.square", "name": "square", "parent": "for-loop-2.iteration-1",
-         "state": "FAILED", "podName": "looped-square-1", "attempts": 3, "message": "exit code 1; last lines:\nboom"},
-    ]})
-    out = plane.cli("describe", "run", "looped").stdout
+def test_run_wait_follows_a_failing_run_then_describe_and_logs_show_the_failed_task(plane):
+    proc = plane.cli("run", "-f", str(compiled("exit_handler").path), "-p", f"marker_dir={_marker_dir(plane)}",
+                     "--name", "guarded", "--wait", check=False)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "run/guarded created" and lines[-1].startswith("run/guarded FAILED in ")
+    assert "FAILED: 3/3 tasks done" in lines and any("running: fail" in line for line in lines), lines
+    assert "task exit-handler-1.fail failed: exit code 1" in proc.stderr
+    assert "about to fail: the last log line" in proc.stderr, "the step's last log lines say why"
+
+    out = plane.cli("describe", "run", "guarded").stdout
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ") and line.split()}
-    assert rows["make-list"][1:4] == ["container", "SUCCEEDED", "3.0s"] and rows["make-list"][-1] == "looped-make-list"
-    assert "earlier/for-loop-2.iteration-0.square" in rows["for-loop-2.iteration-0.square"]
-    assert rows["for-loop-2.iteration-1.square"][2:] == ["FAILED", "3", "looped-square-1"]
-    assert "Task for-loop-2.iteration-1.square failed:" in out and "boom" in out
+    assert rows["exit-handler-1.work"][1:3] == ["container", "SUCCEEDED"]
+    assert rows["exit-handler-1.fail"][1:3] == ["container", "FAILED"]
+    assert rows["exit-handler-1.fail"][-1].startswith("guarded-"), "its pod"
+    assert rows["on-exit"][2] == "SUCCEEDED", "the exit handler ran after the failure"
+    assert "Task exit-handler-1.fail failed:" in out
 
-    assert plane.cli("logs", "run/looped", "--task", "make-list").stdout == "listing 3 items\n"
-    assert plane.cli("logs", "run/looped", "--task", "for-loop-2.iteration-1.square").stdout == "squaring 2\n"
-    proc = plane.cli("logs", "run/looped", "--task", "square", check=False)
-    assert proc.returncode == 1 and "ran 2 times (in a loop)" in proc.stderr
-    assert "for-loop-2.iteration-0.square, for-loop-2.iteration-1.square" in proc.stderr
+    assert "about to fail: the last log line" in plane.cli("logs", "run/guarded", "--task", "fail").stdout
+    assert plane.cli("delete", "run", "guarded").stdout.startswith("run/guarded deleted")
+    assert not plane.client().list("Pod", "default", "pipelines.trimaran.io/run=guarded"), "its pods went with it"
+
+
+def test_logs_name_a_loop_iteration_by_id(plane):
+    plane.cli("run", "-f", str(compiled("fanout").path), "-p", "n=2", "--name", "fan", "--no-cache")
     client = plane.client()
-    with pytest.raises(APIError, match=r"came from the cache \(earlier/for-loop-2.iteration-0.square\)"):
-        task_pod(client, "default", "looped", "for-loop-2.iteration-0.square")
-    with pytest.raises(APIError, match="run looped has no task 'nope'"):
-        task_pod(client, "default", "looped", "nope")
+    ids = ["for-loop-1.iteration-0.work", "for-loop-1.iteration-1.work"]
 
-    assert plane.cli("delete", "run", "looped").stdout.startswith("run/looped deleted")
-    assert not client.list("Pod", "default", "pipelines.trimaran.io/run=looped"), "its pods went with it"
+    def ran() -> bool:
+        tasks = {t["id"]: t for t in (client.get("Run", "default", "fan").get("status") or {}).get("tasks") or []}
+        return all(tasks.get(i, {}).get("state") in ("SUCCEEDED", "FAILED") for i in ids)
 
-
-def test_run_wait_shows_progress_and_fails_with_the_run(plane):
-    proc = subprocess.Popen([sys.executable, "-m", "trimaran.cli", "run", "-f", str(compiled("hello").path),
-                             "--name", "waited", "--wait"], env=plane.env, cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        client = plane.client()
-        poll(lambda: any(r["metadata"]["name"] == "waited" for r in client.list("Run", "default")), timeout=60,
-             what="the run")
-        greet = {"id": "greet", "name": "greet", "state": "RUNNING"}
-        _write_status(plane, "waited", {"state": "RUNNING", "startedAt": "2026-01-01T00:00:00Z", "tasks": [greet]})
-        _write_status(plane, "waited", {"state": "FAILED", "finishedAt": "2026-01-01T00:00:04Z", "tasks": [
-            {**greet, "state": "FAILED", "message": "exit code 1; last lines:\nNameError: x"}]})
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1, (out, err)
-    assert "run/waited created" in out and "run/waited FAILED in 4.0s" in out
-    assert "task greet failed: exit code 1; last lines:\nNameError: x" in err
-    assert json.loads(plane.cli("get", "run", "waited", "-o", "json").stdout)["status"]["state"] == "FAILED"
+    poll(ran, timeout=120, interval=0.5, what="both iterations to run")
+    proc = plane.cli("logs", "run/fan", "--task", "work", check=False)
+    assert proc.returncode == 1 and f"ran 2 times (in a loop): name one by id: {', '.join(ids)}" in proc.stderr
+    assert '"x": 1' in plane.cli("logs", "run/fan", "--task", ids[1]).stdout, "iteration 1's input, as KFP logs it"
+    with pytest.raises(APIError, match="run fan has no task 'nope'"):
+        task_pod(client, "default", "fan", "nope")
