@@ -130,3 +130,27 @@ def test_markdown_is_rendered_with_raw_html_escaped(plane):
                            + urllib.parse.urlencode({"uri": str(page), "render": "markdown"}))
     assert status == 200 and "<h1>title</h1>" in body
     assert "<script>" not in body and "&lt;script&gt;" in body and 'href="javascript:' not in body
+
+
+def test_a_loops_iterations_are_boxes_in_its_box_in_rows():
+    """The graph of a fan-out of six as the Run controller reports it (a loop, its iterations, a step
+    in each): the tasks list is written here, the spec is kfp's."""
+    tasks = [{"id": "source", "name": "source", "state": "SUCCEEDED"},
+             {"id": "for-loop-1", "name": "for-loop-1", "type": "loop", "component": "comp-for-loop-1",
+              "state": "RUNNING"}]
+    for i in range(6):
+        tasks += [{"id": f"for-loop-1.iteration-{i}", "name": f"iteration-{i}", "type": "iteration", "iteration": i,
+                   "parent": "for-loop-1", "component": "comp-for-loop-1", "state": "RUNNING"},
+                  {"id": f"for-loop-1.iteration-{i}.work", "name": "work", "parent": f"for-loop-1.iteration-{i}",
+                   "state": "SUCCEEDED" if i < 5 else "RUNNING"}]
+    drawn = svg(build(compiled("fanout").pipeline_spec, tasks), lambda task_id: f"#{task_id}")
+    assert re.search(r'<g class="group loop state-RUNNING" data-task="for-loop-1"><title>for-loop-1: loop for-loop-1 '
+                     r'\(6 iterations\) \(RUNNING\)</title>', drawn)
+    assert drawn.count('<g class="group iteration') == 6 and drawn.count('class="task state-SUCCEEDED"') == 6
+    assert '<g class="task state-RUNNING" data-task="for-loop-1.iteration-5.work">' in drawn
+    assert '<g class="task state-PENDING" data-task="gather">' in drawn, "what the controller has not reached"
+    for edge in (("source", "for-loop-1"), ("for-loop-1", "gather")):
+        assert f'<path class="edge" data-from="{edge[0]}" data-to="{edge[1]}"' in drawn
+    tops = sorted({float(y) for y in re.findall(r'data-task="for-loop-1\.iteration-\d"><title>[^<]*</title><rect '
+                                                r'x="[\d.]+" y="([\d.]+)"', drawn)})
+    assert len(tops) == 2, "six iterations in two rows"

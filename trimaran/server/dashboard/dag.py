@@ -24,6 +24,7 @@ STROKE = {"SUCCEEDED": "#047857", "CACHED": "#0e7490", "RUNNING": "#1d4ed8", "FA
 _BOX_W, _BOX_H = 168, 34
 _PAD, _HEADER, _ROW_GAP, _COL_GAP = 10, 20, 30, 14
 _NAME_CHARS = 22
+_LOOP_ROW = 4  # iterations side by side in a loop's box
 
 
 @dataclass
@@ -143,6 +144,9 @@ def layout(node: Node) -> None:
     for child in node.children:
         layout(child)
     layers = _layers(node.children)
+    if node.type == "loop":
+        # Iterations need nothing of each other: rows of a few, not one row as wide as the fan-out.
+        layers = [node.children[i:i + _LOOP_ROW] for i in range(0, len(node.children), _LOOP_ROW)]
     top = _HEADER if node.id else 0
     if not layers:
         node.w, node.h = _BOX_W, top + _BOX_H
