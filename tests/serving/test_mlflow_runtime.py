@@ -100,6 +100,23 @@ def test_pytorch_flavour(tmp_path: Path, serialization: str) -> None:
     np.testing.assert_allclose(model.predict({"input-0": rows})["output-0"], want, rtol=1e-5)
 
 
+def test_other_flavours_load_through_mlflow_pyfunc(tmp_path: Path) -> None:
+    """A PythonModel has no loader here: MLflow's own pyfunc loads it, when installed (it is in this venv)."""
+    import mlflow.pyfunc
+    from mlflow.models import infer_signature
+
+    class Doubler(mlflow.pyfunc.PythonModel):
+        def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 - MLflow's signature
+            return np.asarray(model_input) * 2
+
+    rows = np.arange(6, dtype=np.float32).reshape(2, 3)
+    mlflow.pyfunc.save_model(str(tmp_path / "double"), python_model=Doubler(), pip_requirements=["numpy"],
+                             signature=infer_signature(rows, rows * 2))
+    model = load_model(tmp_path / "double", name="double")
+    assert model.inputs == [TensorSpec("input-0", "FP32", (-1, 3))]
+    np.testing.assert_array_equal(model.predict({"input-0": rows})["output-0"], rows * 2)
+
+
 def test_bad_model_directories_are_named(tmp_path: Path, digits) -> None:
     x, _, clf = digits
     with pytest.raises(ModelLoadError, match=r"modelFormat 'mlflow' needs MLmodel"):
