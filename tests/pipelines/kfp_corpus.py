@@ -33,7 +33,7 @@ from tests.server.sdk import venv_python
 CORPUS = Path(__file__).parent / "corpus"
 _CACHE = Path(__file__).resolve().parents[2] / ".cache" / "kfp-corpus"
 
-__all__ = ["CORPUS", "CompiledPipeline", "compiled", "corpus_names", "kfp_python", "run_local"]
+__all__ = ["CORPUS", "CompiledPipeline", "compiled", "corpus_names", "kfp_python", "run_local", "run_outputs"]
 
 
 @dataclass(frozen=True)
@@ -163,3 +163,21 @@ def run_local(name: str, pipeline_root: Path, arguments: dict[str, Any] | None =
                               capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
     assert done.returncode == 0, f"kfp.local failed on {name}:\n{done.stdout}\n{done.stderr}"
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_outputs(pipeline_spec: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """A finished Trimaran Run's pipeline outputs, shaped as :func:`run_local`'s: each of the root
+    DAG's declared output parameters from the task that produced it (the first branch of a OneOf
+    that did)."""
+    tasks = {t["id"]: t for t in (run.get("status") or {}).get("tasks") or []}
+
+    def produced(selector: dict[str, Any]) -> Any:
+        task = tasks.get(selector.get("producerSubtask", "")) or {}
+        return ((task.get("outputs") or {}).get("parameters") or {}).get(selector.get("outputParameterKey"))
+
+    outputs: dict[str, Any] = {}
+    for name, spec in ((pipeline_spec["root"].get("dag") or {}).get("outputs") or {}).get("parameters", {}).items():
+        selectors = ([spec["valueFromParameter"]] if "valueFromParameter" in spec
+                     else (spec.get("valueFromOneof") or {}).get("parameterSelectors") or [])
+        outputs[name] = next((v for v in map(produced, selectors) if v is not None), None)
+    return outputs

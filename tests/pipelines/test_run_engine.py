@@ -1,5 +1,6 @@
 """Runs of real kfp-compiled pipelines on a real control plane: every step a pod, artifacts under the
-pipeline root, failures with their log lines, exit handlers, retries, caching and termination.
+pipeline root, failures with their log lines, exit handlers, retries, caching, termination, and a run resumed after
+the control plane was killed.
 
 One control plane serves the module; each test uses run names of its own.
 """
@@ -7,15 +8,18 @@ One control plane serves the module; each test uses run names of its own.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.conftest import ControlPlaneHandle, module_plane
 from tests.helpers import poll
-from tests.pipelines.kfp_corpus import compiled
+from tests.pipelines.kfp_corpus import compiled, run_local, run_outputs
 from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL, TRIMARAN_API_VERSION
 from trimaran.cli.client import APIError, Client
 
@@ -166,3 +170,103 @@ def test_terminate_stops_the_running_step(api: Client) -> None:
     assert task(run, "sleep")["state"] == "CANCELED"
     pods = api.list("Pod", NS, selector=f"{RUN_LABEL}=terminate")
     assert all(p["status"]["phase"] != "Running" or p["metadata"].get("deletionTimestamp") for p in pods)
+
+
+def test_same_outputs_as_kfp_local(api: Client, tmp_path: Path) -> None:
+    """dsl.OneOf over an If/Elif/Else chain gives what kfp.local's SubprocessRunner gives."""
+    pipeline = compiled("oneof_parameter")
+    start(api, "parity", "oneof_parameter", {"n": 3})
+    local = run_local("oneof_parameter", tmp_path, {"n": 3})  # while the run goes
+    run = finished(api, "parity")
+    assert local == {"outputs": {"Output": "many"}, "error": None}
+    assert run_outputs(pipeline.pipeline_spec, run) == local["outputs"]
+
+
+def test_retrying_a_failed_run_runs_its_failed_step_again(api: Client, plane: ControlPlaneHandle) -> None:
+    # Four attempts (three retries) fail; the run's retry makes a fifth, which succeeds.
+    start(api, "retried", "retries", {"marker_dir": marker_dir(plane, "retried"), "fail_times": 4})
+    failed = finished(api, "retried")
+    assert failed["status"]["state"] == "FAILED" and task(failed, "flaky")["attempts"] == 4
+    change_spec(api, "retried", retry=1)
+    run = poll(lambda: (r := api.get("Run", NS, "retried"))["status"].get("observedRetry") == 1
+               and r["status"]["state"] in FINISHED and r, timeout=60, interval=0.2, what="the retried run to end")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    flaky = task(run, "flaky")
+    assert flaky["outputs"]["parameters"]["Output"] == 5 and flaky["podName"] != task(failed, "flaky")["podName"]
+
+
+def two_steps(go: str) -> dict:
+    """A pipeline as the compiler writes it: a container step that waits for the file `go` and
+    outputs "done", then a step that takes that output."""
+    def component(output: bool) -> dict:
+        spec: dict = {"executorLabel": "exec-wait" if output else "exec-after"}
+        if output:
+            spec["outputDefinitions"] = {"parameters": {"out": {"parameterType": "STRING"}}}
+        else:
+            spec["inputDefinitions"] = {"parameters": {"word": {"parameterType": "STRING"}}}
+        return spec
+
+    wait = ['while [ ! -f "$0" ]; do sleep 0.05; done; mkdir -p "$(dirname "$1")"; printf done > "$1"']
+    return {
+        "pipelineInfo": {"name": "resume"}, "schemaVersion": "2.1.0", "sdkVersion": "kfp-2.17.3",
+        "components": {"comp-wait": component(True), "comp-after": component(False)},
+        "deploymentSpec": {"executors": {
+            "exec-wait": {"container": {"image": "busybox", "command": ["sh", "-c", *wait],
+                                        "args": [go, "{{$.outputs.parameters['out'].output_file}}"]}},
+            "exec-after": {"container": {"image": "busybox", "command": ["echo"],
+                                         "args": ["{{$.inputs.parameters['word']}}"]}}}},
+        "root": {"dag": {"tasks": {
+            "wait": {"componentRef": {"name": "comp-wait"}, "taskInfo": {"name": "wait"}},
+            "after": {"componentRef": {"name": "comp-after"}, "taskInfo": {"name": "after"},
+                      "dependentTasks": ["wait"],
+                      "inputs": {"parameters": {"word": {"taskOutputParameter": {
+                          "producerTask": "wait", "outputParameterKey": "out"}}}}}}}},
+    }
+
+
+def shims(plane: ControlPlaneHandle) -> set[int]:
+    """The pod shims' pids (what runs under them comes and goes: the step polls with `sleep`)."""
+    found = set()
+    for proc in plane.pod_processes():
+        try:
+            if "runtime/shim.py" in " ".join(proc.cmdline()):
+                found.add(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_killed_control_plane_resumes_the_run_without_rerunning_steps(plane: ControlPlaneHandle) -> None:
+    """Last in the module: it kills and restarts the module's control plane."""
+    from trimaran.server.daemon import read_server_info, start_server
+
+    go = plane.home / "pipelines" / "runs" / NS / "go-resume"
+    go.parent.mkdir(parents=True, exist_ok=True)
+    api = plane.client()  # its own client: the module's one is left on the killed control plane
+    api.create("Run", NS, {"apiVersion": TRIMARAN_API_VERSION, "kind": "Run", "metadata": {"name": "resume"},
+                           "spec": {"pipelineSpec": two_steps(str(go))}})
+
+    def waiting_pod() -> str | None:
+        tasks = (api.get("Run", NS, "resume").get("status") or {}).get("tasks") or []
+        return next((t["podName"] for t in tasks if t["name"] == "wait" and t["state"] == "RUNNING"), None)
+
+    pod = poll(waiting_pod, timeout=60, interval=0.1, what="the first step to run")
+    before = shims(plane)
+    assert before
+    api.close()
+
+    os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
+    assert shims(plane) == before  # the step lives on under its shim
+    start_server(home=plane.home)
+    go.write_text("")
+
+    api = plane.client()
+    run = poll(lambda: (r := api.get("Run", NS, "resume"))["status"].get("state") in ("SUCCEEDED", "FAILED") and r,
+               timeout=60, interval=0.1, what="the run to finish")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    tasks = {t["name"]: t for t in run["status"]["tasks"]}
+    assert tasks["wait"]["podName"] == pod and tasks["wait"]["attempts"] == 1, "adopted, not run again"
+    assert tasks["after"]["inputs"]["parameters"] == {"word": "done"}
+    assert [p["metadata"]["name"] for p in api.list("Pod", NS)].count(pod) == 1
+    api.close()
+    poll(lambda: not plane.pod_processes(), timeout=30, what="pod processes to exit")
