@@ -10,8 +10,9 @@ Each round measures, one after the other:
   worker's log (the controller makes the pod, the kubelet starts its sandbox, its torchrun agent
   joins, every node restarts its training process on the new rendezvous); then back to 2;
 - by hand: a `python -m torch.distributed.run` agent started on this machine with the same
-  rendezvous settings (endpoint, c10d, 2:3, last_call_timeout=1) → its first `epoch=N world=3`
-  line; then it is stopped and the job is back to 2.
+  rendezvous settings (endpoint, c10d, 2:3, last_call_timeout=1) and the example's launcher options
+  (`--run-path --start-method=fork`) → its first `epoch=N world=3` line; then it is stopped and the
+  job is back to 2.
 
 Both include the same rendezvous and the restart of the two running workers; what differs is
 Trimaran's path from the API to a running agent. Target: scale under 10 s.
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -72,14 +74,22 @@ def pod_phase(client, pod: str) -> str | None:  # noqa: ANN001
         return None
 
 
-def by_hand(endpoint: str, ckpt: Path, env: dict) -> tuple[float, subprocess.Popen]:
+def launcher_options(job: dict) -> list[str]:
+    """The torchrun options of the example's command (those before the script), which the agent
+    started by hand takes too: both arms launch their training processes the same way."""
+    command = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
+    start = command.index("torch.distributed.run") + 1
+    return command[start:command.index("/app/train.py")]
+
+
+def by_hand(endpoint: str, options: list[str], ckpt: Path, env: dict) -> tuple[float, subprocess.Popen]:
     """Seconds from starting a torchrun agent by hand to its first epoch in a world of 3."""
     # Its address sorts before the pods' names, so it is rank 0 and publishes a master address
     # the pods resolve (theirs do not resolve outside the sandboxes).
     command = [PY, "-m", "torch.distributed.run", "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
                f"--rdzv-endpoint={endpoint}", "--rdzv-conf=last_call_timeout=1,is_host=false",
-               "--local-addr=127.0.0.1", "--max-restarts=20", str(EXAMPLE / "train.py"), "--epochs", "100000",
-               "--checkpoint-dir", str(ckpt)]
+               "--local-addr=127.0.0.1", "--max-restarts=20", *options, str(EXAMPLE / "train.py"),
+               "--epochs", "100000", "--checkpoint-dir", str(ckpt)]
     seen = threading.Event()
     t0 = time.perf_counter()
     agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
@@ -98,10 +108,46 @@ def by_hand(endpoint: str, ckpt: Path, env: dict) -> tuple[float, subprocess.Pop
     return time.perf_counter() - t0, agent
 
 
+def cpu_seconds(code: str) -> float:
+    """CPU seconds (user and system) a Python running ``code`` takes: unlike wall time, about the
+    same on a loaded machine as on a quiet one."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([PY, "-c", code], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+#: The first optimizer step imports torch._dynamo (every torch.optim optimizer does).
+FIRST_STEP = "torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1).step()"
+
+
+def forked_cpu_seconds(code: str) -> float:
+    """CPU seconds of a child forked from a Python that has imported torch, running ``code``."""
+    program = (f"import os, torch\npid = os.fork()\nif pid == 0:\n    {code}\n    os._exit(0)\n"
+               "_, _, use = os.wait4(pid, 0)\nprint(use.ru_utime + use.ru_stime)")
+    return float(subprocess.run([PY, "-c", program], check=True, capture_output=True, text=True).stdout)
+
+
+def components() -> None:
+    """The CPU each part of a scale-up costs, for the wall time a quiet machine would give."""
+    agent = cpu_seconds("import torch.distributed.run")
+    spawned = cpu_seconds("import torch\nfrom sklearn.datasets import load_digits\n"
+                          "from sklearn.model_selection import train_test_split\nload_digits()\n" + FIRST_STEP)
+    forked = forked_cpu_seconds(FIRST_STEP)
+    print(f"CPU seconds: the new agent's start (import torch.distributed.run) {agent:.2f}; a training process "
+          f"started by python (torch, scikit-learn, digits, the first step) {spawned:.2f}; one forked from the "
+          f"agent with its data from the checkpoint (the first step) {forked:.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--components", action="store_true",
+                        help="only print the CPU seconds of each part of a scale-up and exit")
     args = parser.parse_args()
+    if args.components:
+        components()
+        return
 
     from trimaran.cli.client import Client
 
@@ -136,7 +182,7 @@ def main() -> None:
                 "Pod", "default", selector=f"training.kubeflow.org/job-name={JOB},"
                                           "training.kubeflow.org/replica-index=2"), 300, "back to 2 workers")
 
-            seconds, agent = by_hand(endpoint, home / f"hand-ckpt-{round_}", hand_env)
+            seconds, agent = by_hand(endpoint, launcher_options(job), home / f"hand-ckpt-{round_}", hand_env)
             hand.append(seconds)
             os.killpg(agent.pid, signal.SIGTERM)
             agent.wait(60)

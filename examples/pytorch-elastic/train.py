@@ -5,11 +5,11 @@ variables (PET_RDZV_ENDPOINT, PET_NNODES=min:max, ...), and `python -m torch.dis
 train.py` joins the rendezvous. Workers may be added (`kubectl scale`) or lost at any time:
 torchrun then restarts every node's process on a new rendezvous, with a new world size.
 
-Each node keeps a checkpoint of the model and epoch in --checkpoint-dir (its own emptyDir); after
-each rendezvous the furthest checkpoint among the nodes is broadcast, so a node that joins with
-none, or a group torchrun restarted, goes on from the last finished epoch. Every rank prints
-`joined rank=R world=W epoch=E`, then `epoch=E world=W rank=R loss=L` per epoch, and at the end
-`test_accuracy=0.9xxx world=W`.
+Each node keeps a checkpoint of the model, the epoch and the data split in --checkpoint-dir (its own
+emptyDir); after each rendezvous the furthest checkpoint among the nodes is broadcast, so a node that
+joins with none, or a group torchrun restarted, goes on from the last finished epoch without loading
+the data again. Every rank prints `joined rank=R world=W epoch=E`, then `epoch=E world=W rank=R
+loss=L` per epoch, and at the end `test_accuracy=0.9xxx world=W`.
 """
 import argparse
 import os
@@ -17,8 +17,19 @@ import time
 
 import torch
 import torch.distributed as dist
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
+
+
+def load_split() -> dict[str, torch.Tensor]:
+    """The digits, scaled to [0, 1], split 3:1 as train and test."""
+    # Imported here: only a fresh start needs scikit-learn, and its import costs seconds of CPU that
+    # every restart (each scale-up restarts every node) would otherwise pay again.
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = (torch.tensor(a) for a in train_test_split(x / 16.0, y, test_size=0.25,
+                                                                         random_state=0, stratify=y))
+    return {"x_tr": x_tr.float(), "x_te": x_te.float(), "y_tr": y_tr, "y_te": y_te}
 
 
 def main() -> None:
@@ -32,24 +43,22 @@ def main() -> None:
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    x, y = load_digits(return_X_y=True)
-    x_tr, x_te, y_tr, y_te = (torch.tensor(a) for a in train_test_split(x / 16.0, y, test_size=0.25,
-                                                                         random_state=0, stratify=y))
-    x_tr, x_te = x_tr.float(), x_te.float()
+    path = os.path.join(args.checkpoint_dir, "state.pt")
+    state = torch.load(path) if os.path.exists(path) else None
+    # The furthest epoch wins, the lowest rank among equals: one number all-reduced by MAX says both.
+    lead = torch.tensor([(state["epoch"] if state else 0) * 1000 + 999 - rank])
+    dist.all_reduce(lead, op=dist.ReduceOp.MAX)
+    source = 999 - int(lead) % 1000
+    shared = [state if rank == source else None]
+    dist.broadcast_object_list(shared, src=source)
+    state = shared[0] or {"epoch": 0, "model": None, "data": load_split()}
+    epoch, data = state["epoch"], state["data"]
+    x_tr, y_tr = data["x_tr"], data["y_tr"]
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-
-    path, epoch = os.path.join(args.checkpoint_dir, "state.pt"), 0
-    if os.path.exists(path):
-        state = torch.load(path)
+    if state["model"] is not None:
         model.load_state_dict(state["model"])
-        epoch = state["epoch"]
-    # The furthest epoch wins, the lowest rank among equals: one number all-reduced by MAX says both.
-    lead = torch.tensor([epoch * 1000 + 999 - rank])
-    dist.all_reduce(lead, op=dist.ReduceOp.MAX)
-    epoch, source = int(lead) // 1000, 999 - int(lead) % 1000
-    for param in model.parameters():
-        dist.broadcast(param.data, source)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.2)
     share = len(x_tr) // world  # equal shares: every rank takes as many steps
@@ -64,13 +73,13 @@ def main() -> None:
             optimizer.step()
         epoch += 1
         os.makedirs(args.checkpoint_dir, exist_ok=True)
-        torch.save({"model": model.state_dict(), "epoch": epoch}, path + ".tmp")
+        torch.save({"model": model.state_dict(), "epoch": epoch, "data": data}, path + ".tmp")
         os.replace(path + ".tmp", path)  # a node killed mid-write keeps its previous checkpoint
         print(f"epoch={epoch} world={world} rank={rank} loss={loss.item():.4f}", flush=True)
         time.sleep(args.pace)
 
     with torch.no_grad():
-        accuracy = (model(x_te).argmax(1) == y_te).float().mean().item()
+        accuracy = (model(data["x_te"]).argmax(1) == data["y_te"]).float().mean().item()
     print(f"test_accuracy={accuracy:.4f} world={world}", flush=True)
     dist.destroy_process_group()
 

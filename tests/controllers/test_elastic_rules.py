@@ -116,3 +116,10 @@ def test_only_resource_utilization_metrics_drive_the_autoscaler():
         "type": "Utilization", "averageUtilization": 50}}}])
     assert PT.autoscale_period(cpu) == 15.0
     assert PT.autoscale(cpu, [], ResourceSampler(None)) is None  # nothing measured yet: nothing decided
+
+
+def test_the_autoscaler_follows_the_control_planes_hpa_sync_period(monkeypatch):
+    cpu = _view(metrics=[{"type": "Resource", "resource": {"name": "cpu", "target": {
+        "type": "Utilization", "averageUtilization": 50}}}])
+    monkeypatch.setenv("TRIMARAN_HPA_SYNC_SECONDS", "2")
+    assert PT.autoscale_period(cpu) == 2.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -159,13 +160,14 @@ class PyTorch(Framework):
                 f"missing: {missing}"), None
 
     def autoscale_period(self, job: JobView) -> float | None:
-        return HPAConfig.sync_period if _utilization_target(job.spec) else None
+        return _hpa_sync_period() if _utilization_target(job.spec) else None
 
     def autoscale(self, job: JobView, pods: list[dict], usage: ResourceSampler) -> tuple[int, str] | None:
         """``elasticPolicy.metrics`` as the HorizontalPodAutoscaler the operator makes of them
         (name {job}, on the scale subresource, min/maxReplicas): Resource cpu/memory metrics with an
         Utilization target, by Kubernetes' rule (serving's HPA: 15 s syncs, tolerance, down
-        stabilisation). Other metric types need a metrics API there is none of here: not acted on."""
+        stabilisation; the control plane's HPA sync period, TRIMARAN_HPA_SYNC_SECONDS, applies). Other
+        metric types need a metrics API there is none of here: not acted on."""
         target = _utilization_target(job.spec)
         if target is None:
             return None
@@ -179,7 +181,7 @@ class PyTorch(Framework):
         if utilization is None:
             return None
         config = HPAConfig(metric=metric, target_utilization=percent, min_replicas=int(elastic["minReplicas"]),
-                           max_replicas=int(elastic["maxReplicas"]))
+                           max_replicas=int(elastic["maxReplicas"]), sync_period=_hpa_sync_period())
         now = time.monotonic()
         hpa = self._hpas.setdefault(job.uid, HPA(config, now=now))
         hpa.reconfigure(config)
@@ -250,6 +252,12 @@ def _utilization_target(spec: dict) -> tuple[str, float] | None:
                 and target.get("type") == "Utilization" and target.get("averageUtilization"):
             return resource["name"], float(target["averageUtilization"])
     return None
+
+
+def _hpa_sync_period() -> float:
+    """The HorizontalPodAutoscaler reconciler's sync period, which the operator's HPA of an elastic
+    job follows as well."""
+    return float(os.environ.get("TRIMARAN_HPA_SYNC_SECONDS", HPAConfig.sync_period))
 
 
 def _rdzv_conf(elastic: dict) -> dict[str, str]:
