@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of, owner_key
 from trimaran.controllers.conditions import set_condition
 from trimaran.controllers.pods import owner_reference
-from trimaran.controllers.serving.reconciler import status_true
+from trimaran.controllers.serving.reconciler import GRAPH_ROUTE_ANNOTATION, status_true
 from trimaran.store import AlreadyExists, Conflict, NotFound
 
 __all__ = ["InferenceGraphReconciler", "router_service_name"]
@@ -68,9 +68,9 @@ def router_service(graph: dict, services: dict[str, dict]) -> dict:
     """The InferenceService running ``graph``'s router."""
     spec = graph["spec"]
     name, ns = graph["metadata"]["name"], graph["metadata"]["namespace"]
+    config = json.dumps(router_config(graph, services), sort_keys=True)
     container = {"name": "kserve-container", "command": ["python", "-m", "trimaran.serving.graph"],
-                 "env": [{"name": "INFERENCE_GRAPH_CONFIG",
-                          "value": json.dumps(router_config(graph, services), sort_keys=True)}]}
+                 "env": [{"name": "INFERENCE_GRAPH_CONFIG", "value": config}]}
     if spec.get("resources"):
         container["resources"] = spec["resources"]
     min_replicas = spec.get("minReplicas")
@@ -84,6 +84,8 @@ def router_service(graph: dict, services: dict[str, dict]) -> dict:
             predictor[key] = spec[key]
     return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
             "metadata": {"name": router_service_name(name), "namespace": ns, "labels": {GRAPH_LABEL: name},
+                         # The InferenceService router runs the graph itself from this (no hop to the replica).
+                         "annotations": {GRAPH_ROUTE_ANNOTATION: config},
                          "ownerReferences": [owner_reference(graph)]},
             "spec": {"predictor": predictor}}
 

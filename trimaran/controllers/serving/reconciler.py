@@ -76,6 +76,7 @@ DRAINING_ANNOTATION = "serving.trimaran.io/draining-since"
 INGRESS_PATH_ANNOTATION = "serving.trimaran.io/ingress-path"
 INGRESS_WEIGHT_ANNOTATION = "serving.trimaran.io/ingress-weight"
 SHADOW_ANNOTATION = "serving.trimaran.io/shadow"
+GRAPH_ROUTE_ANNOTATION = "serving.trimaran.io/graph"  # an InferenceGraph's router config, run in the router
 DRAIN_SECONDS = 1.0  # the router re-reads routes every 0.2 s; then in-flight requests finish
 BUSY_REQUEUE = 0.3  # while something is starting, draining or not yet ready
 LOG_TAIL_LINES = 5
@@ -165,6 +166,7 @@ class InferenceServiceReconciler(Reconciler):
                             for t in outcome.rollout.traffic],
                 "revisions": outcome.routes,
                 **(_ingress_path(obj) if service_key == entry_key else {}),
+                **(_graph_route(obj) if service_key == entry_key else {}),
             }
             self._component_status(status, component, outcome, ports[service_key],
                                    grpc_port if component == "predictor" else None)
@@ -661,6 +663,18 @@ def _ingress_path(obj: dict) -> dict:
         return {}
     return {"path": {"prefix": prefix, "weight": float(annotations.get(INGRESS_WEIGHT_ANNOTATION) or 100),
                      "shadow": annotations.get(SHADOW_ANNOTATION) == "true"}}
+
+
+def _graph_route(obj: dict) -> dict:
+    """The graph an InferenceGraph's router service runs in the router (`controllers/serving/inferencegraph`);
+    the router could call no URL its replicas could not, so the annotation needs no more trust than they do."""
+    config = (obj["metadata"].get("annotations") or {}).get(GRAPH_ROUTE_ANNOTATION)
+    if not config:
+        return {}
+    try:
+        return {"graph": json.loads(config)}
+    except ValueError:
+        return {}  # not the controller's: its replicas, which read the same config from their env, serve it
 
 
 def _running_for(pod: dict) -> float:

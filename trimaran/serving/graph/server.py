@@ -9,6 +9,10 @@ with that answer. **Switch** runs the first step whose condition exists in the r
 drawn by weight. A failed step (non-2xx, or unreachable: 502) that is ``Hard`` ends the graph with its answer
 and status; a ``Soft`` one (the default) does not.
 
+The same graph also runs inside the InferenceService router (`trimaran.serving.router`), which passes
+``local``: a step whose service the router itself serves is dispatched there in-process, without a
+connection or a second pass through the router; this process then answers only what reaches it directly.
+
 The configuration (JSON, written by the InferenceGraph controller, service URLs already resolved)::
 
     {"name": "g", "timeout": 60, "nodes": {"root": {"routerType": "Sequence", "steps": [
@@ -25,6 +29,7 @@ import logging
 import os
 import random
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,10 +72,15 @@ class Step:
     map_predictions: bool
 
 
-class GraphRouter:
-    """Runs one graph; ``__call__`` is the HTTP handler."""
+LocalStep = Callable[["Step", bytes], "Awaitable[Answer] | None"]
 
-    def __init__(self, config: dict[str, Any]) -> None:
+
+class GraphRouter:
+    """Runs one graph; ``__call__`` is the HTTP handler. ``local(step, body)``, when given, answers a step in
+    process (an awaitable) or returns None to have it sent over HTTP."""
+
+    def __init__(self, config: dict[str, Any], local: LocalStep | None = None) -> None:
+        self.local = local
         self.name = str(config.get("name") or "graph")
         self.timeout = float(config.get("timeout") or 60)
         self.pools: dict[str, UpstreamPool] = {}
@@ -96,12 +106,16 @@ class GraphRouter:
     async def __call__(self, req: Request) -> Response:
         if req.method != "POST":
             return Response(200, b'{"status": "alive"}')
+        answer = await self.answer(req.body)
+        return Response(answer.status, answer.body)
+
+    async def answer(self, body: bytes) -> Answer:
+        """The graph's answer to a request body (the ``root`` node's)."""
         try:
-            answer = await self.run("root", req.body)
+            return await self.run("root", body)
         except Exception as exc:  # a bug here must still answer the client, in the graph's error shape
             log.exception("graph %s failed", self.name)
-            answer = _error(500, f"graph {self.name}: {type(exc).__name__}: {exc}")
-        return Response(answer.status, answer.body)
+            return _error(500, f"graph {self.name}: {type(exc).__name__}: {exc}")
 
     async def run(self, node: str, body: bytes) -> Answer:
         router, steps = self.nodes[node]
@@ -144,6 +158,10 @@ class GraphRouter:
     async def _call(self, step: Step, body: bytes) -> Answer:
         if step.node is not None:
             return await self.run(step.node, body)
+        if self.local is not None:
+            pending = self.local(step, body)
+            if pending is not None:
+                return await pending
         request = UpstreamRequest(b"POST", step.target, _JSON, body, True)
         try:
             reply = await self.pools[step.address].send(request, step.host, self.timeout)

@@ -22,6 +22,11 @@ the file is the controller's, and only the router's pod mounts it.
 Replicas are probed (``GET /v2/health/ready`` for the model server, a TCP connect for custom
 containers without a readiness probe); only replicas that answered 200 get traffic.
 
+A service whose route carries a ``graph`` (an InferenceGraph's router service) has its POSTs run by the
+graph here (`trimaran.serving.graph.server.GraphRouter`): a step calling a service this router serves
+(its ``http://127.0.0.1:PORT`` URL) is routed in-process, so a graph adds no loopback hop to its steps.
+Other requests (health, metadata) still reach the graph's replicas.
+
 A port it cannot listen on (another process holds it) does not stop the rest: it is reported in
 ``/stats`` (``bindErrors``, ``grpcBindErrors``, ``listenErrors`` for the ingress) for the controller
 to show on the InferenceService and move, and tried again on every reload tick.
@@ -40,7 +45,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import grpc.aio
@@ -48,6 +53,9 @@ import httptools
 
 from trimaran.serving.router import _grpc
 from trimaran.serving.router._http import Request, RequestReader, Response, UpstreamError, UpstreamPool, render_response
+
+if TYPE_CHECKING:  # the graph module imports this package's _http: imported where used, not here
+    from trimaran.serving.graph.server import Answer, GraphRouter, Step
 
 __all__ = ["Router"]
 
@@ -146,6 +154,8 @@ class Service:
     path: str | None = None
     path_weight: float = 100.0
     shadow: bool = False
+    graph: GraphRouter | None = None  # POSTs run this graph in the router (an InferenceGraph's service)
+    graph_spec: dict | None = None
 
 
 class Unroutable(Exception):
@@ -182,6 +192,7 @@ class Router:
         self.revisions: dict[str, Revision] = {}
         self.by_host: dict[str, Service] = {}
         self.by_path: dict[bytes, list[Service]] = {}
+        self.by_address: dict[str, Service] = {}  # "127.0.0.1:PORT" -> the service on that port
         self._shadows: set[asyncio.Task] = set()
         self._stamp: tuple[float, int] | None = None
         self._servers: dict[str, asyncio.base_events.Server] = {}
@@ -301,6 +312,12 @@ class Router:
             path = spec.get("path") or {}
             svc.path = path.get("prefix")
             svc.path_weight, svc.shadow = float(path.get("weight", 100)), bool(path.get("shadow"))
+            graph = spec.get("graph")
+            if graph != svc.graph_spec:
+                from trimaran.serving.graph.server import GraphRouter
+
+                svc.graph_spec = graph
+                svc.graph = GraphRouter(graph, local=self._local_step) if graph else None
             try:
                 await self._listen(f"svc:{key}", svc.port, svc)
                 self.bind_errors.pop(key, None)
@@ -323,6 +340,7 @@ class Router:
             if not rev.draining:
                 del self.revisions[name]
         self.by_host = {h: s for s in self.services.values() for h in s.hosts}
+        self.by_address = {f"{host}:{s.port}": s for s in self.services.values() for host in ("127.0.0.1", "localhost")}
         self.by_path = {}
         for svc in self.services.values():
             if svc.path:
@@ -419,10 +437,26 @@ class Router:
             service = self.by_host.get(host)
             if service is None:
                 return Response(404, _JSON, _error(f"no InferenceService serves host {host!r}"))
+        if service.graph is not None and request.method == b"POST":
+            answer = await service.graph.answer(request.body)
+            return Response(answer.status, _JSON, answer.body)
         rev = self._choose(service)
         if rev is None:
             return Response(503, _JSON, _error(f"{service.key} has no ready revision yet"))
         return await self._proxy(service, rev, request)
+
+    def _local_step(self, step: Step, body: bytes) -> Awaitable[Answer] | None:
+        """A graph step to a service of this router, routed in-process; None for anything else."""
+        service = self.by_address.get(step.address)
+        if service is None:
+            return None
+        return self._step_answer(service, Request(b"POST", step.target, [(b"host", step.host)] + _JSON, body, True))
+
+    async def _step_answer(self, service: Service, request: Request) -> Answer:
+        from trimaran.serving.graph.server import Answer
+
+        response = await self._route(request, service)
+        return Answer(response.status, response.body)
 
     def _by_path(self, request: Request) -> Service | None:
         """The service for an ingress path (``/seldon/NS/NAME/...``) by the weights of its services; a copy of
