@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trimaran.api import ManifestError, lookup, validate
-from trimaran.api.autoscaling import targets_text
+from trimaran.api.autoscaling import metrics_of, targets_text
 
 
 def hpa(**spec: Any) -> dict[str, Any]:
@@ -112,3 +112,19 @@ def test_targets_column() -> None:
         {"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 45}}},
         {"type": "Resource", "resource": {"name": "memory", "current": {"averageValue": "100Mi"}}}]}
     assert targets_text(obj) == "cpu: 45%/50%, memory: 100Mi/200Mi"
+
+
+def test_v1_as_kubectl_autoscale_sends_it() -> None:
+    v1 = {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "web"},
+          "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                   "maxReplicas": 3, "targetCPUUtilizationPercentage": 60}}
+    stored = validate(v1).object
+    assert stored["spec"]["minReplicas"] == 1
+    assert metrics_of(stored) == cpu({"type": "Utilization", "averageUtilization": 60})
+    assert targets_text(stored) == "cpu: <unknown>/60%"
+    bad = {**v1, "spec": {**v1["spec"], "targetCPUUtilizationPercentage": 0,
+                          "scaleTargetRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "j"}}}
+    problems = errors(bad)
+    assert any("spec.targetCPUUtilizationPercentage: Invalid value: 0: must be greater than 0" in p for p in problems)
+    assert any('spec.scaleTargetRef.kind: Invalid value: "Job": batch/v1 Job has no scale subresource' in p
+               for p in problems)

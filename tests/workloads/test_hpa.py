@@ -130,6 +130,22 @@ def test_kubectl_get_hpa_columns(plane: ControlPlaneHandle, api: Client, tmp_pat
                          check=True).stdout.splitlines()
     assert out[0].split() == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
     assert out[1].split()[:7] == ["cols", "Deployment/cols", "cpu:", "<unknown>/50%", "1", "2", "0"]
+    # kubectl autoscale sends autoscaling/v1 in protobuf; the controller reads its CPU target.
+    zero = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "zero", "namespace": NS},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "zero"}}, "template": {
+                "metadata": {"labels": {"app": "zero"}}, "spec": {"containers": [{"name": "c", "image": "python"}]}}}}
+    api.apply([{"object": zero}])
+    subprocess.run(["kubectl", "autoscale", "deployment", "zero", "--max=2", "--cpu-percent=60"], env=env,
+                   capture_output=True, text=True, timeout=60, check=True)
+    made = api.get("HorizontalPodAutoscaler", NS, "zero")
+    assert made["apiVersion"] == "autoscaling/v1"
+    assert made["spec"] == {"scaleTargetRef": {"kind": "Deployment", "name": "zero", "apiVersion": "apps/v1"},
+                            "minReplicas": 1, "maxReplicas": 2, "targetCPUUtilizationPercentage": 60}
+    poll(lambda: (api.get("HorizontalPodAutoscaler", NS, "zero").get("status") or {}).get("desiredReplicas") == 0,
+         timeout=15, what="the v1 HPA's status (scaling off at zero replicas)")
+    row = subprocess.run(["kubectl", "get", "hpa", "zero", "--no-headers"], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert row[:7] == ["zero", "Deployment/zero", "cpu:", "<unknown>/60%", "1", "2", "0"]
 
 
 def test_seldon_hpa_spec_makes_an_hpa_that_scales_the_seldondeployment(api: Client) -> None:

@@ -5,21 +5,29 @@ accepts any reference and fails later in the controller, here nothing else could
 ``spec.scaleTargetRef.kind`` is refused at apply with the reason. Only ``Resource`` metrics (cpu,
 memory) are measured on this machine; ``Pods``, ``Object``, ``External`` and ``ContainerResource``
 metrics are accepted as upstream does and reported unsupported in the ``ScalingActive`` condition.
+
+``autoscaling/v1`` (what ``kubectl autoscale`` sends: ``targetCPUUtilizationPercentage``) is served too.
+Versions of a kind are stored as written here (no conversion), so the controller reads either through
+`metrics_of`.
 """
 
 # Annotations are evaluated eagerly (no `from __future__ import annotations`), as in apps.py.
 
 from typing import Any
 
+from pydantic import Field
+
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import ApiModel, Condition, Int32, LabelSelector, Resource
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.quantity import parse_quantity
 
-__all__ = ["API_VERSION", "HPA_COLUMNS", "HorizontalPodAutoscaler", "default_rules", "scale_target_info",
-           "targets_text"]
+__all__ = ["API_VERSION", "API_VERSION_V1", "HPA_COLUMNS", "HorizontalPodAutoscaler", "HorizontalPodAutoscalerV1",
+           "default_rules", "metrics_of", "scale_target_info", "targets_text"]
 
 API_VERSION = "autoscaling/v2"
+API_VERSION_V1 = "autoscaling/v1"
+_V1_DEFAULT_CPU_PERCENT = 80
 _METRIC_TYPES = ("ContainerResource", "External", "Object", "Pods", "Resource")
 _TARGET_TYPES = ("AverageValue", "Utilization", "Value")
 _POLICY_TYPES = ("Percent", "Pods")
@@ -277,15 +285,7 @@ class HorizontalPodAutoscaler(Resource):
         spec = self.spec
         errs = super().check()
         errs += self._check_target()
-        if spec.min_replicas is not None and spec.min_replicas < 1:
-            errs.append(FieldError.invalid("spec.minReplicas", spec.min_replicas, "must be greater than or equal to 1"))
-        if spec.max_replicas is None:
-            errs.append(FieldError.required("spec.maxReplicas"))
-        elif spec.max_replicas < 1:
-            errs.append(FieldError.invalid("spec.maxReplicas", spec.max_replicas, "must be greater than 0"))
-        elif spec.min_replicas is not None and spec.max_replicas < spec.min_replicas:
-            errs.append(FieldError.invalid("spec.maxReplicas", spec.max_replicas,
-                                           "must be greater than or equal to `minReplicas`"))
+        errs += _check_replicas(spec.min_replicas, spec.max_replicas)
         for i, metric in enumerate(spec.metrics or []):
             errs += _check_metric(join_path("spec.metrics", i), metric)
         if spec.behavior is not None:
@@ -294,28 +294,90 @@ class HorizontalPodAutoscaler(Resource):
         return errs
 
     def _check_target(self) -> list[FieldError]:
-        ref = self.spec.scale_target_ref
-        path = "spec.scaleTargetRef"
-        if ref is None:
-            return [FieldError.required(path)]
-        errs = [] if ref.name else [FieldError.required(join_path(path, "name"))]
-        if not ref.kind:
-            return [*errs, FieldError.required(join_path(path, "kind"))]
-        try:
-            info = scale_target_info(ref.to_dict())
-        except LookupError:
-            version = f' in version "{ref.api_version}"' if ref.api_version else ""
-            return [*errs, FieldError.invalid(join_path(path, "kind"), ref.kind,
-                                              f'no matches for kind "{ref.kind}"{version}')]
-        if info.scale is None:
-            from trimaran.api.kinds import all_kinds
+        return _check_scale_target(self.spec.scale_target_ref)
 
-            scalable = sorted({k.kind for k in all_kinds() if k.scale is not None})
-            errs.append(FieldError.invalid(
-                join_path(path, "kind"), ref.kind,
-                f"{info.api_version} {info.kind} has no scale subresource, so nothing can set its replicas; "
-                f"kinds that have one: {', '.join(scalable)}"))
+
+def _check_replicas(min_replicas: int | None, max_replicas: int | None) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if min_replicas is not None and min_replicas < 1:
+        errs.append(FieldError.invalid("spec.minReplicas", min_replicas, "must be greater than or equal to 1"))
+    if max_replicas is None:
+        errs.append(FieldError.required("spec.maxReplicas"))
+    elif max_replicas < 1:
+        errs.append(FieldError.invalid("spec.maxReplicas", max_replicas, "must be greater than 0"))
+    elif min_replicas is not None and max_replicas < min_replicas:
+        errs.append(FieldError.invalid("spec.maxReplicas", max_replicas,
+                                       "must be greater than or equal to `minReplicas`"))
+    return errs
+
+
+def _check_scale_target(ref: CrossVersionObjectReference | None) -> list[FieldError]:
+    path = "spec.scaleTargetRef"
+    if ref is None:
+        return [FieldError.required(path)]
+    errs = [] if ref.name else [FieldError.required(join_path(path, "name"))]
+    if not ref.kind:
+        return [*errs, FieldError.required(join_path(path, "kind"))]
+    try:
+        info = scale_target_info(ref.to_dict())
+    except LookupError:
+        version = f' in version "{ref.api_version}"' if ref.api_version else ""
+        return [*errs, FieldError.invalid(join_path(path, "kind"), ref.kind,
+                                          f'no matches for kind "{ref.kind}"{version}')]
+    if info.scale is None:
+        from trimaran.api.kinds import all_kinds
+
+        scalable = sorted({k.kind for k in all_kinds() if k.scale is not None})
+        errs.append(FieldError.invalid(
+            join_path(path, "kind"), ref.kind,
+            f"{info.api_version} {info.kind} has no scale subresource, so nothing can set its replicas; "
+            f"kinds that have one: {', '.join(scalable)}"))
+    return errs
+
+
+class HorizontalPodAutoscalerSpecV1(ApiModel):
+    scale_target_ref: CrossVersionObjectReference | None = None
+    min_replicas: Int32 | None = None
+    max_replicas: Int32 | None = None
+    target_cpu_utilization_percentage: Int32 | None = Field(None, alias="targetCPUUtilizationPercentage")
+
+
+class HorizontalPodAutoscalerStatusV1(ApiModel):
+    observed_generation: int | None = None
+    last_scale_time: str | None = None
+    current_replicas: Int32 | None = None
+    desired_replicas: Int32 | None = None
+    current_cpu_utilization_percentage: Int32 | None = Field(None, alias="currentCPUUtilizationPercentage")
+
+
+class HorizontalPodAutoscalerV1(Resource):
+    """autoscaling/v1 HorizontalPodAutoscaler: one CPU utilisation target."""
+
+    spec: HorizontalPodAutoscalerSpecV1
+    status: HorizontalPodAutoscalerStatusV1 | None = None
+
+    def set_defaults(self) -> None:
+        if self.spec.min_replicas is None:
+            self.spec.min_replicas = 1
+
+    def check(self) -> list[FieldError]:
+        spec = self.spec
+        errs = super().check() + _check_scale_target(spec.scale_target_ref)
+        errs += _check_replicas(spec.min_replicas, spec.max_replicas)
+        percent = spec.target_cpu_utilization_percentage
+        if percent is not None and percent < 1:
+            errs.append(FieldError.invalid("spec.targetCPUUtilizationPercentage", percent, "must be greater than 0"))
         return errs
+
+
+def metrics_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """An HPA's metrics in autoscaling/v2's shape, whichever version it was written in."""
+    spec = obj.get("spec") or {}
+    if obj.get("apiVersion") != API_VERSION_V1:
+        return spec.get("metrics") or []
+    percent = spec.get("targetCPUUtilizationPercentage") or _V1_DEFAULT_CPU_PERCENT
+    return [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization",
+                                                                        "averageUtilization": percent}}}]
 
 
 _SOURCE_FIELD = {"Resource": "resource", "ContainerResource": "containerResource", "Pods": "pods",
@@ -339,10 +401,14 @@ def _metric_text(spec: dict[str, Any], current: dict[str, Any] | None) -> str:
 
 def targets_text(obj: dict[str, Any]) -> str:
     """kubectl's TARGETS column: each metric's current value over its target (at most two, then ``+ N more``)."""
-    metrics = (obj.get("spec") or {}).get("metrics") or []
+    metrics = metrics_of(obj)
     if not metrics:
         return "<none>"
-    current = (obj.get("status") or {}).get("currentMetrics") or []
+    status = obj.get("status") or {}
+    current = status.get("currentMetrics") or []
+    if obj.get("apiVersion") == API_VERSION_V1 and status.get("currentCPUUtilizationPercentage") is not None:
+        current = [{"type": "Resource", "resource": {"name": "cpu", "current": {
+            "averageUtilization": status["currentCPUUtilizationPercentage"]}}}]
     parts = [_metric_text(m, current[i] if i < len(current) else None) for i, m in enumerate(metrics[:2])]
     more = f" + {len(metrics) - 2} more..." if len(metrics) > 2 else ""
     return ", ".join(parts) + more

@@ -24,7 +24,8 @@ from trimaran.api.apps import (
     Service,
 )
 from trimaran.api.autoscaling import API_VERSION as AUTOSCALING_V2
-from trimaran.api.autoscaling import HPA_COLUMNS, HorizontalPodAutoscaler
+from trimaran.api.autoscaling import API_VERSION_V1 as AUTOSCALING_V1
+from trimaran.api.autoscaling import HPA_COLUMNS, HorizontalPodAutoscaler, HorizontalPodAutoscalerV1
 from trimaran.api.batch import Job
 from trimaran.api.core import ConfigMap, Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.errors import FieldError
@@ -404,6 +405,9 @@ for _info in (
     KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS),
     KindInfo("HorizontalPodAutoscaler", AUTOSCALING_V2, "autoscaling", "v2", "horizontalpodautoscalers", ("hpa",),
              True, HorizontalPodAutoscaler, ("all",), HPA_COLUMNS),
+    # v2 first: `hpa` finds it, and discovery prefers it, as kube-apiserver does.
+    KindInfo("HorizontalPodAutoscaler", AUTOSCALING_V1, "autoscaling", "v1", "horizontalpodautoscalers", ("hpa",),
+             True, HorizontalPodAutoscalerV1, ("all",), HPA_COLUMNS),
     KindInfo("ReplicaSet", APPS_V1, "apps", "v1", "replicasets", ("rs",), True, ReplicaSet, ("all",),
              REPLICASET_COLUMNS),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,

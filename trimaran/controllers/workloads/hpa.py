@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trimaran.api import ManifestError, validate
-from trimaran.api.autoscaling import default_rules, scale_target_info
+from trimaran.api.autoscaling import API_VERSION_V1, default_rules, metrics_of, scale_target_info
 from trimaran.api.quantity import format_cpu, format_memory, parse_cpu, parse_memory
 from trimaran.controllers.base import Key, Reconciler
 from trimaran.controllers.conditions import get_condition, now_rfc3339, set_condition
@@ -205,6 +205,17 @@ def _is_ready(pod: dict) -> bool:
     return phase(pod) == "Running" and bool(ready) and ready.get("status") == "True"
 
 
+def _v1_status(status: dict[str, Any]) -> dict[str, Any]:
+    """autoscaling/v1's status fields of a v2 status (v1 has no conditions; the events say as much)."""
+    out = {k: status[k] for k in ("observedGeneration", "lastScaleTime", "currentReplicas", "desiredReplicas")
+           if k in status}
+    for metric in status.get("currentMetrics") or []:
+        current = (metric.get("resource") or {}).get("current") or {}
+        if (metric.get("resource") or {}).get("name") == "cpu" and "averageUtilization" in current:
+            out["currentCPUUtilizationPercentage"] = current["averageUtilization"]
+    return out
+
+
 class _MetricProblem(Exception):
     """A metric that could not be computed: ScalingActive's reason and message."""
 
@@ -235,6 +246,8 @@ class HorizontalPodAutoscalerReconciler(Reconciler):
         history = self._history.setdefault(hpa["metadata"]["uid"], ScalingHistory())
         status: dict[str, Any] = copy.deepcopy(hpa.get("status") or {})
         retry = self._sync(hpa, status, history)
+        if hpa["apiVersion"] == API_VERSION_V1:
+            status = _v1_status(status)
         if status != (hpa.get("status") or {}):
             hpa["status"] = status
             try:
@@ -351,7 +364,7 @@ class HorizontalPodAutoscalerReconciler(Reconciler):
         current_metrics: list[dict[str, Any]] = []
         unsupported: list[str] = []
         waiting = False
-        for metric in hpa["spec"].get("metrics") or []:
+        for metric in metrics_of(hpa):
             if metric.get("type") != "Resource" or (metric.get("resource") or {}).get("name") not in ("cpu", "memory"):
                 unsupported.append(metric.get("type") if metric.get("type") != "Resource"
                                    else f"Resource {(metric.get('resource') or {}).get('name')}")

@@ -1,9 +1,9 @@
 """Request bodies in Kubernetes' protobuf encoding, for the core kinds kubectl's generators send.
 
-``kubectl create namespace|configmap|secret|serviceaccount NAME`` build typed objects and send them as
-``application/vnd.kubernetes.protobuf``: the magic ``k8s\\0``, then a ``runtime.Unknown`` holding
-the TypeMeta and the object's own message. The messages below are the subset of
-k8s.io/api core/v1 and apimachinery meta/v1 those commands fill in, with upstream's field numbers,
+``kubectl create namespace|configmap|secret|serviceaccount NAME`` and ``kubectl autoscale`` build typed
+objects and send them as ``application/vnd.kubernetes.protobuf``: the magic ``k8s\\0``, then a
+``runtime.Unknown`` holding the TypeMeta and the object's own message. The messages below are the subset of
+k8s.io/api core/v1, autoscaling/v1 and apimachinery meta/v1 those commands fill in, with upstream's field numbers,
 declared as descriptors and parsed by the protobuf library; the result is the object's JSON form,
 which the API then admits like any other body. Other kinds in protobuf stay a 415, as for custom
 resources on a cluster, and kubectl's ``-f`` path sends JSON.
@@ -26,6 +26,7 @@ _PACKAGE = "trimaran.k8s"
 _STRING = descriptor_pb2.FieldDescriptorProto.TYPE_STRING
 _BYTES = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
 _BOOL = descriptor_pb2.FieldDescriptorProto.TYPE_BOOL
+_INT32 = descriptor_pb2.FieldDescriptorProto.TYPE_INT32
 _MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
 _OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
 _REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
@@ -53,9 +54,18 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
                         ("name", 3, _STRING, False), ("uid", 4, _STRING, False), ("apiVersion", 5, _STRING, False),
                         ("resourceVersion", 6, _STRING, False), ("fieldPath", 7, _STRING, False)],
     "LocalObjectReference": [("name", 1, _STRING, False)],
+    # autoscaling/v1, which `kubectl autoscale` sends.
+    "HorizontalPodAutoscaler": [("metadata", 1, "ObjectMeta", False),
+                                ("spec", 2, "HorizontalPodAutoscalerSpec", False)],
+    "HorizontalPodAutoscalerSpec": [("scaleTargetRef", 1, "CrossVersionObjectReference", False),
+                                    ("minReplicas", 2, _INT32, False), ("maxReplicas", 3, _INT32, False),
+                                    ("targetCPUUtilizationPercentage", 4, _INT32, False)],
+    "CrossVersionObjectReference": [("kind", 1, _STRING, False), ("name", 2, _STRING, False),
+                                    ("apiVersion", 3, _STRING, False)],
 }
 # The kinds a body may carry: (apiVersion, kind) -> message.
 _KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "ServiceAccount")}
+_KINDS["autoscaling/v1", "HorizontalPodAutoscaler"] = "HorizontalPodAutoscaler"
 
 
 class ProtobufError(ValueError):
