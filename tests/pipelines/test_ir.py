@@ -155,3 +155,22 @@ def test_a_bad_run_is_refused_at_the_api_with_the_path() -> None:
     run["spec"]["pipelineSpec"] = _spec("artifacts")
     with pytest.raises(ManifestError, match=r'spec\.parameters\.rows: Invalid value: "many": must be NUMBER_INTEGER'):
         validate(run)
+
+
+def test_retry_loop_trigger_and_caching_values() -> None:
+    spec = _spec("retries")
+    task = spec["root"]["dag"]["tasks"]["flaky"]
+    task["retryPolicy"].update(maxRetryCount=-1, backoffDuration="1m", backoffFactor="double")
+    task["triggerPolicy"] = {"strategy": "SOMETIMES", "condition": 1}
+    task["cachingOptions"] = {"enableCache": "yes"}
+    task["iteratorPolicy"] = {"parallelismLimit": 1.5}
+    at = f"{P}.root.dag.tasks.flaky"
+    assert _errors(spec) == [
+        f"{at}.retryPolicy.maxRetryCount: Invalid value: -1: must be a whole number, 0 or more",
+        f"{at}.retryPolicy.backoffDuration: Invalid value: \"1m\": must be a duration in seconds, as '30s'",
+        f'{at}.retryPolicy.backoffFactor: Invalid value: "double": must be a number, 0 or more',
+        f"{at}.iteratorPolicy.parallelismLimit: Invalid value: 1.5: must be a whole number, 0 or more (0: no limit)",
+        f'{at}.triggerPolicy.strategy: Unsupported value: "SOMETIMES": supported values: '
+        '"TRIGGER_STRATEGY_UNSPECIFIED", "ALL_UPSTREAM_TASKS_SUCCEEDED", "ALL_UPSTREAM_TASKS_COMPLETED"',
+        f"{at}.triggerPolicy.condition: Invalid value: 1: must be a CEL expression",
+        f'{at}.cachingOptions.enableCache: Invalid value: "yes": must be true or false']

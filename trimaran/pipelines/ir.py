@@ -5,14 +5,16 @@ spec and the reason.
 What is checked: the document's shape, the schema version, every reference (a task's component, a
 component's executor, a task's inputs to the enclosing component's inputs and to its sibling tasks'
 declared outputs, dependent tasks, a DAG's outputs, a loop's items), cycles (a DAG's tasks through
-``dependentTasks`` and data edges; components that contain themselves), importers' constant URIs
-(local and absolute), and the platforms document against the executors. Whether a local path lies
+``dependentTasks`` and data edges; components that contain themselves), the values the run acts on
+(retry policies, loops' parallelism, trigger strategies, caching), importers' constant URIs (local
+and absolute), and the platforms document against the executors. Whether a local path lies
 under an allowed root depends on the control plane's home: the run controller checks it
 (``controllers/pipelines/run.py``: ``_allowed_path``), for importers and ``spec.pipelineRoot``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +41,9 @@ _K8S_LISTS = ("pvcMount", "secretAsEnv", "secretAsVolume", "configMapAsEnv", "co
               "emptyDirMounts")
 _K8S_OBJECTS = ("nodeSelector", "podMetadata", "enabledSharedMemory", "securityContext")
 _K8S_SCALARS = {"imagePullPolicy": str, "activeDeadlineSeconds": (int, str)}
+_STRATEGIES = ("TRIGGER_STRATEGY_UNSPECIFIED", "ALL_UPSTREAM_TASKS_SUCCEEDED", "ALL_UPSTREAM_TASKS_COMPLETED")
+# A protobuf Duration in JSON, as the compiler writes retry back-offs: "0s", "1.5s".
+_DURATION = re.compile(r"\d+(\.\d{1,9})?s")
 # The list items that mount something: each needs a mountPath.
 _K8S_MOUNTS = ("pvcMount", "secretAsVolume", "configMapAsVolume", "emptyDirMounts", "genericEphemeralVolume")
 
@@ -144,6 +149,7 @@ class _Checker:
                     edges[name].add(upstream)
             edges[name] |= self.task_inputs(task, task_path, tasks, inputs)
             self.iterator(task, task_path)
+            self.policies(task, task_path)
         self.dag_outputs(dag, dag_path, tasks)
         cycle = _find_cycle(edges)
         if cycle:
@@ -192,6 +198,33 @@ class _Checker:
             if item_key in items and items[item_key] not in _mapping(_mapping(task.get("inputs")).get(kind)):
                 self.error(join_path(path, key, "items", item_key), items[item_key],
                            f"the task has no such input {kind[:-1]} to iterate over")
+
+    def policies(self, task: Mapping[str, Any], path: str) -> None:
+        """Retries, loops' parallelism, trigger strategy and caching: the values the run acts on."""
+        retry = _mapping(task.get("retryPolicy"))
+        count = retry.get("maxRetryCount", 0)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            self.error(join_path(path, "retryPolicy", "maxRetryCount"), count, "must be a whole number, 0 or more")
+        for key in ("backoffDuration", "backoffMaxDuration"):
+            if key in retry and not (isinstance(retry[key], str) and _DURATION.fullmatch(retry[key])):
+                self.error(join_path(path, "retryPolicy", key), retry[key], "must be a duration in seconds, as '30s'")
+        factor = retry.get("backoffFactor", 2.0)
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor < 0:
+            self.error(join_path(path, "retryPolicy", "backoffFactor"), factor, "must be a number, 0 or more")
+        limit = _mapping(task.get("iteratorPolicy")).get("parallelismLimit", 0)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            self.error(join_path(path, "iteratorPolicy", "parallelismLimit"), limit,
+                       "must be a whole number, 0 or more (0: no limit)")
+        strategy = _mapping(task.get("triggerPolicy")).get("strategy")
+        if strategy is not None and strategy not in _STRATEGIES:
+            self.errors.append(FieldError.not_supported(join_path(path, "triggerPolicy", "strategy"), strategy,
+                                                        _STRATEGIES))
+        condition = _mapping(task.get("triggerPolicy")).get("condition")
+        if condition is not None and not isinstance(condition, str):
+            self.error(join_path(path, "triggerPolicy", "condition"), condition, "must be a CEL expression")
+        enable = _mapping(task.get("cachingOptions")).get("enableCache", True)
+        if not isinstance(enable, bool):
+            self.error(join_path(path, "cachingOptions", "enableCache"), enable, "must be true or false")
 
     def dag_outputs(self, dag: Mapping[str, Any], path: str, tasks: Mapping[str, Any]) -> None:
         outputs = _mapping(dag.get("outputs"))
