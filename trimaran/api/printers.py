@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 __all__ = ["AGE", "CONFIGMAP", "EVENT", "JOB", "NAMESPACE", "POD", "PVC", "SECRET", "PrinterColumn", "age", "duration",
-           "job_status", "pod_ready", "pod_restarts", "pod_status", "short_duration"]
+           "elapsed", "job_status", "pod_ready", "pod_restarts", "pod_status", "short_duration"]
 
 
 @dataclass(frozen=True)
@@ -107,14 +107,18 @@ def job_status(job: dict) -> str:
     return "Running" if status.get("active") else "Pending"
 
 
-def duration(obj: dict) -> str:
-    """A Job's DURATION: from startTime to completionTime, or to now while it runs."""
-    status = _status(obj)
-    start, end = status.get("startTime"), status.get("completionTime")
+def elapsed(start: str | None, end: str | None) -> str:
+    """From one RFC 3339 time to another, or to now while there is no end, in ``short_duration``'s words."""
     if not start:
         return ""
     finished = _time(end) if end else datetime.now(timezone.utc)
     return short_duration((finished - _time(start)).total_seconds())
+
+
+def duration(obj: dict) -> str:
+    """A Job's DURATION: from startTime to completionTime, or to now while it runs."""
+    status = _status(obj)
+    return elapsed(status.get("startTime"), status.get("completionTime"))
 
 
 def _data_count(obj: dict) -> int:

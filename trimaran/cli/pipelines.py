@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL
+from trimaran.api.printers import elapsed
 from trimaran.cli.app import NamespaceOpt, _client, _fail, app, console, err
 from trimaran.cli.client import APIError, Client
 
@@ -120,22 +121,11 @@ def progress(run: dict) -> str:
     return line + (f"; running: {', '.join(running)}" if running else "")
 
 
-def _duration(start: str | None, end: str | None) -> str:
-    from datetime import datetime, timezone
-
-    if not start:
-        return ""
-    begin = datetime.fromisoformat(start.replace("Z", "+00:00"))
-    finish = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else datetime.now(timezone.utc)
-    seconds = max(0.0, (finish - begin).total_seconds())
-    return f"{seconds:.1f}s" if seconds < 120 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-
-
 def describe_run(out: Console, run: dict) -> None:
     """The run's state, parameters and its tasks as a table (for ``describe run``)."""
     spec, status = run["spec"], run.get("status") or {}
     rows = [("State", status.get("state") or "PENDING"),
-            ("Duration", _duration(status.get("startedAt"), status.get("finishedAt")) or "-"),
+            ("Duration", elapsed(status.get("startedAt"), status.get("finishedAt")) or "-"),
             ("Experiment", spec.get("experiment") or "-"),
             ("Pipeline Root", status.get("pipelineRoot") or spec.get("pipelineRoot") or "-"),
             ("Caching", "on" if spec.get("enableCaching", True) else "off")]
@@ -156,7 +146,7 @@ def describe_run(out: Console, run: dict) -> None:
         table.add_column(col)
     for t in tasks:
         table.add_row(f"  {t['id']}", t.get("type", "container"), t.get("state", "PENDING"),
-                      _duration(t.get("startedAt"), t.get("finishedAt")), str(t.get("attempts") or ""),
+                      elapsed(t.get("startedAt"), t.get("finishedAt")), str(t.get("attempts") or ""),
                       t.get("cachedFrom") or "", t.get("podName") or "")
     out.print(table)
     for t in steps(run):
@@ -284,7 +274,7 @@ def _follow(client: Client, namespace: str, name: str) -> int:
         status = run.get("status") or {}
         state = status.get("state")
         if state in FINAL_RUN_STATES:
-            took = _duration(status.get("startedAt"), status.get("finishedAt"))
+            took = elapsed(status.get("startedAt"), status.get("finishedAt"))
             console.print(f"run/{name} {state}" + (f" in {took}" if took else ""), highlight=False)
             if state != "SUCCEEDED":
                 failed = [t for t in steps(run) if t.get("state") == "FAILED"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import mimetypes
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 from urllib.request import url2pathname
@@ -20,7 +19,7 @@ from urllib.request import url2pathname
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from trimaran.api.printers import age
+from trimaran.api.printers import age, elapsed
 from trimaran.runtime import LocalRuntime
 from trimaran.server.dashboard import html as h
 from trimaran.server.dashboard.charts import Series, chart
@@ -39,21 +38,6 @@ ARTIFACT_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'u
                                                "sandbox; frame-ancestors 'self'",
                     "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 _MARKDOWN_LIMIT = 2 * 1024 * 1024
-
-
-def _seconds(start: str | None, end: str | None) -> float | None:
-    if not start:
-        return None
-    begin = datetime.fromisoformat(start.replace("Z", "+00:00"))
-    finish = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else datetime.now(timezone.utc)
-    return max(0.0, (finish - begin).total_seconds())
-
-
-def duration(start: str | None, end: str | None) -> str:
-    seconds = _seconds(start, end)
-    if seconds is None:
-        return ""
-    return f"{seconds:.1f}s" if seconds < 120 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
 def run_finished(run: dict) -> bool:
@@ -78,7 +62,7 @@ def runs_page(store: Store) -> h.Page:
         done = sum(t.get("state") in (*FINAL_STATES, "CACHED") for t in steps)
         rows.append([h.esc(r["metadata"]["namespace"]), h.link(run_url(r), r["metadata"]["name"]),
                      h.esc(spec.get("displayName")), h.state(status.get("state") or "PENDING"),
-                     h.esc(f"{done}/{len(steps)}"), h.esc(duration(status.get("startedAt"), status.get("finishedAt"))),
+                     h.esc(f"{done}/{len(steps)}"), h.esc(elapsed(status.get("startedAt"), status.get("finishedAt"))),
                      h.esc(spec.get("experiment")), h.esc(status.get("startedAt")),
                      h.esc(age(r["metadata"].get("creationTimestamp")))])
     body = h.table(["namespace", "run", "display name", "state", "tasks done", "duration", "experiment", "started",
@@ -115,7 +99,7 @@ def run_page(store: Store, runtime: LocalRuntime, run: dict) -> h.Page:
     pairs = [("State", h.state(status.get("state") or "PENDING")), ("Display name", h.esc(spec.get("displayName"))),
              ("Experiment", h.esc(spec.get("experiment") or "-")), ("Started", h.esc(status.get("startedAt") or "-")),
              ("Finished", h.esc(status.get("finishedAt") or "-")),
-             ("Duration", h.esc(duration(status.get("startedAt"), status.get("finishedAt")) or "-")),
+             ("Duration", h.esc(elapsed(status.get("startedAt"), status.get("finishedAt")) or "-")),
              ("Pipeline root", h.esc(status.get("pipelineRoot") or spec.get("pipelineRoot") or "-")),
              ("Caching", h.esc("on" if spec.get("enableCaching", True) else "off"))]
     if status.get("message"):
@@ -126,7 +110,7 @@ def run_page(store: Store, runtime: LocalRuntime, run: dict) -> h.Page:
                                                     lambda task_id: "#" + _task_anchor(task_id)) + "</div>")
     rows = [[h.link("#" + _task_anchor(t["id"]), t["id"]) if t.get("type", "container") in STEP_TYPES
              else h.esc(t["id"]), h.esc(t.get("type", "container")), h.state(t.get("state") or "PENDING"),
-             h.esc(duration(t.get("startedAt"), t.get("finishedAt"))), h.esc(t.get("attempts")),
+             h.esc(elapsed(t.get("startedAt"), t.get("finishedAt"))), h.esc(t.get("attempts")),
              h.esc(t.get("cachedFrom")), _pod_link(ns, t.get("podName"))] for t in tasks]
     body.append("<h2>Tasks</h2>" + h.table(["task", "type", "state", "duration", "attempts", "cached from", "pod"],
                                            rows, empty="no tasks yet"))
@@ -149,7 +133,7 @@ def _values(values: dict | None, empty: str) -> str:
 def _task_section(runtime: LocalRuntime, run: dict, task: dict) -> str:
     ns = run["metadata"]["namespace"]
     pairs = [("State", h.state(task.get("state") or "PENDING")), ("Component", h.esc(task.get("component"))),
-             ("Duration", h.esc(duration(task.get("startedAt"), task.get("finishedAt")) or "-")),
+             ("Duration", h.esc(elapsed(task.get("startedAt"), task.get("finishedAt")) or "-")),
              ("Attempts", h.esc(task.get("attempts") or "-")), ("Pod", _pod_link(ns, task.get("podName")) or "-")]
     if task.get("cachedFrom"):
         pairs.append(("Cached from", h.esc(task["cachedFrom"])))
