@@ -150,6 +150,25 @@ def test_a_second_run_reuses_cached_steps_unless_caching_is_off(api: Client) -> 
     assert task(third, "cached")["outputs"] != task(first, "cached")["outputs"]
 
 
+def test_kfp_kubernetes_settings_reach_the_step_pod(api: Client) -> None:
+    api.create("Secret", NS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pipeline-secret"},
+                              "stringData": {"password": "s3cret"}})
+    api.create("ConfigMap", NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pipeline-config"},
+                                 "data": {"mode": "fast"}})
+    api.create("PersistentVolumeClaim", NS, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "pipeline-data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}})
+    start(api, "platform", "kubernetes", platformSpec=compiled("kubernetes").platform_spec)
+    run = finished(api, "platform")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    step = task(run, "inspect")
+    assert step["outputs"]["parameters"]["Output"] == "s3cret|fast|fast|s3cret"
+    pod = api.get("Pod", NS, step["podName"])
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["spec"]["tolerations"][0]["key"] == "dedicated"
+    assert pod["metadata"]["labels"]["team"] == "ml" and pod["metadata"]["annotations"]["note"] == "from kfp-kubernetes"
+
+
 def sleeper(seconds: int) -> dict:
     """A one-step pipeline whose container sleeps (written as the compiler writes it)."""
     return {"pipelineInfo": {"name": "sleeper"}, "schemaVersion": "2.1.0", "sdkVersion": "kfp-2.17.3",

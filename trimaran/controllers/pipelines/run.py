@@ -88,7 +88,7 @@ class RunReconciler(Reconciler):
             self._retry(run, status)
         status.setdefault("observedRetry", retry)
         try:
-            pipeline_spec = self._pipeline_spec(run)
+            pipeline_spec, platform = self._pipeline(run)
             root = self._pipeline_root(run)
         except _TaskError as exc:
             return self._finish(run, status, "FAILED", str(exc))
@@ -106,7 +106,8 @@ class RunReconciler(Reconciler):
         for _ in range(10_000):  # each round settles at least one task; the bound only guards a bug
             planned = dag.plan(pipeline_spec, parameters, facts, run_name=run["metadata"]["name"],
                                terminating=terminating)
-            settled, wait = self._start(run, int(status["observedRetry"]), root, planned.ready, facts, pods)
+            settled, wait = self._start(run, int(status["observedRetry"]), root, planned.ready, facts, pods,
+                                        platform)
             if wait is not None:
                 requeue = wait if requeue is None else min(requeue, wait)
             if not settled:
@@ -229,7 +230,7 @@ class RunReconciler(Reconciler):
     # -- starting tasks ----------------------------------------------------------------------
 
     def _start(self, run: dict, generation: int, root: Path, ready: list[dag.Ready], facts: dict[str, dict],
-               pods: dict[str, dict]) -> tuple[bool, float | None]:
+               pods: dict[str, dict], platform: dict) -> tuple[bool, float | None]:
         """Start what is ready: whether anything started or settled (plan again), and when a back-off ends."""
         settled = False
         wait: float | None = None
@@ -250,7 +251,7 @@ class RunReconciler(Reconciler):
                 if self._cached(run, task, fact):
                     settled = True
                     continue
-                self._create_pod(run, generation, root, task, fact, pods)
+                self._create_pod(run, generation, root, task, fact, pods, platform.get(task.executor_label) or {})
                 settled = True
             except _TaskError as exc:
                 fact.setdefault("startedAt", now_rfc3339())
@@ -325,11 +326,12 @@ class RunReconciler(Reconciler):
                                            outputs_dir=str(base / ".kfp"), artifacts_uri=str(base))
 
     def _create_pod(self, run: dict, generation: int, root: Path, task: dag.Ready, fact: dict,
-                    pods: dict[str, dict]) -> None:
+                    pods: dict[str, dict], platform: dict) -> None:
         attempt = int(fact.get("attempts") or 0) + 1
         name = _pod_name(run, task.id, generation, attempt)
         if name not in pods:
             pod = self._build_pod(run, root, task, fact, name)
+            _apply_platform(pod, platform, task.inputs["parameters"])
             try:
                 pods[name] = self.store.create(pod)
                 self.store.record_event(run, "Normal", "TaskStarted", f"task {task.id}: pod {name}")
@@ -396,24 +398,26 @@ class RunReconciler(Reconciler):
 
     # -- where the pipeline and its artifacts are --------------------------------------------
 
-    def _pipeline_spec(self, run: dict) -> dict:
+    def _pipeline(self, run: dict) -> tuple[dict, dict]:
+        """The run's IR and its kfp-kubernetes settings by executor label."""
         spec = run["spec"]
         if spec.get("pipelineSpec"):
-            return spec["pipelineSpec"]
+            return spec["pipelineSpec"], _platform_executors(spec.get("platformSpec"))
         ref = spec.get("pipelineVersionRef") or {}
         namespace = run["metadata"]["namespace"]
         if ref.get("version"):
             try:
-                return self.store.get("PipelineVersion", namespace, ref["version"])["spec"]["pipelineSpec"]
+                version = self.store.get("PipelineVersion", namespace, ref["version"])["spec"]
             except NotFound:
                 raise _TaskError(f"pipeline version {ref['version']} not found") from None
+            return version["pipelineSpec"], _platform_executors(version.get("platformSpec"))
         versions = [v for v in self.store.list("PipelineVersion", namespace)
                     if v["spec"].get("pipelineName") == ref.get("pipeline")]
         if not versions:
             raise _TaskError(f"pipeline {ref.get('pipeline')} has no version")
         newest = max(versions, key=lambda v: (v["metadata"].get("creationTimestamp") or "",
                                               int(v["metadata"].get("resourceVersion") or 0)))
-        return newest["spec"]["pipelineSpec"]
+        return newest["spec"]["pipelineSpec"], _platform_executors(newest["spec"].get("platformSpec"))
 
     def _allowed_roots(self) -> list[Path]:
         extra = [Path(p) for p in os.environ.get("TRIMARAN_PIPELINE_ROOTS", "").split(os.pathsep) if p]
@@ -438,6 +442,78 @@ class RunReconciler(Reconciler):
         root = base / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
         root.mkdir(parents=True, exist_ok=True)
         return root
+
+
+def _platform_executors(document: dict | None) -> dict:
+    """kfp-kubernetes' settings per executor label, from its ``platforms`` document (whole, or the
+    mapping under ``platforms``)."""
+    platforms = (document or {}).get("platforms", document or {})
+    return ((platforms.get("kubernetes") or {}).get("deploymentSpec") or {}).get("executors") or {}
+
+
+def _named(entry: dict, legacy: str, parameters: dict) -> str:
+    """The object an entry names: its ``*NameParameter`` (a constant or the task's input), else the
+    older plain field."""
+    for key, source in entry.items():
+        if key.endswith("NameParameter") and isinstance(source, dict):
+            if "runtimeValue" in source:
+                return str(source["runtimeValue"].get("constant"))
+            if source.get("componentInputParameter") in parameters:
+                return str(parameters[source["componentInputParameter"]])
+    return str(entry.get(legacy) or "")
+
+
+def _apply_platform(pod: dict, settings: dict, parameters: dict) -> None:
+    """kfp-kubernetes on the step's pod: Secrets and ConfigMaps as env or volumes, PVCs, empty dirs,
+    node selector, tolerations, pod labels and annotations, image pull secrets."""
+    if not settings:
+        return
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    env, mounts, volumes = container["env"], container["volumeMounts"], spec["volumes"]
+
+    def mount(volume: dict, path: str, read_only: bool = False) -> None:
+        volume["name"] = f"kfp-{len(volumes)}"
+        volumes.append(volume)
+        mounts.append({"name": volume["name"], "mountPath": path, "readOnly": read_only})
+
+    for entry in settings.get("secretAsEnv") or []:
+        name = _named(entry, "secretName", parameters)
+        env += [{"name": k["envVar"], "valueFrom": {"secretKeyRef": {
+            "name": name, "key": k["secretKey"], "optional": bool(entry.get("optional"))}}}
+            for k in entry.get("keyToEnv") or []]
+    for entry in settings.get("configMapAsEnv") or []:
+        name = _named(entry, "configMapName", parameters)
+        env += [{"name": k["envVar"], "valueFrom": {"configMapKeyRef": {
+            "name": name, "key": k["configMapKey"], "optional": bool(entry.get("optional"))}}}
+            for k in entry.get("keyToEnv") or []]
+    for entry in settings.get("fieldPathAsEnv") or []:
+        env.append({"name": entry["name"], "valueFrom": {"fieldRef": {"fieldPath": entry["fieldPath"]}}})
+    for entry in settings.get("secretAsVolume") or []:
+        mount({"secret": {"secretName": _named(entry, "secretName", parameters),
+                          "optional": bool(entry.get("optional"))}}, entry["mountPath"], True)
+    for entry in settings.get("configMapAsVolume") or []:
+        mount({"configMap": {"name": _named(entry, "configMapName", parameters),
+                             "optional": bool(entry.get("optional"))}}, entry["mountPath"], True)
+    for entry in settings.get("pvcMount") or []:
+        mount({"persistentVolumeClaim": {"claimName": _named(entry, "constant", parameters)}}, entry["mountPath"])
+    for entry in settings.get("emptyDirMounts") or []:
+        empty = {k: entry[k] for k in ("medium", "sizeLimit") if entry.get(k)}
+        mount({"emptyDir": empty}, entry["mountPath"])
+    labels = (settings.get("nodeSelector") or {}).get("labels")
+    if labels:
+        spec["nodeSelector"] = dict(labels)
+    if settings.get("tolerations"):
+        spec["tolerations"] = [dict(t) for t in settings["tolerations"]]
+    if settings.get("imagePullSecret"):
+        spec["imagePullSecrets"] = [{"name": s["secretName"]} for s in settings["imagePullSecret"]]
+    if settings.get("imagePullPolicy"):
+        container["imagePullPolicy"] = settings["imagePullPolicy"]
+    if settings.get("activeDeadlineSeconds"):
+        spec["activeDeadlineSeconds"] = int(settings["activeDeadlineSeconds"])
+    metadata = settings.get("podMetadata") or {}
+    pod["metadata"]["labels"] = {**(metadata.get("labels") or {}), **pod["metadata"]["labels"]}
+    pod["metadata"]["annotations"].update(metadata.get("annotations") or {})
 
 
 def _pod_name(run: dict, task_id: str, generation: int, attempt: int) -> str:
