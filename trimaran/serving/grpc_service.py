@@ -52,13 +52,41 @@ def decode_request(request: pb.ModelInferRequest, expected: dict[str, str] | Non
         field = _CONTENTS_FIELD.get(tensor.datatype)
         if field is None:
             raise InvalidInput(f"input {name!r}: {tensor.datatype} needs raw_input_contents")
-        values = getattr(tensor.contents, field)
-        array = np.array(values, dtype=object) if dtype.kind == "O" else np.asarray(values, dtype=dtype)
+        array = _packed_floats(tensor.contents, field, dtype) if field in _PACKED_TAGS else None
+        if array is None:
+            values = getattr(tensor.contents, field)
+            array = np.array(values, dtype=object) if dtype.kind == "O" else np.asarray(values, dtype=dtype)
         if array.size != math.prod(shape):
             raise InvalidInput(f"input {name!r}: shape {list(shape)} needs {math.prod(shape)} elements, "
                                f"contents have {array.size}")
         inputs[name] = array.reshape(shape)
     return inputs
+
+
+# The wire tag of a packed fp32/fp64 field of InferTensorContents (field number << 3 | length-delimited).
+_PACKED_TAGS = {"fp32_contents": (6 << 3) | 2, "fp64_contents": (7 << 3) | 2}
+
+
+def _packed_floats(contents: pb.InferTensorContents, field: str, dtype: np.dtype) -> np.ndarray | None:
+    """The values of a packed float field read straight from its wire bytes (little-endian IEEE, as numpy
+    lays them out): converting a repeated field element by element costs more than the rest of the request.
+    None when the message is not that one field alone (the caller then reads it the usual way)."""
+    data = contents.SerializeToString()
+    if not data:
+        return np.empty(0, dtype)
+    if data[0] != _PACKED_TAGS[field]:
+        return None
+    length, shift, pos = 0, 0, 1
+    while pos < len(data):
+        byte = data[pos]
+        pos += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+        shift += 7
+    if pos + length != len(data):
+        return None
+    return np.frombuffer(bytearray(data), dtype.newbyteorder("<"), offset=pos)  # writable: models may change it
 
 
 def encode_response(response: pb.ModelInferResponse, outputs: dict[str, np.ndarray], raw: bool) -> None:
