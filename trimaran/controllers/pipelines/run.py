@@ -27,7 +27,7 @@ from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang
-from trimaran.pipelines import cache, dag, kubernetes, placeholders
+from trimaran.pipelines import cache, dag, placeholders
 from trimaran.store import AlreadyExists, NotFound, Store
 
 __all__ = ["RunReconciler", "kfp_runtime_dir"]
@@ -393,13 +393,6 @@ class RunReconciler(Reconciler):
             "spec": pod_spec,
             "status": {"phase": "Pending"},
         }
-        # kfp-kubernetes' platform document: claims, Secrets, ConfigMaps, scheduling, metadata.
-        config = kubernetes.executor_config(run["spec"].get("platformSpec"), task.executor_label)
-        if config:
-            try:
-                kubernetes.apply_config(pod, config, (fact.get("inputs") or {}).get("parameters") or {})
-            except kubernetes.PlatformError as exc:
-                raise _TaskError(str(exc)) from None
         set_gang(pod, name, 1, {name: LOOPBACK})
         return pod
 
