@@ -27,7 +27,7 @@ from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang
-from trimaran.pipelines import cache, dag, placeholders
+from trimaran.pipelines import cache, dag, kubernetes, placeholders
 from trimaran.store import AlreadyExists, NotFound, Store
 
 __all__ = ["RunReconciler", "kfp_runtime_dir"]
@@ -331,7 +331,10 @@ class RunReconciler(Reconciler):
         name = _pod_name(run, task.id, generation, attempt)
         if name not in pods:
             pod = self._build_pod(run, root, task, fact, name)
-            _apply_platform(pod, platform, task.inputs["parameters"])
+            try:
+                kubernetes.apply_config(pod, platform, task.inputs["parameters"])
+            except kubernetes.PlatformError as exc:  # affinity, a name not given, ...: the step fails saying so
+                raise _TaskError(str(exc)) from None
             try:
                 pods[name] = self.store.create(pod)
                 self.store.record_event(run, "Normal", "TaskStarted", f"task {task.id}: pod {name}")
@@ -449,71 +452,6 @@ def _platform_executors(document: dict | None) -> dict:
     mapping under ``platforms``)."""
     platforms = (document or {}).get("platforms", document or {})
     return ((platforms.get("kubernetes") or {}).get("deploymentSpec") or {}).get("executors") or {}
-
-
-def _named(entry: dict, legacy: str, parameters: dict) -> str:
-    """The object an entry names: its ``*NameParameter`` (a constant or the task's input), else the
-    older plain field."""
-    for key, source in entry.items():
-        if key.endswith("NameParameter") and isinstance(source, dict):
-            if "runtimeValue" in source:
-                return str(source["runtimeValue"].get("constant"))
-            if source.get("componentInputParameter") in parameters:
-                return str(parameters[source["componentInputParameter"]])
-    return str(entry.get(legacy) or "")
-
-
-def _apply_platform(pod: dict, settings: dict, parameters: dict) -> None:
-    """kfp-kubernetes on the step's pod: Secrets and ConfigMaps as env or volumes, PVCs, empty dirs,
-    node selector, tolerations, pod labels and annotations, image pull secrets."""
-    if not settings:
-        return
-    spec = pod["spec"]
-    container = spec["containers"][0]
-    env, mounts, volumes = container["env"], container["volumeMounts"], spec["volumes"]
-
-    def mount(volume: dict, path: str, read_only: bool = False) -> None:
-        volume["name"] = f"kfp-{len(volumes)}"
-        volumes.append(volume)
-        mounts.append({"name": volume["name"], "mountPath": path, "readOnly": read_only})
-
-    for entry in settings.get("secretAsEnv") or []:
-        name = _named(entry, "secretName", parameters)
-        env += [{"name": k["envVar"], "valueFrom": {"secretKeyRef": {
-            "name": name, "key": k["secretKey"], "optional": bool(entry.get("optional"))}}}
-            for k in entry.get("keyToEnv") or []]
-    for entry in settings.get("configMapAsEnv") or []:
-        name = _named(entry, "configMapName", parameters)
-        env += [{"name": k["envVar"], "valueFrom": {"configMapKeyRef": {
-            "name": name, "key": k["configMapKey"], "optional": bool(entry.get("optional"))}}}
-            for k in entry.get("keyToEnv") or []]
-    for entry in settings.get("fieldPathAsEnv") or []:
-        env.append({"name": entry["name"], "valueFrom": {"fieldRef": {"fieldPath": entry["fieldPath"]}}})
-    for entry in settings.get("secretAsVolume") or []:
-        mount({"secret": {"secretName": _named(entry, "secretName", parameters),
-                          "optional": bool(entry.get("optional"))}}, entry["mountPath"], True)
-    for entry in settings.get("configMapAsVolume") or []:
-        mount({"configMap": {"name": _named(entry, "configMapName", parameters),
-                             "optional": bool(entry.get("optional"))}}, entry["mountPath"], True)
-    for entry in settings.get("pvcMount") or []:
-        mount({"persistentVolumeClaim": {"claimName": _named(entry, "constant", parameters)}}, entry["mountPath"])
-    for entry in settings.get("emptyDirMounts") or []:
-        empty = {k: entry[k] for k in ("medium", "sizeLimit") if entry.get(k)}
-        mount({"emptyDir": empty}, entry["mountPath"])
-    labels = (settings.get("nodeSelector") or {}).get("labels")
-    if labels:
-        spec["nodeSelector"] = dict(labels)
-    if settings.get("tolerations"):
-        spec["tolerations"] = [dict(t) for t in settings["tolerations"]]
-    if settings.get("imagePullSecret"):
-        spec["imagePullSecrets"] = [{"name": s["secretName"]} for s in settings["imagePullSecret"]]
-    if settings.get("imagePullPolicy"):
-        container["imagePullPolicy"] = settings["imagePullPolicy"]
-    if settings.get("activeDeadlineSeconds"):
-        spec["activeDeadlineSeconds"] = int(settings["activeDeadlineSeconds"])
-    metadata = settings.get("podMetadata") or {}
-    pod["metadata"]["labels"] = {**(metadata.get("labels") or {}), **pod["metadata"]["labels"]}
-    pod["metadata"]["annotations"].update(metadata.get("annotations") or {})
 
 
 def _pod_name(run: dict, task_id: str, generation: int, attempt: int) -> str:
