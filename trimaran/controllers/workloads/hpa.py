@@ -246,6 +246,8 @@ class HorizontalPodAutoscalerReconciler(Reconciler):
         history = self._history.setdefault(hpa["metadata"]["uid"], ScalingHistory())
         status: dict[str, Any] = copy.deepcopy(hpa.get("status") or {})
         retry = self._sync(hpa, status, history)
+        if hpa["metadata"].get("generation") is not None:
+            status["observedGeneration"] = hpa["metadata"]["generation"]
         if hpa["apiVersion"] == API_VERSION_V1:
             status = _v1_status(status)
         if status != (hpa.get("status") or {}):
