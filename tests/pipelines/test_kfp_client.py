@@ -66,6 +66,9 @@ for version in versions:
     client.delete_pipeline_version(pipeline.pipeline_id, version.pipeline_version_id)
 client.delete_pipeline(pipeline.pipeline_id)
 out["deleted"] = refused(client.get_pipeline, pipeline.pipeline_id)["status"]
+other = client.upload_pipeline(hello, pipeline_name="Other")
+out["same_version_name_elsewhere"] = client.upload_pipeline_version(hello, "second", pipeline_id=other.pipeline_id) \
+    .display_name
 '''
 
 
@@ -81,6 +84,7 @@ def test_pipelines_and_versions_through_kfp_client(seen: dict) -> None:
     assert out["delete_with_versions"]["status"] == 400
     assert "2 version(s)" in out["delete_with_versions"]["body"]["message"]
     assert out["deleted"] == 404
+    assert out["same_version_name_elsewhere"] == "second"  # version names are per pipeline, as in KFP
 
 
 RUNS = r'''

@@ -51,7 +51,6 @@ DEFAULT_EXPERIMENT = "default"  # made on demand, displayed "Default", as KFP do
 _UPDATE_TRIES = 5
 _PLURAL = {"Pipeline": "pipelines", "PipelineVersion": "pipeline versions", "PipelineExperiment": "experiments",
            "Run": "runs", "RecurringRun": "recurring runs"}
-_FINISHED = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 
 
 def _slug(text: str, limit: int = 63) -> str:
@@ -224,6 +223,9 @@ class _Api:
         slug = _slug(name)
         if not slug:
             raise KfpError.invalid(f'name: "{name}" has no letter or digit to make a name of')
+        if slug != meta["name"] and not slug.startswith(meta["name"] + "-"):
+            # Versions share their namespace with every pipeline's: "v1" of two pipelines must not clash.
+            slug = f"{meta['name']}-{slug}"[:253]
         if isinstance(spec, dict) and spec.get("pipelineInfo") is None and "pipeline_spec" in spec:
             spec, platform = _unwrap(spec)
         version_spec: dict[str, Any] = {"pipelineName": meta["name"], "displayName": name, "pipelineSpec": spec}
@@ -500,8 +502,8 @@ class _Api:
         run = self.find(principal, "Run", run_id, "update")
         state = (run.get("status") or {}).get("state")
         if action == "terminate":
-            if state not in _FINISHED:
-                self.change_spec(run, lambda spec: spec.update(terminate=True))
+            # A finished run keeps its state: the controller reads terminate only while it runs.
+            self.change_spec(run, lambda spec: spec.update(terminate=True))
         elif action == "retry":
             if state not in ("FAILED", "CANCELED"):
                 raise KfpError.precondition(f"run {run_id} is {state or 'PENDING'}: only a failed or terminated "
