@@ -115,9 +115,10 @@ def compiled(name: str) -> CompiledPipeline:
     return CompiledPipeline(name, path, documents[0], platform, arguments, local)
 
 
-# Runs one corpus pipeline under kfp.local's SubprocessRunner in the current interpreter (no venv,
-# no pip) and prints its outputs as JSON: parameters as values, artifacts as {type, uri, metadata}, or
-# the error kfp.local raised when a task failed.
+# Runs one corpus pipeline under kfp.local's SubprocessRunner in the current interpreter (no venv: a
+# component's `pip install kfp` preamble finds it installed, offline) and prints its outputs as JSON:
+# parameters as values, artifacts as {type, uri, metadata}, or the error kfp.local raised when a task
+# failed.
 _RUN_LOCAL = textwrap.dedent("""
     import json, re, runpy, sys
     from kfp import dsl, local
