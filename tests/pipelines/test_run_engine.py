@@ -169,6 +169,41 @@ def test_kfp_kubernetes_settings_reach_the_step_pod(api: Client) -> None:
     assert pod["metadata"]["labels"]["team"] == "ml" and pod["metadata"]["annotations"]["note"] == "from kfp-kubernetes"
 
 
+def test_an_importer_hands_a_file_under_an_allowed_root_on(api: Client, plane: ControlPlaneHandle) -> None:
+    data = Path(marker_dir(plane, "importer")) / "data.txt"
+    data.write_text("imported rows")
+    start(api, "importer", "importer", {"uri": str(data)})
+    run = finished(api, "importer")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    imported = next(t for t in run["status"]["tasks"] if t["type"] == "importer")
+    assert imported["outputs"]["artifacts"]["artifact"][0]["uri"] == str(data)
+    assert task(run, "read")["outputs"]["parameters"]["Output"] == "imported rows test"
+    start(api, "importer-outside", "importer", {"uri": "/etc/hostname"})
+    refused = finished(api, "importer-outside")
+    assert refused["status"]["state"] == "FAILED" and "outside the allowed roots" in refused["status"]["message"]
+
+
+def test_resources_reach_admission_and_env_reaches_the_step(api: Client) -> None:
+    start(api, "resources", "resources")
+    # The accelerator step waits for a GPU this node lacks (or runs where it has one); the other ends.
+    def env_done() -> dict | None:
+        run = api.get("Run", NS, "resources")
+        steps = [t for t in (run.get("status") or {}).get("tasks") or [] if t["type"] == "container"]
+        return run if any(t["name"] == "read-env" and t["state"] == "SUCCEEDED" for t in steps) and all(
+            t.get("podName") for t in steps) else None
+    run = poll(env_done, timeout=60, interval=0.2, what="the env step to succeed")
+    read_env = task(run, "read-env")
+    assert read_env["outputs"]["parameters"]["Output"] == "hello from env"
+    pod = api.get("Pod", NS, read_env["podName"])
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "1", "memory": "512Mi"},
+                                                         "requests": {"cpu": "100m", "memory": "64Mi"}}
+    gpu_step = next(t for t in run["status"]["tasks"] if t["type"] == "container" and t["name"] != "read-env")
+    gpu_pod = api.get("Pod", NS, gpu_step["podName"])
+    assert gpu_pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    change_spec(api, "resources", terminate=True)
+    assert finished(api, "resources", timeout=30)["status"]["state"] in ("CANCELED", "SUCCEEDED")
+
+
 def sleeper(seconds: int) -> dict:
     """A one-step pipeline whose container sleeps (written as the compiler writes it)."""
     return {"pipelineInfo": {"name": "sleeper"}, "schemaVersion": "2.1.0", "sdkVersion": "kfp-2.17.3",

@@ -26,7 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
-from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang
+from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang, waiting_reason
 from trimaran.pipelines import cache, dag, kubernetes, placeholders
 from trimaran.store import AlreadyExists, NotFound, Store
 
@@ -173,7 +173,9 @@ class RunReconciler(Reconciler):
                 self._end(task, "FAILED", f"pod {task['podName']} was deleted")
                 continue
             current = phase(pod)
-            if current == "Running":
+            if current == "Pending" and waiting_reason([pod]):
+                task["message"] = waiting_reason([pod])  # e.g. no free GPU for its accelerator
+            elif current == "Running":
                 task["state"] = "RUNNING"
             elif current == "Succeeded":
                 self._succeeded(run, spec, root, task)
