@@ -139,6 +139,11 @@ out["retry_unfinished"] = refused(client.runs.run_service_retry_run, run_id=firs
 client.delete_run(third.run_id)
 out["deleted"] = refused(client.get_run, third.run_id)["status"]
 out["names"] = {"first": first.run_id, "second": second}
+client.archive_experiment(experiment.experiment_id)  # archives its runs too, as KFP does
+out["experiment_archived"] = [client.get_experiment(experiment_id=experiment.experiment_id).storage_state,
+                              client.get_run(first.run_id).storage_state, client.get_run(second).storage_state]
+client.unarchive_experiment(experiment.experiment_id)
+out["experiment_unarchived"] = client.get_experiment(experiment_id=experiment.experiment_id).storage_state
 '''
 
 
@@ -161,6 +166,8 @@ def test_runs_through_kfp_client(plane: ControlPlaneHandle, seen: dict) -> None:
     assert out["archived"] == "ARCHIVED"
     assert out["available"] == ["second", "third from version"]
     assert out["unarchived"] == "AVAILABLE"
+    assert out["experiment_archived"] == ["ARCHIVED", "ARCHIVED", "AVAILABLE"]  # second is in Default
+    assert out["experiment_unarchived"] == "AVAILABLE"
     assert out["deleted"] == 404
     # The runs are the store's Run objects: what kubectl and the controllers see.
     api = plane.client()
