@@ -7,6 +7,7 @@ One control plane serves the module; each test uses run names of its own.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -202,6 +203,28 @@ def test_resources_reach_admission_and_env_reaches_the_step(api: Client) -> None
     assert gpu_pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     change_spec(api, "resources", terminate=True)
     assert finished(api, "resources", timeout=30)["status"]["state"] in ("CANCELED", "SUCCEEDED")
+
+
+def with_packages(*packages: str) -> dict:
+    """The hello pipeline as the compiler writes it for `@dsl.component(packages_to_install=[...])`:
+    a second `pip install` in the preamble."""
+    spec = copy.deepcopy(compiled("hello").pipeline_spec)
+    container = spec["deploymentSpec"]["executors"]["exec-greet"]["container"]
+    quoted = " ".join(f"'{p}'" for p in packages)
+    container["command"][2] = container["command"][2].replace(
+        '&& "$0" "$@"', f'&& python3 -m pip install --quiet --no-warn-script-location {quoted} && "$0" "$@"')
+    return spec
+
+
+def test_packages_to_install_come_from_the_pods_interpreter_or_fail_the_step(api: Client) -> None:
+    start(api, "packages-present", with_packages("PyYAML>=5"), {"name": "yaml"})
+    run = finished(api, "packages-present")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    start(api, "packages-missing", with_packages("PyYAML", "no-such-package-for-trimaran==1.0"), {"name": "x"})
+    run = finished(api, "packages-missing")
+    assert run["status"]["state"] == "FAILED"
+    assert "no-such-package-for-trimaran==1.0" in run["status"]["message"]
+    assert "PyYAML" not in run["status"]["message"] and not task(run, "greet").get("podName")
 
 
 def sleeper(seconds: int) -> dict:
