@@ -174,3 +174,13 @@ def test_retry_loop_trigger_and_caching_values() -> None:
         '"TRIGGER_STRATEGY_UNSPECIFIED", "ALL_UPSTREAM_TASKS_SUCCEEDED", "ALL_UPSTREAM_TASKS_COMPLETED"',
         f"{at}.triggerPolicy.condition: Invalid value: 1: must be a CEL expression",
         f'{at}.cachingOptions.enableCache: Invalid value: "yes": must be true or false']
+
+
+def test_defaults_and_constants_of_the_wrong_type() -> None:
+    spec = _spec("parameters")
+    spec["root"]["inputDefinitions"]["parameters"]["count"]["defaultValue"] = "three"
+    spec["root"]["dag"]["tasks"]["describe"]["inputs"]["parameters"]["note"] = {"runtimeValue": {"constant": 7}}
+    assert _errors(spec) == [
+        f'{P}.root.inputDefinitions.parameters.count.defaultValue: Invalid value: "three": must be NUMBER_INTEGER',
+        f"{P}.root.dag.tasks.describe.inputs.parameters.note.runtimeValue.constant: Invalid value: 7: component "
+        "comp-describe's input note is STRING"]

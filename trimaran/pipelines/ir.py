@@ -116,6 +116,9 @@ class _Checker:
                 if kind not in _PARAMETER_TYPES:
                     self.errors.append(FieldError.not_supported(
                         join_path(path, side, "parameters", name, "parameterType"), kind, PARAMETER_TYPES))
+                elif "defaultValue" in definition and not _fits(definition["defaultValue"], kind):
+                    self.error(join_path(path, side, "parameters", name, "defaultValue"), definition["defaultValue"],
+                               f"must be {kind}")
 
     def declared(self, component_name: Any, side: str, kind: str) -> Mapping[str, Any] | None:
         """A component's declared inputs or outputs; None when there is no such component."""
@@ -168,6 +171,9 @@ class _Checker:
             for name, source in _mapping(task_inputs.get(kind)).items():
                 source = _mapping(source)
                 input_path = join_path(path, "inputs", kind, name)
+                if kind == "parameters" and "runtimeValue" in source:
+                    self.constant(task, name, _mapping(source["runtimeValue"]).get("constant"),
+                                  join_path(input_path, "runtimeValue", "constant"))
                 if own in source and source[own] not in _mapping(scope.get(kind)):
                     self.error(join_path(input_path, own), source[own],
                                f"the enclosing component declares no such input {kind[:-1]}")
@@ -189,6 +195,14 @@ class _Checker:
                                    f"task {producer} has no such output {kind[:-1]} "
                                    f"(it has: {', '.join(sorted(declared)) or 'none'})")
         return upstream
+
+    def constant(self, task: Mapping[str, Any], name: str, value: Any, path: str) -> None:
+        """A constant passed to an input its component declares: of the declared type."""
+        ref = _mapping(task.get("componentRef")).get("name")
+        declared = self.declared(ref, "inputDefinitions", "parameters") or {}
+        kind = _mapping(declared.get(name)).get("parameterType")
+        if kind in _PARAMETER_TYPES and value is not None and not _fits(value, kind):
+            self.error(path, value, f"component {ref}'s input {name} is {kind}")
 
     def iterator(self, task: Mapping[str, Any], path: str) -> None:
         """A loop's items refer to one of the task's own inputs."""
