@@ -7,6 +7,7 @@ The pipelines are the corpus' (compiled by the real kfp SDK), run by the Run con
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -15,9 +16,7 @@ from tests.conftest import ControlPlaneHandle, module_plane
 from tests.helpers import poll
 from tests.pipelines.kfp_corpus import compiled
 from trimaran.cli.client import APIError
-from trimaran.cli.pipelines import ParameterError, parse_parameters, task_pod
-
-STATUS_PATH = "/apis/pipelines.trimaran.io/v1/namespaces/default/runs/{}/status"
+from trimaran.cli.pipelines import RunInputError, parse_parameters, task_pod
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +55,7 @@ def test_run_refuses_parameters_that_do_not_fit(plane):
                        (["nope=1"], "the pipeline has no input 'nope' (it takes: config, count, flag, items, ratio, "
                                     "text)"),
                        (["count"], "-p count: expected key=value")]:
-        with pytest.raises(ParameterError) as refused:
+        with pytest.raises(RunInputError) as refused:
             parse_parameters(spec, args)
         assert said in str(refused.value)
     proc = plane.cli("run", "-f", str(compiled("parameters").path), "--name", "refused", "-p", "count=abc",
@@ -99,17 +98,18 @@ def test_run_wait_follows_a_failing_run_then_describe_and_logs_show_the_failed_t
 
 
 def test_logs_name_a_loop_iteration_by_id(plane):
-    plane.cli("run", "-f", str(compiled("fanout").path), "-p", "n=2", "--name", "fan", "--no-cache")
+    created = plane.cli("run", "-f", str(compiled("fanout").path), "-p", "n=2", "--no-cache").stdout
+    fan = re.fullmatch(r"run/(fanout-[a-z0-9]{5}) created\n", created).group(1)  # named after the pipeline
     client = plane.client()
     ids = ["for-loop-1.iteration-0.work", "for-loop-1.iteration-1.work"]
 
     def ran() -> bool:
-        tasks = {t["id"]: t for t in (client.get("Run", "default", "fan").get("status") or {}).get("tasks") or []}
+        tasks = {t["id"]: t for t in (client.get("Run", "default", fan).get("status") or {}).get("tasks") or []}
         return all(tasks.get(i, {}).get("state") in ("SUCCEEDED", "FAILED") for i in ids)
 
     poll(ran, timeout=120, interval=0.5, what="both iterations to run")
-    proc = plane.cli("logs", "run/fan", "--task", "work", check=False)
+    proc = plane.cli("logs", f"run/{fan}", "--task", "work", check=False)
     assert proc.returncode == 1 and f"ran 2 times (in a loop): name one by id: {', '.join(ids)}" in proc.stderr
-    assert '"x": 1' in plane.cli("logs", "run/fan", "--task", ids[1]).stdout, "iteration 1's input, as KFP logs it"
-    with pytest.raises(APIError, match="run fan has no task 'nope'"):
-        task_pod(client, "default", "fan", "nope")
+    assert '"x": 1' in plane.cli("logs", f"run/{fan}", "--task", ids[1]).stdout, "iteration 1's input, as KFP logs it"
+    with pytest.raises(APIError, match=f"run {fan} has no task 'nope'"):
+        task_pod(client, "default", fan, "nope")

@@ -38,7 +38,9 @@ def test_runs_list_shows_state_duration_and_experiment(plane):
     page = _page(f"{url}/dashboard/runs")
     row = re.search(r'<tr><td>default</td><td><a href="/dashboard/runs/default/art">art</a>.*?</tr>', page).group(0)
     assert "SUCCEEDED" in row and "demo" in row and "<td>2/2</td>" in row and re.search(r"<td>\d+s</td>", row)
-    assert 'href="/dashboard/runs"' in _page(f"{url}/dashboard/"), "every page links to the runs"
+    overview = _page(f"{url}/dashboard/")
+    assert 'href="/dashboard/runs"' in overview, "every page links to the runs"
+    assert '<h2>Runs</h2>' in overview and 'href="/dashboard/runs/default/art">art</a>' in overview
 
 
 def test_run_page_draws_the_graph_and_each_task(plane):

@@ -9,7 +9,9 @@ tasks, ``logs run/NAME --task T`` finds a task's pod by the run and task labels 
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -28,8 +30,8 @@ FINAL_TASK_STATES = ("SUCCEEDED", "SKIPPED", "FAILED", "CANCELED", "CACHED")
 STEP_TYPES = ("container", "importer")
 
 
-class ParameterError(ValueError):
-    """A ``-p key=value`` that does not fit the pipeline's inputs."""
+class RunInputError(ValueError):
+    """A pipeline file or a ``-p key=value`` that ``trimaran run`` cannot use."""
 
 
 def load_pipeline(text: str, source: str) -> tuple[dict, dict | None]:
@@ -39,21 +41,21 @@ def load_pipeline(text: str, source: str) -> tuple[dict, dict | None]:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise ParameterError(f"{source}: not YAML: {exc}") from None
+        raise RunInputError(f"{source}: not YAML: {exc}") from None
     if not docs or not isinstance(docs[0], dict):
-        raise ParameterError(f"{source}: not a compiled pipeline (no YAML mapping)")
+        raise RunInputError(f"{source}: not a compiled pipeline (no YAML mapping)")
     platform = None
     for doc in docs[1:]:
         if isinstance(doc, dict) and "platforms" in doc:
             platform = doc
         else:
-            raise ParameterError(f"{source}: a second document must be kfp-kubernetes' platforms document")
+            raise RunInputError(f"{source}: a second document must be kfp-kubernetes' platforms document")
     return docs[0], platform
 
 
 def _typed(name: str, text: str, kind: str) -> Any:
-    def bad(what: str) -> ParameterError:
-        return ParameterError(f"-p {name}={text}: the pipeline's input {name!r} is {kind}: {what}")
+    def bad(what: str) -> RunInputError:
+        return RunInputError(f"-p {name}={text}: the pipeline's input {name!r} is {kind}: {what}")
 
     if kind == "NUMBER_INTEGER":
         try:
@@ -87,9 +89,9 @@ def parse_parameters(spec: dict, assignments: list[str]) -> dict[str, Any]:
     for item in assignments:
         name, eq, text = item.partition("=")
         if not eq or not name:
-            raise ParameterError(f"-p {item}: expected key=value")
+            raise RunInputError(f"-p {item}: expected key=value")
         if name not in declared:
-            raise ParameterError(f"-p {item}: the pipeline has no input {name!r} "
+            raise RunInputError(f"-p {item}: the pipeline has no input {name!r} "
                                  f"(it takes: {', '.join(sorted(declared)) or 'none'})")
         values[name] = _typed(name, text, declared[name].get("parameterType", "STRING"))
     return values
@@ -98,7 +100,9 @@ def parse_parameters(spec: dict, assignments: list[str]) -> dict[str, Any]:
 def run_object(spec: dict, platform: dict | None, parameters: dict[str, Any], name: str | None,
                experiment: str | None, pipeline_root: str | None, cache: bool) -> dict:
     pipeline = str((spec.get("pipelineInfo") or {}).get("name") or "run")
-    meta: dict[str, Any] = {"name": name} if name else {"generateName": f"{pipeline[:50].rstrip('-')}-"}
+    # The pipeline's name as the start of an object name (lower-case letters, digits and dashes).
+    prefix = re.sub(r"[^a-z0-9]+", "-", pipeline.lower()).strip("-")[:50].rstrip("-") or "run"
+    meta: dict[str, Any] = {"name": name} if name else {"generateName": f"{prefix}-"}
     body: dict[str, Any] = {"displayName": name or pipeline, "pipelineSpec": spec, "parameters": parameters,
                             "enableCaching": cache}
     for key, value in (("platformSpec", platform), ("experiment", experiment), ("pipelineRoot", pipeline_root)):
@@ -236,13 +240,13 @@ def run_pipeline(
     import sys
 
     try:
-        text = sys.stdin.read() if filename == "-" else open(filename, encoding="utf-8").read()  # noqa: SIM115
+        text = sys.stdin.read() if filename == "-" else Path(filename).read_text(encoding="utf-8")
     except OSError as exc:
         _fail(f"{filename}: {exc.strerror}")
     try:
         spec, platform = load_pipeline(text, filename)
         parameters = parse_parameters(spec, param)
-    except ParameterError as exc:
+    except RunInputError as exc:
         _fail(str(exc))
     ns = namespace or "default"
     client = _client()

@@ -17,7 +17,7 @@ TRAINING_KINDS = kinds.kubeflow_job_kinds()
 JOBSET_KINDS = kinds.jobset_backed_kinds()
 JOB_KINDS = (*TRAINING_KINDS, *JOBSET_KINDS, "Job")
 # What the overview lists, in this order.
-OVERVIEW = ("Experiment", "TrainJob", *TRAINING_KINDS, "JobSet", "Job", "InferenceService", "Pod")
+OVERVIEW = ("Run", "Experiment", "TrainJob", *TRAINING_KINDS, "JobSet", "Job", "InferenceService", "Pod")
 
 
 def detail_url(obj: dict) -> str:
@@ -25,7 +25,7 @@ def detail_url(obj: dict) -> str:
     if kind in JOB_KINDS:
         return h.url("jobs", kind, ns, name)
     return h.url({"Experiment": "experiments", "InferenceService": "inferenceservices", "Trial": "trials",
-                  "Pod": "pods"}[kind], ns, name)
+                  "Pod": "pods", "Run": "runs"}[kind], ns, name)
 
 
 def settled(obj: dict) -> bool:
@@ -44,6 +44,8 @@ def settled(obj: dict) -> bool:
         return is_true(status, "Ready")
     if kind == "Pod":
         return status.get("phase") in ("Succeeded", "Failed")
+    if kind == "Run":
+        return status.get("state") in ("SUCCEEDED", "SKIPPED", "FAILED", "CANCELED")
     return True
 
 
