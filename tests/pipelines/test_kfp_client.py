@@ -18,7 +18,7 @@ from tests.server.sdk import run_client
 
 # The client from the kubeconfig as a user would wire it: host, bearer token and the home's CA.
 CONNECT = r'''
-import base64, json, os, sys
+import base64, json, os, sys, urllib.parse
 import yaml
 import kfp
 from kfp_server_api import ApiException
@@ -187,6 +187,24 @@ out = {"not_pipeline": refused(client.upload_pipeline, not_pipeline, pipeline_na
        "wrong_type": refused(client.create_run_from_pipeline_package, hello, arguments={"name": 3}),
        "unknown_param": refused(client.create_run_from_pipeline_package, hello, arguments={"colour": "red"}),
        "pipelines": [p.display_name for p in client.list_pipelines().pipelines or []]}
+
+
+def raw(method, path, body=None):
+    """A request kfp.Client would never send, straight at the REST API."""
+    import ssl, urllib.error, urllib.request
+    request = urllib.request.Request(cluster["server"] + path, data=body, method=method,
+                                     headers={"Authorization": f"Bearer {user['token']}"})
+    try:
+        with urllib.request.urlopen(request, context=ssl.create_default_context(cafile="ca.crt")) as response:
+            return [response.status, json.load(response)]
+    except urllib.error.HTTPError as exc:
+        return [exc.code, json.load(exc)]
+
+
+out["not_json"] = raw("POST", "/apis/v2beta1/runs", b"{not json")
+out["no_such_path"] = raw("GET", "/apis/v2beta1/nothing/here")
+out["bad_filter"] = raw("GET", "/apis/v2beta1/runs?filter=" + urllib.parse.quote(json.dumps(
+    {"predicates": [{"key": "display_name", "operation": "RESEMBLES", "stringValue": "x"}]})))
 '''
 
 
@@ -201,6 +219,9 @@ def test_bad_uploads_and_runs_are_refused_with_the_path(seen: dict) -> None:
         assert refusal["body"]["code"] == 3
         assert all(w in refusal["body"]["message"] for w in words), (case, refusal)
     assert "not-a-pipeline" not in out["pipelines"] and "future" not in out["pipelines"]  # nothing half-made
+    assert out["not_json"][0] == 400 and out["not_json"][1]["code"] == 3
+    assert out["no_such_path"][0] == 404 and out["no_such_path"][1]["code"] == 5
+    assert out["bad_filter"][0] == 400 and "filter.predicates[0].operation" in out["bad_filter"][1]["message"]
 
 
 TOKENS = r'''
