@@ -62,7 +62,7 @@ def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
-def _int_to_int(spec: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+def _integral_parameters(spec: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
     """kfp.Client sends numbers as protobuf doubles: 3.0 for an integer input becomes 3."""
     declared = ((spec.get("root") or {}).get("inputDefinitions") or {}).get("parameters") or {}
     coerced = dict(parameters)
@@ -453,7 +453,7 @@ class _Api:
             spec["pipelineVersionRef"], pipeline_spec = self._reference(principal, namespace,
                                                                         reference.get("pipeline_id"), version_id)
         if isinstance(pipeline_spec, dict):
-            parameters = _int_to_int(pipeline_spec, parameters)
+            parameters = _integral_parameters(pipeline_spec, parameters)
         spec["parameters"] = parameters
         return namespace, spec
 
