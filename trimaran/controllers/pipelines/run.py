@@ -122,7 +122,7 @@ class RunReconciler(Reconciler):
                 status["state"] = "CANCELING"
                 return 0.5
             failed = [t for t in planned.tasks if t["state"] == "FAILED" and t["type"] in dag.LEAF_TYPES]
-            message = f"task {failed[0]['name']} failed: {failed[0].get('message') or ''}".strip() if failed else None
+            message = _failure(failed[0]) if failed else None
             return self._finish(run, status, planned.state, message)
         else:
             status["state"] = "RUNNING" if planned.state == "RUNNING" or live else "PENDING"
@@ -447,6 +447,13 @@ class RunReconciler(Reconciler):
         root = base / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
         root.mkdir(parents=True, exist_ok=True)
         return root
+
+
+def _failure(task: dict) -> str:
+    """The run's message: the failed step (its id too where a loop or nested pipeline repeats its
+    name) and why, with its last log lines."""
+    where = task["name"] if task["id"] == task["name"] else f"{task['name']} ({task['id']})"
+    return f"task {where} failed: {task.get('message') or 'no reason given'}"
 
 
 def _platform_executors(document: dict | None) -> dict:
