@@ -76,13 +76,13 @@ def test_create_run_from_pipeline_func_then_wait_for_completion(plane: ControlPl
 
 
 EXAMPLE_RUN = CONNECT + r'''
-import runpy, tempfile
+import runpy
 from kfp import compiler
 
 example = sys.argv[1]
 # The committed YAML is what pipeline.py compiles to.
 module = runpy.run_path(f"{example}/pipeline.py")
-fresh = tempfile.mktemp(suffix=".yaml")
+fresh = "fresh-pipeline.yaml"  # in the script's own directory
 compiler.Compiler().compile(module["train_tune_serve"], fresh)
 same = list(yaml.safe_load_all(open(fresh))) == list(yaml.safe_load_all(open(f"{example}/pipeline.yaml")))
 run = client.create_run_from_pipeline_package(f"{example}/pipeline.yaml", arguments={"trials": 2, "prefix": "tts"})
