@@ -86,9 +86,20 @@ def run_id(plane: ControlPlaneHandle, tmp_path_factory: pytest.TempPathFactory) 
            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
                "containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.1.0", "env": TRACKING,
                                "command": ["python", "-c", TRAIN]}]}}}}}}
-    _apply(plane, tmp, *_seed_server(), job)
-    plane.cli("wait", "pytorchjob/digits-mlflow", "-n", NS, "--for=condition=Succeeded", "--timeout=300s")
+    _apply(plane, tmp, *_seed_server())
+    # As one would with kubectl rollout status: the training starts once the tracking server answers.
+    poll(lambda: (plane.get("deployment", "mlflow-server", namespace=NS).get("status") or {}).get("availableReplicas"),
+         timeout=300, interval=0.5, what="the MLflow Deployment available")
+    _apply(plane, tmp, job)
+
+    def finished() -> str | None:
+        conditions = (plane.get("pytorchjob", "digits-mlflow", namespace=NS).get("status") or {}).get("conditions")
+        done = [c["type"] for c in conditions or [] if c["type"] in ("Succeeded", "Failed") and c["status"] == "True"]
+        return done[0] if done else None
+
+    outcome = poll(finished, timeout=300, interval=0.5, what="the PyTorchJob finished")
     logs = plane.cli("logs", "digits-mlflow-master-0", "-n", NS).stdout
+    assert outcome == "Succeeded", logs
     found = re.search(r"logged run ([0-9a-f]{32})", logs)
     assert found, logs
     return found.group(1)

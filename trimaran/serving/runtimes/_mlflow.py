@@ -103,7 +103,7 @@ class MlflowModel(Model):
             return {str(k): np.asarray(v) for k, v in result.items()}
         if hasattr(result, "columns") and hasattr(result, "to_numpy"):  # a pandas DataFrame
             return {str(c): result[c].to_numpy() for c in result.columns}
-        if isinstance(result, (tuple, list)) and result and not np.isscalar(result[0]):
+        if isinstance(result, tuple):  # several outputs (a list is one output's rows)
             values = [np.asarray(v) for v in result]
         else:
             values = [np.asarray(result.to_numpy() if hasattr(result, "to_numpy") else result)]
@@ -192,7 +192,7 @@ def _load_pytorch(model_dir: Path, flavor: dict, pyfunc: dict) -> Predict:
     def run_module(x: Any) -> Any:
         with torch.inference_mode():
             out = module(torch.from_numpy(np.array(x)))
-        return [o.numpy() for o in out] if isinstance(out, (tuple, list)) else out.numpy()
+        return tuple(o.numpy() for o in out) if isinstance(out, (tuple, list)) else out.numpy()
 
     return run_module
 
