@@ -242,7 +242,7 @@ class RunReconciler(Reconciler):
             fact["inputs"] = task.inputs
             if "importer" in task.executor:
                 fact["type"] = "importer"
-                self._import(run, task, fact)
+                self._import(task, fact)
                 settled = True
                 continue
             left = _backoff_left(fact, task.retry_policy or {})
@@ -261,7 +261,7 @@ class RunReconciler(Reconciler):
                 settled = True
         return settled, wait
 
-    def _import(self, run: dict, task: dict[str, Any] | dag.Ready, fact: dict) -> None:
+    def _import(self, task: dag.Ready, fact: dict) -> None:
         importer = task.executor["importer"]
         source = importer.get("artifactUri") or {}
         uri = source.get("constant")
@@ -271,7 +271,10 @@ class RunReconciler(Reconciler):
             uri = task.inputs["parameters"].get("uri")
         fact["startedAt"] = fact.get("startedAt") or now_rfc3339()
         try:
-            uri = str(self._allowed_path(str(uri), "the importer's artifactUri"))
+            path = self._allowed_path(str(uri), "the importer's artifactUri")
+            if not path.exists():
+                raise _TaskError(f"the importer's artifactUri {uri!r} does not exist")
+            uri = str(path)
         except _TaskError as exc:
             self._end(fact, "FAILED", str(exc))
             return
