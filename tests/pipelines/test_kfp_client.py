@@ -66,6 +66,16 @@ for version in versions:
     client.delete_pipeline_version(pipeline.pipeline_id, version.pipeline_version_id)
 client.delete_pipeline(pipeline.pipeline_id)
 out["deleted"] = refused(client.get_pipeline, pipeline.pipeline_id)["status"]
+import tarfile, zipfile
+with tarfile.open("packed.tar.gz", "w:gz") as tar:
+    tar.add(hello, arcname="pipeline.yaml")
+with zipfile.ZipFile("packed.zip", "w") as archive:
+    archive.write(hello, "pipeline.yaml")
+out["archives"] = []
+for package in ("packed.tar.gz", "packed.zip"):
+    packed = client.upload_pipeline(package, pipeline_name=package.replace(".", "-"))
+    version = client.list_pipeline_versions(packed.pipeline_id).pipeline_versions[0]
+    out["archives"].append(version.pipeline_spec["pipelineInfo"]["name"])
 other = client.upload_pipeline(hello, pipeline_name="Other")
 out["same_version_name_elsewhere"] = client.upload_pipeline_version(hello, "second", pipeline_id=other.pipeline_id) \
     .display_name
@@ -85,6 +95,7 @@ def test_pipelines_and_versions_through_kfp_client(seen: dict) -> None:
     assert "2 version(s)" in out["delete_with_versions"]["body"]["message"]
     assert out["deleted"] == 404
     assert out["same_version_name_elsewhere"] == "second"  # version names are per pipeline, as in KFP
+    assert out["archives"] == ["hello", "hello"]  # .tar.gz and .zip packages, as kfp.Client uploads them
 
 
 RUNS = r'''
