@@ -29,9 +29,23 @@ FINISHED = ("SUCCEEDED", "FAILED", "CANCELED")
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "pipelines-run") as handle:
-        yield handle
+def extra_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pipeline root outside the home, allowed by TRIMARAN_PIPELINE_ROOTS."""
+    return tmp_path_factory.mktemp("extra-root")
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory, extra_root: Path) -> Iterator[ControlPlaneHandle]:
+    old = os.environ.get("TRIMARAN_PIPELINE_ROOTS")
+    os.environ["TRIMARAN_PIPELINE_ROOTS"] = str(extra_root)  # for the restart in the last test too
+    try:
+        with module_plane(tmp_path_factory, "pipelines-run") as handle:
+            yield handle
+    finally:
+        if old is None:
+            os.environ.pop("TRIMARAN_PIPELINE_ROOTS", None)
+        else:
+            os.environ["TRIMARAN_PIPELINE_ROOTS"] = old
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +239,17 @@ def test_packages_to_install_come_from_the_pods_interpreter_or_fail_the_step(api
     assert run["status"]["state"] == "FAILED"
     assert "no-such-package-for-trimaran==1.0" in run["status"]["message"]
     assert "PyYAML" not in run["status"]["message"] and not task(run, "greet").get("podName")
+
+
+def test_a_pipeline_root_must_lie_under_an_allowed_root(api: Client, extra_root: Path) -> None:
+    start(api, "root-allowed", "hello", pipelineRoot=f"file://{extra_root}")
+    run = finished(api, "root-allowed")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    assert Path(run["status"]["pipelineRoot"]).parent == extra_root / NS
+    start(api, "root-refused", "hello", pipelineRoot="/etc/pipelines")
+    run = finished(api, "root-refused")
+    assert run["status"]["state"] == "FAILED" and "outside the allowed roots" in run["status"]["message"]
+    assert not any(t.get("podName") for t in run["status"].get("tasks") or [])
 
 
 def sleeper(seconds: int) -> dict:
