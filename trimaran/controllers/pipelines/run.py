@@ -255,7 +255,7 @@ class RunReconciler(Reconciler):
                     continue
                 self._create_pod(run, generation, root, task, fact, pods, platform.get(task.executor_label) or {})
                 settled = True
-            except _TaskError as exc:
+            except (_TaskError, placeholders.PlaceholderError) as exc:  # it can never start: it fails
                 fact.setdefault("startedAt", now_rfc3339())
                 self._end(fact, "FAILED", str(exc))
                 settled = True
