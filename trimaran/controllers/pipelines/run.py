@@ -448,7 +448,10 @@ class RunReconciler(Reconciler):
         base = (self._allowed_path(configured, "spec.pipelineRoot") if configured
                 else self.home / "pipelines" / "runs")
         root = base / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _TaskError(f"the pipeline root {root} cannot be made: {exc.strerror}") from None
         return root
 
 
