@@ -1,7 +1,7 @@
-"""Seed 002's MLflow path end to end on a real control plane: the seed's tracking server Deployment and
-Service (examples/mlflow-server), a PyTorchJob whose training code logs and registers a model at
-``http://mlflow-server:5000`` unchanged, then that model served by name (``models:/digits/1``) as a
-KServe ``modelFormat: mlflow`` InferenceService over V2 REST, and by run (``runs:/<id>/model``) by a
+"""Seed 002's MLflow path end to end on a real control plane, as examples/mlflow-server writes it: the
+seed's tracking server Deployment and Service, a PyTorchJob whose training code logs and registers a
+model at ``http://mlflow-server:5000`` unchanged, then that model served by name (``models:/digits/1``)
+as a KServe ``modelFormat: mlflow`` InferenceService over V2 REST, and by run (``runs:/<id>/model``) by a
 Seldon MLFLOW_SERVER; URIs the tracking server cannot resolve fail in the status, saying why."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,28 +30,6 @@ pytestmark = [
 
 NS = "kubeflow"
 TRACKING = [{"name": "MLFLOW_TRACKING_URI", "value": "http://mlflow-server:5000"}]
-# The seed's training code in spirit (set_tracking_uri from the env, an experiment, params, metrics,
-# log_model), with scikit-learn's digits for a few seconds of training. pip_requirements spares MLflow's
-# requirement inference, which imports the model in a subprocess for a minute; cloudpickle spares the model
-# server skops' import of every scikit-learn module (skops models: tests/serving/test_mlflow_runtime.py).
-TRAIN = textwrap.dedent("""
-    import os
-    import mlflow, mlflow.sklearn
-    from sklearn.datasets import load_digits
-    from sklearn.linear_model import LogisticRegression
-
-    mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", "http://mlflow-server:5000"))
-    mlflow.set_experiment("digits-training")
-    x, y = load_digits(return_X_y=True)
-    with mlflow.start_run() as run:
-        mlflow.log_params({"max_iter": 300})
-        clf = LogisticRegression(max_iter=300).fit(x[:600], y[:600])
-        mlflow.log_metrics({"accuracy": clf.score(x[600:], y[600:])})
-        mlflow.sklearn.log_model(clf, name="model", registered_model_name="digits", input_example=x[:2],
-                                 pip_requirements=["scikit-learn"], serialization_format="cloudpickle")
-    mlflow.MlflowClient().set_registered_model_alias("digits", "champion", "1")
-    print("logged run", run.info.run_id, flush=True)
-""")
 
 
 def _apply(plane: ControlPlaneHandle, tmp: Path, *docs: dict, check: bool = True):  # noqa: ANN202
@@ -61,13 +38,16 @@ def _apply(plane: ControlPlaneHandle, tmp: Path, *docs: dict, check: bool = True
     return plane.cli("apply", "-f", str(path), check=check)
 
 
+def _example(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((REPO / "examples/mlflow-server" / name).read_text()))
+
+
 def _seed_server() -> list[dict]:
     """examples/mlflow-server/mlflow.yaml, but for the port the server binds: the Deployment's own
     ``$(PORT)`` instead of 5000, which another Trimaran on this machine may hold (the Service keeps 5000)."""
-    docs = list(yaml.safe_load_all((REPO / "examples/mlflow-server/mlflow.yaml").read_text()))
+    docs = _example("mlflow.yaml")
     container = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     container["command"] = [a.replace("--port=5000", "--port=$(PORT)") for a in container["command"]]
-    container["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}}
     return docs
 
 
@@ -81,16 +61,11 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHand
 def run_id(plane: ControlPlaneHandle, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The run of the model the PyTorchJob logged to the seed's server by its Service name."""
     tmp = tmp_path_factory.mktemp("seed002-apply")
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-           "metadata": {"name": "digits-mlflow", "namespace": NS},
-           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
-               "containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.1.0", "env": TRACKING,
-                               "command": ["python", "-c", TRAIN]}]}}}}}}
     _apply(plane, tmp, *_seed_server())
     # As one would with kubectl rollout status: the training starts once the tracking server answers.
     poll(lambda: (plane.get("deployment", "mlflow-server", namespace=NS).get("status") or {}).get("availableReplicas"),
          timeout=300, interval=0.5, what="the MLflow Deployment available")
-    _apply(plane, tmp, job)
+    _apply(plane, tmp, *_example("train-digits.yaml"))
 
     def finished() -> str | None:
         conditions = (plane.get("pytorchjob", "digits-mlflow", namespace=NS).get("status") or {}).get("conditions")
@@ -118,10 +93,6 @@ def _ready_isvc(plane: ControlPlaneHandle, name: str) -> dict:
 def served(plane: ControlPlaneHandle, run_id: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """The registered model as a KServe InferenceService, the logged run as a Seldon MLFLOW_SERVER: applied
     together, so that their model servers start side by side."""
-    isvc = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-            "metadata": {"name": "digits", "namespace": NS},
-            "spec": {"predictor": {"model": {"modelFormat": {"name": "mlflow"}, "protocolVersion": "v2",
-                                             "storageUri": "models:/digits/1", "env": TRACKING}}}}
     sdep = {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment",
             "metadata": {"name": "digits-run", "namespace": NS},
             "spec": {"predictors": [{
@@ -129,7 +100,7 @@ def served(plane: ControlPlaneHandle, run_id: str, tmp_path_factory: pytest.Temp
                 "componentSpecs": [{"spec": {"containers": [{"name": "classifier", "env": TRACKING}]}}],
                 "graph": {"name": "classifier", "implementation": "MLFLOW_SERVER",
                           "modelUri": f"runs:/{run_id}/model"}}]}}
-    _apply(plane, tmp_path_factory.mktemp("seed002-serve"), isvc, sdep)
+    _apply(plane, tmp_path_factory.mktemp("seed002-serve"), *_example("serve-digits.yaml"), sdep)
 
 
 def test_registered_model_served_as_kserve_mlflow_over_v2(plane: ControlPlaneHandle, served: None) -> None:
