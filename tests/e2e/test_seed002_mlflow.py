@@ -120,6 +120,8 @@ def test_registered_model_served_as_kserve_mlflow_over_v2(plane: ControlPlaneHan
     wrong = {"inputs": [{"name": "pixels", "datatype": "FP64", "shape": [1, 64], "data": [0.0] * 64}]}
     refused = httpx.post(f"{url}/v2/models/digits/infer", json=wrong, timeout=30)
     assert refused.status_code == 400 and "no input 'pixels'" in refused.json()["error"]
+    v1 = httpx.post(f"{url}/v1/models/digits:predict", json={"instances": rows.tolist()}, timeout=30)
+    assert v1.status_code == 200 and v1.json()["predictions"] == predicted, v1.text
 
 
 def test_logged_run_served_by_seldon_mlflow_server(plane: ControlPlaneHandle, served: None) -> None:

@@ -1,7 +1,7 @@
 """The mlflow modelFormat: model directories written by MLflow itself (mlflow.sklearn.save_model,
 mlflow.pytorch.save_model), loaded without MLflow for those flavours, their signatures as V2
-metadata, and a real model server answering V2 REST over one; bad directories and requests refused
-with the file or the input named."""
+metadata; bad directories and requests refused with the file or the input named. (A model server
+answering V2 and V1 REST over an MLflow model logged by a training job: tests/e2e/test_seed002_mlflow.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 from sklearn.datasets import load_digits, load_iris
 from sklearn.linear_model import LogisticRegression
 
-from tests.serving.conftest import ModelServer
 from trimaran.serving.runtimes import InferenceInputError, ModelLoadError, TensorSpec, detect_format, load_model
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs mlflow to write models")
@@ -130,28 +129,3 @@ def test_bad_model_directories_are_named(tmp_path: Path, digits) -> None:
     mlmodel.write_text(text.replace("predict_fn: predict", "predict_fn: transform_all"))
     with pytest.raises(ModelLoadError, match=r"LogisticRegression has no transform_all\(\)"):
         load_model(model_dir, name="m")
-
-
-def test_model_server_answers_v2_with_signature_metadata(tmp_path: Path, digits) -> None:
-    x, _, clf = digits
-    model_dir = _save_sklearn(tmp_path / "m", clf, x[:5], serialization_format="cloudpickle")
-    server = ModelServer(model_dir, tmp_path, name="digits", grpc=False, model_format="mlflow").wait_ready()
-    try:
-        meta = server.client.get("/v2/models/digits").json()
-        assert meta["platform"] == "mlflow"
-        assert meta["inputs"] == [{"name": "input-0", "datatype": "FP64", "shape": [-1, 64]}]
-        assert meta["outputs"] == [{"name": "output-0", "datatype": "INT64", "shape": [-1]}]
-        body = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [2, 64],
-                            "data": x[700:702].ravel().tolist()}]}
-        answer = server.client.post("/v2/models/digits/infer", json=body)
-        assert answer.status_code == 200, answer.text
-        assert answer.json()["outputs"][0]["data"] == clf.predict(x[700:702]).tolist()
-        wrong = {"inputs": [{"name": "input-0", "datatype": "FP64", "shape": [1, 3], "data": [1, 2, 3]}]}
-        refused = server.client.post("/v2/models/digits/infer", json=wrong)
-        assert refused.status_code == 400
-        assert "input 'input-0' has shape [1, 3]" in refused.json()["error"]
-        v1 = server.client.post("/v1/models/digits:predict", json={"instances": x[:2].tolist()})
-        assert v1.status_code == 200, v1.text
-        assert v1.json()["predictions"] == clf.predict(x[:2]).tolist()
-    finally:
-        server.stop()
