@@ -99,6 +99,23 @@ def test_pytorch_flavour(tmp_path: Path, serialization: str) -> None:
     np.testing.assert_allclose(model.predict({"input-0": rows})["output-0"], want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("wrapper", [True, False])
+def test_xgboost_flavour(tmp_path: Path, digits, wrapper: bool) -> None:
+    xgb = pytest.importorskip("xgboost")
+    import mlflow.xgboost
+
+    x, y, _ = digits
+    if wrapper:
+        booster = xgb.XGBClassifier(n_estimators=5, max_depth=2).fit(x[:300], y[:300])
+        want = booster.predict(x[600:620])
+    else:
+        booster = xgb.train({"max_depth": 2}, xgb.DMatrix(x[:300], label=y[:300]), num_boost_round=5)
+        want = booster.predict(xgb.DMatrix(x[600:620]))
+    mlflow.xgboost.save_model(booster, str(tmp_path / "xgb"), pip_requirements=["xgboost"])
+    model = load_model(tmp_path / "xgb", name="xgb")
+    np.testing.assert_allclose(model.predict({"input-0": x[600:620]})["output-0"], want)
+
+
 def test_other_flavours_load_through_mlflow_pyfunc(tmp_path: Path) -> None:
     """A PythonModel has no loader here: MLflow's own pyfunc loads it, when installed (it is in this venv)."""
     import mlflow.pyfunc

@@ -7,9 +7,11 @@ neither MLflow nor its start-up time (``import mlflow.pyfunc`` alone takes secon
   lists), ``model.pkl`` (pickle or cloudpickle); its ``predict_fn`` (``predict``, ``predict_proba``...)
   is what is called;
 - ``mlflow.pytorch``: ``data/model.pt2`` (torch.export, MLflow 3's default) through the PyTorch
-  runtime, or ``data/model.pth`` (a cloudpickled module, the classes travel inside it).
+  runtime, or ``data/model.pth`` (a cloudpickled module, the classes travel inside it);
+- ``mlflow.xgboost``: the ``model_class`` it names (a Booster, an ``XGBClassifier``...) loading its
+  ``data`` (``.ubj``, ``.json``, ``.xgb``).
 
-Any other ``loader_module`` (a ``PythonModel``, xgboost, ...) is loaded with
+Any other ``loader_module`` (a ``PythonModel``, LightGBM, ...) is loaded with
 ``mlflow.pyfunc.load_model`` when MLflow is installed in the server's environment, and refused at
 load with the module's name otherwise. A directory without ``MLmodel``, or whose MLmodel has no
 ``python_function`` flavour, is refused naming the file.
@@ -197,6 +199,28 @@ def _load_pytorch(model_dir: Path, flavor: dict, pyfunc: dict) -> Predict:
     return run_module
 
 
+def _load_xgboost(model_dir: Path, flavor: dict, pyfunc: dict) -> Predict:
+    import importlib
+
+    import xgboost
+
+    path = model_dir / str(flavor.get("data") or pyfunc.get("data") or "model.xgb")
+    class_path = str(flavor.get("model_class") or "xgboost.core.Booster")
+    module_name, _, class_name = class_path.rpartition(".")
+    if module_name.split(".")[0] != "xgboost":
+        raise ModelLoadError(f"{model_dir / MLMODEL}: model_class {class_path} is not an XGBoost class")
+    try:
+        model = getattr(importlib.import_module(module_name), class_name)()
+        model.load_model(str(path))
+    except Exception as e:
+        raise ModelLoadError(f"cannot load the MLflow XGBoost model {path}: {type(e).__name__}: {e}") from e
+    if isinstance(model, xgboost.Booster):
+        model.set_param({"nthread": intra_op_threads()})
+        return lambda x: model.predict(xgboost.DMatrix(x))
+    model.set_params(n_jobs=intra_op_threads())
+    return model.predict
+
+
 def _load_with_mlflow(model_dir: Path, loader: str) -> Predict:
     try:
         import mlflow.pyfunc
@@ -210,7 +234,8 @@ def _load_with_mlflow(model_dir: Path, loader: str) -> Predict:
         raise ModelLoadError(f"mlflow.pyfunc cannot load {model_dir}: {type(e).__name__}: {e}") from e
 
 
-_NATIVE = {"mlflow.sklearn": ("sklearn", _load_sklearn), "mlflow.pytorch": ("pytorch", _load_pytorch)}
+_NATIVE = {"mlflow.sklearn": ("sklearn", _load_sklearn), "mlflow.pytorch": ("pytorch", _load_pytorch),
+           "mlflow.xgboost": ("xgboost", _load_xgboost)}
 
 
 def read_mlmodel(model_dir: Path) -> dict:
