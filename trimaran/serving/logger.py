@@ -18,11 +18,12 @@ import asyncio
 import collections
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from trimaran.serving.http import Request, Response
 from trimaran.serving.router._http import Request as UpstreamRequest
 from trimaran.serving.router._http import UpstreamPool
 
@@ -155,24 +156,24 @@ def event_id(headers: dict[str, str]) -> str:
 class LoggingApp:
     """Wraps a model server's HTTP handler: inference POSTs are logged, everything else passes through."""
 
-    def __init__(self, app: Callable[[Any], Any], logger: PayloadLogger,
+    def __init__(self, app: Callable[[Request], Any], logger: PayloadLogger,
                  is_inference: Callable[[str], bool]) -> None:
         self.app = app
         self.logger = logger
         self.is_inference = is_inference
 
-    def __call__(self, req: Any) -> Any:
+    def __call__(self, req: Request) -> Response | Awaitable[Response]:
         if req.method != "POST" or not self.is_inference(req.path):
             return self.app(req)
         ident = event_id(req.headers)
         self.logger.request(ident, req.body, req.headers.get("content-type") or "application/json")
         result = self.app(req)
-        if hasattr(result, "body") and hasattr(result, "status"):
+        if isinstance(result, Response):
             self.logger.response(ident, result.body, result.content_type)
             return result
         return self._after(result, ident)
 
-    async def _after(self, pending: Any, ident: str) -> Any:
+    async def _after(self, pending: Awaitable[Response], ident: str) -> Response:
         response = await pending
         self.logger.response(ident, response.body, response.content_type)
         return response
