@@ -317,6 +317,8 @@ class Router:
                 from trimaran.serving.graph.server import GraphRouter
 
                 svc.graph_spec = graph
+                for pool in (svc.graph.pools.values() if svc.graph is not None else ()):
+                    pool.close()  # the replaced graph's idle connections to steps outside this router
                 svc.graph = GraphRouter(graph, local=self._local_step) if graph else None
             try:
                 await self._listen(f"svc:{key}", svc.port, svc)
