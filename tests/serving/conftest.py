@@ -48,7 +48,7 @@ class ModelServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = 30) -> ModelServer:
+    def wait_ready(self, timeout: float = 90) -> ModelServer:
         def ready() -> bool:
             if self.process.poll() is not None:
                 raise AssertionError(f"server exited with {self.process.returncode}:\n{self.log()}")

@@ -37,7 +37,8 @@ def test_importing_the_runtimes_imports_no_framework() -> None:
 
 
 def test_runtime_names_are_kserve_model_formats() -> None:
-    assert runtime_names() == ["custom", "mlflow", "tensorflow", "keras", "onnx", "pytorch", "xgboost", "lightgbm", "sklearn"]
+    assert runtime_names() == ["custom", "mlflow", "tensorflow", "keras", "onnx", "pytorch", "xgboost", "lightgbm",
+                               "sklearn"]
 
 
 def test_empty_directory_lists_what_was_looked_for(tmp_path: Path) -> None:
