@@ -62,10 +62,11 @@ export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 # The base test images (busybox; Debian minbase with python3 by debootstrap, about a minute), built
 # before the suite so its time is the tests' own; cached in .cache/test-images for later runs.
 .venv/bin/python -c 'from tests.imagekit import build_test_images; build_test_images()' || exit 1
-# Two workers (pytest-xdist), each taking a whole test file at a time, since a file's tests share
-# one control plane; most of a test's time is spent waiting on processes, so two workers on two
-# cores take about half the time. The slowest tests are listed to keep the suite under 20 minutes.
-.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=30 "$@"
+# Three workers (pytest-xdist), each taking a whole test file at a time, since a file's tests share
+# one control plane. Most of a test's time is spent waiting on processes: two workers left the two
+# cores idle a quarter of the time, a third fills most of that. The slowest tests are listed to
+# keep the suite under 20 minutes.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=30 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi
 exit "$rc"
