@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,6 @@ def kfp_runtime_dir() -> Path:
     configured = os.environ.get("TRIMARAN_KFP_RUNTIME")
     if configured:
         return Path(configured)
-    import sys
-
     return Path(sys.prefix) / "share" / "trimaran" / "kfp-runtime"
 
 
