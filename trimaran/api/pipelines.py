@@ -22,6 +22,8 @@ from trimaran.api.meta import ApiModel, Condition, Resource
 
 __all__ = [
     "KFP_API_VERSION",
+    "FINISHED_RUN_STATES",
+    "FINISHED_TASK_STATES",
     "RUN_LABEL",
     "RUN_STATES",
     "TASK_LABEL",
@@ -48,6 +50,9 @@ RUN_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "SKIPPED", "FAILED", "CANCELING
 # A task's state: KFP's, plus CACHED (KFP reports a cache hit as SKIPPED with a cached execution;
 # the dashboard and CLI say what happened).
 TASK_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "SKIPPED", "FAILED", "CANCELING", "CANCELED", "CACHED")
+# The states a run, or a task, ends in (kfp.Client's wait stops at these).
+FINISHED_RUN_STATES = frozenset({"SUCCEEDED", "SKIPPED", "FAILED", "CANCELED"})
+FINISHED_TASK_STATES = FINISHED_RUN_STATES | {"CACHED"}
 
 
 class PipelineSpec(ApiModel):

@@ -18,14 +18,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL
+from trimaran.api.pipelines import (
+    FINISHED_RUN_STATES,
+    FINISHED_TASK_STATES,
+    RUN_LABEL,
+    TASK_LABEL,
+    TRIMARAN_API_VERSION,
+)
 from trimaran.api.printers import elapsed
 from trimaran.cli.app import NamespaceOpt, _client, _fail, app, console, err
 from trimaran.cli.client import APIError, Client
 
 # States after which a run or a task changes no more.
-FINAL_RUN_STATES = ("SUCCEEDED", "SKIPPED", "FAILED", "CANCELED")
-FINAL_TASK_STATES = ("SUCCEEDED", "SKIPPED", "FAILED", "CANCELED", "CACHED")
 # Tasks that are steps (a pod, or an importer's record); the others group steps.
 STEP_TYPES = ("container", "importer")
 
@@ -108,7 +112,7 @@ def run_object(spec: dict, platform: dict | None, parameters: dict[str, Any], na
     for key, value in (("platformSpec", platform), ("experiment", experiment), ("pipelineRoot", pipeline_root)):
         if value is not None:
             body[key] = value
-    return {"apiVersion": "pipelines.trimaran.io/v1", "kind": "Run", "metadata": meta, "spec": body}
+    return {"apiVersion": TRIMARAN_API_VERSION, "kind": "Run", "metadata": meta, "spec": body}
 
 
 def steps(run: dict) -> list[dict]:
@@ -119,7 +123,7 @@ def progress(run: dict) -> str:
     """One line for a person waiting on a run: its state, steps done of those known, what runs."""
     status = run.get("status") or {}
     known = steps(run)
-    done = [t for t in known if t.get("state") in FINAL_TASK_STATES]
+    done = [t for t in known if t.get("state") in FINISHED_TASK_STATES]
     running = [t["name"] for t in known if t.get("state") == "RUNNING"]
     line = f"{status.get('state') or 'PENDING'}: {len(done)}/{len(known)} tasks done"
     return line + (f"; running: {', '.join(running)}" if running else "")
@@ -218,7 +222,7 @@ def _ensure_experiment(client: Client, namespace: str, name: str) -> None:
         if exc.status != 404:
             raise
         client.create("PipelineExperiment", namespace, {
-            "apiVersion": "pipelines.trimaran.io/v1", "kind": "PipelineExperiment",
+            "apiVersion": TRIMARAN_API_VERSION, "kind": "PipelineExperiment",
             "metadata": {"name": name}, "spec": {"displayName": name}})
 
 
@@ -277,7 +281,7 @@ def _follow(client: Client, namespace: str, name: str) -> int:
             shown = line
         status = run.get("status") or {}
         state = status.get("state")
-        if state in FINAL_RUN_STATES:
+        if state in FINISHED_RUN_STATES:
             took = elapsed(status.get("startedAt"), status.get("finishedAt"))
             console.print(f"run/{name} {state}" + (f" in {took}" if took else ""), highlight=False)
             if state != "SUCCEEDED":

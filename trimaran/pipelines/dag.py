@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trimaran.api.pipelines import FINISHED_TASK_STATES
 from trimaran.pipelines import conditions
 
-__all__ = ["LEAF_TYPES", "TERMINAL", "Plan", "Ready", "coerce", "plan"]
+__all__ = ["LEAF_TYPES", "Plan", "Ready", "coerce", "plan"]
 
-TERMINAL = frozenset({"SUCCEEDED", "SKIPPED", "FAILED", "CANCELED", "CACHED"})
 _BAD = frozenset({"FAILED", "CANCELED"})
 LEAF_TYPES = ("container", "importer")
 _ALL_UPSTREAM = "ALL_UPSTREAM_TASKS_COMPLETED"
@@ -91,7 +91,7 @@ def plan(spec: Mapping[str, Any], parameters: Mapping[str, Any], facts: Mapping[
               for name, d in declared.items() if name in parameters or "defaultValue" in d}
     result = planner.dag(root, "", None, {"parameters": values, "artifacts": {}})
     out = planner.plan
-    if result.state in TERMINAL:
+    if result.state in FINISHED_TASK_STATES:
         out.state = "CANCELED" if terminating else ("FAILED" if result.state in _BAD else "SUCCEEDED")
     else:
         out.state = "RUNNING" if any(t["state"] != "PENDING" for t in out.tasks
@@ -122,7 +122,7 @@ class _Planner:
         for name in tasks:
             self._task(name, tasks, prefix, parent, inputs, results, ())
         states = [r.state for r in results.values()]
-        if any(s not in TERMINAL for s in states):
+        if any(s not in FINISHED_TASK_STATES for s in states):
             state = "RUNNING" if any(s != "PENDING" for s in states) else "PENDING"
             return _Result(state)
         failed = [n for n, r in results.items() if r.state in _BAD or r.upstream_failed]
@@ -166,7 +166,7 @@ class _Planner:
             if dep in tasks and dep not in visiting:
                 self._task(dep, tasks, prefix, parent, dag_inputs, results, (*visiting, name))
         common = {"id": tid, "name": display, "parent": parent, "component": component_name, "type": kind}
-        waiting = [d for d in upstream if d in results and results[d].state not in TERMINAL]
+        waiting = [d for d in upstream if d in results and results[d].state not in FINISHED_TASK_STATES]
         if waiting or any(d in tasks and d not in results for d in upstream):
             results[name] = self._not_started(common, tid, "PENDING")
             return results[name]
@@ -209,7 +209,7 @@ class _Planner:
         label = component.get("executorLabel") or ""
         executor = self.executors.get(label) or {}
         common["type"] = "importer" if "importer" in executor else "container"
-        if fact is not None and (fact.get("podName") or fact.get("state") in TERMINAL):
+        if fact is not None and (fact.get("podName") or fact.get("state") in FINISHED_TASK_STATES):
             record = self._record(**{**fact, **common})
             return _Result(record["state"], record.get("outputs"), message=_leaf_message(record))
         if self.terminating:
@@ -274,11 +274,11 @@ class _Planner:
             if result.state in _BAD:
                 record["message"] = result.message
             _span(record, self.plan.tasks[first:], iid)
-            if result.state not in TERMINAL:
+            if result.state not in FINISHED_TASK_STATES:
                 open_now += 1
             results.append(result)
         states = [r.state for r in results]
-        if any(s not in TERMINAL for s in states):
+        if any(s not in FINISHED_TASK_STATES for s in states):
             return _Result("RUNNING" if any(s != "PENDING" for s in states) else "PENDING")
         failed = [r for r in results if r.state in _BAD]
         if failed:
@@ -388,5 +388,5 @@ def _span(record: dict[str, Any], children: list[dict[str, Any]], tid: str) -> N
     if starts:
         record["startedAt"] = min(starts)
     ends = [c.get("finishedAt") for c in mine]
-    if record["state"] in TERMINAL and ends and all(ends):
+    if record["state"] in FINISHED_TASK_STATES and ends and all(ends):
         record["finishedAt"] = max(e for e in ends if e)

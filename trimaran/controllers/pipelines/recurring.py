@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from trimaran.api import ManifestError, validate
-from trimaran.api.pipelines import TRIMARAN_API_VERSION
+from trimaran.api.pipelines import FINISHED_RUN_STATES, TRIMARAN_API_VERSION
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import set_condition
 from trimaran.pipelines.schedule import latest_due, next_fire, parse_time
@@ -25,7 +25,6 @@ from trimaran.store import AlreadyExists, NotFound, Store
 __all__ = ["RECURRING_RUN_LABEL", "RecurringRunReconciler"]
 
 RECURRING_RUN_LABEL = "pipelines.trimaran.io/recurring-run"
-_FINISHED = ("SUCCEEDED", "FAILED", "CANCELED", "SKIPPED")
 # What a Run takes from its recurring run's spec (the rest is the schedule's).
 _TEMPLATE = ("displayName", "description", "experiment", "pipelineSpec", "platformSpec", "pipelineVersionRef",
              "parameters", "pipelineRoot", "enableCaching", "serviceAccountName")
@@ -99,7 +98,7 @@ class RecurringRunReconciler(Reconciler):
         meta = recurring["metadata"]
         runs = self.store.list("Run", meta["namespace"], label_selector={RECURRING_RUN_LABEL: meta["name"]},
                                shared=True)
-        return sum(1 for r in runs if (r.get("status") or {}).get("state") not in _FINISHED)
+        return sum(1 for r in runs if (r.get("status") or {}).get("state") not in FINISHED_RUN_STATES)
 
     def _make_run(self, recurring: dict[str, Any], fire: datetime) -> None:
         meta, spec = recurring["metadata"], recurring["spec"]

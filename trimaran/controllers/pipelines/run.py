@@ -24,7 +24,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from trimaran.api.pipelines import RUN_LABEL, TASK_LABEL
+from trimaran.api.pipelines import FINISHED_RUN_STATES, FINISHED_TASK_STATES, RUN_LABEL, TASK_LABEL
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang, waiting_reason
@@ -33,7 +33,6 @@ from trimaran.store import AlreadyExists, NotFound, Store
 
 __all__ = ["RunReconciler", "kfp_runtime_dir"]
 
-_RUN_TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED", "SKIPPED")
 _LOG_LINES = 20
 _CONTAINER = "main"
 # The packages KFP's lightweight-component preamble installs, which the kfp runtime directory holds.
@@ -80,7 +79,7 @@ class RunReconciler(Reconciler):
     def _drive(self, run: dict, status: dict) -> float | None:
         spec = run["spec"]
         retry = int(spec.get("retry") or 0)
-        if status.get("state") in _RUN_TERMINAL:
+        if status.get("state") in FINISHED_RUN_STATES:
             if retry <= int(status.get("observedRetry") or 0) or status["state"] == "SUCCEEDED":
                 status["observedRetry"] = max(retry, int(status.get("observedRetry") or 0))
                 return None
@@ -97,7 +96,7 @@ class RunReconciler(Reconciler):
             self.store.record_event(run, "Normal", "Started", "Run started")
         terminating = bool(spec.get("terminate"))
         facts = {t["id"]: t for t in status.get("tasks") or [] if t.get("type") in dag.LEAF_TYPES
-                 and (t.get("podName") or t.get("attempts") or t.get("state") in dag.TERMINAL)}
+                 and (t.get("podName") or t.get("attempts") or t.get("state") in FINISHED_TASK_STATES)}
         pods = {p["metadata"]["name"]: p for p in self.store.list("Pod", run["metadata"]["namespace"],
                                                                   owner_uid=run["metadata"]["uid"])}
         requeue = self._observe(run, pipeline_spec, root, facts, pods, terminating)
@@ -114,9 +113,9 @@ class RunReconciler(Reconciler):
         status["tasks"] = planned.tasks
         live = [p for p in pods.values() if phase(p) in ("Pending", "Running")
                 and not p["metadata"].get("deletionTimestamp")]
-        if terminating and planned.state not in _RUN_TERMINAL:
+        if terminating and planned.state not in FINISHED_RUN_STATES:
             status["state"] = "CANCELING"
-        elif planned.state in _RUN_TERMINAL:
+        elif planned.state in FINISHED_RUN_STATES:
             if terminating and any(phase(p) in ("Pending", "Running") for p in pods.values()):
                 status["state"] = "CANCELING"
                 return 0.5
@@ -160,7 +159,7 @@ class RunReconciler(Reconciler):
                  terminating: bool) -> float | None:
         requeue = None
         for task in facts.values():
-            if task.get("state") in dag.TERMINAL or not task.get("podName"):
+            if task.get("state") in FINISHED_TASK_STATES or not task.get("podName"):
                 continue
             pod = pods.get(task["podName"])
             if terminating:

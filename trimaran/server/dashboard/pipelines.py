@@ -19,6 +19,7 @@ from urllib.request import url2pathname
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
+from trimaran.api.pipelines import FINISHED_RUN_STATES, FINISHED_TASK_STATES
 from trimaran.api.printers import age, elapsed
 from trimaran.runtime import LocalRuntime
 from trimaran.server.dashboard import html as h
@@ -27,7 +28,6 @@ from trimaran.server.dashboard.dag import build, svg
 from trimaran.server.dashboard.logs import log_tail
 from trimaran.store import NotFound, Store
 
-FINAL_STATES = ("SUCCEEDED", "SKIPPED", "FAILED", "CANCELED")
 STEP_TYPES = ("container", "importer")
 # A run's page frames its HTML and Markdown artifacts (from this origin only).
 RUN_PAGE_HEADERS = {**h.HEADERS,
@@ -41,7 +41,7 @@ _MARKDOWN_LIMIT = 2 * 1024 * 1024
 
 
 def run_finished(run: dict) -> bool:
-    return (run.get("status") or {}).get("state") in FINAL_STATES
+    return (run.get("status") or {}).get("state") in FINISHED_RUN_STATES
 
 
 def _steps(run: dict) -> list[dict]:
@@ -59,7 +59,7 @@ def runs_page(store: Store) -> h.Page:
     for r in runs:
         status, spec = r.get("status") or {}, r["spec"]
         steps = _steps(r)
-        done = sum(t.get("state") in (*FINAL_STATES, "CACHED") for t in steps)
+        done = sum(t.get("state") in FINISHED_TASK_STATES for t in steps)
         rows.append([h.esc(r["metadata"]["namespace"]), h.link(run_url(r), r["metadata"]["name"]),
                      h.esc(spec.get("displayName")), h.state(status.get("state") or "PENDING"),
                      h.esc(f"{done}/{len(steps)}"), h.esc(elapsed(status.get("startedAt"), status.get("finishedAt"))),
