@@ -26,9 +26,30 @@ class ControlPlaneHandle:
         proc = subprocess.run([sys.executable, "-m", "trimaran.cli", *args], env=self.env, capture_output=True,
                               text=True, input=input, timeout=timeout, cwd=REPO)
         if check and proc.returncode != 0:
+            explained = self._explain_wait(args) if args[:1] == ("wait",) else ""
             raise AssertionError(f"trimaran {' '.join(args)} exited {proc.returncode}\n"
-                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}{explained}")
         return proc
+
+    def _explain_wait(self, args: tuple[str, ...]) -> str:
+        """What a failed wait's object and this plane's pods looked like, so that a timeout in CI,
+        where nothing can be inspected afterwards, says where it stood."""
+        namespace = next((a.split("=", 1)[1] for a in args if a.startswith("--namespace=")), None)
+        if namespace is None and "-n" in args[:-1]:
+            namespace = args[args.index("-n") + 1]
+        scope = ["-n", namespace] if namespace else []
+        refs = [a for a in args[1:] if "/" in a and not a.startswith("-")]
+        parts = []
+        for argv in ([*(["describe", *ref.split("/", 1)] for ref in refs)], [["get", "pods", "-A", "-o", "wide"]]):
+            for command in argv:
+                shown = self.cli(*command, *scope, check=False, timeout=60)
+                parts.append(f"$ trimaran {' '.join(command)}\n{shown.stdout}{shown.stderr}")
+        listed = self.cli("get", "pods", *scope, "-o", "name", check=False, timeout=60).stdout.split()
+        for pod in listed[:6]:
+            shown = self.cli("logs", pod.removeprefix("pod/"), *scope, check=False, timeout=60)
+            tail = "\n".join((shown.stdout + shown.stderr).splitlines()[-25:])
+            parts.append(f"$ trimaran logs {pod} (last 25 lines)\n{tail}")
+        return "\n--- where it stood ---\n" + "\n".join(parts)
 
     def get(self, kind: str, name: str, namespace: str = "default") -> dict:
         import json
