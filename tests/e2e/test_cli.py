@@ -97,6 +97,27 @@ def test_wait_times_out_with_an_error(plane, tmp_path):
     assert proc.returncode != 0 and "timed out" in proc.stderr
 
 
+def test_wait_sees_a_change_made_while_it_waits(plane):
+    """``wait`` follows a watch: a deletion made after it started ends it at once, with success."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    plane.cli("apply", "-f", "-", input=GOOD)
+
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "trimaran.cli", "wait", *args, "-n", "kubeflow"],
+                                env=plane.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    deleted = start("configmap/settings", "--for=delete", "--timeout=60s")
+    timed_out = start("cm", "settings", "--for", "delete", "--timeout=500ms")
+    assert timed_out.wait(timeout=60) == 1 and "timed out" in timed_out.stderr.read()
+    assert deleted.poll() is None, "the wait ended before the object was deleted"
+    plane.cli("delete", "cm", "settings", "-n", "kubeflow")
+    assert deleted.wait(timeout=60) == 0
+    assert deleted.stdout.read().strip() == "configmap/settings deleted"
+
 def test_unknown_fields_warn_and_the_rest_is_stored(plane, tmp_path):
     path = tmp_path / "cm.yaml"
     path.write_text(GOOD.replace("\ndata:", "\ncolour: blue\ndata:"))

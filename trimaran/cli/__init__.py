@@ -1,13 +1,18 @@
 """The kubectl-like command line."""
 
+import importlib
 import sys
 
 # kubectl's connection flags, accepted before the verb as by the typer app.
 _GLOBAL_OPTIONS = ("--kubeconfig", "--context")
+# Verbs that parse their own arguments and start without typer and rich (about 0.3 s of imports):
+# scripts call them in loops, and apply → wait is how every job is started and awaited.
+_OWN_PARSERS = {"apply": "trimaran.cli.apply", "get": "trimaran.cli.get", "wait": "trimaran.cli.wait"}
 
 
-def _fast_get(argv: list[str]) -> tuple[list[str], dict[str, str | None]] | None:
-    """``get``'s arguments and the connection flags when ``argv`` asks for ``get``, else None."""
+def _fast_verb(argv: list[str]) -> tuple[str, list[str], dict[str, str | None]] | None:
+    """The module, its arguments and the connection flags when ``argv`` asks for one of
+    :data:`_OWN_PARSERS`, else None."""
     connection: dict[str, str | None] = {"kubeconfig": None, "context": None}
     i = 0
     while i < len(argv):
@@ -22,19 +27,16 @@ def _fast_get(argv: list[str]) -> tuple[list[str], dict[str, str | None]] | None
             i += 1
         connection[option[2:]] = value
         i += 1
-    if i < len(argv) and argv[i] == "get":
-        return argv[i + 1:], connection
+    if i < len(argv) and argv[i] in _OWN_PARSERS:
+        return _OWN_PARSERS[argv[i]], argv[i + 1:], connection
     return None
 
 
 def main() -> None:
-    # `get` starts without typer and rich (about 0.2 s of imports): scripts call it in loops.
-    fast = _fast_get(sys.argv[1:])
+    fast = _fast_verb(sys.argv[1:])
     if fast is not None:
-        from trimaran.cli.get import run
-
-        args, connection = fast
-        sys.exit(run(args, **connection))
+        module, args, connection = fast
+        sys.exit(importlib.import_module(module).run(args, **connection))
     from trimaran.cli.app import main as run_app
 
     run_app()

@@ -79,48 +79,21 @@ def _split_ref(kind_or_ref: str, name: str | None) -> tuple[str, str | None]:
     return kind_or_ref, name
 
 
-# -- apply ----------------------------------------------------------------------------------------
-@app.command()
-def apply(
-    filename: list[str] = typer.Option(..., "--filename", "-f", help="File, directory or - for stdin."),
-    namespace: str | None = NamespaceOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate only; store nothing."),
-) -> None:
-    """Create or update resources from manifests. A file with any invalid document stores nothing."""
-    from trimaran.api import ManifestError, load_manifests
-
-    manifests = []
-    try:
-        for source in filename:
-            text = sys.stdin.read() if source == "-" else None
-            for m in load_manifests(source, text=text):
-                manifests.append({"location": m.location, "object": m.object})
-                for w in m.warnings:
-                    err.print(f"{m.location}: Warning: {w}", style="yellow", highlight=False)
-    except ManifestError as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"{exc.filename}: {exc.strerror}")
-    if not manifests:
-        _fail("no objects passed to apply")
-    client = _client()
-    try:
-        result = client.apply(manifests, namespace=namespace, dry_run=dry_run)
-    except APIError as exc:
-        for w in (exc.body or {}).get("warnings", []):
-            err.print(w, style="yellow", highlight=False)
-        _fail(str(exc))
-    for w in result.get("warnings", []):
-        err.print(w, style="yellow", highlight=False)
-    for r in result["results"]:
-        group = f".{r['group']}" if r.get("group") else ""
-        console.print(f"{r['kind'].lower()}{group}/{r['name']} {r['action']}", highlight=False)
+# -- apply, get, wait -----------------------------------------------------------------------------
+# Each parses its own arguments (``trimaran.cli.main`` routes them there before typer and rich
+# load: scripts call them in loops); registered here so that ``trimaran --help`` lists them.
+_OWN_PARSER = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
-# -- get ------------------------------------------------------------------------------------------
-# Parsed by trimaran.cli.get itself (``trimaran.cli.main`` routes ``get`` there before typer loads);
-# registered here so that it is listed in ``trimaran --help``.
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+@app.command(context_settings=_OWN_PARSER)
+def apply(ctx: typer.Context) -> None:
+    """Create or update resources from manifests; all or none (trimaran apply --help)."""
+    from trimaran.cli.apply import run
+
+    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
+
+
+@app.command(context_settings=_OWN_PARSER)
 def get(ctx: typer.Context) -> None:
     """List resources, or show one (trimaran get --help for its options)."""
     from trimaran.cli.get import run
@@ -353,69 +326,12 @@ def _wait_pods_gone(client: Client, ns: str, uid: str, timeout: float) -> None:
     err.print(f"pods of {uid} still stopping after {timeout:.0f}s", style="yellow")
 
 
-# -- wait -----------------------------------------------------------------------------------------
-@app.command()
-def wait(
-    kind: str = typer.Argument(..., help="KIND/NAME or KIND"),
-    name: str | None = typer.Argument(None),
-    for_: str = typer.Option(..., "--for", help="condition=NAME[=true|false], or delete"),
-    timeout: str = typer.Option("30s", "--timeout", help="e.g. 90s, 5m, 1h"),
-    namespace: str | None = NamespaceOpt,
-) -> None:
-    """Wait until a resource has a condition (or is deleted), with a live view of its state."""
-    from trimaran.cli.render import experiment_progress, job_status, pod_status, training_state
+@app.command(context_settings=_OWN_PARSER)
+def wait(ctx: typer.Context) -> None:
+    """Wait until a resource has a condition (or is deleted), with a live view (trimaran wait --help)."""
+    from trimaran.cli.wait import run
 
-    kind, name = _split_ref(kind, name)
-    if not name:
-        _fail("wait needs a name: trimaran wait KIND/NAME --for=condition=Succeeded")
-    client = _client()
-    info = _kind_info(client, kind)
-    seconds = _duration(timeout)
-    if for_ == "delete":
-        wanted = None
-    elif for_.startswith("condition="):
-        cond, _, value = for_[len("condition="):].partition("=")
-        wanted = (cond.lower(), (value or "true").lower())
-    else:
-        _fail(f"unrecognised --for {for_!r}: use condition=NAME or delete")
-    ns = namespace or "default"
-    state_of = {"Job": job_status, "Pod": pod_status, "Experiment": experiment_progress}.get(info.kind, training_state)
-    deadline = time.monotonic() + seconds
-    with console.status(f"waiting for {info.kind.lower()}/{name}...") as spinner:
-        while True:
-            try:
-                obj = client.get(info.kind, ns, name)
-            except APIError as exc:
-                if exc.status == 404 and wanted is None:
-                    console.print(f"{info.kind.lower()}/{name} deleted", highlight=False)
-                    return
-                _fail(str(exc))
-            if wanted is not None:
-                for cond in (obj.get("status") or {}).get("conditions") or []:
-                    if cond.get("type", "").lower() == wanted[0] and str(cond.get("status")).lower() == wanted[1]:
-                        spinner.stop()
-                        console.print(f"{info.kind.lower()}/{name} condition met", highlight=False)
-                        return
-            spinner.update(f"waiting for {info.kind.lower()}/{name}: {state_of(obj) or 'Created'} "
-                           f"({int(deadline - time.monotonic())}s left)")
-            if time.monotonic() >= deadline:
-                _fail(f"timed out waiting for the condition on {info.plural}/{name}")
-            time.sleep(0.1)
-
-
-def _duration(text: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for suffix in ("ms", "s", "m", "h"):
-        if text.endswith(suffix):
-            try:
-                return float(text[: -len(suffix)]) * units[suffix]
-            except ValueError:
-                break
-    try:
-        return float(text)
-    except ValueError:
-        _fail(f"invalid duration {text!r}: use e.g. 30s, 5m")
-        raise
+    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
 
 
 # -- trials ---------------------------------------------------------------------------------------
