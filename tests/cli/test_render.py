@@ -19,3 +19,13 @@ def test_progress_counts_every_finished_state_and_shows_the_best_objective():
 
 def test_progress_before_any_trial_has_no_best():
     assert experiment_progress({"spec": {}, "status": {}}) == "Pending, 0/? trials done, 0 running"
+
+
+def test_a_runs_progress_counts_loop_iterations_under_their_task_name():
+    from trimaran.cli.pipelines import progress
+
+    tasks = [{"id": f"for-loop-2.iteration-{i}.add-2", "name": "add-2", "state": "RUNNING"} for i in range(3)]
+    tasks += [{"id": "train", "name": "train", "state": "RUNNING"},
+              {"id": "prep", "name": "prep", "state": "SUCCEEDED"}]
+    run = {"status": {"state": "RUNNING", "tasks": tasks}}
+    assert progress(run) == "RUNNING: 1/5 tasks done; running: add-2 ×3, train"

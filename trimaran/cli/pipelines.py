@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -124,9 +125,11 @@ def progress(run: dict) -> str:
     status = run.get("status") or {}
     known = steps(run)
     done = [t for t in known if t.get("state") in FINISHED_TASK_STATES]
-    running = [t["name"] for t in known if t.get("state") == "RUNNING"]
+    # A loop's iterations share their task's name: counted, not listed once per iteration.
+    running = Counter(t["name"] for t in known if t.get("state") == "RUNNING")
     line = f"{status.get('state') or 'PENDING'}: {len(done)}/{len(known)} tasks done"
-    return line + (f"; running: {', '.join(running)}" if running else "")
+    shown = [name if count == 1 else f"{name} ×{count}" for name, count in running.items()]
+    return line + (f"; running: {', '.join(shown)}" if shown else "")
 
 
 def describe_run(out: Console, run: dict) -> None:
