@@ -162,7 +162,7 @@ def test_retry_loop_trigger_and_caching_values() -> None:
     task = spec["root"]["dag"]["tasks"]["flaky"]
     task["retryPolicy"].update(maxRetryCount=-1, backoffDuration="1m", backoffFactor="double")
     task["triggerPolicy"] = {"strategy": "SOMETIMES", "condition": 1}
-    task["cachingOptions"] = {"enableCache": "yes"}
+    task["cachingOptions"] = {"enableCache": "yes", "cacheKey": 7}
     task["iteratorPolicy"] = {"parallelismLimit": 1.5}
     at = f"{P}.root.dag.tasks.flaky"
     assert _errors(spec) == [
@@ -173,7 +173,8 @@ def test_retry_loop_trigger_and_caching_values() -> None:
         f'{at}.triggerPolicy.strategy: Unsupported value: "SOMETIMES": supported values: '
         '"TRIGGER_STRATEGY_UNSPECIFIED", "ALL_UPSTREAM_TASKS_SUCCEEDED", "ALL_UPSTREAM_TASKS_COMPLETED"',
         f"{at}.triggerPolicy.condition: Invalid value: 1: must be a CEL expression",
-        f'{at}.cachingOptions.enableCache: Invalid value: "yes": must be true or false']
+        f'{at}.cachingOptions.enableCache: Invalid value: "yes": must be true or false',
+        f"{at}.cachingOptions.cacheKey: Invalid value: 7: must be a string"]
 
 
 def test_defaults_and_constants_of_the_wrong_type() -> None:

@@ -163,6 +163,12 @@ def test_a_second_run_reuses_cached_steps_unless_caching_is_off(api: Client) -> 
     third = finished(api, start(api, "cache-3", "caching", enableCaching=False)["metadata"]["name"])
     assert task(third, "cached")["state"] == "SUCCEEDED"
     assert task(third, "cached")["outputs"] != task(first, "cached")["outputs"]
+    # Other inputs: a new fingerprint runs the step again, the pinned key still hits the first run's.
+    other = finished(api, start(api, "cache-4", "caching", {"seed": 2})["metadata"]["name"])
+    assert task(other, "cached")["state"] == "SUCCEEDED"
+    pinned = task(other, "pinned")
+    assert pinned["state"] == "CACHED" and pinned["cacheKey"] == "stamp-v1"
+    assert pinned["outputs"] == task(first, "pinned")["outputs"]
 
 
 def test_kfp_kubernetes_settings_reach_the_step_pod(api: Client) -> None:

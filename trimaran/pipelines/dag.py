@@ -45,6 +45,7 @@ class Ready:
     executor: dict[str, Any]
     inputs: dict[str, Any]  # {"parameters": {...}, "artifacts": {name: [ArtifactRef]}}
     enable_cache: bool
+    custom_cache_key: str  # cachingOptions.cacheKey: when set, the task's cache key instead of its fingerprint
     retry_policy: dict[str, Any] | None
 
 
@@ -219,6 +220,7 @@ class _Planner:
             id=tid, name=common["name"], component_name=common["component"], component=dict(component),
             executor_label=label, executor=executor, inputs=inputs,
             enable_cache=bool((task.get("cachingOptions") or {}).get("enableCache")),
+            custom_cache_key=str((task.get("cachingOptions") or {}).get("cacheKey") or ""),
             retry_policy=task.get("retryPolicy")))
         return _Result("PENDING")
 

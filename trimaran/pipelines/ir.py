@@ -239,6 +239,9 @@ class _Checker:
         enable = _mapping(task.get("cachingOptions")).get("enableCache", True)
         if not isinstance(enable, bool):
             self.error(join_path(path, "cachingOptions", "enableCache"), enable, "must be true or false")
+        custom_key = _mapping(task.get("cachingOptions")).get("cacheKey", "")
+        if not isinstance(custom_key, str):
+            self.error(join_path(path, "cachingOptions", "cacheKey"), custom_key, "must be a string")
 
     def dag_outputs(self, dag: Mapping[str, Any], path: str, tasks: Mapping[str, Any]) -> None:
         outputs = _mapping(dag.get("outputs"))

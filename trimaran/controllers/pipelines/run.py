@@ -286,7 +286,10 @@ class RunReconciler(Reconciler):
             fact.pop("cacheKey", None)
             return False
         executor = task.executor.get("container") or {}
-        key = cache.cache_key(task.component, executor, task.inputs["parameters"], task.inputs["artifacts"])
+        # KFP's driver takes a task's own cacheKey as its fingerprint: tasks naming the same key share
+        # outputs whatever their inputs, which is how a user pins a step to a known result.
+        key = task.custom_cache_key or cache.cache_key(task.component, executor, task.inputs["parameters"],
+                                                       task.inputs["artifacts"])
         fact["cacheKey"] = key
         entry = self._cache_get(run, key)
         if entry is None:
