@@ -59,9 +59,11 @@ export TRIMARAN_KUBEFLOW_PYTHON="$PWD/.venv-kubeflow/bin/python"
 client_venv .venv-kfp "kfp==2.17.3" "kfp-kubernetes==2.17.3" || exit 1
 export TRIMARAN_KFP_PYTHON="$PWD/.venv-kfp/bin/python"
 export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
-# The base test images (busybox; Debian minbase with python3 by debootstrap, about a minute), built
-# before the suite so its time is the tests' own; cached in .cache/test-images for later runs.
-.venv/bin/python -c 'from tests.imagekit import build_test_images; build_test_images()' || exit 1
+# The base test images (busybox; Debian minbase with python3 by debootstrap, about a minute; that
+# image plus this venv's torch, for tests/e2e/test_image_ddp.py), built before the suite so its time
+# is the tests' own; cached in .cache/test-images for later runs.
+.venv/bin/python -c 'from tests.imagekit import build_test_images as base, build_torch_image as torch; torch(base())' \
+  || exit 1
 # Three workers (pytest-xdist), each taking a whole test file at a time, since a file's tests share
 # one control plane. Most of a test's time is spent waiting on processes: two workers left the two
 # cores idle a quarter of the time, a third fills most of that. The slowest tests are listed to

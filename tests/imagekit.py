@@ -330,6 +330,44 @@ def build_test_images(root: Path | None = None) -> BuiltImages:
     return BuiltImages(layout)
 
 
+# What `import torch` needs besides torch (its requirements); numpy for torch's own conversions.
+_TORCH_PACKAGES = ("torch", "torchgen", "functorch", "sympy", "mpmath", "networkx", "filelock", "fsspec", "jinja2",
+                   "markupsafe", "typing_extensions.py", "numpy", "numpy.libs")
+_DIST_PACKAGES = "usr/local/lib/python3.11/dist-packages"
+# Left out of the layer: headers and torch's own test suite (a sixth of the bytes to pull).
+_TORCH_UNUSED = ("include", "test")
+
+
+def build_torch_image(images: BuiltImages) -> str:
+    """Tag (once; cached with the base images) ``debian-python`` plus a layer of this venv's torch
+    (the CPU wheel: cp311, as Debian bookworm's python3), copied from site-packages; its tag, named
+    by torch's version and the packages copied, so that a change of either builds it again."""
+    import sysconfig
+
+    import torch
+
+    packages = hashlib.sha256(" ".join(_TORCH_PACKAGES + _TORCH_UNUSED).encode()).hexdigest()[:8]
+    tag = f"debian-torch-{torch.__version__.replace('+', '-')}-{packages}"
+    layout = images.layout
+    with open(layout.path.parent / "torch-layer.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if layout.descriptor(tag) is None:
+            site = Path(sysconfig.get_paths()["purelib"])
+            staging = layout.path.parent / f"{tag}.staging"
+            shutil.rmtree(staging, ignore_errors=True)
+            target = staging / _DIST_PACKAGES
+            target.mkdir(parents=True)
+            for name in _TORCH_PACKAGES:
+                if (site / name).exists():
+                    # Hard links: the layer is read from them, nothing is copied on disk.
+                    subprocess.run(["cp", "-al", str(site / name), str(target / name)], check=True)
+            unused = [f"{_DIST_PACKAGES}/torch/{part}" for part in _TORCH_UNUSED]
+            layout.build(tag, [Layer(tree=staging, tree_excludes=unused)], ImageSpec(cmd=["python3"]),
+                         base="debian-python")
+            shutil.rmtree(staging, ignore_errors=True)
+    return tag
+
+
 # -- registries ------------------------------------------------------------------------------------
 
 
