@@ -24,6 +24,7 @@ from trimaran.api.meta import (
     NonNegInt32,
     Resource,
     is_dns1035_label,
+    is_dns1123_label,
 )
 from trimaran.api.printers import AGE, PrinterColumn
 
@@ -327,8 +328,10 @@ class Service(Resource):
             if len(spec.ports or []) > 1 and not port.name:
                 errs.append(FieldError.required(join_path(path, "name")))
             if port.name:
+                # A Service port's name is a DNS label ("81-8000", as `kubectl create service` names
+                # one, is valid); its string targetPort names a container port, an IANA service name.
                 errs.extend(FieldError.invalid(join_path(path, "name"), port.name, m)
-                            for m in is_valid_port_name(port.name))
+                            for m in is_dns1123_label(port.name))
                 if port.name in names:
                     errs.append(FieldError.duplicate(join_path(path, "name"), port.name))
                 names.add(port.name)

@@ -1,12 +1,16 @@
 """Request bodies in Kubernetes' protobuf encoding, for the core kinds kubectl's generators send.
 
-``kubectl create namespace|configmap|secret|serviceaccount NAME`` and ``kubectl autoscale`` build typed
-objects and send them as ``application/vnd.kubernetes.protobuf``: the magic ``k8s\\0``, then a
-``runtime.Unknown`` holding the TypeMeta and the object's own message. The messages below are the subset of
-k8s.io/api core/v1, autoscaling/v1 and apimachinery meta/v1 those commands fill in, with upstream's field numbers,
-declared as descriptors and parsed by the protobuf library; the result is the object's JSON form,
-which the API then admits like any other body. Other kinds in protobuf stay a 415, as for custom
-resources on a cluster, and kubectl's ``-f`` path sends JSON.
+``kubectl create namespace|configmap|secret|serviceaccount|deployment|job|service NAME``,
+``kubectl run``, ``kubectl expose`` and ``kubectl autoscale`` build typed objects and send them as
+``application/vnd.kubernetes.protobuf``: the magic ``k8s\\0``, then a ``runtime.Unknown`` holding the
+TypeMeta and the object's own message. The messages below are the subset of k8s.io/api core/v1,
+apps/v1, batch/v1, autoscaling/v1 and apimachinery meta/v1 those commands fill in, with upstream's
+field numbers, declared as descriptors and parsed by the protobuf library; the result is the
+object's JSON form, which the API then admits like any other body. A field outside that subset
+that carries a value (``kubectl run --overrides`` can set any) is refused rather than dropped; Go
+writes its empty structs (a status, a creation time) whatever the client set, so those pass. Other
+kinds in protobuf stay a 415, as for custom resources on a cluster, and kubectl's ``-f`` path sends
+JSON.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, unknown_fields
 from google.protobuf.message import DecodeError
 
 __all__ = ["MEDIA_TYPE", "ProtobufError", "decode"]
@@ -27,6 +31,7 @@ _STRING = descriptor_pb2.FieldDescriptorProto.TYPE_STRING
 _BYTES = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
 _BOOL = descriptor_pb2.FieldDescriptorProto.TYPE_BOOL
 _INT32 = descriptor_pb2.FieldDescriptorProto.TYPE_INT32
+_INT64 = descriptor_pb2.FieldDescriptorProto.TYPE_INT64
 _MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
 _OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
 _REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
@@ -39,7 +44,8 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
     "TypeMeta": [("apiVersion", 1, _STRING, False), ("kind", 2, _STRING, False)],
     "ObjectMeta": [("name", 1, _STRING, False), ("generateName", 2, _STRING, False),
                    ("namespace", 3, _STRING, False), ("labels", 11, ("map", _STRING), False),
-                   ("annotations", 12, ("map", _STRING), False), ("finalizers", 14, _STRING, True)],
+                   ("annotations", 12, ("map", _STRING), False), ("ownerReferences", 13, "OwnerReference", True),
+                   ("finalizers", 14, _STRING, True)],
     "Namespace": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "NamespaceSpec", False)],
     "NamespaceSpec": [("finalizers", 1, _STRING, True)],
     "ConfigMap": [("metadata", 1, "ObjectMeta", False), ("data", 2, ("map", _STRING), False),
@@ -62,10 +68,61 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
                                     ("targetCPUUtilizationPercentage", 4, _INT32, False)],
     "CrossVersionObjectReference": [("kind", 1, _STRING, False), ("name", 2, _STRING, False),
                                     ("apiVersion", 3, _STRING, False)],
+    # apps/v1, batch/v1 and core/v1, as `kubectl create deployment|job`, `kubectl create service` and
+    # `kubectl expose` fill them in (a job --from a CronJob carries its owner reference).
+    "Deployment": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "DeploymentSpec", False)],
+    "DeploymentSpec": [("replicas", 1, _INT32, False), ("selector", 2, "LabelSelector", False),
+                       ("template", 3, "PodTemplateSpec", False), ("minReadySeconds", 5, _INT32, False),
+                       ("revisionHistoryLimit", 6, _INT32, False), ("paused", 7, _BOOL, False),
+                       ("progressDeadlineSeconds", 9, _INT32, False)],
+    "Job": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "JobSpec", False)],
+    "JobSpec": [("parallelism", 1, _INT32, False), ("completions", 2, _INT32, False),
+                ("activeDeadlineSeconds", 3, _INT64, False), ("selector", 4, "LabelSelector", False),
+                ("manualSelector", 5, _BOOL, False), ("template", 6, "PodTemplateSpec", False),
+                ("backoffLimit", 7, _INT32, False), ("ttlSecondsAfterFinished", 8, _INT32, False),
+                ("completionMode", 9, _STRING, False), ("suspend", 10, _BOOL, False)],
+    "LabelSelector": [("matchLabels", 1, ("map", _STRING), False),
+                      ("matchExpressions", 2, "LabelSelectorRequirement", True)],
+    "LabelSelectorRequirement": [("key", 1, _STRING, False), ("operator", 2, _STRING, False),
+                                 ("values", 3, _STRING, True)],
+    "PodTemplateSpec": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "PodSpec", False)],
+    "PodSpec": [("containers", 2, "Container", True), ("restartPolicy", 3, _STRING, False),
+                ("terminationGracePeriodSeconds", 4, _INT64, False), ("dnsPolicy", 6, _STRING, False),
+                ("nodeSelector", 7, ("map", _STRING), False), ("serviceAccountName", 8, _STRING, False),
+                ("initContainers", 20, "Container", True)],
+    "Container": [("name", 1, _STRING, False), ("image", 2, _STRING, False), ("command", 3, _STRING, True),
+                  ("args", 4, _STRING, True), ("workingDir", 5, _STRING, False),
+                  ("ports", 6, "ContainerPort", True), ("env", 7, "EnvVar", True),
+                  ("terminationMessagePath", 13, _STRING, False), ("imagePullPolicy", 14, _STRING, False),
+                  ("stdin", 16, _BOOL, False), ("stdinOnce", 17, _BOOL, False), ("tty", 18, _BOOL, False),
+                  ("terminationMessagePolicy", 20, _STRING, False)],
+    "ContainerPort": [("name", 1, _STRING, False), ("hostPort", 2, _INT32, False),
+                      ("containerPort", 3, _INT32, False), ("protocol", 4, _STRING, False)],
+    "EnvVar": [("name", 1, _STRING, False), ("value", 2, _STRING, False)],
+    "Service": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "ServiceSpec", False)],
+    "Pod": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "PodSpec", False)],
+    "ServiceSpec": [("ports", 1, "ServicePort", True), ("selector", 2, ("map", _STRING), False),
+                    ("clusterIP", 3, _STRING, False), ("type", 4, _STRING, False),
+                    ("externalIPs", 5, _STRING, True), ("sessionAffinity", 7, _STRING, False),
+                    ("externalName", 10, _STRING, False)],
+    "ServicePort": [("name", 1, _STRING, False), ("protocol", 2, _STRING, False), ("port", 3, _INT32, False),
+                    ("targetPort", 4, "IntOrString", False), ("nodePort", 5, _INT32, False),
+                    ("appProtocol", 6, _STRING, False)],
+    "IntOrString": [("type", 1, _INT64, False), ("intVal", 2, _INT32, False), ("strVal", 3, _STRING, False)],
+    "OwnerReference": [("kind", 1, _STRING, False), ("name", 3, _STRING, False), ("uid", 4, _STRING, False),
+                       ("apiVersion", 5, _STRING, False), ("controller", 6, _BOOL, False),
+                       ("blockOwnerDeletion", 7, _BOOL, False)],
 }
+# Go encodes a non-pointer scalar even when it is zero, and its JSON leaves zero out (omitempty):
+# zeros are dropped but for these pointer fields, where zero is a value ("0 replicas").
+_ZERO_MEANS_ZERO = {("DeploymentSpec", "replicas"), ("JobSpec", "parallelism"), ("JobSpec", "completions"),
+                    ("JobSpec", "backoffLimit"), ("JobSpec", "ttlSecondsAfterFinished"),
+                    ("HorizontalPodAutoscalerSpec", "minReplicas")}
 # The kinds a body may carry: (apiVersion, kind) -> message.
-_KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "ServiceAccount")}
+_KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "ServiceAccount", "Service", "Pod")}
 _KINDS["autoscaling/v1", "HorizontalPodAutoscaler"] = "HorizontalPodAutoscaler"
+_KINDS["apps/v1", "Deployment"] = "Deployment"
+_KINDS["batch/v1", "Job"] = "Job"
 
 
 class ProtobufError(ValueError):
@@ -105,14 +162,22 @@ _CLASSES = {name: message_factory.GetMessageClass(_pool.FindMessageTypeByName(f"
 def _to_json(message: Any) -> dict[str, Any]:
     """The fields a client set, in Kubernetes' JSON form (bytes as base64, maps as objects). Go
     encodes every string field, empty ones too: an empty string is a field left out."""
+    name = message.DESCRIPTOR.name
+    if name == "IntOrString":  # a port by number or by name
+        return {"value": message.strVal if message.type == 1 else message.intVal}
     out: dict[str, Any] = {}
     for field, value in message.ListFields():
-        if value == "":
+        if value == "" or (value is False or (type(value) is int and value == 0)) and (
+                (name, field.json_name) not in _ZERO_MEANS_ZERO):
             continue
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        if field.message_type is not None and field.message_type.name == "IntOrString":
+            out[field.json_name] = _to_json(value)["value"]
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
             entry_value = field.message_type.fields_by_name["value"]
             out[field.json_name] = {
                 k: base64.b64encode(v).decode() if entry_value.type == _BYTES else v for k, v in value.items()}
+        elif field.message_type is not None and field.is_repeated:
+            out[field.json_name] = [_to_json(item) for item in value]
         elif field.message_type is not None:
             out[field.json_name] = _to_json(value)
             if not out[field.json_name]:
@@ -124,6 +189,66 @@ def _to_json(message: Any) -> dict[str, Any]:
         else:
             out[field.json_name] = value
     return out
+
+
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _all_zero(data: bytes) -> bool:
+    """Whether ``data`` is a message whose every value is zero or empty, as Go writes an empty struct."""
+    at = 0
+    try:
+        while at < len(data):
+            key, at = _varint(data, at)
+            wire = key & 7
+            if wire == _VARINT:
+                value, at = _varint(data, at)
+                if value:
+                    return False
+            elif wire in (_FIXED64, _FIXED32):
+                width = 8 if wire == _FIXED64 else 4
+                if len(data) < at + width or any(data[at:at + width]):
+                    return False
+                at += width
+            elif wire == _LENGTH:
+                size, at = _varint(data, at)
+                chunk = data[at:at + size]
+                if len(chunk) < size or (chunk and not _all_zero(chunk)):
+                    return False
+                at += size
+            else:
+                return False
+    except IndexError:  # not a message: a string or bytes with content
+        return False
+    return True
+
+
+def _undecoded(message: Any, path: str) -> str | None:
+    """The path of the first field in ``message`` or below that is outside the schema and holds a value."""
+    for field in unknown_fields.UnknownFieldSet(message):
+        data = field.data
+        empty = not data if field.wire_type != _LENGTH else _all_zero(bytes(data))
+        if not empty:
+            return f"{path} (field {field.field_number})"
+    for field, value in message.ListFields():
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        for index, item in enumerate(value if field.is_repeated else [value]):
+            found = _undecoded(item, f"{path}.{field.json_name}" + (f"[{index}]" if field.is_repeated else ""))
+            if found:
+                return found
+    return None
 
 
 def decode(body: bytes) -> dict[str, Any]:
@@ -147,4 +272,8 @@ def decode(body: bytes) -> dict[str, Any]:
         message.ParseFromString(envelope.raw)
     except DecodeError as exc:
         raise ProtobufError(f"the {kind} cannot be decoded: {exc}") from None
+    undecoded = _undecoded(message, kind)
+    if undecoded:
+        raise ProtobufError(f"{undecoded} is not read from protobuf here; send the {kind} as JSON "
+                            "(kubectl create -f FILE does)")
     return {"apiVersion": api_version, "kind": kind, **_to_json(message)}
