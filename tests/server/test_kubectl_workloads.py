@@ -43,7 +43,7 @@ def _get(kubectl, *args: str) -> dict:  # noqa: ANN001
     return json.loads(kubectl("get", *args, "-o", "json").stdout)
 
 
-def test_create_deployment_expose_and_service(kubectl) -> None:  # noqa: ANN001
+def test_create_deployment_expose_and_service(plane: ControlPlaneHandle, kubectl) -> None:  # noqa: ANN001
     assert kubectl("create", "deployment", "web", "--image=python", "--port=8000", "--",
                    "python3", "-m", "http.server", "8000").stdout.strip() == "deployment.apps/web created"
     template = _get(kubectl, "deployment", "web")["spec"]["template"]
@@ -61,6 +61,11 @@ def test_create_deployment_expose_and_service(kubectl) -> None:  # noqa: ANN001
     poll(lambda: [p["port"] for s in _get(kubectl, "endpoints", "web").get("subsets") or [] for p in s["ports"]]
          == [8000], timeout=60, what="the Service's endpoint on the Deployment's pod")
 
+    # Several kinds in one get, as kubectl lists them: each its own table, names as kind.group/name.
+    assert plane.cli("get", "deploy,svc", "-o", "name").stdout == kubectl("get", "deploy,svc", "-o", "name").stdout
+    tables = plane.cli("get", "deployments,services").stdout.split("\n\n")
+    assert [t.split()[0:2] for t in tables] == [["NAME", "READY"], ["NAME", "TYPE"]]
+    assert "deployment.apps/web " in tables[0] and "service/web " in tables[1]
     # The port name `create service` writes is a DNS label, not a container port's IANA name.
     kubectl("create", "service", "clusterip", "api", "--tcp=81:8000")
     assert _get(kubectl, "service", "api")["spec"]["ports"][0]["name"] == "81-8000"

@@ -54,9 +54,10 @@ class _Printer:
     """Table rows as kubectl prints them: the columns of priority 0 (all with ``-o wide``), a
     NAMESPACE column first across namespaces; the widths of the first page kept while watching."""
 
-    def __init__(self, wide: bool, all_namespaces: bool) -> None:
+    def __init__(self, wide: bool, all_namespaces: bool, name_prefix: str = "") -> None:
         self.wide = wide
         self.all_namespaces = all_namespaces
+        self.name_prefix = name_prefix  # "deployment.apps/" when several kinds are listed, as kubectl
         self.shown: list[int] | None = None
         self.header: list[str] = []
         self.widths: list[int] | None = None
@@ -71,6 +72,8 @@ class _Printer:
         out = []
         for row in table.get("rows") or []:
             cells = [_text(row["cells"][i]) for i in self.shown]
+            if self.name_prefix and cells:
+                cells[0] = self.name_prefix + cells[0]
             if self.all_namespaces:
                 cells.insert(0, ((row.get("object") or {}).get("metadata") or {}).get("namespace", ""))
             out.append(cells)
@@ -95,13 +98,15 @@ def _table(client: Client, ref: KindRef, namespace: str | None, name: str | None
     return orjson.loads(resp.read())
 
 
-def _dump(client: Client, ref: KindRef, namespace: str | None, name: str | None, selector: str | None,
-          fmt: str) -> str:
+def _dump(client: Client, targets: Sequence[tuple[KindRef, str | None]], name: str | None,
+          selector: str | None, fmt: str) -> str:
+    """One object (a name given), else a List of every target kind's objects, in ``fmt``."""
     if name:
+        ref, namespace = targets[0]
         data = client.get(ref, namespace, name)
         objects = [data]
     else:
-        objects = client.list(ref, namespace, selector)
+        objects = [obj for ref, namespace in targets for obj in client.list(ref, namespace, selector)]
         data = {"apiVersion": "v1", "kind": "List", "items": objects}
     # As kubectl: field ownership is noise to a reader (kubectl shows it with --show-managed-fields).
     for obj in objects:
@@ -135,33 +140,59 @@ def _watch(client: Client, ref: KindRef, namespace: str | None, name: str | None
             print(printer.more(table, event["type"] == "DELETED"), flush=True)
 
 
+def _qualified(ref: KindRef) -> str:
+    """kubectl's ``kind.group`` (``deployment.apps``; ``service`` for the core group)."""
+    return f"{ref.kind.lower()}.{ref.group}" if ref.group else ref.kind.lower()
+
+
+def _namespace(client: Client, ref: KindRef, args: argparse.Namespace) -> str | None:
+    return None if args.all_namespaces or not ref.namespaced else (args.namespace or client.namespace)
+
+
+def _show(client: Client, ref: KindRef, args: argparse.Namespace, name: str | None, several: bool) -> bool:
+    """Print one kind's objects; False when there were none (and nothing was printed)."""
+    namespace = _namespace(client, ref, args)
+    table = _table(client, ref, namespace, name, args.selector)
+    if args.output == "name":
+        lines = [f"{_qualified(ref)}/{row['cells'][0]}" for row in table.get("rows") or []]
+        if lines:
+            print("\n".join(lines))
+        return bool(lines)
+    printer = _Printer(wide=args.output == "wide", all_namespaces=namespace is None and ref.namespaced,
+                       name_prefix=f"{_qualified(ref)}/" if several else "")
+    if table.get("rows"):
+        print(printer.first_page(table), flush=True)
+    if args.watch:
+        _watch(client, ref, namespace, name, printer, (table.get("metadata") or {}).get("resourceVersion"))
+    return bool(table.get("rows"))
+
+
 def run(argv: Sequence[str], kubeconfig: str | None = None, context: str | None = None) -> int:
-    """``trimaran get ARGV``; the exit code."""
+    """``trimaran get ARGV``; the exit code. ``KIND,KIND`` lists several kinds, as kubectl."""
     args = _parser().parse_args(argv)
     kind, name = args.kind, args.name
     if "/" in kind and name is None:
         kind, _, name = kind.partition("/")
+    kinds = [k for k in kind.split(",") if k]
+    if len(kinds) > 1 and (args.watch or name):
+        print("error: watch or name one kind at a time (trimaran get KIND NAME, trimaran get KIND -w)",
+              file=sys.stderr)
+        return 1
     try:
         client = Client.connect(kubeconfig=kubeconfig, context=context)
-        ref = client.resolve(kind)
-        namespace = None if args.all_namespaces or not ref.namespaced else (args.namespace or client.namespace)
+        refs = [client.resolve(k) for k in kinds]
         if args.output in ("yaml", "json"):
-            print(_dump(client, ref, namespace, name, args.selector, args.output))
+            targets = [(ref, _namespace(client, ref, args)) for ref in refs]
+            print(_dump(client, targets, name, args.selector, args.output))
             return 0
-        table = _table(client, ref, namespace, name, args.selector)
-        if args.output == "name":
-            prefix = f"{ref.kind.lower()}.{ref.group}" if ref.group else ref.kind.lower()
-            print("\n".join(f"{prefix}/{row['cells'][0]}" for row in table.get("rows") or []))
-            return 0
-        printer = _Printer(wide=args.output == "wide", all_namespaces=namespace is None and ref.namespaced)
-        if table.get("rows"):
-            print(printer.first_page(table), flush=True)
-        elif not args.watch:
-            where = "any namespace" if namespace is None else f"{namespace} namespace"
+        shown = False
+        for ref in refs:
+            if shown and args.output != "name":
+                print()
+            shown = _show(client, ref, args, name, several=len(refs) > 1) or shown
+        if not shown and not args.watch:
+            where = "any namespace" if args.all_namespaces else f"{args.namespace or client.namespace} namespace"
             print(f"No resources found in {where}.", file=sys.stderr)
-            return 0
-        if args.watch:
-            _watch(client, ref, namespace, name, printer, (table.get("metadata") or {}).get("resourceVersion"))
     except APIError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
