@@ -280,13 +280,21 @@ def test_terminate_stops_the_running_step(api: Client) -> None:
     assert all(p["status"]["phase"] != "Running" or p["metadata"].get("deletionTimestamp") for p in pods)
 
 
-def test_same_outputs_as_kfp_local(api: Client, tmp_path: Path) -> None:
-    """dsl.OneOf over an If/Elif/Else chain gives what kfp.local's SubprocessRunner gives."""
-    pipeline = compiled("oneof_parameter")
-    start(api, "parity", "oneof_parameter", {"n": 3})
-    local = run_local("oneof_parameter", tmp_path, {"n": 3})  # while the run goes
-    run = finished(api, "parity")
-    assert local == {"outputs": {"Output": "many"}, "error": None}
+@pytest.mark.parametrize(("name", "arguments", "expected"), [
+    ("oneof_parameter", {"n": 3}, {"Output": "many"}),  # dsl.OneOf over an If/Elif/Else chain
+    ("loops", {}, None),  # ParallelFor over a list and over a task's output, dsl.Collected
+    ("nested", {}, None),  # a pipeline used as a component inside another
+])
+def test_same_outputs_as_kfp_local(api: Client, tmp_path: Path, name: str, arguments: dict,
+                                   expected: dict | None) -> None:
+    """Control flow on real step pods gives what kfp.local's SubprocessRunner gives."""
+    pipeline = compiled(name)
+    start(api, f"parity-{name.replace('_', '-')}", name, arguments)
+    local = run_local(name, tmp_path, arguments)  # while the run goes
+    run = finished(api, f"parity-{name.replace('_', '-')}")
+    assert local["error"] is None and local["outputs"], local
+    if expected is not None:
+        assert local["outputs"] == expected
     assert run_outputs(pipeline.pipeline_spec, run) == local["outputs"]
 
 
