@@ -113,6 +113,18 @@ def module_plane(tmp_path_factory: pytest.TempPathFactory, label: str) -> Iterat
             os.environ["TRIMARAN_HOME"] = old
 
 
+def shared_plane(label: str) -> Callable[..., Iterator[ControlPlaneHandle]]:
+    """A module-scoped ``plane`` fixture, for a test file whose tests name their own objects and may
+    share one control plane: ``plane = shared_plane("tuning")`` at the top of the file."""
+
+    @pytest.fixture(scope="module")
+    def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+        with module_plane(tmp_path_factory, label) as handle:
+            yield handle
+
+    return plane
+
+
 @pytest.fixture
 def plane_with(tmp_path: Path) -> Iterator[Callable[..., ControlPlaneHandle]]:
     """Start a real control plane in the background, with its own TRIMARAN_HOME and extra env
@@ -153,4 +165,11 @@ def plane_with(tmp_path: Path) -> Iterator[Callable[..., ControlPlaneHandle]]:
 @pytest.fixture
 def plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
     """A real control plane in the background, with its own TRIMARAN_HOME."""
+    return plane_with()
+
+
+@pytest.fixture
+def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
+    """A control plane of the test's own, in a file whose ``plane`` is shared (``shared_plane``):
+    for a test that stops or kills it, or counts everything in its home."""
     return plane_with()
