@@ -5,7 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from tests.conftest import ControlPlaneHandle
 
 T = TypeVar("T")
 
@@ -23,3 +26,36 @@ def poll(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def pod_processes_of(plane: ControlPlaneHandle, namespace: str, prefix: str) -> list:
+    """The processes of ``plane``'s pods in ``namespace`` whose names start with ``prefix``: one
+    test's own, on a control plane its module shares. A process whose pod's record is already gone
+    counts as the test's, since nothing says it is not."""
+    import json
+
+    import psutil
+
+    found = []
+    for proc in plane.pod_processes():
+        try:
+            uid = proc.environ().get("TRIMARAN_POD_UID") or _shim_pod_uid(proc.cmdline())
+        except psutil.Error:  # it ended meanwhile
+            continue
+        try:
+            record = json.loads((plane.home / "pods" / str(uid) / "pod.json").read_text())
+        except (OSError, ValueError):
+            found.append(proc)
+            continue
+        if record["namespace"] == namespace and record["name"].startswith(prefix):
+            found.append(proc)
+    return found
+
+
+def _shim_pod_uid(cmdline: list[str]) -> str | None:
+    """A shim's pod uid, from its run directory ``…/pods/<uid>/runs/<attempt>`` on its command line."""
+    for arg in cmdline:
+        parts = Path(arg).parts
+        if len(parts) >= 4 and parts[-2] == "runs" and parts[-4] == "pods":
+            return parts[-3]
+    return None

@@ -9,12 +9,26 @@ import json
 import os
 import signal
 import textwrap
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.helpers import EXAMPLES, poll
+from tests.conftest import ControlPlaneHandle, module_plane
+from tests.helpers import EXAMPLES, pod_processes_of, poll
 
 pytestmark = pytest.mark.heavy
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    with module_plane(tmp_path_factory, "tuning") as handle:
+        yield handle
+
+
+@pytest.fixture
+def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
+    """A control plane of the test's own: for a test that kills it, or counts everything in it."""
+    return plane_with()
 
 # Prints a learning curve whose level is the trial's `level` parameter.
 CURVE = textwrap.dedent("""
@@ -58,6 +72,14 @@ def _experiment(tmp_path, name: str, *, algorithm: str = "random", settings: dic
 
 def _trials(plane, experiment: str, ns: str = "default") -> list[dict]:
     return plane.client().list("Trial", ns, f"katib.kubeflow.org/experiment={experiment}")
+
+
+def _claims_of(plane, experiment: str) -> list[dict]:
+    """The experiment's volume claims: those it owns, or named as Katib names its suggestion's."""
+    return [c for c in plane.client().list("PersistentVolumeClaim", "default")
+            if c["metadata"]["name"].startswith(f"{experiment}-")
+            or any(r["kind"] == "Experiment" and r["name"] == experiment
+                   for r in c["metadata"].get("ownerReferences") or [])]
 
 
 def _state(obj: dict) -> str:
@@ -151,9 +173,10 @@ def test_bad_search_space_is_rejected_at_apply(plane, tmp_path):
     assert plane.cli("get", "experiment", "bad", check=False).returncode != 0
 
 
-def test_kill_minus_nine_mid_experiment_loses_and_duplicates_nothing(plane, tmp_path):
+def test_kill_minus_nine_mid_experiment_loses_and_duplicates_nothing(fresh_plane, tmp_path):
     from trimaran.server.daemon import read_server_info, start_server
 
+    plane = fresh_plane
     plane.cli("apply", "-f", _experiment(tmp_path, "crash", max_trials=6, parallel=2,
                                          settings={"random_state": "7"}))
     poll(lambda: any(_state(t) == "Succeeded" for t in _trials(plane, "crash")), timeout=120,
@@ -178,7 +201,7 @@ def test_long_running_experiment_continues_when_max_trials_is_raised(plane, tmp_
     assert len(first) == 2
     # LongRunning keeps the suggestion running after the experiment completes (and has no volume).
     assert _state(plane.get("suggestion", "resume")) == "Running"
-    assert plane.client().list("PersistentVolumeClaim", "default") == []
+    assert _claims_of(plane, "resume") == []
     doc = json.loads(open(path).read())
     # Katib's webhook: only the three trial counts are editable; a file that also changes the
     # algorithm is refused whole, naming the field, and changes nothing.
@@ -234,7 +257,7 @@ def test_never_experiment_cannot_be_restarted(plane, tmp_path):
     suggestion = plane.get("suggestion", "once")
     assert _state(suggestion) == "Succeeded" and "cannot be restarted" in suggestion["status"]["conditions"][-1][
         "message"]
-    assert plane.client().list("PersistentVolumeClaim", "default") == []
+    assert _claims_of(plane, "once") == []
     doc = json.loads(open(path).read())
     doc["spec"]["maxTrialCount"] = 4
     open(path, "w").write(json.dumps(doc))
@@ -306,7 +329,8 @@ def test_trials_can_be_mpi_jobs(plane, tmp_path, api_version):
         level = float(t["spec"]["parameterAssignments"][0]["value"])
         latest = next(m for m in t["status"]["observation"]["metrics"] if m["name"] == "score")["latest"]
         assert abs(float(latest) - round(level * 3, 3)) < 1e-6, "the launcher's log carries rank 0's output"
-    poll(lambda: not plane.pod_processes(), timeout=30, what="every trial's launcher and workers ended")
+    poll(lambda: not pod_processes_of(plane, "default", f"{name}-"), timeout=30,
+         what="every trial's launcher and workers ended")
 
 
 def test_trials_push_metrics_with_report_metrics(plane, tmp_path):
@@ -346,7 +370,8 @@ def test_the_seed_grid_sweep_as_a_katib_grid_finds_the_indexed_jobs_best(plane):
     assert best == {"batch_size": "32", "learning_rate": "0.1", "momentum": "0.5"}
 
 
-def test_deleting_an_experiment_removes_its_trials_jobs_and_processes(plane, tmp_path):
+def test_deleting_an_experiment_removes_its_trials_jobs_and_processes(fresh_plane, tmp_path):
+    plane = fresh_plane
     slow = "import sys, time\nprint('score=0.5', flush=True)\ntime.sleep(600)"
     plane.cli("apply", "-f", _experiment(tmp_path, "doomed", script=slow, max_trials=4, parallel=2))
     poll(lambda: len(plane.pod_processes()) >= 2, timeout=60, what="two trials running")
