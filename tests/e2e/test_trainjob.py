@@ -7,11 +7,25 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers import poll
+from tests.conftest import ControlPlaneHandle, module_plane
+from tests.helpers import pod_processes_of, poll
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    with module_plane(tmp_path_factory, "trainjob") as handle:
+        yield handle
+
+
+@pytest.fixture
+def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
+    """A control plane of the test's own, for a test that kills it."""
+    return plane_with()
 
 TORCH_DDP = textwrap.dedent("""
     import os, torch, torch.distributed as dist
@@ -92,6 +106,11 @@ def _node_pods(plane, job: str) -> list[dict]:
     return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
+def _named(plane, kind: str, *names: str) -> list[dict]:
+    """The objects of ``kind`` in the default namespace named one of ``names``: the test's own."""
+    return [o for o in plane.client().list(kind, "default") if o["metadata"]["name"] in names]
+
+
 def _logs(plane, job: str) -> str:
     return "".join(plane.cli("logs", p["metadata"]["name"]).stdout for p in _node_pods(plane, job))
 
@@ -169,9 +188,9 @@ def test_a_failing_trainer_fails_the_trainjob_and_deleting_it_leaves_no_pods(pla
     assert "about to fail" in _logs(plane, "bad")
     assert _env(_node_pods(plane, "bad")[0])["FROM_PATCH"] == "yes"
     plane.cli("delete", "trainjob", "bad")
-    poll(lambda: not _node_pods(plane, "bad") and not plane.client().list("JobSet", "default"), timeout=30,
+    poll(lambda: not _node_pods(plane, "bad") and not _named(plane, "JobSet", "bad"), timeout=30,
          what="the TrainJob's JobSet and pods to go")
-    assert not plane.pod_processes()
+    assert not pod_processes_of(plane, "default", "bad-")
 
 
 def test_suspended_trainjob_makes_no_pods_until_resumed(plane, tmp_path):
@@ -243,7 +262,7 @@ def test_trainjob_naming_a_missing_runtime_is_refused_at_apply(plane, tmp_path):
         "env": [{"name": "PET_NNODES", "value": "4"}, {"name": "PET_MASTER_PORT", "value": "1"}]}), check=False)
     assert ("spec.trainer.env: Invalid value: \"array\": must not have reserved envs, invalid envs configured: "
             "[PET_MASTER_PORT PET_NNODES]") in reserved.stderr
-    assert not plane.client().list("TrainJob", "default")
+    assert not _named(plane, "TrainJob", "orphan", "pet")
     runtimes = {r["metadata"]["name"]: r for r in plane.client().list("ClusterTrainingRuntime", "")}
     assert set(runtimes) == {"torch-distributed", "deepspeed-distributed", "mlx-distributed", "jax-distributed",
                              "xgboost-distributed"}
@@ -318,14 +337,14 @@ def test_deepspeed_distributed_runs_mpirun_across_the_launcher_and_a_node(plane,
     out = plane.cli("logs", launcher["metadata"]["name"]).stdout
     ranks = dict(re.findall(r"rank=(\d) size=2 host=(\S+) sum=3", out))
     assert ranks == {"0": "ds-launcher-0-0", "1": "ds-node-0-0"}, out
-    poll(lambda: not _exec_servers(plane), timeout=30, what="the node's exec server to end with the job")
+    poll(lambda: not _exec_servers(plane, "ds-"), timeout=30, what="the node's exec server to end with the job")
 
 
-def _exec_servers(plane) -> list:
+def _exec_servers(plane, prefix: str) -> list:
     import psutil
 
     found = []
-    for proc in plane.pod_processes():
+    for proc in pod_processes_of(plane, "default", prefix):
         try:
             if "podexec" in " ".join(proc.cmdline()):
                 found.append(proc)
@@ -364,7 +383,7 @@ def test_kubectl_serves_the_trainer_kinds(plane, tmp_path):
 WAITER = "import os, time\nwhile not os.path.exists('/state/go'):\n    time.sleep(0.1)\nprint('finished', flush=True)"
 
 
-def test_a_killed_control_plane_keeps_the_trainjobs_jobset_and_port(plane, tmp_path):
+def test_a_killed_control_plane_keeps_the_trainjobs_jobset_and_port(fresh_plane, tmp_path):
     import fcntl
     import os
     import signal
@@ -372,6 +391,7 @@ def test_a_killed_control_plane_keeps_the_trainjobs_jobset_and_port(plane, tmp_p
     from trimaran.controllers.ports import REGISTRY
     from trimaran.server.daemon import read_server_info, start_server
 
+    plane = fresh_plane
     claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "state"},
              "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}}
     _apply(plane, tmp_path, claim)
@@ -413,7 +433,7 @@ def test_runtime_patches_cannot_get_past_pod_security(plane, tmp_path):
     assert failed["message"] == ('jobsets.jobset.x-k8s.io "escape" is forbidden: violates PodSecurity '
                                  '"baseline:latest": spec.replicatedJobs[0].template.spec.template: hostPath volumes '
                                  '(volume "root")')
-    assert not plane.client().list("JobSet", "default") and not _node_pods(plane, "escape")
+    assert not _named(plane, "JobSet", "escape") and not _node_pods(plane, "escape")
 
 
 def test_a_one_node_mpi_trainjob_keeps_a_node_beside_its_launcher_as_upstream(plane, tmp_path):
