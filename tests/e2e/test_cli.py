@@ -4,8 +4,26 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Callable, Iterator
 
+import pytest
 import yaml
+
+from tests.conftest import ControlPlaneHandle, module_plane
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    # One control plane for the file: each test names its own objects.
+    with module_plane(tmp_path_factory, "cli") as handle:
+        yield handle
+
+
+@pytest.fixture
+def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
+    """For a test that stops the control plane."""
+    return plane_with()
+
 
 GOOD = textwrap.dedent("""
     apiVersion: v1
@@ -36,12 +54,12 @@ BAD_SECOND_DOC = GOOD + textwrap.dedent("""
 
 def test_bad_manifest_is_rejected_whole(plane, tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text(BAD_SECOND_DOC)
+    path.write_text(BAD_SECOND_DOC.replace("settings", "rejected-whole"))
     proc = plane.cli("apply", "-f", str(path), check=False)
     assert proc.returncode != 0
     assert "bad.yaml" in proc.stderr and "document 2" in proc.stderr
     assert "replicas" in proc.stderr
-    assert plane.cli("get", "cm", "settings", "-n", "kubeflow", check=False).returncode != 0
+    assert plane.cli("get", "cm", "rejected-whole", "-n", "kubeflow", check=False).returncode != 0
 
 
 def test_malformed_yaml_names_the_line(plane, tmp_path):
@@ -59,21 +77,23 @@ def test_unknown_kind_is_an_error(plane, tmp_path):
 
 
 def test_apply_get_describe_delete_round_trip(plane, tmp_path):
+    # A namespace of its own, so that its list holds only this test's configmap.
+    manifest = GOOD.replace("kubeflow", "round-trip")
     path = tmp_path / "cm.yaml"
-    path.write_text(GOOD)
+    path.write_text(manifest)
     assert "configmap/settings created" in plane.cli("apply", "-f", str(path)).stdout
     assert "configmap/settings unchanged" in plane.cli("apply", "-f", str(path)).stdout
-    path.write_text(GOOD.replace('"0.1"', '"0.2"'))
+    path.write_text(manifest.replace('"0.1"', '"0.2"'))
     assert "configmap/settings configured" in plane.cli("apply", "-f", str(path)).stdout
-    as_json = json.loads(plane.cli("get", "configmap/settings", "-n", "kubeflow", "-o", "json").stdout)
+    as_json = json.loads(plane.cli("get", "configmap/settings", "-n", "round-trip", "-o", "json").stdout)
     assert as_json["data"]["lr"] == "0.2"
     assert as_json["metadata"]["generation"] == 2
-    as_yaml = yaml.safe_load(plane.cli("get", "cm", "-n", "kubeflow", "-o", "yaml").stdout)
+    as_yaml = yaml.safe_load(plane.cli("get", "cm", "-n", "round-trip", "-o", "yaml").stdout)
     assert as_yaml["kind"] == "List" and as_yaml["items"][0]["metadata"]["name"] == "settings"
     assert "kubeflow" in plane.cli("get", "namespaces").stdout
-    assert "settings" in plane.cli("describe", "cm", "settings", "-n", "kubeflow").stdout
-    plane.cli("delete", "cm/settings", "-n", "kubeflow")
-    assert plane.cli("get", "cm", "settings", "-n", "kubeflow", check=False).returncode != 0
+    assert "settings" in plane.cli("describe", "cm", "settings", "-n", "round-trip").stdout
+    plane.cli("delete", "cm/settings", "-n", "round-trip")
+    assert plane.cli("get", "cm", "settings", "-n", "round-trip", check=False).returncode != 0
 
 
 def test_apply_from_stdin_and_directory(plane, tmp_path):
@@ -91,9 +111,9 @@ def test_apply_from_stdin_and_directory(plane, tmp_path):
 
 def test_wait_times_out_with_an_error(plane, tmp_path):
     path = tmp_path / "cm.yaml"
-    path.write_text(GOOD)
+    path.write_text(GOOD.replace("settings", "never-ready"))
     plane.cli("apply", "-f", str(path))
-    proc = plane.cli("wait", "cm/settings", "-n", "kubeflow", "--for=condition=Ready", "--timeout=1s", check=False)
+    proc = plane.cli("wait", "cm/never-ready", "-n", "kubeflow", "--for=condition=Ready", "--timeout=1s", check=False)
     assert proc.returncode != 0 and "timed out" in proc.stderr
 
 
@@ -104,26 +124,27 @@ def test_wait_sees_a_change_made_while_it_waits(plane):
 
     from tests.helpers import REPO
 
-    plane.cli("apply", "-f", "-", input=GOOD)
+    plane.cli("apply", "-f", "-", input=GOOD.replace("settings", "watched"))
 
     def start(*args: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "trimaran.cli", "wait", *args, "-n", "kubeflow"],
                                 env=plane.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    deleted = start("configmap/settings", "--for=delete", "--timeout=60s")
-    timed_out = start("cm", "settings", "--for", "delete", "--timeout=500ms")
+    deleted = start("configmap/watched", "--for=delete", "--timeout=60s")
+    timed_out = start("cm", "watched", "--for", "delete", "--timeout=500ms")
     assert timed_out.wait(timeout=60) == 1 and "timed out" in timed_out.stderr.read()
     assert deleted.poll() is None, "the wait ended before the object was deleted"
-    plane.cli("delete", "cm", "settings", "-n", "kubeflow")
+    plane.cli("delete", "cm", "watched", "-n", "kubeflow")
     assert deleted.wait(timeout=60) == 0
-    assert deleted.stdout.read().strip() == "configmap/settings deleted"
+    assert deleted.stdout.read().strip() == "configmap/watched deleted"
+
 
 def test_unknown_fields_warn_and_the_rest_is_stored(plane, tmp_path):
     path = tmp_path / "cm.yaml"
-    path.write_text(GOOD.replace("\ndata:", "\ncolour: blue\ndata:"))
+    path.write_text(GOOD.replace("settings", "tinted").replace("\ndata:", "\ncolour: blue\ndata:"))
     proc = plane.cli("apply", "-f", str(path))
-    assert 'unknown field "colour"' in proc.stderr and "configmap/settings created" in proc.stdout
-    assert "colour" not in plane.cli("get", "cm", "settings", "-n", "kubeflow", "-o", "yaml").stdout
+    assert 'unknown field "colour"' in proc.stderr and "configmap/tinted created" in proc.stdout
+    assert "colour" not in plane.cli("get", "cm", "tinted", "-n", "kubeflow", "-o", "yaml").stdout
 
 
 def test_events_of_a_recreated_job_start_fresh(plane, tmp_path):
@@ -147,7 +168,8 @@ def test_events_of_a_recreated_job_start_fresh(plane, tmp_path):
         plane.cli("delete", "pytorchjob", "again")
 
 
-def test_server_stop_with_pods_leaves_no_process(plane, tmp_path):
+def test_server_stop_with_pods_leaves_no_process(fresh_plane, tmp_path):
+    plane = fresh_plane
     from tests.helpers import poll
 
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "long"},
@@ -195,16 +217,16 @@ def test_trials_say_why_a_trial_did_not_succeed(plane, tmp_path):
 
 def test_get_prints_the_servers_columns_in_every_form(plane, tmp_path):
     for ns in ("kubeflow", "team-a"):
-        plane.cli("apply", "-f", "-", input=GOOD.replace("kubeflow", ns))
+        plane.cli("apply", "-f", "-", input=GOOD.replace("kubeflow", ns).replace("settings", "columns"))
     rows = [line.split() for line in plane.cli("get", "cm", "-A").stdout.splitlines()]
     assert rows[0] == ["NAMESPACE", "NAME", "DATA", "AGE"]
-    assert [r[:3] for r in rows[1:] if r[1] == "settings"] == [["kubeflow", "settings", "1"],
-                                                              ["team-a", "settings", "1"]]
-    assert plane.cli("get", "cm", "-n", "team-a", "-o", "name").stdout.split() == ["configmap/settings"]
+    assert [r[:3] for r in rows[1:] if r[1] == "columns"] == [["kubeflow", "columns", "1"],
+                                                             ["team-a", "columns", "1"]]
+    assert plane.cli("get", "cm", "-n", "team-a", "-o", "name").stdout.split() == ["configmap/columns"]
     # The connection flags go before the verb, as for kubectl.
     kubeconfig = str(plane.home / "kubeconfig")
-    named = plane.cli("--kubeconfig", kubeconfig, "get", "cm/settings", "-n", "team-a").stdout.splitlines()
-    assert named[0].split() == ["NAME", "DATA", "AGE"] and named[1].split()[:2] == ["settings", "1"]
+    named = plane.cli("--kubeconfig", kubeconfig, "get", "cm/columns", "-n", "team-a").stdout.splitlines()
+    assert named[0].split() == ["NAME", "DATA", "AGE"] and named[1].split()[:2] == ["columns", "1"]
     missing = plane.cli("get", "cm", "nothere", "-n", "team-a", check=False)
     assert missing.returncode == 1 and 'configmaps "nothere" not found' in missing.stderr
     typo = plane.cli("get", "configmapz", check=False)
