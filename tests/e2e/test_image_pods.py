@@ -5,9 +5,12 @@ takes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import ControlPlaneHandle, module_plane
 from tests.helpers import poll
 from tests.imagekit import (  # noqa: F401 (fixtures)
     auth_registry,
@@ -17,6 +20,20 @@ from tests.imagekit import (  # noqa: F401 (fixtures)
 )
 from tests.runtime.test_image_run import overlay_daemons
 from trimaran.runtime.shim import overlay_mounts_under
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    # One control plane for the file: each test names its own pods and deletes those that would
+    # otherwise wait or run on.
+    with module_plane(tmp_path_factory, "image-pods") as handle:
+        yield handle
+
+
+@pytest.fixture
+def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
+    """For a test that kills the control plane, or needs a node without images."""
+    return plane_with()
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +50,16 @@ def pod(name: str, image: str, *, annotations: dict | None = None, **container: 
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "annotations": annotations or {}},
             "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image, **container}]}}
+
+
+def pod_dirs(plane, *names: str) -> list[Path]:
+    """The pods' own directories, where their containers' overlays are mounted."""
+    return [plane.home / "pods" / plane.get("pod", name)["metadata"]["uid"] for name in names]
+
+
+def delete_pods(plane, *names: str) -> None:
+    for name in names:
+        plane.cli("delete", "pod", name)
 
 
 def events(plane, name: str) -> list[tuple[str, str]]:
@@ -80,7 +107,8 @@ def test_a_pod_without_command_runs_its_image_and_reports_it(plane, busybox):
     assert host["status"]["phase"] == "Succeeded"
     assert host["status"]["containerStatuses"][0]["imageID"] == ""
     assert "Runs: host process" in " ".join(plane.cli("describe", "pod", "host").stdout.split())
-    poll(lambda: not overlay_mounts_under(str(plane.home)) and not overlay_daemons(plane.home),
+    dirs = pod_dirs(plane, "hello", "again", "host")
+    poll(lambda: not any(overlay_mounts_under(str(d)) or overlay_daemons(d) for d in dirs),
          timeout=30, what="no overlay left once the containers ended")
 
 
@@ -98,6 +126,7 @@ def test_never_and_invalid_images_wait_with_the_kubelets_reasons(plane, registry
     state = waiting(plane, "badname", "InvalidImageName")
     assert state["message"].startswith('Failed to apply default image tag "Registry.Test/UPPER:case": '
                                        "couldn't parse image name")
+    delete_pods(plane, "never", "nowhere", "badname")
 
 
 def test_a_private_image_runs_once_its_pull_secret_exists(plane_with, auth_registry, test_images):  # noqa: F811
@@ -122,6 +151,7 @@ def test_an_unknown_image_policy_annotation_is_a_config_error(plane, busybox):
     apply(plane, pod("odd", busybox, command=["true"], annotations={"trimaran.io/image-policy": "vm"}))
     state = waiting(plane, "odd", "CreateContainerConfigError")
     assert "metadata.annotations[trimaran.io/image-policy]" in state["message"]
+    delete_pods(plane, "odd")
 
 
 def test_the_node_image_policy_runs_commands_in_their_image(plane_with, busybox):
@@ -149,6 +179,7 @@ def test_a_training_job_whose_image_cannot_be_pulled_says_so(plane, registry):  
     message = poll(created_message, timeout=60, interval=0.2, what="the job to show the pull back-off")
     assert message.startswith("PyTorchJob unpulled is created. Waiting: pod unpulled-master-0 is waiting: "
                               f'ImagePullBackOff: Back-off pulling image "{missing}"')
+    plane.cli("delete", "pytorchjob", "unpulled")
 
 
 def test_always_resolves_the_tag_again_and_if_not_present_keeps_what_is_here(plane, registry, test_images):  # noqa: F811
@@ -171,7 +202,8 @@ def test_always_resolves_the_tag_again_and_if_not_present_keeps_what_is_here(pla
     assert any(r == "Pulling" for r, _ in events(plane, "fresh"))
 
 
-def test_an_image_pod_outlives_a_killed_control_plane_and_leaves_nothing_once_deleted(plane, busybox):
+def test_an_image_pod_outlives_a_killed_control_plane_and_leaves_nothing_once_deleted(fresh_plane, busybox):
+    plane = fresh_plane
     import os
     import signal
 
@@ -213,6 +245,7 @@ def test_an_experiment_whose_trial_image_cannot_be_pulled_says_so(plane, registr
     message = poll(running_message, timeout=90, interval=0.3, what="the experiment to show the pull back-off")
     assert message.startswith("Experiment is running; trial unpulled-")
     assert f'is waiting: ImagePullBackOff: Back-off pulling image "{missing}"' in message
+    plane.cli("delete", "experiment", "unpulled")
 
 
 def test_the_service_accounts_pull_secrets_count(plane, auth_registry, test_images):  # noqa: F811 (fixtures)
@@ -271,7 +304,9 @@ def test_a_restart_in_place_under_always_runs_what_the_tag_names_now(plane, regi
     assert pulls(plane, "restarted") == 2
 
 
-def test_an_image_gone_while_the_control_plane_was_down_is_pulled_again_for_the_restart(plane, busybox, tmp_path):
+def test_an_image_gone_while_the_control_plane_was_down_is_pulled_again_for_the_restart(fresh_plane, busybox,
+                                                                                           tmp_path):
+    plane = fresh_plane
     import os
     import shutil
     import signal
@@ -294,7 +329,8 @@ def test_an_image_gone_while_the_control_plane_was_down_is_pulled_again_for_the_
     assert pulls(plane, "repulled") == 2
 
 
-def test_a_restart_under_always_whose_tag_has_not_moved_downloads_nothing(plane, busybox):
+def test_a_restart_under_always_whose_tag_has_not_moved_downloads_nothing(fresh_plane, busybox):
+    plane = fresh_plane  # its first run pulls: the image must not be on the node yet
     # An emptyDir outlives the first run, which fails: the second run finds its mark and succeeds.
     script = "test -e /scratch/ran && exit 0; touch /scratch/ran; exit 1"
     manifest = pod("again", busybox, args=["sh", "-c", script], imagePullPolicy="Always",
