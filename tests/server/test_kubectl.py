@@ -6,9 +6,11 @@ import json
 import shutil
 import subprocess
 import threading
+from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import ControlPlaneHandle, module_plane
 from tests.helpers import EXAMPLES, poll
 
 KUBECTL = shutil.which("kubectl")
@@ -36,6 +38,13 @@ spec:
 """
 
 
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    # One control plane for the file: a test that lists or watches a namespace works in one of its own.
+    with module_plane(tmp_path_factory, "kubectl") as handle:
+        yield handle
+
+
 @pytest.fixture
 def kubectl(plane, tmp_path):  # noqa: ANN001, ANN201
     env = dict(plane.env, KUBECONFIG=str(plane.home / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "kcache"),
@@ -50,6 +59,17 @@ def kubectl(plane, tmp_path):  # noqa: ANN001, ANN201
         return proc
 
     run.env = env  # type: ignore[attr-defined]
+    return run
+
+
+def in_namespace(kubectl, namespace: str):  # noqa: ANN001, ANN201
+    """``kubectl -n NAMESPACE`` in a namespace created for the test."""
+    kubectl("create", "namespace", namespace)
+
+    def run(*args: str, **options: object) -> subprocess.CompletedProcess:
+        return kubectl("-n", namespace, *args, **options)
+
+    run.env = kubectl.env  # type: ignore[attr-defined]
     return run
 
 
@@ -108,6 +128,7 @@ def test_create_generators_send_protobuf_and_are_stored(kubectl) -> None:  # noq
 
 
 def test_apply_get_label_patch_delete(kubectl) -> None:  # noqa: ANN001
+    kubectl = in_namespace(kubectl, "labels")
     assert "configmap/settings created" in kubectl("apply", "-f", "-", input=CONFIGMAP).stdout
     assert "unchanged" in kubectl("apply", "-f", "-", input=CONFIGMAP).stdout
     kubectl("label", "configmap", "settings", "owner=me")
@@ -130,6 +151,7 @@ def test_apply_get_label_patch_delete(kubectl) -> None:  # noqa: ANN001
 
 
 def test_a_bad_manifest_is_refused_whole_with_the_field_path(kubectl) -> None:  # noqa: ANN001
+    kubectl = in_namespace(kubectl, "refused")
     bad = (EXAMPLES / "pytorch-ddp" / "pytorchjob.yaml").read_text().replace("replicas: 2", "replicas: -2")
     refused = kubectl("apply", "-f", "-", input=bad, check=False)
     assert refused.returncode != 0
@@ -144,6 +166,7 @@ def test_a_bad_manifest_is_refused_whole_with_the_field_path(kubectl) -> None:  
 
 
 def test_custom_resource_printer_columns_and_strategic_patch_refusal(kubectl) -> None:  # noqa: ANN001
+    kubectl = in_namespace(kubectl, "printer")
     kubectl("apply", "-f", str(EXAMPLES / "pytorch-ddp" / "code-configmap.yaml"))
     kubectl("apply", "-f", str(EXAMPLES / "pytorch-ddp" / "pvc.yaml"))
     kubectl("apply", "--server-side", "-f", str(EXAMPLES / "pytorch-ddp" / "pytorchjob.yaml"))
@@ -165,9 +188,10 @@ def test_custom_resource_printer_columns_and_strategic_patch_refusal(kubectl) ->
 
 
 def test_logs_and_watch_of_a_batch_job(kubectl) -> None:  # noqa: ANN001
+    kubectl = in_namespace(kubectl, "watched")
     lines: list[str] = []
-    watcher = subprocess.Popen([KUBECTL, "get", "jobs", "-w", "--request-timeout=60s"], env=kubectl.env,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    watcher = subprocess.Popen([KUBECTL, "-n", "watched", "get", "jobs", "-w", "--request-timeout=60s"],
+                               env=kubectl.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     reader = threading.Thread(target=lambda: lines.extend(watcher.stdout), daemon=True)  # type: ignore[arg-type]
     reader.start()
     try:
@@ -237,6 +261,7 @@ def _running_pod(kubectl) -> str:  # noqa: ANN001
 
 
 def test_foreground_deletion_waits_for_the_pods_then_removes_the_job(kubectl) -> None:  # noqa: ANN001
+    kubectl = in_namespace(kubectl, "foreground")
     kubectl("create", "-f", "-", input=SLEEPER)
     pod = _running_pod(kubectl)
     kubectl("wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=60s", timeout=90)
@@ -249,6 +274,7 @@ def test_foreground_deletion_waits_for_the_pods_then_removes_the_job(kubectl) ->
 
 
 def test_orphan_deletion_leaves_the_pod_running_without_its_owner(kubectl) -> None:  # noqa: ANN001
+    kubectl = in_namespace(kubectl, "orphan")
     kubectl("create", "-f", "-", input=SLEEPER)
     pod = _running_pod(kubectl)
     kubectl("delete", "job", "sleeper", "--cascade=orphan", "--timeout=60s", timeout=90)
