@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,14 @@ import pytest
 import yaml
 
 from tests.api.builders import container, replica, schema_errors
+from tests.conftest import ControlPlaneHandle, module_plane
 from trimaran.api import ManifestError, validate
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    with module_plane(tmp_path_factory, "v1kinds") as handle:
+        yield handle
 
 XGBOOST = textwrap.dedent("""
     import hashlib, os, socket, sys
@@ -331,4 +339,4 @@ def test_jax_job_refused_at_apply_leaves_nothing_stored(plane, tmp_path):
     refused = plane.cli("apply", "-f", str(path), check=False)
     assert refused.returncode != 0
     assert 'spec.jaxReplicaSpecs.Master: Unsupported value: "Master"' in refused.stderr + refused.stdout
-    assert plane.client().list("JAXJob", "default") == []
+    assert [j for j in plane.client().list("JAXJob", "default") if j["metadata"]["name"] == "badjax"] == []
