@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Iterator
 
-from tests.helpers import poll
+import pytest
+
+from tests.conftest import ControlPlaneHandle, module_plane
+from tests.helpers import pod_processes_of, poll
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    with module_plane(tmp_path_factory, "runpolicy") as handle:
+        yield handle
 
 # Fails on the first `fails` attempts (counted in a file on a volume), then exits 0.
 FLAKY = textwrap.dedent("""
@@ -84,7 +94,7 @@ def test_backoff_limit_stops_restarts(plane, tmp_path):
     # On a loaded machine the kubelet may have begun a restart or two more before the operator saw
     # the limit reached, so the attempts are counted once the pod is gone and cannot grow.
     poll(lambda: not plane.client().list("Pod", "default", selector="training.kubeflow.org/job-name=backoff")
-         and not plane.pod_processes(), timeout=30, what="the failed job's pod to go")
+         and not pod_processes_of(plane, "default", "backoff-"), timeout=30, what="the failed job's pod to go")
     attempts = int((plane.home / "volumes/default/backoff-state/attempts").read_text())
     assert attempts >= 2  # it failed on reaching backoffLimit 2, not before
 
@@ -111,17 +121,18 @@ def test_active_deadline_fails_and_stops_processes(plane, tmp_path):
     plane.cli("wait", "pytorchjob/deadline", "--for=condition=Failed", "--timeout=60s")
     job = plane.get("pytorchjob", "deadline")
     assert "deadline" in _conditions(job)["Failed"]["message"]
-    poll(lambda: not plane.client().list("Pod", "default"), timeout=30, what="pods to be removed")
-    _assert_no_pod_processes(plane)
+    poll(lambda: not plane.client().list("Pod", "default", selector="training.kubeflow.org/job-name=deadline"),
+         timeout=30, what="pods to be removed")
+    _assert_no_pod_processes(plane, "deadline")
 
 
 def test_delete_leaves_no_process(plane, tmp_path):
     sleeper = "import time\ntime.sleep(600)"
     plane.cli("apply", "-f", _job(tmp_path, "gone", "OnFailure", 0, 0, command=sleeper))
     plane.cli("wait", "pytorchjob/gone", "--for=condition=Running", "--timeout=60s")
-    assert plane.pod_processes(), "the replica should be running"
+    assert pod_processes_of(plane, "default", "gone-"), "the replica should be running"
     plane.cli("delete", "pytorchjob", "gone")
-    _assert_no_pod_processes(plane)
+    _assert_no_pod_processes(plane, "gone")
     assert plane.cli("get", "pytorchjob", "gone", check=False).returncode != 0
 
 
@@ -134,12 +145,15 @@ def test_suspend_and_resume(plane, tmp_path):
     open(path, "w").write(text)
     plane.cli("apply", "-f", path)
     plane.cli("wait", "pytorchjob/susp", "--for=condition=Suspended", "--timeout=60s")
-    poll(lambda: not plane.pod_processes(), timeout=30, what="suspended job's processes to stop")
+    poll(lambda: not pod_processes_of(plane, "default", "susp-"), timeout=30,
+         what="suspended job's processes to stop")
     open(path, "w").write(text.replace("suspend: true", "suspend: false"))
     plane.cli("apply", "-f", path)
     plane.cli("wait", "pytorchjob/susp", "--for=condition=Running", "--timeout=60s")
     assert _conditions(plane.get("pytorchjob", "susp"))["Suspended"]["status"] == "False"
+    plane.cli("delete", "pytorchjob", "susp")  # its replica sleeps 600 s, beside the module's next tests
 
 
-def _assert_no_pod_processes(plane) -> None:
-    poll(lambda: not plane.pod_processes(), timeout=30, what="every pod process to exit")
+def _assert_no_pod_processes(plane, job: str) -> None:
+    poll(lambda: not pod_processes_of(plane, "default", f"{job}-"), timeout=30,
+         what=f"every process of {job}'s pods to exit")
