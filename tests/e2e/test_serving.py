@@ -10,12 +10,28 @@ import http.client
 import json
 import textwrap
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
+from tests.conftest import ControlPlaneHandle, module_plane
 from tests.helpers import poll
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    # One control plane for the file: each test names its own InferenceServices and deletes those
+    # whose replicas would otherwise run on.
+    with module_plane(tmp_path_factory, "serving") as handle:
+        yield handle
+
+
+@pytest.fixture
+def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
+    """For a test that watches the shared router stop, which needs no other InferenceService."""
+    return plane_with()
 
 
 def constant_model(path: Path, answer: int) -> Path:
@@ -99,34 +115,35 @@ class Predictor:
 
 def test_isvc_serves_v1_and_v2_at_its_url_and_by_host_header(plane, tmp_path):
     model = constant_model(tmp_path / "models/seven", 7)
-    apply(plane, tmp_path, isvc_manifest("digits", str(model)))
-    obj = wait_ready(plane, "digits")
+    apply(plane, tmp_path, isvc_manifest("sevens", str(model)))
+    obj = wait_ready(plane, "sevens")
     status = obj["status"]
     predictor = status["components"]["predictor"]
-    assert predictor["latestReadyRevision"] == predictor["latestCreatedRevision"] == "digits-predictor-00001"
-    assert predictor["traffic"] == [{"revisionName": "digits-predictor-00001", "latestRevision": True, "percent": 100}]
+    assert predictor["latestReadyRevision"] == predictor["latestCreatedRevision"] == "sevens-predictor-00001"
+    assert predictor["traffic"] == [{"revisionName": "sevens-predictor-00001", "latestRevision": True, "percent": 100}]
     assert status["modelStatus"]["states"]["activeModelState"] == "Loaded"
-    client = Predictor(status["url"], "digits")
+    client = Predictor(status["url"], "sevens")
     assert client.v1() == 7
     assert client.v2() == 7
     address = urlparse(status["address"]["url"])
-    by_host = Predictor(f"http://127.0.0.1:{address.port}", "digits", host=address.hostname)
+    by_host = Predictor(f"http://127.0.0.1:{address.port}", "sevens", host=address.hostname)
     assert by_host.v1() == 7
 
     table = plane.cli("get", "isvc").stdout
     assert table.split()[:8] == ["NAME", "URL", "READY", "PREV", "LATEST", "PREVROLLEDOUTREVISION",
                                  "LATESTREADYREVISION", "AGE"]
-    assert "digits" in table and status["url"] in table and "True" in table
-    described = plane.cli("describe", "isvc", "digits").stdout
-    assert "digits-predictor-00001" in described and "100%" in described
+    assert "sevens" in table and status["url"] in table and "True" in table
+    described = plane.cli("describe", "isvc", "sevens").stdout
+    assert "sevens-predictor-00001" in described and "100%" in described
 
     input_file = tmp_path / "input.json"
     input_file.write_text(json.dumps({"instances": [[0.5, 0.5], [1, 1]]}))
-    out = plane.cli("predict", "digits", "-f", str(input_file)).stdout
+    out = plane.cli("predict", "sevens", "-f", str(input_file)).stdout
     assert json.loads(out) == {"predictions": [7, 7]}
 
-    plane.cli("delete", "isvc", "digits")
-    poll(lambda: not [p for p in plane.client().list("Pod", "default")], timeout=30, what="replicas stopped")
+    plane.cli("delete", "isvc", "sevens")
+    poll(lambda: not plane.client().list("Pod", "default", selector="serving.kserve.io/inferenceservice=sevens"),
+         timeout=30, what="replicas stopped")
 
 
 def test_empty_model_dir_is_not_ready_and_says_why(plane, tmp_path):
@@ -139,6 +156,7 @@ def test_empty_model_dir_is_not_ready_and_says_why(plane, tmp_path):
     assert ready["status"] == "False"
     assert "no loadable model version" in ready["message"] and str(empty) in ready["message"]
     assert obj["status"]["modelStatus"]["transitionStatus"] == "BlockedByFailedLoad"
+    plane.cli("delete", "isvc", "hollow")
 
 
 def test_unsupported_storage_scheme_is_rejected_with_the_supported_ones(plane, tmp_path):
@@ -184,6 +202,7 @@ def test_canary_split_promote_and_rollback(plane, tmp_path):
                timeout=30, interval=0.2, what="promotion")
     assert obj["status"]["components"]["predictor"]["previousRolledoutRevision"] == "canary-predictor-00001"
     assert _share(client, 100) == Counter({1: 100})
+    plane.cli("delete", "isvc", "canary")
 
 
 @pytest.mark.parametrize("bad", ["pvc://claim/../../etc", "s3://", "hf://org-only", "oci://registry/model:1"])
@@ -220,6 +239,7 @@ def test_pvc_model_written_by_a_job_is_served(plane, tmp_path):
     apply(plane, tmp_path, isvc_manifest("frompvc", "pvc://models/m"))
     obj = wait_ready(plane, "frompvc", timeout=90)
     assert Predictor(obj["status"]["url"], "frompvc").v1() == 3
+    plane.cli("delete", "isvc", "frompvc")
 
 
 def test_serving_example_job_to_canary_to_promotion(plane):
@@ -244,6 +264,7 @@ def test_serving_example_job_to_canary_to_promotion(plane):
         timeout=90, interval=0.2, what="the promotion")
     assert obj["status"]["components"]["predictor"]["traffic"][0]["percent"] == 100
     assert json.loads(plane.cli("predict", "digits", "-f", str(d / "input.json")).stdout) == {"predictions": [0, 1]}
+    plane.cli("delete", "isvc", "digits")
 
 
 # A transformer as a custom container: multiplies the predictor's answers by 10. It listens on
@@ -272,7 +293,8 @@ TRANSFORMER = textwrap.dedent("""
 """)
 
 
-def test_transformer_calls_the_predictor_through_its_own_route(plane, tmp_path):
+def test_transformer_calls_the_predictor_through_its_own_route(fresh_plane, tmp_path):
+    plane = fresh_plane
     model = constant_model(tmp_path / "models/seven", 7)
     doc = json.loads(isvc_manifest("pipeline", str(model)))
     doc["spec"]["transformer"] = {"containers": [{"name": "kserve-container", "image": "python:3.11",
