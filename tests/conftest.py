@@ -6,6 +6,7 @@ import os
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,9 +53,30 @@ class ControlPlaneHandle:
         return "\n--- where it stood ---\n" + "\n".join(parts)
 
     def get(self, kind: str, name: str, namespace: str = "default") -> dict:
-        import json
+        """One object as the API returns it. Through this process's HTTP client rather than a CLI
+        process: tests poll it, and a process per poll kept a core busy beside the test."""
+        from trimaran.cli.client import APIError
 
-        return json.loads(self.cli("get", kind, name, "-n", namespace, "-o", "json").stdout)
+        for attempt in range(2):
+            api = self.api()
+            try:
+                return api.get(api.resolve(kind), namespace, name)
+            except APIError as exc:
+                if exc.status != 503 or attempt:
+                    raise
+                self._clients.client = None  # a restarted control plane: its new address
+        raise AssertionError("unreachable")
+
+    def log(self, pod: str, namespace: str = "default", container: str | None = None) -> str:
+        """A pod's log so far, through the API (``pods/log``), for tests that poll it."""
+        return b"".join(self.api().log(namespace, pod, container)).decode(errors="replace")
+
+    def api(self):  # noqa: ANN201 -- a trimaran.cli.client.Client
+        """This thread's client of the plane's API (one kept-alive connection per thread)."""
+        clients = self.__dict__.setdefault("_clients", threading.local())
+        if getattr(clients, "client", None) is None:
+            clients.client = self.client()
+        return clients.client
 
     def pod_processes(self) -> list:
         """Every process of this control plane's pods: shims, sandboxes and what runs inside them."""

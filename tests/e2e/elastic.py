@@ -12,6 +12,7 @@ import yaml
 
 from tests.conftest import ControlPlaneHandle
 from tests.helpers import EXAMPLES
+from trimaran.cli.client import APIError
 
 ELASTIC = EXAMPLES / "pytorch-elastic"
 
@@ -36,7 +37,10 @@ def apply(plane: ControlPlaneHandle, tmp_path: Path, obj: dict[str, Any]) -> Non
 
 
 def log(plane: ControlPlaneHandle, pod: str) -> str:
-    return plane.cli("logs", pod, check=False).stdout
+    try:
+        return plane.log(pod)
+    except APIError:  # the pod is not there (yet, or any more)
+        return ""
 
 
 def worlds(plane: ControlPlaneHandle, pod: str) -> list[int]:
