@@ -6,12 +6,22 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import ControlPlaneHandle, module_plane
 from tests.helpers import EXAMPLES, poll
 from trimaran.runtime import podexec
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
+    # One control plane for the file: each test's job has its own name, and its check that nothing
+    # is left running looks at that job's processes.
+    with module_plane(tmp_path_factory, "mpijob") as handle:
+        yield handle
 
 TRAIN = textwrap.dedent("""
     # Data-parallel least squares: each rank takes its shard, gradients are averaged by allreduce.
@@ -79,8 +89,23 @@ def _manifest(tmp_path, name: str, version: str, launcher_args: list[str], extra
     return str(path)
 
 
-def _mpi_processes(plane) -> list:
-    """The pods' processes, and any MPI process (orted, mpirun, ranks) started from them."""
+def _pod_name(plane, proc) -> str | None:
+    """The name of the pod a process runs for (from its pod's uid: in its environment, or in a
+    shim's run directory .../pods/UID/runs/N), or None where that is no longer known."""
+    env = proc.info.get("environ") or {}
+    uid = env.get("TRIMARAN_POD_UID")
+    if uid is None:
+        run_dir = Path((proc.info.get("cmdline") or [""])[-1])
+        uid = run_dir.parent.parent.name if run_dir.parent.name == "runs" else None
+    try:
+        return json.loads((plane.home / "pods" / uid / "pod.json").read_text())["name"] if uid else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _mpi_processes(plane, job: str) -> list:
+    """The job's pods' processes, and any MPI process (orted, mpirun, ranks) started from them; one
+    whose pod is no longer known counts as the job's."""
     import psutil
 
     found = list(plane.pod_processes())
@@ -91,7 +116,7 @@ def _mpi_processes(plane) -> list:
             continue
         if proc.info["name"] in ("orted", "mpirun") and env.get("TRIMARAN_HOME") == str(plane.home):
             found.append(proc)
-    return found
+    return [proc for proc in found if (name := _pod_name(plane, proc)) is None or name.startswith(f"{job}-")]
 
 
 def _ranks(log: str) -> dict[int, dict]:
@@ -116,7 +141,7 @@ def test_v2beta1_ranks_run_in_the_workers_and_allreduce(plane, tmp_path):
     # cleanPodPolicy None keeps the pods: the idle workers were ended, not deleted.
     poll(lambda: plane.get("pod", "avg-worker-1")["status"]["phase"] == "Succeeded", timeout=20,
          what="the idle worker to end")
-    poll(lambda: not _mpi_processes(plane), timeout=20, what="no process of the job left")
+    poll(lambda: not _mpi_processes(plane, "avg"), timeout=20, what="no process of the job left")
 
 
 def test_v1_seed_style_job_with_clean_pod_policy_running(plane, tmp_path):
@@ -130,7 +155,7 @@ def test_v1_seed_style_job_with_clean_pod_policy_running(plane, tmp_path):
     worker = lambda: [p for p in json.loads(plane.cli("get", "pods", "-o", "json").stdout)["items"]  # noqa: E731
                       if p["metadata"]["name"].startswith("seedlike-worker")]
     poll(lambda: not worker(), timeout=30, what="cleanPodPolicy Running to delete the workers")
-    poll(lambda: not _mpi_processes(plane), timeout=20, what="no process of the job left")
+    poll(lambda: not _mpi_processes(plane, "seedlike"), timeout=20, what="no process of the job left")
 
 
 def test_a_failing_launcher_fails_the_job(plane, tmp_path):
@@ -140,7 +165,7 @@ def test_a_failing_launcher_fails_the_job(plane, tmp_path):
     failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"][0]
     assert failed["reason"] == "MPIJobFailed" and "launcher failed" in failed["message"]
     assert job["status"]["replicaStatuses"]["Launcher"]["failed"] == 1
-    poll(lambda: not _mpi_processes(plane), timeout=20, what="no process of the job left")
+    poll(lambda: not _mpi_processes(plane, "bad"), timeout=20, what="no process of the job left")
 
 
 def test_the_example_trains_and_its_configmap_carries_the_script(plane):
@@ -151,7 +176,7 @@ def test_the_example_trains_and_its_configmap_carries_the_script(plane):
     accuracies = [float(a) for a in re.findall(r"test_accuracy=([0-9.]+)", log)]
     assert len(accuracies) == 2 and min(accuracies) > 0.9, log[-2000:]
     assert "ranks=2" in log
-    poll(lambda: not _mpi_processes(plane), timeout=30, what="no process of the job left")
+    poll(lambda: not _mpi_processes(plane, "digits-mpi"), timeout=30, what="no process of the job left")
 
 
 def test_a_pod_of_another_namespace_cannot_exec_in_a_worker(plane, tmp_path):
@@ -195,4 +220,4 @@ def test_a_pod_of_another_namespace_cannot_exec_in_a_worker(plane, tmp_path):
     assert "owned" not in worker_log and worker_log.count("podexec: refused a request") == 2
     assert plane.get("secret", "victim-podexec")["type"] == "Opaque"
     plane.cli("delete", "mpijob", "victim")
-    poll(lambda: not _mpi_processes(plane), timeout=30, what="no process of the job left")
+    poll(lambda: not _mpi_processes(plane, "victim"), timeout=30, what="no process of the job left")
