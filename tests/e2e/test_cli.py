@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Callable, Iterator
 
-import pytest
 import yaml
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 
-
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    # One control plane for the file: each test names its own objects.
-    with module_plane(tmp_path_factory, "cli") as handle:
-        yield handle
-
-
-@pytest.fixture
-def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
-    """For a test that stops the control plane."""
-    return plane_with()
+# One control plane for the file: each test names its own objects.
+plane = shared_plane("cli")
 
 
 GOOD = textwrap.dedent("""

@@ -5,12 +5,11 @@ takes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from tests.helpers import poll
 from tests.imagekit import (  # noqa: F401 (fixtures)
     auth_registry,
@@ -21,19 +20,9 @@ from tests.imagekit import (  # noqa: F401 (fixtures)
 from tests.runtime.test_image_run import overlay_daemons
 from trimaran.runtime.shim import overlay_mounts_under
 
-
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    # One control plane for the file: each test names its own pods and deletes those that would
-    # otherwise wait or run on.
-    with module_plane(tmp_path_factory, "image-pods") as handle:
-        yield handle
-
-
-@pytest.fixture
-def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
-    """For a test that kills the control plane, or needs a node without images."""
-    return plane_with()
+# One control plane for the file: each test names its own pods and deletes those that would
+# otherwise wait or run on.
+plane = shared_plane("image-pods")
 
 
 @pytest.fixture(scope="module")

@@ -6,22 +6,18 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from tests.helpers import EXAMPLES, poll
 from trimaran.runtime import podexec
 
+# One control plane for the file: each test's job has its own name, and its check that nothing
+# is left running looks at that job's processes.
+plane = shared_plane("mpijob")
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    # One control plane for the file: each test's job has its own name, and its check that nothing
-    # is left running looks at that job's processes.
-    with module_plane(tmp_path_factory, "mpijob") as handle:
-        yield handle
 
 TRAIN = textwrap.dedent("""
     # Data-parallel least squares: each rank takes its shard, gradients are averaged by allreduce.

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterator
 
-import pytest
-
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from tests.helpers import pod_processes_of, poll
 
+plane = shared_plane("runpolicy")
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "runpolicy") as handle:
-        yield handle
 
 # Fails on the first `fails` attempts (counted in a file on a volume), then exits 0.
 FLAKY = textwrap.dedent("""

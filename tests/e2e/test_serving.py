@@ -10,28 +10,17 @@ import http.client
 import json
 import textwrap
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from tests.helpers import poll
 
-
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    # One control plane for the file: each test names its own InferenceServices and deletes those
-    # whose replicas would otherwise run on.
-    with module_plane(tmp_path_factory, "serving") as handle:
-        yield handle
-
-
-@pytest.fixture
-def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
-    """For a test that watches the shared router stop, which needs no other InferenceService."""
-    return plane_with()
+# One control plane for the file: each test names its own InferenceServices and deletes those
+# whose replicas would otherwise run on.
+plane = shared_plane("serving")
 
 
 def constant_model(path: Path, answer: int) -> Path:

@@ -7,25 +7,15 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from tests.helpers import pod_processes_of, poll
 
+plane = shared_plane("trainjob")
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "trainjob") as handle:
-        yield handle
-
-
-@pytest.fixture
-def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
-    """A control plane of the test's own, for a test that kills it."""
-    return plane_with()
 
 TORCH_DDP = textwrap.dedent("""
     import os, torch, torch.distributed as dist

@@ -9,26 +9,17 @@ import json
 import os
 import signal
 import textwrap
-from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from tests.helpers import EXAMPLES, pod_processes_of, poll
 
 pytestmark = pytest.mark.heavy
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "tuning") as handle:
-        yield handle
+plane = shared_plane("tuning")
 
-
-@pytest.fixture
-def fresh_plane(plane_with: Callable[..., ControlPlaneHandle]) -> ControlPlaneHandle:
-    """A control plane of the test's own: for a test that kills it, or counts everything in it."""
-    return plane_with()
 
 # Prints a learning curve whose level is the trial's `level` parameter.
 CURVE = textwrap.dedent("""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +14,11 @@ import pytest
 import yaml
 
 from tests.api.builders import container, replica, schema_errors
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from trimaran.api import ManifestError, validate
 
+plane = shared_plane("v1kinds")
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "v1kinds") as handle:
-        yield handle
 
 XGBOOST = textwrap.dedent("""
     import hashlib, os, socket, sys

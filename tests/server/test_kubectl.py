@@ -6,11 +6,10 @@ import json
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from tests.helpers import EXAMPLES, poll
 
 KUBECTL = shutil.which("kubectl")
@@ -38,11 +37,8 @@ spec:
 """
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    # One control plane for the file: a test that lists or watches a namespace works in one of its own.
-    with module_plane(tmp_path_factory, "kubectl") as handle:
-        yield handle
+# One control plane for the file: a test that lists or watches a namespace works in one of its own.
+plane = shared_plane("kubectl")
 
 
 @pytest.fixture

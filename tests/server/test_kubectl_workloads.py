@@ -6,21 +6,17 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import ControlPlaneHandle, shared_plane
 from tests.helpers import poll
 from trimaran.server.kube.protobuf import _CLASSES, ProtobufError, decode
 
 KUBECTL = shutil.which("kubectl")
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "kubectl-workloads") as handle:
-        yield handle
+plane = shared_plane("kubectl-workloads")
 
 
 @pytest.fixture
