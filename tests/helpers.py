@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -34,16 +34,17 @@ def poll(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.
         time.sleep(max(interval, 2 * (now - started)))
 
 
-def pod_processes_of(plane: ControlPlaneHandle, namespace: str, prefix: str) -> list:
-    """The processes of ``plane``'s pods in ``namespace`` whose names start with ``prefix``: one
-    test's own, on a control plane its module shares. A process whose pod's record is already gone
-    counts as the test's, since nothing says it is not."""
+def pod_processes_of(plane: ControlPlaneHandle, namespace: str, prefix: str, extra: Iterable = ()) -> list:
+    """The processes of ``plane``'s pods (and of ``extra``, processes a pod started outside its
+    sandbox) in ``namespace`` whose pods' names start with ``prefix``: one test's own, on a control
+    plane its module shares. A process whose pod's record is already gone counts as the test's,
+    since nothing says it is not."""
     import json
 
     import psutil
 
     found = []
-    for proc in plane.pod_processes():
+    for proc in [*plane.pod_processes(), *extra]:
         try:
             uid = proc.environ().get("TRIMARAN_POD_UID") or _shim_pod_uid(proc.cmdline())
         except psutil.Error:  # it ended meanwhile

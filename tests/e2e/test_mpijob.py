@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import shared_plane
-from tests.helpers import EXAMPLES, poll
+from tests.helpers import EXAMPLES, pod_processes_of, poll
 from trimaran.runtime import podexec
 
 # One control plane for the file: each test's job has its own name, and its check that nothing
@@ -85,34 +85,20 @@ def _manifest(tmp_path, name: str, version: str, launcher_args: list[str], extra
     return str(path)
 
 
-def _pod_name(plane, proc) -> str | None:
-    """The name of the pod a process runs for (from its pod's uid: in its environment, or in a
-    shim's run directory .../pods/UID/runs/N), or None where that is no longer known."""
-    env = proc.info.get("environ") or {}
-    uid = env.get("TRIMARAN_POD_UID")
-    if uid is None:
-        run_dir = Path((proc.info.get("cmdline") or [""])[-1])
-        uid = run_dir.parent.parent.name if run_dir.parent.name == "runs" else None
-    try:
-        return json.loads((plane.home / "pods" / uid / "pod.json").read_text())["name"] if uid else None
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def _mpi_processes(plane, job: str) -> list:
     """The job's pods' processes, and any MPI process (orted, mpirun, ranks) started from them; one
     whose pod is no longer known counts as the job's."""
     import psutil
 
-    found = list(plane.pod_processes())
+    mpi = []
     for proc in psutil.process_iter(["name", "environ"]):
         try:
             env = proc.info["environ"] or {}
         except psutil.Error:
             continue
         if proc.info["name"] in ("orted", "mpirun") and env.get("TRIMARAN_HOME") == str(plane.home):
-            found.append(proc)
-    return [proc for proc in found if (name := _pod_name(plane, proc)) is None or name.startswith(f"{job}-")]
+            mpi.append(proc)
+    return pod_processes_of(plane, "default", f"{job}-", extra=mpi)
 
 
 def _ranks(log: str) -> dict[int, dict]:
