@@ -19,7 +19,6 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -157,6 +156,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def healthy(info: dict, timeout: float = 1.0) -> bool:
+    import urllib.request  # here: every CLI call imports this module, few check health
+
     # The health check sends nothing secret, so it need not verify the home's certificate.
     context = ssl._create_unverified_context() if info["url"].startswith("https:") else None
     try:
