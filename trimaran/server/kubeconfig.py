@@ -14,8 +14,10 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from trimaran.server.tokens import TokenStore, write_private
+if TYPE_CHECKING:
+    from trimaran.server.tokens import TokenStore
 
 __all__ = ["CONTEXT", "Endpoint", "ensure_user_token", "kubeconfig_path", "read_endpoint", "write_kubeconfig"]
 
@@ -71,6 +73,9 @@ def write_kubeconfig(home: Path, server: str, token: str, ca_pem: bytes | None) 
         "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}}],
         "current-context": CONTEXT,
     }
+    # Imported here: the CLI reads kubeconfigs on every call and never writes one.
+    from trimaran.server.tokens import write_private
+
     path = kubeconfig_path(home)
     write_private(path, json.dumps(config, indent=2).encode() + b"\n")
     return path
