@@ -19,9 +19,9 @@ EXAMPLES = REPO / "examples"
 def poll(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> T:
     """Wait for ``predicate`` to return something truthy, failing after ``timeout`` seconds.
 
-    Between calls it waits ``interval``, or twice what the last call took when that is longer: a
-    costly predicate (a process scan, a log read) then takes at most a third of a core from the
-    processes under test instead of all of one."""
+    Between calls it waits ``interval``, or what the last call took when that is longer: a costly
+    predicate (a process scan, a log read) then takes at most half a core from the processes under
+    test instead of all of one."""
     deadline = time.monotonic() + timeout
     while True:
         started = time.monotonic()
@@ -31,7 +31,7 @@ def poll(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.
         now = time.monotonic()
         if now > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(max(interval, 2 * (now - started)))
+        time.sleep(max(interval, now - started))
 
 
 def pod_processes_of(plane: ControlPlaneHandle, namespace: str, prefix: str, extra: Iterable = ()) -> list:

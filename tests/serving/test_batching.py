@@ -59,8 +59,10 @@ def test_each_caller_gets_its_own_rows(start_server, tmp_path: Path) -> None:
 
 
 def test_full_queue_answers_503_with_retry_after_and_timeouts_504(start_server, tmp_path: Path) -> None:
+    # The first request runs 2.5 s: time enough, on a busy machine, to see it running and the
+    # second queued before a third is sent; the timeout (3 s) is above it and below the slow one's.
     server = start_server(echo_dir(tmp_path), name="echo", grpc=False, max_queue=1,
-                          request_timeout=1.5).wait_ready()
+                          request_timeout=3.0).wait_ready()
     url = f"{server.url}/v2/models/echo/infer"
     answers: dict[str, httpx.Response] = {}
 
@@ -70,7 +72,7 @@ def test_full_queue_answers_503_with_retry_after_and_timeouts_504(start_server, 
         thread.start()
         return thread
 
-    running = send("running", 1.0)
+    running = send("running", 2.5)
     poll(lambda: metric(server, "trimaran_inflight_requests") == 1, what="first request running")
     queued = send("queued", 0.0)
     poll(lambda: metric(server, "trimaran_queue_depth") == 1, what="second request queued")
@@ -81,7 +83,7 @@ def test_full_queue_answers_503_with_retry_after_and_timeouts_504(start_server, 
     running.join()
     queued.join()
     assert answers["running"].status_code == 200 and answers["queued"].status_code == 200
-    slow = httpx.post(url, json=rows_body([1.0], 2.0), timeout=10)
+    slow = httpx.post(url, json=rows_body([1.0], 4.0), timeout=10)
     assert slow.status_code == 504
     assert "timeout" in slow.json()["error"]
     assert metric(server, "trimaran_requests_total", code="504") == 1
