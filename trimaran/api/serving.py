@@ -37,6 +37,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trimaran.api.core import Container, EnvVar, PodSpec, ResourceRequirements
+from trimaran.api.durations import parse_duration
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import ApiModel, NonNegInt32, NonNegInt64, Resource
 
@@ -86,17 +87,6 @@ _FLOAT_AUTOSCALING = ("target", "target-utilization-percentage", "panic-window-p
 _INT_AUTOSCALING = ("min-scale", "max-scale", "initial-scale")
 _DURATION_AUTOSCALING = ("window", "scale-to-zero-grace-period", "scale-to-zero-pod-retention-period",
                          "scale-down-delay")
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)?")
-
-
-def parse_duration(text: str) -> float:
-    """A Go-style single-unit duration (``500ms``, ``6s``, ``2m``, ``1h``) or bare seconds → seconds."""
-    m = _DURATION.fullmatch(text.strip())
-    if m is None:
-        raise ValueError(f"invalid duration {text!r}: use e.g. 6s, 500ms, 2m")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
-
-
 # --- storage ----------------------------------------------------------------------------------
 
 

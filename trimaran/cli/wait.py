@@ -18,28 +18,14 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
+from trimaran.api.durations import parse_duration
 from trimaran.cli.client import APIError, Client, KindRef
 from trimaran.cli.render import experiment_progress, job_status, pod_status, training_state
 
-__all__ = ["parse_duration", "run"]
+__all__ = ["run"]
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 # How often the progress line's countdown is redrawn while no event arrives.
 _REDRAW = 0.5
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in kubectl's duration forms (``90s``, ``5m``, ``1h``, ``250ms``, or a bare number)."""
-    for suffix in ("ms", "s", "m", "h"):
-        if text.endswith(suffix):
-            try:
-                return float(text[: -len(suffix)]) * _UNITS[suffix]
-            except ValueError:
-                break
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"invalid duration {text!r}: use e.g. 30s, 5m") from None
 
 
 def _parser() -> argparse.ArgumentParser:
