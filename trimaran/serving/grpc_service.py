@@ -1,9 +1,11 @@
-"""The V2 gRPC front end: ``inference.GRPCInferenceService`` on grpc.aio, in each worker's event loop.
+"""The V2 gRPC front end: ``inference.GRPCInferenceService`` on our own HTTP/2 server (:mod:`.http2`, hyper-h2),
+in each worker's event loop.
 
-Every worker runs its own grpc.aio server on the same port (gRPC sets SO_REUSEPORT), beside its HTTP server,
-so gRPC requests reach the same in-process model copy without IPC. Tensors arrive as ``raw_input_contents``
-(what tritonclient sends; required for FP16) or typed ``contents``; the response uses the same form as the
-request. Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL.
+Every worker listens on the same port (SO_REUSEPORT), beside its HTTP server, so gRPC requests reach the same
+in-process model copy without IPC; a call whose model predicts inline is answered in the read that completed it.
+Tensors arrive as ``raw_input_contents`` (what tritonclient sends; required for FP16) or typed ``contents``; the
+response uses the same form as the request. Errors: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, DEADLINE_EXCEEDED,
+RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL.
 """
 
 from __future__ import annotations
@@ -11,19 +13,21 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable
 from typing import Any
 
-import grpc
 import numpy as np
+from google.protobuf.message import DecodeError, Message
 
 from trimaran.serving import codec
 from trimaran.serving.dataplane import DataPlane, as_serving_error, select_outputs
 from trimaran.serving.errors import InvalidInput, ServingError
+from trimaran.serving.http2 import GrpcError, GrpcServer, Method
 from trimaran.serving.metrics import ServerMetrics
 from trimaran.serving.proto import grpc_predict_v2_pb2 as pb
-from trimaran.serving.proto import grpc_predict_v2_pb2_grpc as pb_grpc
 
 PROTOCOL = "grpc-v2"
+SERVICE = "inference.GRPCInferenceService"
 MAX_MESSAGE = 64 * 1024 * 1024
 
 # The typed-contents field of each datatype (FP16 has none: raw contents only).
@@ -107,79 +111,106 @@ def _parameter(value: pb.InferParameter) -> Any:
     return getattr(value, choice) if choice else None
 
 
-class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """The six OIP RPCs over a :class:`DataPlane`."""
+class InferenceServicer:
+    """The six OIP RPCs over a :class:`DataPlane`, as methods of the request's bytes (see :mod:`.http2`)."""
 
     def __init__(self, plane: DataPlane, metrics: ServerMetrics) -> None:
         self.plane = plane
         self.metrics = metrics
 
-    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:  # noqa: N802
-        return pb.ServerLiveResponse(live=True)
+    def methods(self) -> dict[str, Method]:
+        """The served methods by gRPC path."""
+        calls = {"ServerLive": self.server_live, "ServerReady": self.server_ready, "ModelReady": self.model_ready,
+                 "ServerMetadata": self.server_metadata, "ModelMetadata": self.model_metadata,
+                 "ModelInfer": self.model_infer}
+        return {f"/{SERVICE}/{name}": call for name, call in calls.items()}
 
-    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:  # noqa: N802
-        return pb.ServerReadyResponse(ready=self.plane.ready())
+    def server_live(self, data: bytes) -> bytes:
+        _parse(pb.ServerLiveRequest, data)
+        return _LIVE
 
-    async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:  # noqa: N802
+    def server_ready(self, data: bytes) -> bytes:
+        _parse(pb.ServerReadyRequest, data)
+        return pb.ServerReadyResponse(ready=self.plane.ready()).SerializeToString()
+
+    def model_ready(self, data: bytes) -> bytes:
+        request = _parse(pb.ModelReadyRequest, data)
         try:
             ready = self.plane.model_ready(request.name, request.version or None)
         except ServingError as exc:
-            await _abort(context, exc)
-        return pb.ModelReadyResponse(ready=ready)
+            raise _status(exc) from None
+        return pb.ModelReadyResponse(ready=ready).SerializeToString()
 
-    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:  # noqa: N802
-        return pb.ServerMetadataResponse(**self.plane.server_metadata())
+    def server_metadata(self, data: bytes) -> bytes:
+        _parse(pb.ServerMetadataRequest, data)
+        return pb.ServerMetadataResponse(**self.plane.server_metadata()).SerializeToString()
 
-    async def ModelMetadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:  # noqa: N802
+    def model_metadata(self, data: bytes) -> bytes:
+        request = _parse(pb.ModelMetadataRequest, data)
         try:
             md = self.plane.model_metadata(request.name, request.version or None)
         except ServingError as exc:
-            await _abort(context, exc)
+            raise _status(exc) from None
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=md["name"], versions=md["versions"], platform=md.get("platform", ""),
             inputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in md.get("inputs", [])],
-            outputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in md.get("outputs", [])])
+            outputs=[tensor(name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in md.get("outputs", [])],
+        ).SerializeToString()
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:  # noqa: N802
+    def model_infer(self, data: bytes) -> bytes | Awaitable[bytes]:
+        """Answered at once when the model predicts inline; otherwise a coroutine that waits for its batch (or
+        a custom model) and owns the model handle from then on."""
+        request = _parse(pb.ModelInferRequest, data)
         name = request.model_name
         label = name if name in self.plane.models else ""
-        metrics = self.metrics
-        metrics.request_started(label)
+        self.metrics.request_started(label)
         started = time.perf_counter()
         version = request.model_version or ""
-        error: ServingError | None = None
-        response = None
+        handle = None
         try:
             handle = self.plane.repository(name).get(request.model_version or None)
             version = handle.version
-            try:
-                response = await self._infer(handle, request)
-            finally:
-                handle.release()
+            model = handle.model
+            inputs = decode_request(request, {spec.name: spec.datatype for spec in model.inputs})
+            wanted = [o.name for o in request.outputs] or None
+            if model.payload_level:
+                outputs: Awaitable[dict[str, np.ndarray]] = self._payload(handle, request, inputs, wanted)
+            else:
+                result = self.plane.predict(handle, inputs, wanted, None)
+                if not isinstance(result, asyncio.Future):
+                    response = _response(handle, request, select_outputs(result, wanted))
+                    self._finished(label, version, "OK", started)
+                    return response
+                outputs = _selected(result, wanted)
+            later, handle = self._infer_later(handle, request, label, started, outputs), None
+            return later
         except Exception as exc:
             error = as_serving_error(exc)
-        code = "OK" if error is None else error.grpc_code
-        metrics.request_finished(label, version, PROTOCOL, code, started)
-        metrics.request_done(label)
-        if error is not None:
-            await _abort(context, error)
-        return response
+            self._finished(label, version, error.grpc_code, started)
+            raise _status(error) from None
+        finally:
+            if handle is not None:
+                handle.release()
 
-    async def _infer(self, handle: Any, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        model = handle.model
-        inputs = decode_request(request, {spec.name: spec.datatype for spec in model.inputs})
-        wanted = [o.name for o in request.outputs] or None
-        if model.payload_level:
-            outputs = await self._payload(handle, request, inputs, wanted)
-        else:
-            result = self.plane.predict(handle, inputs, wanted, None)
-            if isinstance(result, asyncio.Future):
-                result = await result
-            outputs = select_outputs(result, wanted)
-        response = pb.ModelInferResponse(model_name=model.name, model_version=handle.version, id=request.id)
-        encode_response(response, outputs, raw=bool(request.raw_input_contents))
-        return response
+    async def _infer_later(self, handle: Any, request: pb.ModelInferRequest, label: str, started: float,
+                           outputs: Awaitable[dict[str, np.ndarray]]) -> bytes:
+        code = "CANCELLED"  # what is counted when the call ends before an answer (deadline, client reset)
+        try:
+            response = _response(handle, request, await outputs)
+            code = "OK"
+            return response
+        except Exception as exc:
+            error = as_serving_error(exc)
+            code = error.grpc_code
+            raise _status(error) from None
+        finally:
+            handle.release()
+            self._finished(label, handle.version, code, started)
+
+    def _finished(self, label: str, version: str, code: str, started: float) -> None:
+        self.metrics.request_finished(label, version, PROTOCOL, code, started)
+        self.metrics.request_done(label)
 
     async def _payload(self, handle: Any, request: pb.ModelInferRequest, inputs: dict[str, np.ndarray],
                        wanted: list[str] | None) -> dict[str, np.ndarray]:
@@ -203,17 +234,32 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return outputs
 
 
-async def _abort(context: Any, exc: ServingError) -> None:
-    await context.abort(getattr(grpc.StatusCode, exc.grpc_code), str(exc))
+async def _selected(result: asyncio.Future, wanted: list[str] | None) -> dict[str, np.ndarray]:
+    return select_outputs(await result, wanted)
 
 
-async def start_grpc_server(plane: DataPlane, metrics: ServerMetrics, host: str, port: int) -> grpc.aio.Server:
-    """A started grpc.aio server on ``host:port`` (SO_REUSEPORT, so every worker binds the same port)."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 1), ("grpc.max_receive_message_length", MAX_MESSAGE),
-                                      ("grpc.max_send_message_length", MAX_MESSAGE)])
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane, metrics), server)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    if server.add_insecure_port(address) == 0:
-        raise OSError(f"cannot listen for gRPC on {address}")
-    await server.start()
+def _response(handle: Any, request: pb.ModelInferRequest, outputs: dict[str, np.ndarray]) -> bytes:
+    response = pb.ModelInferResponse(model_name=handle.model.name, model_version=handle.version, id=request.id)
+    encode_response(response, outputs, raw=bool(request.raw_input_contents))
+    return response.SerializeToString()
+
+
+def _parse(message: type[Message], data: bytes) -> Any:
+    try:
+        return message.FromString(data)
+    except DecodeError as exc:
+        raise GrpcError("INVALID_ARGUMENT", f"the request is not a {message.DESCRIPTOR.name}: {exc}") from None
+
+
+def _status(error: ServingError) -> GrpcError:
+    return GrpcError(error.grpc_code, str(error))
+
+
+_LIVE = pb.ServerLiveResponse(live=True).SerializeToString()
+
+
+async def start_grpc_server(plane: DataPlane, metrics: ServerMetrics, host: str, port: int) -> GrpcServer:
+    """A listening server on ``host:port`` (SO_REUSEPORT, so every worker binds the same port)."""
+    server = GrpcServer(InferenceServicer(plane, metrics).methods(), MAX_MESSAGE)
+    await server.start(host, port)
     return server

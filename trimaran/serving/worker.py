@@ -84,7 +84,7 @@ async def serve_worker(config: ServerConfig, index: int) -> None:
     log.info("worker %d draining (up to %g s)", index, config.drain_timeout)
     drains = [http.shutdown(config.drain_timeout)]
     if grpc_server is not None:
-        drains.append(grpc_server.stop(config.drain_timeout))
+        drains.append(grpc_server.shutdown(config.drain_timeout))
     await asyncio.gather(*drains)
     if payload_logger is not None:
         await payload_logger.close()
