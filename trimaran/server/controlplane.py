@@ -108,7 +108,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet,
         DeploymentReconciler(store, ports), services, HorizontalPodAutoscalerReconciler(store, runtime),
-        RecurringRunReconciler(store), RunReconciler(store, home, runtime), GarbageCollector(store)])
+        RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
+        GarbageCollector(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs)
 

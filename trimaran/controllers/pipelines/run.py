@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -27,8 +28,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from trimaran.api.pipelines import FINISHED_RUN_STATES, FINISHED_TASK_STATES, RUN_LABEL, TASK_LABEL
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
+from trimaran.controllers.kubelet import runs_image
 from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang, waiting_reason
 from trimaran.pipelines import cache, dag, kubernetes, placeholders
+from trimaran.runtime import ConfigError
 from trimaran.store import AlreadyExists, NotFound, Store
 
 __all__ = ["RunReconciler", "kfp_runtime_dir"]
@@ -38,6 +41,11 @@ _CONTAINER = "main"
 # The packages KFP's lightweight-component preamble installs, which the kfp runtime directory holds.
 _RUNTIME_PACKAGES = {"kfp", "typing-extensions"}
 _PIP_INSTALL = re.compile(r"pip install ([^&\n]*)")
+# Where a pod that runs its image finds the kfp runtime, the control plane's pip and the local wheels
+# for packages_to_install (read-only mounts; an image has none of them).
+_IMAGE_KFP_RUNTIME = "/opt/trimaran/kfp-runtime"
+_IMAGE_PIP = "/opt/trimaran/pip"
+_IMAGE_WHEELS = "/opt/trimaran/wheels"
 
 
 def kfp_runtime_dir() -> Path:
@@ -58,10 +66,18 @@ class RunReconciler(Reconciler):
     kinds = ("Run",)
     watches = ("Pod",)
 
-    def __init__(self, store: Store, home: Path, runtime: Any) -> None:
+    def __init__(self, store: Store, home: Path, runtime: Any, image_policy: str = "host") -> None:
+        """``image_policy``: the kubelet's node policy, which says whether a step runs its image
+        (and so needs the kfp runtime mounted) or is a host process."""
         super().__init__(store)
         self.home = Path(home)
         self.runtime = runtime
+        self.image_policy = image_policy
+
+    @property
+    def wheels_dir(self) -> Path:
+        """The local wheels ``packages_to_install`` is installed from in a step that runs its image."""
+        return self.home / "pipelines" / "wheels"
 
     # -- the pass ----------------------------------------------------------------------------
 
@@ -336,11 +352,13 @@ class RunReconciler(Reconciler):
         attempt = int(fact.get("attempts") or 0) + 1
         name = _pod_name(run, task.id, generation, attempt)
         if name not in pods:
-            pod = self._build_pod(run, root, task, fact, name)
+            pod, packages = self._build_pod(run, root, task, fact, name)
             try:
                 kubernetes.apply_config(pod, platform, task.inputs["parameters"])
             except kubernetes.PlatformError as exc:  # affinity, a name not given, ...: the step fails saying so
                 raise _TaskError(str(exc)) from None
+            if packages is not None:
+                self._provide_kfp_runtime(pod, packages)
             try:
                 pods[name] = self.store.create(pod)
                 self.store.record_event(run, "Normal", "TaskStarted", f"task {task.id}: pod {name}")
@@ -352,7 +370,10 @@ class RunReconciler(Reconciler):
         fact["startedAt"] = fact.get("startedAt") or now_rfc3339()
         fact.pop("finishedAt", None)
 
-    def _build_pod(self, run: dict, root: Path, task: dag.Ready, fact: dict, name: str) -> dict:
+    def _build_pod(self, run: dict, root: Path, task: dag.Ready, fact: dict,
+                   name: str) -> tuple[dict, list[str] | None]:
+        """The step's pod, and its packages_to_install when it is a lightweight component (its
+        ``pip install`` stage taken out: :meth:`_provide_kfp_runtime` puts kfp and them in place)."""
         container_spec = task.executor.get("container")
         if not container_spec:
             raise _TaskError(f"executor {task.executor_label} has neither a container nor an importer")
@@ -365,8 +386,9 @@ class RunReconciler(Reconciler):
         command = placeholders.resolve_args(list(container_spec.get("command") or []), executor_input, context)
         args = placeholders.resolve_args(list(container_spec.get("args") or []), executor_input, context)
         env = [{"name": e["name"], "value": str(e.get("value", ""))} for e in container_spec.get("env") or []]
-        command, runtime_env = _without_pip_preamble(command)
-        env += runtime_env
+        packages = _packages_to_install(command)
+        if packages is not None:
+            command = ["sh", "-c", 'exec "$0" "$@"', *command[3:]]
         (root / task.id.replace(".", "/") / ".kfp").mkdir(parents=True, exist_ok=True)
         container: dict[str, Any] = {
             "name": _CONTAINER, "image": container_spec.get("image") or "python:3.11",
@@ -403,7 +425,55 @@ class RunReconciler(Reconciler):
             "status": {"phase": "Pending"},
         }
         set_gang(pod, name, 1, {name: LOOPBACK})
-        return pod
+        return pod, packages
+
+    def _provide_kfp_runtime(self, pod: dict, packages: list[str]) -> None:
+        """What KFP's ``pip install`` stage gives a lightweight component, without a network: kfp
+        (the kfp runtime directory: kfp alone, pure Python, as KFP installs it with ``--no-deps``) and
+        packages_to_install. A host process gets the runtime on PYTHONPATH and must already import
+        the packages; a step that runs its image gets the runtime mounted read-only, and pip (the
+        control plane's, mounted too) installs the packages into the image's Python from the local
+        wheels (``$TRIMARAN_HOME/pipelines/wheels``), skipping those the image already has."""
+        runtime = kfp_runtime_dir()
+        if not (runtime / "kfp").is_dir():
+            raise _TaskError(f"the kfp runtime for lightweight components is missing at {runtime}: run "
+                             f"`pip install kfp==2.17.3 --no-deps --target {runtime}` (scripts/bootstrap.sh does) "
+                             "or point TRIMARAN_KFP_RUNTIME at such a directory")
+        container = pod["spec"]["containers"][0]
+        try:
+            in_image = runs_image(pod, container, self.image_policy)
+        except ConfigError as exc:
+            raise _TaskError(str(exc)) from None
+        if not in_image:
+            _check_host_packages(packages)
+            container["env"].append({"name": "PYTHONPATH", "value": str(runtime)})
+            return
+        image = container["image"]
+        mounts = [("kfp-runtime", runtime, _IMAGE_KFP_RUNTIME)]
+        no_python = (f"trimaran: image {image} has no python3: a lightweight component runs kfp in its image "
+                     "with python3 (Python 3.9 or later)")
+        script = [f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(no_python)} >&2; exit 127; }}",
+                  f"export PYTHONPATH={_IMAGE_KFP_RUNTIME}${{PYTHONPATH:+:$PYTHONPATH}}"]
+        if packages:
+            pip = importlib.util.find_spec("pip")
+            if pip is None or not pip.submodule_search_locations:
+                raise _TaskError("packages_to_install needs pip in the control plane's interpreter "
+                                 f"({sys.executable}), which a step that runs its image borrows")
+            self.wheels_dir.mkdir(parents=True, exist_ok=True)
+            mounts += [("kfp-pip", Path(pip.submodule_search_locations[0]), f"{_IMAGE_PIP}/pip"),
+                       ("kfp-wheels", self.wheels_dir, _IMAGE_WHEELS)]
+            words = " ".join(map(shlex.quote, packages))
+            why = (f"trimaran: packages_to_install ({', '.join(packages)}) cannot be installed in image {image} "
+                   f"from the local wheels in {self.wheels_dir} (nothing is downloaded while a pipeline runs): "
+                   f"put their wheels there, e.g. pip download --dest {self.wheels_dir} {words}")
+            script.append(f"PYTHONPATH={_IMAGE_PIP} PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1 "
+                          "PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --no-warn-script-location "
+                          f"--no-index --find-links {_IMAGE_WHEELS} {words} "
+                          f"|| {{ echo {shlex.quote(why)} >&2; exit 1; }}")
+        container["command"] = ["sh", "-c", "\n".join([*script, 'exec "$0" "$@"']), *container["command"][3:]]
+        for volume, source, target in mounts:
+            pod["spec"]["volumes"].append({"name": volume, "hostPath": {"path": str(source)}})
+            container["volumeMounts"].append({"name": volume, "mountPath": target, "readOnly": True})
 
     # -- where the pipeline and its artifacts are --------------------------------------------
 
@@ -547,13 +617,13 @@ def _resources(spec: dict) -> dict:
     return out
 
 
-def _without_pip_preamble(command: list[str]) -> tuple[list[str], list[dict[str, str]]]:
-    """A lightweight component's command without its ``pip install`` stage: ``kfp`` comes from the
-    kfp runtime directory (on PYTHONPATH) and ``packages_to_install`` must already be importable by
-    the pod's interpreter (the control plane's); nothing is downloaded while a pipeline runs."""
+def _packages_to_install(command: list[str]) -> list[str] | None:
+    """A lightweight component's packages_to_install, read from its ``pip install`` stage (None when
+    the command has none): the requirements as written, markers kept, kfp's own left out (the kfp
+    runtime provides them)."""
     if len(command) < 3 or command[:2] != ["sh", "-c"] or "pip install" not in command[2]:
-        return command, []
-    missing = []
+        return None
+    packages = []
     for group in _PIP_INSTALL.findall(command[2]):
         for word in shlex.split(group):
             if word.startswith("-"):
@@ -561,27 +631,29 @@ def _without_pip_preamble(command: list[str]) -> tuple[list[str], list[dict[str,
             try:
                 requirement = Requirement(word)
             except InvalidRequirement:
-                continue
-            if requirement.marker is not None and not requirement.marker.evaluate():
-                continue
-            if requirement.name.lower().replace("_", "-") in _RUNTIME_PACKAGES:
-                continue
-            try:
-                version = importlib.metadata.version(requirement.name)
-            except importlib.metadata.PackageNotFoundError:
-                missing.append(word)
-                continue
-            if requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
-                missing.append(f"{word} (have {version})")
-    if missing:
-        import sys
+                continue  # an option's value: an index URL, a trusted host
+            if requirement.name.lower().replace("_", "-") not in _RUNTIME_PACKAGES:
+                packages.append(word)
+    return packages
 
+
+def _check_host_packages(packages: list[str]) -> None:
+    """A host process's packages_to_install must already be importable by its interpreter (the
+    control plane's): nothing is installed into the host's Python."""
+    missing = []
+    for word in packages:
+        requirement = Requirement(word)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        try:
+            version = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(word)
+            continue
+        if requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
+            missing.append(f"{word} (have {version})")
+    if missing:
         raise _TaskError(f"packages_to_install not available to the pod's interpreter ({sys.executable}): "
-                         f"{', '.join(missing)}; install them there (pipelines do not install packages "
-                         "while they run)")
-    runtime = kfp_runtime_dir()
-    if not (runtime / "kfp").is_dir():
-        raise _TaskError(f"the kfp runtime for lightweight components is missing at {runtime}: run "
-                         f"`pip install kfp==2.17.3 --no-deps --target {runtime}` (scripts/bootstrap.sh does) "
-                         "or point TRIMARAN_KFP_RUNTIME at such a directory")
-    return ["sh", "-c", 'exec "$0" "$@"', *command[3:]], [{"name": "PYTHONPATH", "value": str(runtime)}]
+                         f"{', '.join(missing)}; install them there, or run the step in its image "
+                         "(--image-policy image) with their wheels in $TRIMARAN_HOME/pipelines/wheels "
+                         "(pipelines do not download packages while they run)")
