@@ -8,7 +8,6 @@ cluster. Where to connect comes from a kubeconfig, as for kubectl: ``--kubeconfi
 
 from __future__ import annotations
 
-import difflib
 import http.client
 import json
 import os
@@ -18,19 +17,15 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import orjson
+from typing import Any, NamedTuple
 
 FIELD_MANAGER = "trimaran"
 _DISCOVERY_TTL = 6 * 3600.0  # as kubectl's discovery cache
 _BUSY_AFTER = 2.0  # seconds before a user waiting on the local control plane is told it is busy
 
 
-@dataclass(frozen=True)
-class KindRef:
+class KindRef(NamedTuple):
     kind: str
     group: str
     version: str
@@ -166,7 +161,7 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         data = None
         if body is not None:
-            data = body if isinstance(body, bytes) else orjson.dumps(body)
+            data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
         for attempt in range(2):
             if stream:
@@ -215,7 +210,7 @@ class Client:
 
     def _json(self, method: str, path: str, body: object | None = None, params: dict | None = None,
               content_type: str = "application/json") -> Any:
-        return orjson.loads(self.request(method, path, body, params, content_type).read())
+        return json.loads(self.request(method, path, body, params, content_type).read())
 
     # Discovery ----------------------------------------------------------------------------
 
@@ -257,7 +252,7 @@ class Client:
             try:
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps([asdict(r) for r in found]))
+                tmp.write_text(json.dumps([r._asdict() for r in found]))
                 os.replace(tmp, cache)
             except OSError:
                 pass
@@ -284,6 +279,8 @@ class Client:
         found = self._find(lambda r: word in names(r))
         if found is None:
             every = sorted({n for r in self.resources() for n in names(r)})
+            import difflib  # here: only a misspelt kind needs it
+
             close = difflib.get_close_matches(word, every, n=1, cutoff=0.75)
             hint = f'; did you mean "{close[0]}"?' if close else ""
             raise APIError(404, f'the server doesn\'t have a resource type "{name}"{hint}')
@@ -301,6 +298,8 @@ class Client:
         if same:
             raise APIError(404, message + f" (known versions: {', '.join(same)})")
         by_lower = {r.kind.lower(): r.kind for r in refs}
+        import difflib
+
         close = difflib.get_close_matches(kind.lower(), list(by_lower), n=1, cutoff=0.75)
         served: dict[str, list[str]] = {}
         for r in refs:
@@ -380,7 +379,7 @@ class Client:
                                     "dryRun": "All" if dry_run else None},
                             content_type="application/apply-patch+yaml")
         warnings = _warnings(resp.getheader("Warning") or "")
-        return orjson.loads(resp.read()), warnings
+        return json.loads(resp.read()), warnings
 
     def apply(self, manifests: list[dict], namespace: str | None = None, dry_run: bool = False) -> dict:
         """Server-side apply every manifest (``{"location", "object"}``), all or none.

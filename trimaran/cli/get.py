@@ -9,11 +9,10 @@ columns, so the columns are defined once, in the kind registry, for kubectl and 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
-
-import orjson
 
 from trimaran.cli.client import APIError, Client, KindRef
 
@@ -95,7 +94,7 @@ def _table(client: Client, ref: KindRef, namespace: str | None, name: str | None
     params = {"labelSelector": selector}
     path = ref.path(namespace, name)
     resp = client.request("GET", path, params=params, accept=TABLE_ACCEPT)
-    return orjson.loads(resp.read())
+    return json.loads(resp.read())
 
 
 def _dump(client: Client, targets: Sequence[tuple[KindRef, str | None]], name: str | None,
@@ -112,7 +111,7 @@ def _dump(client: Client, targets: Sequence[tuple[KindRef, str | None]], name: s
     for obj in objects:
         (obj.get("metadata") or {}).pop("managedFields", None)
     if fmt == "json":
-        return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+        return json.dumps(data, indent=2, ensure_ascii=False)
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False).rstrip("\n")
@@ -130,7 +129,7 @@ def _watch(client: Client, ref: KindRef, namespace: str | None, name: str | None
             return
         if not line.strip():
             continue
-        event = orjson.loads(line)
+        event = json.loads(line)
         if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
             continue
         table = event["object"]

@@ -10,13 +10,12 @@ read.
 from __future__ import annotations
 
 import argparse
+import json
 import queue
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-
-import orjson
 
 from trimaran.api.durations import parse_duration
 from trimaran.cli.client import APIError, Client, KindRef
@@ -79,7 +78,7 @@ def _follow(client: Client, ref: KindRef, namespace: str | None, name: str, sinc
             if not line:
                 break
             if line.strip():
-                event = orjson.loads(line)
+                event = json.loads(line)
                 events.put((event.get("type"), event.get("object") or {}))
     except (APIError, OSError, ValueError) as exc:
         events.put(("ERROR", {"message": str(exc)}))

@@ -12,17 +12,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import logging
 import os
 import signal
 import ssl
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 INFO_FILE = "server.json"
 LOCK_FILE = "control-plane.lock"
@@ -70,8 +66,10 @@ def private_home(home: Path) -> Path:
     mode = home.stat().st_mode & 0o777
     if mode & 0o077:
         home.chmod(mode & 0o700)
-        log.warning("%s was mode %o: tightened to %o (it holds the store, tokens and keys)", home, mode,
-                    mode & 0o700)
+        import logging  # here: every CLI call imports this module (logging and subprocess cost it ~8 ms)
+
+        logging.getLogger(__name__).warning(
+            "%s was mode %o: tightened to %o (it holds the store, tokens and keys)", home, mode, mode & 0o700)
     return home
 
 
@@ -230,6 +228,8 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
     log_fd = os.open(home / "server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     os.fchmod(log_fd, 0o600)  # requests' details end up there
     env = dict(os.environ, TRIMARAN_HOME=str(home))
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "trimaran.server", "--host", host, "--port", str(port),

@@ -12,9 +12,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from trimaran.server.tokens import TokenStore
@@ -81,8 +80,7 @@ def write_kubeconfig(home: Path, server: str, token: str, ca_pem: bytes | None) 
     return path
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(NamedTuple):
     """Where a kubeconfig context points: the server, its token, the CA to trust, the namespace."""
 
     server: str
