@@ -50,9 +50,15 @@ def test_artifacts_by_uri_and_defaults_filled_in() -> None:
     # scale defaults to 10: giving it as 10 is the same task; 11 is another.
     assert cache_key(component, executor, {**given, "scale": 10}, {}) == cache_key(component, executor, given, {})
     assert cache_key(component, executor, {**given, "scale": 11}, {}) != cache_key(component, executor, given, {})
-    # An input artifact keys by its URI (a cached producer hands on the same one), not its metadata.
+    # An input artifact keys by its URI, type and metadata (KFP's metadata store tells artifacts apart
+    # by all three: an importer of one file with other metadata is another artifact), and an
+    # importer's reimport makes each import another; not by its name.
     refs = {"data": [{"name": "data", "uri": "/runs/a/t/data", "type": "system.Dataset", "metadata": {"n": 1}}]}
     moved = {"data": [{**refs["data"][0], "uri": "/runs/b/t/data"}]}
     relabelled = {"data": [{**refs["data"][0], "metadata": {"n": 2}}]}
-    assert cache_key(component, executor, given, refs) != cache_key(component, executor, given, moved)
-    assert cache_key(component, executor, given, refs) == cache_key(component, executor, given, relabelled)
+    reimported = {"data": [{**refs["data"][0], "importId": "run-uid/importer"}]}
+    renamed = {"data": [{**refs["data"][0], "name": "other"}]}
+    key = cache_key(component, executor, given, refs)
+    for other in (moved, relabelled, reimported):
+        assert cache_key(component, executor, given, other) != key
+    assert cache_key(component, executor, given, renamed) == key

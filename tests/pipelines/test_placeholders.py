@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.pipelines.kfp_corpus import compiled, kfp_python
-from trimaran.pipelines.placeholders import PlaceholderError, executor_input, read_outputs, resolve_args
+from trimaran.pipelines.placeholders import (
+    PlaceholderError,
+    executor_input,
+    read_outputs,
+    resolve_args,
+    resolve_metadata,
+)
 
 CONTEXT = {"pipeline_job_name": "run-1", "pipeline_job_uuid": "uid-1", "pipeline_task_name": "show",
            "pipeline_task_uuid": "uid-1-show", "pipeline_root": "/runs/run-1"}
@@ -144,3 +150,15 @@ def test_bad_placeholders_and_missing_outputs_say_which(tmp_path: Path) -> None:
         read_outputs(component, document)
     (tmp_path / "score").write_text("7")
     assert read_outputs(component, document) == ({"score": 7.0}, {})
+
+
+def test_importer_metadata_placeholders_keep_a_lone_values_type() -> None:
+    spec = compiled("importer").pipeline_spec
+    component = spec["components"]["comp-importer"]
+    metadata = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]["metadata"]
+    document = executor_input(component, parameters={"metadata": "csv", "metadata-2": 4.0, "uri": "/d"},
+                              artifacts={}, outputs_dir="/o", artifacts_uri="/a")
+    assert resolve_metadata(metadata, document, CONTEXT) == {"source": "csv", "rows": 4, "by-csv": "constant"}
+    nested = {"list": ["{{$.inputs.parameters['metadata-2']}}", "of {{$.pipeline_job_name}}"], "n": 1.5,
+              "absent": "{{$.inputs.parameters['nothing']}}"}
+    assert resolve_metadata(nested, document, CONTEXT) == {"list": [4, "of run-1"], "n": 1.5, "absent": None}

@@ -198,10 +198,32 @@ def test_an_importer_hands_a_file_under_an_allowed_root_on(api: Client, plane: C
     assert run["status"]["state"] == "SUCCEEDED", run["status"]
     imported = next(t for t in run["status"]["tasks"] if t["type"] == "importer")
     assert imported["outputs"]["artifacts"]["artifact"][0]["uri"] == str(data)
-    assert task(run, "read")["outputs"]["parameters"]["Output"] == "imported rows test"
+    assert task(run, "read")["outputs"]["parameters"]["Output"] == "imported rows test 6 ['by-test', 'rows', 'source']"
+    assert imported["outputs"]["artifacts"]["artifact"][0]["metadata"] == {"source": "test", "rows": 3,
+                                                                           "by-test": "constant"}
     start(api, "importer-outside", "importer", {"uri": "/etc/hostname"})
     refused = finished(api, "importer-outside")
     assert refused["status"]["state"] == "FAILED" and "outside the allowed roots" in refused["status"]["message"]
+
+
+def test_an_import_is_the_same_artifact_again_unless_reimport_or_its_metadata_changes(
+        api: Client, plane: ControlPlaneHandle) -> None:
+    data = Path(marker_dir(plane, "reimport")) / "data.txt"
+    data.write_text("rows")
+    reading = {}
+    for name, parameters, reimport in (("import-1", {}, False), ("import-2", {}, False),
+                                       ("import-3", {}, True), ("import-4", {"source": "other"}, False)):
+        spec = copy.deepcopy(compiled("importer").pipeline_spec)
+        spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]["reimport"] = reimport
+        start(api, name, spec, {"uri": str(data), **parameters})
+        run = finished(api, name)
+        assert run["status"]["state"] == "SUCCEEDED", run["status"]
+        reading[name] = task(run, "read")
+    assert reading["import-1"]["state"] == "SUCCEEDED"
+    assert reading["import-2"]["state"] == "CACHED" and reading["import-2"]["cachedFrom"] == "import-1/read"
+    assert reading["import-3"]["state"] == "SUCCEEDED"  # reimport: another artifact, read again
+    assert reading["import-4"]["state"] == "SUCCEEDED"  # other metadata: another artifact
+    assert reading["import-4"]["outputs"]["parameters"]["Output"] == "rows other 6 ['by-other', 'rows', 'source']"
 
 
 def test_resources_reach_admission_and_env_reaches_the_step(api: Client) -> None:

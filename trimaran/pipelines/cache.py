@@ -34,11 +34,15 @@ def _parameters(component: Mapping, parameters: Mapping[str, Any]) -> dict[str, 
 
 def cache_key(component: Mapping, executor: Mapping, parameters: Mapping[str, Any],
               artifacts: Mapping[str, list[Mapping]]) -> str:
-    """sha256 (hex) of the task's inputs, its component's outputs and its container (`executor`:
+    """sha256 (hex) of the task's inputs (input artifacts by URI, type, metadata and import), its
+    component's outputs and its container (`executor`:
     the IR's ``executors.X.container``: image, command, args, env)."""
     document = {
         "inputParameters": _parameters(component, parameters),
-        "inputArtifacts": {name: [{"uri": ref.get("uri"), "type": ref.get("type")} for ref in refs]
+        # An artifact is its URI, type and metadata (KFP's metadata store matches all three), and an
+        # importer's reimport makes each import another artifact.
+        "inputArtifacts": {name: [{"uri": ref.get("uri"), "type": ref.get("type"), "metadata": ref.get("metadata"),
+                                   "importId": ref.get("importId")} for ref in refs]
                            for name, refs in artifacts.items() if refs},
         "outputs": component.get("outputDefinitions") or {},
         "container": {"image": executor.get("image"), "command": list(executor.get("command") or []),

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["CONTEXT_PLACEHOLDERS", "PlaceholderError", "coerce_parameter", "executor_input", "local_path",
-           "read_outputs", "resolve_args"]
+           "read_outputs", "resolve_args", "resolve_metadata"]
 
 EXECUTOR_OUTPUT = "executor_output.json"
 # The run's and task's own facts (dsl.PIPELINE_*_PLACEHOLDER, dsl.WORKSPACE_PATH_PLACEHOLDER): the
@@ -251,6 +251,26 @@ def resolve_args(values: list, executor_input: Mapping, context: Mapping[str, st
                 raise PlaceholderError(f"{value[:200]}: not valid JSON ({exc})") from None
         resolved += [_substitute(part, executor_input, context) for part in parts]
     return resolved
+
+
+def resolve_metadata(value: Any, executor_input: Mapping, context: Mapping[str, str]) -> Any:
+    """An importer's metadata with its placeholders resolved, in keys and values at any depth (the
+    compiler turns each pipeline value given to ``dsl.importer(metadata=...)`` into an input
+    parameter of the importer and a placeholder in its place). A value that is one input
+    parameter's placeholder alone becomes that value with its declared type (``rows: 3`` stays a
+    number); placeholders inside longer text, and in keys, become text."""
+    if isinstance(value, Mapping):
+        return {_substitute(str(key), executor_input, context): resolve_metadata(item, executor_input, context)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve_metadata(item, executor_input, context) for item in value]
+    if not isinstance(value, str):
+        return value
+    whole = _PLACEHOLDER.fullmatch(value)
+    parameter = _IO.fullmatch(whole.group(1) or "") if whole else None
+    if parameter and parameter.group(1, 2, 4) == ("inputs", "parameters", ""):
+        return ((executor_input.get("inputs") or {}).get("parameterValues") or {}).get(parameter.group(3))
+    return _substitute(value, executor_input, context)
 
 
 def _read_file_parameter(name: str, path: str, kind: str) -> Any:

@@ -256,7 +256,7 @@ class RunReconciler(Reconciler):
             fact["inputs"] = task.inputs
             if "importer" in task.executor:
                 fact["type"] = "importer"
-                self._import(task, fact)
+                self._import(run, root, task, fact)
                 settled = True
                 continue
             left = _backoff_left(fact, task.retry_policy or {})
@@ -275,7 +275,12 @@ class RunReconciler(Reconciler):
                 settled = True
         return settled, wait
 
-    def _import(self, task: dag.Ready, fact: dict) -> None:
+    def _import(self, run: dict, root: Path, task: dag.Ready, fact: dict) -> None:
+        """The importer's artifact: its URI (a local path under an allowed root) and its metadata with
+        the placeholders the compiler writes for pipeline values resolved. ``reimport`` makes it a new
+        artifact on every import (KFP records another one; here it carries this import's id, so the
+        steps reading it are not served from the cache); without it, an import of the same URI and
+        metadata is the artifact an earlier run imported."""
         importer = task.executor["importer"]
         source = importer.get("artifactUri") or {}
         uri = source.get("constant")
@@ -289,11 +294,16 @@ class RunReconciler(Reconciler):
             if not path.exists():
                 raise _TaskError(f"the importer's artifactUri {uri!r} does not exist")
             uri = str(path)
-        except _TaskError as exc:
+            document = self._executor_input(task.component, fact, root)
+            metadata = placeholders.resolve_metadata(importer.get("metadata") or {}, document,
+                                                     self._context(run, root, task))
+        except (_TaskError, placeholders.PlaceholderError) as exc:
             self._end(fact, "FAILED", str(exc))
             return
         title = (importer.get("typeSchema") or {}).get("schemaTitle") or "system.Artifact"
-        artifact = {"name": "artifact", "uri": uri, "type": title, "metadata": importer.get("metadata") or {}}
+        artifact = {"name": "artifact", "uri": uri, "type": title, "metadata": metadata}
+        if importer.get("reimport"):
+            artifact["importId"] = f"{run['metadata']['uid']}/{task.id}"
         fact["outputs"] = {"parameters": {}, "artifacts": {"artifact": [artifact]}}
         self._end(fact, "SUCCEEDED", None)
 
@@ -347,6 +357,14 @@ class RunReconciler(Reconciler):
                                            artifacts=inputs.get("artifacts") or {},
                                            outputs_dir=str(base / ".kfp"), artifacts_uri=str(base))
 
+    def _context(self, run: dict, root: Path, task: dag.Ready) -> dict[str, str]:
+        """The run's and task's own facts, for dsl.PIPELINE_*_PLACEHOLDER."""
+        meta = run["metadata"]
+        return {"pipeline_job_name": meta["name"], "pipeline_job_resource_name": meta["name"],
+                "pipeline_job_uuid": meta["uid"], "pipeline_job_create_time_utc": meta.get("creationTimestamp", ""),
+                "pipeline_task_name": task.name, "pipeline_task_uuid": f"{meta['uid']}-{task.id}",
+                "pipeline_root": str(root)}
+
     def _create_pod(self, run: dict, generation: int, root: Path, task: dag.Ready, fact: dict,
                     pods: dict[str, dict], platform: dict) -> None:
         attempt = int(fact.get("attempts") or 0) + 1
@@ -379,10 +397,7 @@ class RunReconciler(Reconciler):
             raise _TaskError(f"executor {task.executor_label} has neither a container nor an importer")
         executor_input = self._executor_input(task.component, fact, root)
         meta = run["metadata"]
-        context = {"pipeline_job_name": meta["name"], "pipeline_job_resource_name": meta["name"],
-                   "pipeline_job_uuid": meta["uid"], "pipeline_job_create_time_utc": meta.get("creationTimestamp", ""),
-                   "pipeline_task_name": task.name, "pipeline_task_uuid": f"{meta['uid']}-{task.id}",
-                   "pipeline_root": str(root)}
+        context = self._context(run, root, task)
         command = placeholders.resolve_args(list(container_spec.get("command") or []), executor_input, context)
         args = placeholders.resolve_args(list(container_spec.get("args") or []), executor_input, context)
         env = [{"name": e["name"], "value": str(e.get("value", ""))} for e in container_spec.get("env") or []]
