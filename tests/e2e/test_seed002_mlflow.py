@@ -44,10 +44,13 @@ def _example(name: str) -> list[dict]:
 
 def _seed_server() -> list[dict]:
     """examples/mlflow-server/mlflow.yaml, but for the port the server binds: the Deployment's own
-    ``$(PORT)`` instead of 5000, which another Trimaran on this machine may hold (the Service keeps 5000)."""
+    ``$(PORT)`` instead of 5000, which another Trimaran on this machine may hold (the Service keeps 5000);
+    and one server process instead of mlflow's default four, which each import mlflow (about 15 s of
+    CPU on a 2-core machine running the rest of the suite beside it)."""
     docs = _example("mlflow.yaml")
     container = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     container["command"] = [a.replace("--port=5000", "--port=$(PORT)") for a in container["command"]]
+    container["command"].append("--workers=1")
     return docs
 
 
