@@ -226,6 +226,38 @@ def test_an_import_is_the_same_artifact_again_unless_reimport_or_its_metadata_ch
     assert reading["import-4"]["outputs"]["parameters"]["Output"] == "rows other 6 ['by-other', 'rows', 'source']"
 
 
+def test_deleting_a_run_keeps_its_artifacts_and_their_cache_entries(api: Client) -> None:
+    """As KFP: deleting a run (kfp.Client's delete_run) removes the run and its pods; its artifacts stay
+    in the store, and a later run with the same inputs is served from them while they are there."""
+    start(api, "deleted", "artifacts", {"rows": 17})
+    run = finished(api, "deleted")
+    assert run["status"]["state"] == "SUCCEEDED", run["status"]
+    uris = [ref["uri"] for t in run["status"]["tasks"] for refs in ((t.get("outputs") or {}).get("artifacts") or {}
+                                                                   ).values() for ref in refs]
+    assert len(uris) == 7 and all(uri.startswith(run["status"]["pipelineRoot"]) for uri in uris)
+    written = {uri: Path(uri).read_bytes() for uri in uris if Path(uri).exists()}  # Metrics are metadata alone
+    assert len(written) == 5
+    pods = [t["podName"] for t in run["status"]["tasks"] if t.get("podName")]
+    api.request("DELETE", f"/apis/v2beta1/runs/{run['metadata']['uid']}").read()
+
+    def gone(kind: str, name: str) -> bool:
+        try:
+            api.get(kind, NS, name)
+        except APIError as exc:
+            return exc.status == 404
+        return False
+    poll(lambda: gone("Run", "deleted") and all(gone("Pod", p) for p in pods), timeout=30, interval=0.2,
+         what="the run and its pods to be deleted")
+    assert {uri: Path(uri).read_bytes() for uri in written} == written
+    start(api, "after-delete", "artifacts", {"rows": 17})
+    again = finished(api, "after-delete")
+    assert [t.get("cachedFrom") for t in again["status"]["tasks"] if t["type"] == "container"] == [
+        "deleted/train", "deleted/evaluate"]  # a Metrics output, metadata alone, needs no file
+    Path(next(uri for uri in written if uri.endswith("/dataset"))).unlink()
+    start(api, "after-removal", "artifacts", {"rows": 17})
+    assert task(finished(api, "after-removal"), "train")["state"] == "SUCCEEDED"  # its dataset is gone: run again
+
+
 def test_resources_reach_admission_and_env_reaches_the_step(api: Client) -> None:
     start(api, "resources", "resources")
     # The accelerator step waits for a GPU this node lacks (or runs where it has one); the other ends.

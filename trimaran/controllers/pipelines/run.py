@@ -336,9 +336,8 @@ class RunReconciler(Reconciler):
             entry = json.loads((self._cache_dir(run) / f"{key}.json").read_text())
         except (OSError, ValueError):
             return None
-        for refs in (entry.get("outputs") or {}).get("artifacts", {}).values():
-            if any(not Path(ref["uri"]).exists() for ref in refs):
-                return None  # its artifacts were removed: run again
+        if any(not Path(uri).exists() for uri in entry.get("files", _artifact_uris(entry))):
+            return None  # its artifacts were removed: run again
         return entry
 
     def _cache_put(self, run: dict, task: dict) -> None:
@@ -346,8 +345,11 @@ class RunReconciler(Reconciler):
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{task['cacheKey']}.json"
         temporary = path.with_suffix(".tmp")
+        # The artifacts the step wrote as files or directories (a Metrics is metadata alone), which
+        # a hit needs still there.
+        files = [uri for uri in _artifact_uris(task) if Path(uri).exists()]
         temporary.write_text(json.dumps({"run": run["metadata"]["name"], "task": task["id"],
-                                         "outputs": task["outputs"]}))
+                                         "outputs": task["outputs"], "files": files}))
         temporary.replace(path)
 
     def _executor_input(self, component: dict, task: dict, root: Path) -> dict:
@@ -539,6 +541,11 @@ class RunReconciler(Reconciler):
         except OSError as exc:
             raise _TaskError(f"the pipeline root {root} cannot be made: {exc.strerror}") from None
         return root
+
+
+def _artifact_uris(task: dict) -> list[str]:
+    """The URIs of a task's (or a cache entry's) output artifacts."""
+    return [ref["uri"] for refs in ((task.get("outputs") or {}).get("artifacts") or {}).values() for ref in refs]
 
 
 def _failure(task: dict) -> str:
