@@ -6,8 +6,9 @@ import sys
 # kubectl's connection flags, accepted before the verb as by the typer app.
 _GLOBAL_OPTIONS = ("--kubeconfig", "--context")
 # Verbs that parse their own arguments and start without typer and rich (about 0.3 s of imports):
-# scripts call them in loops, and apply → wait is how every job is started and awaited.
-_OWN_PARSERS = {"apply": "trimaran.cli.apply", "get": "trimaran.cli.get", "wait": "trimaran.cli.wait"}
+# scripts call them in loops, and apply → wait → logs is how every job is started, awaited and read.
+_OWN_PARSERS = {"apply": "trimaran.cli.apply", "get": "trimaran.cli.get", "logs": "trimaran.cli.logs",
+                "wait": "trimaran.cli.wait"}
 
 
 def _fast_verb(argv: list[str]) -> tuple[str, list[str], dict[str, str | None]] | None:

@@ -106,6 +106,7 @@ def get(ctx: typer.Context) -> None:
 def describe(kind: str, name: str | None = typer.Argument(None), namespace: str | None = NamespaceOpt) -> None:
     """Show one resource in detail, with its conditions and events."""
     from trimaran.cli.describe import describe_object
+    from trimaran.cli.logs import pods_of
 
     kind, name = _split_ref(kind, name)
     if not name:
@@ -115,136 +116,19 @@ def describe(kind: str, name: str | None = typer.Argument(None), namespace: str 
     try:
         obj = client.get(info.kind, namespace or "default", name)
         events = client.events(info.kind, obj["metadata"].get("namespace") or None, name)
-        pods = [] if info.kind == "Pod" else _pods_of(client, obj)
+        pods = [] if info.kind == "Pod" else pods_of(client, obj)
     except APIError as exc:
         _fail(str(exc))
     describe_object(console, obj, events, pods)
 
 
 # -- logs -----------------------------------------------------------------------------------------
-@app.command()
-def logs(
-    name: str = typer.Argument(..., help="A pod, or a job (KIND/NAME or NAME) with --replica-type/--replica-index."),
-    namespace: str | None = NamespaceOpt,
-    follow: bool = typer.Option(False, "--follow", "-f"),
-    previous: bool = typer.Option(False, "--previous", "-p", help="The previous attempt of a restarted container."),
-    container: str | None = typer.Option(None, "--container", "-c"),
-    replica_type: str | None = typer.Option(None, "--replica-type", help="e.g. worker, Master, ps (any case)."),
-    replica_index: int = typer.Option(0, "--replica-index"),
-    task: str | None = typer.Option(None, "--task", help="A pipeline run's task (run/NAME): its name or its id "
-                                    "(a loop iteration's, e.g. for-loop-2.iteration-0.add)."),
-) -> None:
-    """Print a pod's log (a job's master replica by default, a pipeline run's task with --task)."""
-    client = _client()
-    ns = namespace or "default"
-    written = 0
-    try:
-        if task is not None:
-            from trimaran.cli.pipelines import wait_for_task_pod
+@app.command(context_settings=_OWN_PARSER)
+def logs(ctx: typer.Context) -> None:
+    """Print a pod's log, or a job's master replica's (trimaran logs --help for its options)."""
+    from trimaran.cli.logs import run
 
-            kind, _, run_name = name.rpartition("/")
-            if kind and _kind_info(client, kind).kind != "Run":
-                _fail("--task names a task of a pipeline run: trimaran logs run/NAME --task T")
-            pod = wait_for_task_pod(client, ns, run_name, task, wait=POD_WAIT_SECONDS if follow else 0)
-        else:
-            pod = _resolve_pod(client, ns, name, replica_type, replica_index, wait=POD_WAIT_SECONDS if follow else 0)
-        for chunk in client.log(ns, pod, container=container, previous=previous, follow=follow):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.flush()
-            written += len(chunk)
-    except APIError as exc:
-        _fail(str(exc))
-    except KeyboardInterrupt:
-        return
-    if not written:
-        # An empty log and a wrong pod look alike on a terminal: say which pod it was.
-        err.print(f"pod {pod} has written nothing to its log" + ("" if follow else " yet"), highlight=False)
-
-
-# How long `logs -f` waits for a job's pod to be created, as kubectl's --pod-running-timeout: right
-# after `apply` the controller may not have made it yet.
-POD_WAIT_SECONDS = 20.0
-
-
-class _NoPodYet(APIError):
-    """The job exists, the pod asked for does not (yet)."""
-
-
-def _resolve_pod(client: Client, ns: str, ref: str, replica_type: str | None, index: int, wait: float = 0) -> str:
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return _find_pod(client, ns, ref, replica_type, index)
-        except _NoPodYet:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
-
-
-def _find_pod(client: Client, ns: str, ref: str, replica_type: str | None, index: int) -> str:
-    kind, _, name = ref.rpartition("/")
-    if not kind and replica_type is None:
-        try:
-            client.get("Pod", ns, name)
-            return name
-        except APIError as exc:
-            if exc.status != 404:
-                raise
-    if kind:
-        candidates = [_kind_info(client, kind).kind]
-    else:
-        from trimaran.api.kinds import jobset_backed_kinds, kubeflow_job_kinds
-
-        candidates = [*kubeflow_job_kinds(), *jobset_backed_kinds(), "Job"]
-    for k in candidates:
-        if k == "Pod":
-            return name
-        try:
-            job = client.get(k, ns, name)
-        except APIError as exc:
-            if exc.status == 404:
-                continue
-            raise
-        pods = _pods_of(client, job)
-        if replica_type is not None:
-            rt = replica_type.lower()
-            for p in pods:
-                labels = p["metadata"].get("labels") or {}
-                if (labels.get("training.kubeflow.org/replica-type") or labels.get(_RJOB_LABEL)) == rt and \
-                        (labels.get("training.kubeflow.org/replica-index") or labels.get(_INDEX_LABEL)) == str(index):
-                    return p["metadata"]["name"]
-            raise _NoPodYet(404, f"{k} {name} has no pod for replica {replica_type}[{index}]")
-        for p in pods:
-            # The pod a person means: the master (TF, PyTorch, MPIJob v1's launcher), the MPI
-            # operator's launcher, or a TrainJob's launcher, else its node 0 (the SDK's node-0).
-            labels = p["metadata"].get("labels") or {}
-            if labels.get("training.kubeflow.org/job-role") in ("master", "launcher") or \
-                    labels.get(_RJOB_LABEL) == "launcher":
-                return p["metadata"]["name"]
-        for p in pods:
-            labels = p["metadata"].get("labels") or {}
-            if labels.get(_RJOB_LABEL) == "node" and labels.get(_INDEX_LABEL) == "0":
-                return p["metadata"]["name"]
-        if pods:
-            return sorted(pods, key=lambda p: p["metadata"]["name"])[0]["metadata"]["name"]
-        raise _NoPodYet(404, f"{k} {name} has no pods yet")
-    raise APIError(404, f"no pod or job named {name!r} in namespace {ns}")
-
-
-_RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-
-
-def _pods_of(client: Client, obj: dict) -> list[dict]:
-    """A workload's pods: those it owns, or for a JobSet (and a TrainJob's, named like it) its Jobs' pods."""
-    from trimaran.api.kinds import pods_label_of
-
-    ns = obj["metadata"].get("namespace")
-    label = pods_label_of(obj["kind"])
-    if label:
-        return client.list("Pod", ns, selector=f"{label}={obj['metadata']['name']}")
-    uid = obj["metadata"]["uid"]
-    return [p for p in client.list("Pod", ns) if owned_by(p, uid)]
+    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
 
 
 # -- delete ---------------------------------------------------------------------------------------
