@@ -7,8 +7,8 @@ import sys
 _GLOBAL_OPTIONS = ("--kubeconfig", "--context")
 # Verbs that parse their own arguments and start without typer and rich (about 0.3 s of imports):
 # scripts call them in loops, and apply → wait → logs is how every job is started, awaited and read.
-_OWN_PARSERS = {"apply": "trimaran.cli.apply", "get": "trimaran.cli.get", "logs": "trimaran.cli.logs",
-                "wait": "trimaran.cli.wait"}
+_OWN_PARSERS = {"apply": "trimaran.cli.apply", "delete": "trimaran.cli.delete", "get": "trimaran.cli.get",
+                "logs": "trimaran.cli.logs", "wait": "trimaran.cli.wait"}
 
 
 def _fast_verb(argv: list[str]) -> tuple[str, list[str], dict[str, str | None]] | None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from trimaran.cli.client import APIError, Client, owned_by
+from trimaran.cli.client import APIError, Client
 from trimaran.cli.tokens import token_app
 
 EXAMPLES = """Examples:
@@ -132,48 +131,12 @@ def logs(ctx: typer.Context) -> None:
 
 
 # -- delete ---------------------------------------------------------------------------------------
-@app.command()
-def delete(
-    kind: str | None = typer.Argument(None),
-    name: str | None = typer.Argument(None),
-    filename: list[str] | None = typer.Option(None, "--filename", "-f"),
-    namespace: str | None = NamespaceOpt,
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the resource's processes are gone."),
-    timeout: float = typer.Option(60.0, "--timeout"),
-) -> None:
-    """Delete resources by kind and name, or those a manifest names. Their pods are stopped."""
-    targets: list[tuple[str, str, str]] = []
-    if filename:
-        from trimaran.api import ManifestError, load_manifests
+@app.command(context_settings=_OWN_PARSER)
+def delete(ctx: typer.Context) -> None:
+    """Delete resources by kind and name, or those a manifest names; their pods are stopped (trimaran delete --help)."""
+    from trimaran.cli.delete import run
 
-        try:
-            for source in filename:
-                for m in load_manifests(source, text=sys.stdin.read() if source == "-" else None):
-                    meta = m.object.get("metadata") or {}
-                    targets.append((m.object["kind"], namespace or meta.get("namespace") or "default", meta["name"]))
-        except ManifestError as exc:
-            _fail(str(exc))
-    elif kind:
-        kind, name = _split_ref(kind, name)
-        if not name:
-            _fail("delete needs a name: trimaran delete KIND NAME")
-        targets.append((kind, namespace or "default", name))
-    else:
-        _fail("delete needs KIND NAME or -f FILE")
-    client = _client()
-    status = 0
-    for kind_name, ns, obj_name in targets:
-        info = _kind_info(client, kind_name)
-        try:
-            deleted = client.delete(info.kind, ns, obj_name)
-        except APIError as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True)
-            status = 1
-            continue
-        console.print(f"{info.kind.lower()}/{obj_name} deleted", highlight=False)
-        if wait:
-            _wait_pods_gone(client, ns, deleted["uid"], timeout)
-    raise typer.Exit(status)
+    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
 
 
 @app.command()
@@ -196,18 +159,6 @@ def scale(
         _fail(str(exc))
     group = f".{info.group}" if info.group else ""
     console.print(f"{info.kind.lower()}{group}/{name} scaled", highlight=False)
-
-
-def _wait_pods_gone(client: Client, ns: str, uid: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    with console.status("waiting for pods to stop..."):
-        while time.monotonic() < deadline:
-            pods = [p for p in client.list("Pod", ns)
-                    if p["metadata"]["uid"] == uid or owned_by(p, uid)]
-            if not pods:
-                return
-            time.sleep(0.1)
-    err.print(f"pods of {uid} still stopping after {timeout:.0f}s", style="yellow")
 
 
 @app.command(context_settings=_OWN_PARSER)
