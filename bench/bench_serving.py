@@ -13,7 +13,8 @@ Issue 4's targets, measured on loopback with wrk (V2 REST, FP32 [1,64] and [32,6
 - with adaptive batching (c=64, 1-row bodies), rows/s at least 60% of the in-process `predict`
   ceiling measured in the same run (1-row `predict` calls/s x cores, measured right after each
   batching run; the 32-row rate is printed beside it);
-- gRPC ModelInfer throughput (bench/serving/grpc_load.py) beside REST at c=64.
+- gRPC ModelInfer throughput and p99 beside REST at c=64, driven by h2load (bench/serving/h2load.py: C, as wrk
+  is for REST, so that the ratio gRPC/REST is not the load generator's).
 
 Each server takes the body of its own protocol, with the same rows: V2 (Trimaran, MLServer, KServe), Seldon's
 SeldonMessage `{"data": {"ndarray": ...}}` at /api/v1.0/predictions (Trimaran's Seldon executor, what a
@@ -60,7 +61,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from serving import grpc_load, peers  # noqa: E402
+from serving import h2load, peers  # noqa: E402
 
 PY = sys.executable
 MODEL = "digits"
@@ -148,6 +149,7 @@ class Server:
     log: Path | None = None
     error: str | None = None   # why it is not measured
     grpc_error: str | None = None
+    grpc_answer_sizes: dict[int, int] = field(default_factory=dict)  # rows -> size of a correct answer's message
     protocol: str = "v2"  # the REST body it takes: v2, seldon (SeldonMessage) or bentoml ({"input": ...})
     path: str = f"/v2/models/{MODEL}/infer"
     ready_path: str = f"/v2/models/{MODEL}/ready"
@@ -360,13 +362,15 @@ def _check_rest_once(server: Server, body: bytes, expected: list[int]) -> None:
     raise RuntimeError(f"REST answer does not match predict {expected[:8]}...: {json.dumps(payload)[:400]}")
 
 
-def check_grpc(server: Server, request: bytes, expected: list[int]) -> None:
+def check_grpc(server: Server, request: bytes, expected: list[int]) -> int:
+    """Checks the answer against predict; returns the size of the answer's message (h2load counts the answers
+    that lack one as errors)."""
     import grpc
     import numpy as np
     from tritonclient.grpc import service_pb2
 
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        raw = channel.unary_unary(grpc_load.METHOD)(request, timeout=30)
+        raw = channel.unary_unary(h2load.METHOD)(request, timeout=30)
     resp = service_pb2.ModelInferResponse.FromString(raw)
     dtypes = {"INT64": np.int64, "INT32": np.int32, "FP32": np.float32, "FP64": np.float64}
     for i, out in enumerate(resp.outputs):
@@ -377,7 +381,7 @@ def check_grpc(server: Server, request: bytes, expected: list[int]) -> None:
             values = list(c.int64_contents or c.int_contents or c.fp32_contents or c.fp64_contents
                           or c.uint64_contents or c.uint_contents)
         if len(values) == len(expected) and all(int(a) == b for a, b in zip(values, expected, strict=True)):
-            return
+            return len(raw)
     raise RuntimeError(f"gRPC answer does not match predict: {str(resp)[:400]}")
 
 
@@ -524,7 +528,7 @@ def report(res: dict) -> list[str]:
         console.print(bt)
 
     if res.get("grpc"):
-        gt = Table(title=f"V2 gRPC ModelInfer at c=64 (bench/serving/grpc_load.py, {res['duration']:.0f} s), "
+        gt = Table(title=f"V2 gRPC ModelInfer at c=64 (h2load -t1 -m1, {res['duration']:.0f} s), "
                          "beside REST")
         for col in ("server", "rows", "gRPC req/s", "gRPC p99 ms", "gRPC errors", "REST req/s", "REST p99 ms"):
             gt.add_column(col, justify="left" if col == "server" else "right")
@@ -700,6 +704,9 @@ def main() -> None:
     print(f"trimaran/serving at {res['trimaran_serving_commit'][:100]}")
     res["versions"]["wrk"] = ensure_wrk()
     print(res["versions"]["wrk"])
+    if not args.no_grpc:
+        res["versions"]["h2load"] = h2load.ensure()
+        print(res["versions"]["h2load"])
     for p in wanted_peers:
         peers.ensure(p, args.skip_install)
         res["versions"][p] = peers.versions(p)
@@ -767,7 +774,8 @@ def main() -> None:
                     s.grpc_error = "no V2 gRPC"
                     continue
                 try:
-                    check_grpc(s, grpc_reqs[32].read_bytes(), expected[32])
+                    for rows in sorted(set(row_counts) | {32}):
+                        s.grpc_answer_sizes[rows] = check_grpc(s, grpc_reqs[rows].read_bytes(), expected[rows])
                 except Exception as exc:  # noqa: BLE001
                     print(f"{s.label}: gRPC check failed, no gRPC run: {type(exc).__name__}: {str(exc)[:300]}")
                     s.grpc_error = str(exc)
@@ -821,8 +829,8 @@ def main() -> None:
                     k = turn % len(grpc_servers)
                     turn += 1
                     for s in grpc_servers[k:] + grpc_servers[:k]:
-                        g = measured(s, grpc_load.run, f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows]), 64,
-                                     args.duration, processes=CORES, warmup=1.0)
+                        g = measured(s, h2load.run, f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows]), 64,
+                                     args.duration, warmup=1.0, response_size=s.grpc_answer_sizes[rows])
                         g["error_codes"], g["errors"] = g["errors"], sum(g["errors"].values())
                         runs.setdefault(s.name, []).append(g)
                 for name, rs in runs.items():

@@ -4,7 +4,7 @@
         [--workers 2] [--batch] [--out DIR]
 
 Trains the benchmark's digits LogisticRegression, starts `python -m trimaran.serving` on it,
-drives it with wrk (the benchmark's Lua script) and records all its processes with
+drives it with wrk (the benchmark's Lua script; with --grpc, V2 gRPC with h2load) and records all its processes with
 `py-spy record --subprocesses --format raw` meanwhile. Prints the throughput under the profiler
 (py-spy slows the server a little), then the functions with the most samples: own time (the
 frame on top of the stack) and inclusive time, as shares of the samples of threads that were
@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--idle", action="store_true", help="count idle threads' samples too (waits, sleeps)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--grpc", action="store_true", help="drive V2 gRPC ModelInfer with h2load instead of REST")
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="trimaran-profile-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -75,13 +76,26 @@ def main() -> None:
     model, X, model_path = bs.train(tmp)
     body = tmp / "body.json"
     body.write_bytes(bs.rest_body(X[: args.rows]))
+    grpc_request = tmp / "grpc.bin"
+    grpc_request.write_bytes(bs.grpc_request(X[: args.rows]))
     server = bs.trimaran_server(model_path, tmp, "trimaran", args.workers, batch=args.batch)
     server.start(tmp)
     py_spy = str(Path(sys.executable).parent / "py-spy")
     try:
         server.wait_ready(120)
-        bs.check_rest(server, body.read_bytes(), [int(v) for v in model.predict(X[: args.rows])])
-        bs.wrk(server.url, body, 16, 2)  # warm-up
+        expected = [int(v) for v in model.predict(X[: args.rows])]
+        bs.check_rest(server, body.read_bytes(), expected)
+        if args.grpc:
+            target = f"127.0.0.1:{server.grpc_port}"
+            answer_size = bs.check_grpc(server, grpc_request.read_bytes(), expected)
+
+            def load(seconds: float, connections: int) -> dict:
+                return bs.h2load.run(target, str(grpc_request), connections, seconds, warmup=0.5,
+                                     response_size=answer_size)
+        else:
+            def load(seconds: float, connections: int) -> dict:
+                return bs.wrk(server.url, body, connections, seconds)
+        load(2, 16)  # warm-up
         raw = out / "stacks.txt"
         spy = subprocess.Popen([py_spy, "record", "--pid", str(server.proc.pid), "--subprocesses",
                                 *(["--idle"] if args.idle else []), "--nonblocking", "--rate", "200",
@@ -89,11 +103,11 @@ def main() -> None:
                                 "--format", "raw", "--output", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)
-        result = bs.measured(server, bs.wrk, server.url, body, args.connections, args.seconds)
+        result = bs.measured(server, load, args.seconds, args.connections)
         spy.wait(timeout=args.seconds + 60)
         print(f"under py-spy: {result['rps']:,.0f} req/s, p50 {result['p50_ms']:.2f} ms, "
               f"p99 {result['p99_ms']:.2f} ms, errors {result['errors']}, server {result['server_cores']:.2f} cores, "
-              f"wrk {result['client_cores']:.2f} cores ({args.rows}-row bodies, c={args.connections}, "
+              f"load generator {result['client_cores']:.2f} cores ({args.rows}-row bodies, c={args.connections}, "
               f"{args.workers} workers"
               f"{', batching' if args.batch else ''}; load average {os.getloadavg()[0]:.2f})")
         print(summarise(raw, args.top))
