@@ -258,6 +258,19 @@ def test_deleting_a_run_keeps_its_artifacts_and_their_cache_entries(api: Client)
     assert task(finished(api, "after-removal"), "train")["state"] == "SUCCEEDED"  # its dataset is gone: run again
 
 
+def test_an_output_artifact_pointed_outside_the_allowed_roots_fails_its_step(api: Client) -> None:
+    spec = copy.deepcopy(compiled("artifacts").pipeline_spec)
+    command = spec["deploymentSpec"]["executors"]["exec-train"]["container"]["command"]
+    command[-1] = command[-1].replace('model.metadata["framework"] = "none"', 'model.uri = "/root"')
+    assert 'model.uri = "/root"' in command[-1]
+    start(api, "escape", spec, {"rows": 19})
+    run = finished(api, "escape")
+    assert run["status"]["state"] == "FAILED"
+    assert run["status"]["message"].startswith("task train failed: output artifact 'model': uri '/root' is outside "
+                                               "the allowed roots"), run["status"]["message"]
+    assert task(run, "evaluate")["state"] == "SKIPPED"
+
+
 def test_resources_reach_admission_and_env_reaches_the_step(api: Client) -> None:
     start(api, "resources", "resources")
     # The accelerator step waits for a GPU this node lacks (or runs where it has one); the other ends.
@@ -306,10 +319,16 @@ def test_a_pipeline_root_must_lie_under_an_allowed_root(api: Client, extra_root:
     run = finished(api, "root-allowed")
     assert run["status"]["state"] == "SUCCEEDED", run["status"]
     assert Path(run["status"]["pipelineRoot"]).parent == extra_root / NS
-    start(api, "root-refused", "hello", pipelineRoot="/etc/pipelines")
-    run = finished(api, "root-refused")
-    assert run["status"]["state"] == "FAILED" and "outside the allowed roots" in run["status"]["message"]
-    assert not any(t.get("podName") for t in run["status"].get("tasks") or [])
+    # Refused before it is stored, with the field's path (kfp.Client's runtime_config.pipeline_root alike).
+    with pytest.raises(APIError) as refused:
+        start(api, "root-refused", "hello", pipelineRoot="/etc/pipelines")
+    assert refused.value.status == 422
+    assert ('spec.pipelineRoot: Invalid value: "/etc/pipelines": is outside the allowed roots'
+            in str(refused.value)), str(refused.value)
+    with pytest.raises(APIError, match="spec.pipelineRoot: Invalid value: \"s3://bucket\": must be an absolute"):
+        start(api, "root-remote", "hello", pipelineRoot="s3://bucket")
+    with pytest.raises(APIError):
+        api.get("Run", NS, "root-refused")
 
 
 def sleeper(seconds: int) -> dict:

@@ -269,8 +269,17 @@ class RecurringRun(Resource):
 
 
 def version_ref_errors(obj: dict[str, Any], lookup: Any) -> list[FieldError]:
-    """A run made from a stored pipeline version: the version must exist, and the parameters fit it."""
+    """What a run needs of the control plane it is sent to (checked there, before it is stored): its
+    ``pipelineRoot`` under an allowed root of that control plane's home, and, made from a stored
+    pipeline version, the version must exist and the parameters fit it."""
     spec = obj.get("spec") or {}
+    if spec.get("pipelineRoot"):
+        from trimaran.pipelines import roots
+        from trimaran.server.daemon import home_dir  # the API server's own home (its environment)
+
+        error = roots.local_path_error(spec["pipelineRoot"], home_dir())
+        if error:
+            return [FieldError.invalid("spec.pipelineRoot", spec["pipelineRoot"], error)]
     ref = spec.get("pipelineVersionRef")
     if not ref:
         return []

@@ -8,8 +8,9 @@ declared outputs, dependent tasks, a DAG's outputs, a loop's items), cycles (a D
 ``dependentTasks`` and data edges; components that contain themselves), the values the run acts on
 (retry policies, loops' parallelism, trigger strategies, caching), importers' constant URIs (local
 and absolute), and the platforms document against the executors. Whether a local path lies
-under an allowed root depends on the control plane's home: the run controller checks it
-(``controllers/pipelines/run.py``: ``_allowed_path``), for importers and ``spec.pipelineRoot``.
+under an allowed root depends on the control plane's home (``pipelines/roots``): the API checks a
+run's ``spec.pipelineRoot`` before storing it, the run controller an importer's URI once its
+parameters are known and each step's output artifacts.
 """
 
 from __future__ import annotations

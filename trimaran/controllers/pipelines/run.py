@@ -30,7 +30,7 @@ from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.kubelet import runs_image
 from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang, waiting_reason
-from trimaran.pipelines import cache, dag, kubernetes, placeholders
+from trimaran.pipelines import cache, dag, kubernetes, placeholders, roots
 from trimaran.runtime import ConfigError
 from trimaran.store import AlreadyExists, NotFound, Store
 
@@ -207,6 +207,15 @@ class RunReconciler(Reconciler):
         except Exception as exc:  # the step wrote outputs that do not fit its component
             self._end(task, "FAILED", f"its outputs cannot be read: {exc}")
             return
+        # A step may point an output at another URI (KFP's launcher takes it), but only under an
+        # allowed root: the steps reading it get that path mounted.
+        for name, refs in artifacts.items():
+            for ref in refs:
+                try:
+                    self._allowed_path(ref["uri"], "uri")
+                except _TaskError as exc:
+                    self._end(task, "FAILED", f"output artifact {name!r}: {exc}")
+                    return
         task["outputs"] = {"parameters": parameters, "artifacts": artifacts}
         self._end(task, "SUCCEEDED", None)
         if task.get("cacheKey"):
@@ -515,20 +524,11 @@ class RunReconciler(Reconciler):
                                               int(v["metadata"].get("resourceVersion") or 0)))
         return newest["spec"]["pipelineSpec"], _platform_executors(newest["spec"].get("platformSpec"))
 
-    def _allowed_roots(self) -> list[Path]:
-        extra = [Path(p) for p in os.environ.get("TRIMARAN_PIPELINE_ROOTS", "").split(os.pathsep) if p]
-        return [self.home / "pipelines", *extra]
-
     def _allowed_path(self, uri: str, what: str) -> Path:
-        path = uri[len("file://"):] if uri.startswith("file://") else uri
-        if not path.startswith("/"):
-            raise _TaskError(f"{what} {uri!r} must be an absolute path or a file:// URI")
-        resolved = Path(os.path.normpath(path))
-        roots = self._allowed_roots()
-        if not any(resolved == r or r in resolved.parents for r in roots):
-            raise _TaskError(f"{what} {uri!r} is outside the allowed roots ({', '.join(map(str, roots))}; "
-                             "TRIMARAN_PIPELINE_ROOTS adds more)")
-        return resolved
+        error = roots.local_path_error(uri, self.home)
+        if error:
+            raise _TaskError(f"{what} {uri!r} {error}")
+        return roots.resolve(uri)
 
     def _pipeline_root(self, run: dict) -> Path:
         meta = run["metadata"]
