@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from trimaran.cli import _OWN_PARSERS
 from trimaran.cli.client import APIError, Client
 from trimaran.cli.tokens import token_app
 
@@ -78,26 +81,29 @@ def _split_ref(kind_or_ref: str, name: str | None) -> tuple[str, str | None]:
     return kind_or_ref, name
 
 
-# -- apply, get, wait -----------------------------------------------------------------------------
+# -- apply, get, wait, logs, delete ---------------------------------------------------------------
 # Each parses its own arguments (``trimaran.cli.main`` routes them there before typer and rich
 # load: scripts call them in loops); registered here so that ``trimaran --help`` lists them.
 _OWN_PARSER = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+_OWN_PARSER_HELP = {
+    "apply": "Create or update resources from manifests; all or none (trimaran apply --help).",
+    "get": "List resources, or show one (trimaran get --help for its options).",
+    "wait": "Wait for a condition or a deletion, with a live view of the state (trimaran wait --help).",
+    "logs": "Print a pod's log, or a job's master replica's (trimaran logs --help for its options).",
+    "delete": "Delete resources by kind and name, or those a manifest names; their pods are stopped.",
+}
 
 
-@app.command(context_settings=_OWN_PARSER)
-def apply(ctx: typer.Context) -> None:
-    """Create or update resources from manifests; all or none (trimaran apply --help)."""
-    from trimaran.cli.apply import run
+def _own_parser_command(verb: str) -> Callable[[typer.Context], None]:
+    def command(ctx: typer.Context) -> None:
+        run = importlib.import_module(_OWN_PARSERS[verb]).run
+        raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
 
-    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
+    return command
 
 
-@app.command(context_settings=_OWN_PARSER)
-def get(ctx: typer.Context) -> None:
-    """List resources, or show one (trimaran get --help for its options)."""
-    from trimaran.cli.get import run
-
-    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
+for _verb, _help in _OWN_PARSER_HELP.items():
+    app.command(_verb, context_settings=_OWN_PARSER, help=_help)(_own_parser_command(_verb))
 
 
 # -- describe -------------------------------------------------------------------------------------
@@ -121,24 +127,6 @@ def describe(kind: str, name: str | None = typer.Argument(None), namespace: str 
     describe_object(console, obj, events, pods)
 
 
-# -- logs -----------------------------------------------------------------------------------------
-@app.command(context_settings=_OWN_PARSER)
-def logs(ctx: typer.Context) -> None:
-    """Print a pod's log, or a job's master replica's (trimaran logs --help for its options)."""
-    from trimaran.cli.logs import run
-
-    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
-
-
-# -- delete ---------------------------------------------------------------------------------------
-@app.command(context_settings=_OWN_PARSER)
-def delete(ctx: typer.Context) -> None:
-    """Delete resources by kind and name, or those a manifest names; their pods are stopped (trimaran delete --help)."""
-    from trimaran.cli.delete import run
-
-    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
-
-
 @app.command()
 def scale(
     kind: str = typer.Argument(..., help="KIND/NAME or KIND"),
@@ -159,14 +147,6 @@ def scale(
         _fail(str(exc))
     group = f".{info.group}" if info.group else ""
     console.print(f"{info.kind.lower()}{group}/{name} scaled", highlight=False)
-
-
-@app.command(context_settings=_OWN_PARSER)
-def wait(ctx: typer.Context) -> None:
-    """Wait until a resource has a condition (or is deleted), with a live view (trimaran wait --help)."""
-    from trimaran.cli.wait import run
-
-    raise typer.Exit(run(ctx.args, kubeconfig=_connection["kubeconfig"], context=_connection["context"]))
 
 
 # -- trials ---------------------------------------------------------------------------------------
