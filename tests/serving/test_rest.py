@@ -277,6 +277,21 @@ def test_tritonclient_grpc(server: ModelServer, digits) -> None:
     client.close()
 
 
+def test_grpc_tensors_larger_than_a_flow_control_window(server: ModelServer, digits) -> None:
+    import tritonclient.grpc as triton
+
+    x, model = digits
+    rows = np.resize(x, (1200, 64)).astype(np.float32)  # 300 KiB in, 96 KiB of FP64 probabilities out
+    client = triton.InferenceServerClient(server.grpc_url)
+    inp = triton.InferInput("input-0", list(rows.shape), "FP32")
+    inp.set_data_from_numpy(rows)
+    result = client.infer("digits", [inp], outputs=[
+        triton.InferRequestedOutput("output-0"), triton.InferRequestedOutput("probabilities")])
+    assert result.as_numpy("output-0").tolist() == model.predict(rows).tolist()
+    assert result.as_numpy("probabilities").shape == (1200, 10)
+    client.close()
+
+
 def test_grpc_typed_contents(server: ModelServer, digits) -> None:
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
