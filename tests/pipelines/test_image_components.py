@@ -1,16 +1,19 @@
 """Lightweight components under ``--image-policy image``: each step runs in the image its component
 names (pulled from a registry on loopback), with the kfp runtime mounted read-only and its
-packages_to_install installed from the home's local wheels; an image without python3, or a package
-without a local wheel, fails the step saying so."""
+packages_to_install installed from the home's local wheels or an index it names on loopback; an image
+without python3, or a package found nowhere, fails the step saying so."""
 
 from __future__ import annotations
 
 import base64
 import copy
+import functools
 import hashlib
 import os
+import threading
 import zipfile
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -117,6 +120,22 @@ def test_a_package_without_a_local_wheel_fails_the_step_naming_it(plane, api, py
     assert message.startswith("task greet failed: exit code 1"), message
     assert (f"packages_to_install (trimaran-greeting==2.0) cannot be installed in image {python_image} from the "
             f"local wheels in {plane.home / 'pipelines' / 'wheels'}") in message
+
+
+def test_packages_come_from_an_index_the_component_names_on_loopback(api, python_image, tmp_path):
+    write_wheel(tmp_path / "simple" / "trimaran-greeting", "trimaran-greeting", "3.0", "trimaran_greeting",
+                "def greet(name):\n    return f'indexed {name}'\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        index = f"http://127.0.0.1:{server.server_port}/simple"  # as pip_index_urls=[...] compiles
+        run = run_in(api, "from-index", {"write": python_image, "greet": python_image},
+                     replace=("'trimaran-greeting==1.0'", f"--index-url {index} 'trimaran-greeting==3.0'"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert run["status"]["state"] == "SUCCEEDED", run["status"].get("message")
+    assert tasks(run)["greet"]["outputs"]["parameters"] == {"Output": "indexed trimaran"}
 
 
 def test_an_image_without_python3_fails_the_step_naming_the_image(api, python_image, busybox_image):

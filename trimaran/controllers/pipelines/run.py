@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ _CONTAINER = "main"
 # The packages KFP's lightweight-component preamble installs, which the kfp runtime directory holds.
 _RUNTIME_PACKAGES = {"kfp", "typing-extensions"}
 _PIP_INSTALL = re.compile(r"pip install ([^&\n]*)")
+# pip's options that take a value which the compiler writes for pip_index_urls and pip_trusted_hosts.
+_PIP_INDEX_OPTIONS = ("--index-url", "-i", "--extra-index-url", "--trusted-host")
 # Where a pod that runs its image finds the kfp runtime, the control plane's pip and the local wheels
 # for packages_to_install (read-only mounts; an image has none of them).
 _IMAGE_KFP_RUNTIME = "/opt/trimaran/kfp-runtime"
@@ -55,6 +58,15 @@ def kfp_runtime_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(sys.prefix) / "share" / "trimaran" / "kfp-runtime"
+
+
+@dataclass
+class _PipStage:
+    """A lightweight component's ``pip install`` stage: its packages_to_install (as written, markers
+    kept, kfp's own left out) and the index options of its pip_index_urls and pip_trusted_hosts."""
+
+    packages: list[str]
+    index_options: list[str]
 
 
 class _TaskError(Exception):
@@ -381,13 +393,13 @@ class RunReconciler(Reconciler):
         attempt = int(fact.get("attempts") or 0) + 1
         name = _pod_name(run, task.id, generation, attempt)
         if name not in pods:
-            pod, packages = self._build_pod(run, root, task, fact, name)
+            pod, pip_stage = self._build_pod(run, root, task, fact, name)
             try:
                 kubernetes.apply_config(pod, platform, task.inputs["parameters"])
             except kubernetes.PlatformError as exc:  # affinity, a name not given, ...: the step fails saying so
                 raise _TaskError(str(exc)) from None
-            if packages is not None:
-                self._provide_kfp_runtime(pod, packages)
+            if pip_stage is not None:
+                self._provide_kfp_runtime(pod, pip_stage)
             try:
                 pods[name] = self.store.create(pod)
                 self.store.record_event(run, "Normal", "TaskStarted", f"task {task.id}: pod {name}")
@@ -400,9 +412,9 @@ class RunReconciler(Reconciler):
         fact.pop("finishedAt", None)
 
     def _build_pod(self, run: dict, root: Path, task: dag.Ready, fact: dict,
-                   name: str) -> tuple[dict, list[str] | None]:
-        """The step's pod, and its packages_to_install when it is a lightweight component (its
-        ``pip install`` stage taken out: :meth:`_provide_kfp_runtime` puts kfp and them in place)."""
+                   name: str) -> tuple[dict, _PipStage | None]:
+        """The step's pod, and its ``pip install`` stage when it is a lightweight component (taken
+        out of its command: :meth:`_provide_kfp_runtime` puts kfp and its packages in place)."""
         container_spec = task.executor.get("container")
         if not container_spec:
             raise _TaskError(f"executor {task.executor_label} has neither a container nor an importer")
@@ -412,8 +424,8 @@ class RunReconciler(Reconciler):
         command = placeholders.resolve_args(list(container_spec.get("command") or []), executor_input, context)
         args = placeholders.resolve_args(list(container_spec.get("args") or []), executor_input, context)
         env = [{"name": e["name"], "value": str(e.get("value", ""))} for e in container_spec.get("env") or []]
-        packages = _packages_to_install(command)
-        if packages is not None:
+        pip_stage = _pip_stage(command)
+        if pip_stage is not None:
             command = ["sh", "-c", 'exec "$0" "$@"', *command[3:]]
         (root / task.id.replace(".", "/") / ".kfp").mkdir(parents=True, exist_ok=True)
         container: dict[str, Any] = {
@@ -451,15 +463,17 @@ class RunReconciler(Reconciler):
             "status": {"phase": "Pending"},
         }
         set_gang(pod, name, 1, {name: LOOPBACK})
-        return pod, packages
+        return pod, pip_stage
 
-    def _provide_kfp_runtime(self, pod: dict, packages: list[str]) -> None:
+    def _provide_kfp_runtime(self, pod: dict, pip_stage: _PipStage) -> None:
         """What KFP's ``pip install`` stage gives a lightweight component, without a network: kfp
         (the kfp runtime directory: kfp alone, pure Python, as KFP installs it with ``--no-deps``) and
         packages_to_install. A host process gets the runtime on PYTHONPATH and must already import
         the packages; a step that runs its image gets the runtime mounted read-only, and pip (the
         control plane's, mounted too) installs the packages into the image's Python from the local
-        wheels (``$TRIMARAN_HOME/pipelines/wheels``), skipping those the image already has."""
+        wheels (``$TRIMARAN_HOME/pipelines/wheels``) and the indexes the component names (an index on
+        loopback is reachable: pods share the host's network), skipping those the image already has."""
+        packages = pip_stage.packages
         runtime = kfp_runtime_dir()
         if not (runtime / "kfp").is_dir():
             raise _TaskError(f"the kfp runtime for lightweight components is missing at {runtime}: run "
@@ -489,12 +503,16 @@ class RunReconciler(Reconciler):
             mounts += [("kfp-pip", Path(pip.submodule_search_locations[0]), f"{_IMAGE_PIP}/pip"),
                        ("kfp-wheels", self.wheels_dir, _IMAGE_WHEELS)]
             words = " ".join(map(shlex.quote, packages))
+            indexes = " ".join(map(shlex.quote, pip_stage.index_options)) or "--no-index"
+            where = f"the local wheels in {self.wheels_dir}"
+            if pip_stage.index_options:
+                where += " or the indexes it names"
             why = (f"trimaran: packages_to_install ({', '.join(packages)}) cannot be installed in image {image} "
-                   f"from the local wheels in {self.wheels_dir} (nothing is downloaded while a pipeline runs): "
-                   f"put their wheels there, e.g. pip download --dest {self.wheels_dir} {words}")
+                   f"from {where} (a pipeline downloads nothing else): put their wheels there, e.g. "
+                   f"pip download --dest {self.wheels_dir} {words}")
             script.append(f"PYTHONPATH={_IMAGE_PIP} PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1 "
                           "PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --no-warn-script-location "
-                          f"--no-index --find-links {_IMAGE_WHEELS} {words} "
+                          f"{indexes} --find-links {_IMAGE_WHEELS} {words} "
                           f"|| {{ echo {shlex.quote(why)} >&2; exit 1; }}")
         container["command"] = ["sh", "-c", "\n".join([*script, 'exec "$0" "$@"']), *container["command"][3:]]
         for volume, source, target in mounts:
@@ -639,24 +657,27 @@ def _resources(spec: dict) -> dict:
     return out
 
 
-def _packages_to_install(command: list[str]) -> list[str] | None:
-    """A lightweight component's packages_to_install, read from its ``pip install`` stage (None when
-    the command has none): the requirements as written, markers kept, kfp's own left out (the kfp
-    runtime provides them)."""
+def _pip_stage(command: list[str]) -> _PipStage | None:
+    """A lightweight component's ``pip install`` stage, read from its command (None when it has none)."""
     if len(command) < 3 or command[:2] != ["sh", "-c"] or "pip install" not in command[2]:
         return None
-    packages = []
+    stage = _PipStage(packages=[], index_options=[])
     for group in _PIP_INSTALL.findall(command[2]):
-        for word in shlex.split(group):
-            if word.startswith("-"):
-                continue
-            try:
-                requirement = Requirement(word)
-            except InvalidRequirement:
-                continue  # an option's value: an index URL, a trusted host
-            if requirement.name.lower().replace("_", "-") not in _RUNTIME_PACKAGES:
-                packages.append(word)
-    return packages
+        options: list[str] = []  # each pip install of the stage names the same indexes
+        words = iter(shlex.split(group))
+        for word in words:
+            option, _, value = word.partition("=")
+            if option in _PIP_INDEX_OPTIONS:
+                options += [option, value or next(words, "")]
+            elif not word.startswith("-"):
+                try:
+                    requirement = Requirement(word)
+                except InvalidRequirement:
+                    continue
+                if requirement.name.lower().replace("_", "-") not in _RUNTIME_PACKAGES:
+                    stage.packages.append(word)
+        stage.index_options = stage.index_options or options
+    return stage
 
 
 def _check_host_packages(packages: list[str]) -> None:
