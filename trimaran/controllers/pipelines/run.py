@@ -470,7 +470,7 @@ class RunReconciler(Reconciler):
         (the kfp runtime directory: kfp alone, pure Python, as KFP installs it with ``--no-deps``) and
         packages_to_install. A host process gets the runtime on PYTHONPATH and must already import
         the packages; a step that runs its image gets the runtime mounted read-only, and pip (the
-        control plane's, mounted too) installs the packages into the image's Python from the local
+        image's, else the control plane's, mounted too) installs the packages into the image's Python from the local
         wheels (``$TRIMARAN_HOME/pipelines/wheels``) and the indexes the component names (an index on
         loopback is reachable: pods share the host's network), skipping those the image already has."""
         packages = pip_stage.packages
@@ -510,7 +510,9 @@ class RunReconciler(Reconciler):
             why = (f"trimaran: packages_to_install ({', '.join(packages)}) cannot be installed in image {image} "
                    f"from {where} (a pipeline downloads nothing else): put their wheels there, e.g. "
                    f"pip download --dest {self.wheels_dir} {words}")
-            script.append(f"PYTHONPATH={_IMAGE_PIP} PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1 "
+            # The image's own pip when it has one (as KFP's preamble uses), else the control plane's.
+            script.append(f"pip_path={_IMAGE_PIP}; python3 -c 'import pip' 2>/dev/null && pip_path=")
+            script.append("PYTHONPATH=$pip_path PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1 "
                           "PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --no-warn-script-location "
                           f"{indexes} --find-links {_IMAGE_WHEELS} {words} "
                           f"|| {{ echo {shlex.quote(why)} >&2; exit 1; }}")
