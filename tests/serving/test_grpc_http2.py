@@ -188,3 +188,18 @@ def test_a_client_leaving_mid_call_leaves_the_server_serving(harness: Harness, c
     client.close()
     poll(lambda: b"25" in harness.cancelled, what="the call of the closed connection cancelled")
     assert channel.unary_unary(ECHO)(b"next", timeout=10) == b"next"
+
+
+def test_shutdown_answers_calls_in_flight_then_closes(harness: Harness) -> None:
+    """A server of its own on the harness's loop: shutdown sends GOAWAY, finishes the call it had, stops listening."""
+    server = GrpcServer({SLOW: harness.slow}, max_message=1 << 20)
+    harness.run(server.start("127.0.0.1", 0, reuse_port=False))
+    port = server.port
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary(SLOW).future(b"0.45", timeout=30)
+        poll(lambda: harness.started.count(b"0.45") >= 1, what="the call running")
+        stopping = asyncio.run_coroutine_threadsafe(server.shutdown(10), harness.loop)
+        assert call.result(timeout=30) == b"0.45"
+        stopping.result(timeout=30)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
