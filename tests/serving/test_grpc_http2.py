@@ -72,6 +72,7 @@ class RawClient:
 
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # HEADERS and DATA go at once
         self.encoder, self.decoder = Encoder(), Decoder()
         self.buffer = b""
         self.sock.sendall(PREFACE + _HEADER.pack(0 << 8 | SETTINGS, 0, 0))
@@ -79,15 +80,17 @@ class RawClient:
     def send(self, kind: int, flags: int, sid: int, payload: bytes = b"") -> None:
         self.sock.sendall(_HEADER.pack(len(payload) << 8 | kind, flags, sid) + payload)
 
-    def start(self, sid: int, path: str, timeout: str | None = None, end: bool = False) -> None:
+    def start(self, sid: int, path: str, timeout: str | None = None, end: bool = False,
+              extra: tuple[tuple[str, str], ...] = ()) -> None:
         headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "test"),
-                   ("content-type", "application/grpc"), ("te", "trailers")]
+                   ("content-type", "application/grpc"), ("te", "trailers"), *extra]
         if timeout:
             headers.append(("grpc-timeout", timeout))
         self.send(HEADERS, END_HEADERS | (END_STREAM if end else 0), sid, self.encoder.encode(headers))
 
-    def call(self, sid: int, path: str, body: bytes, timeout: str | None = None) -> dict[str, str]:
-        self.start(sid, path, timeout)
+    def call(self, sid: int, path: str, body: bytes, timeout: str | None = None,
+             extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+        self.start(sid, path, timeout, extra=extra)
         self.send(DATA, END_STREAM, sid, body)
         return self.answer(sid)
 
@@ -203,3 +206,18 @@ def test_shutdown_answers_calls_in_flight_then_closes(harness: Harness) -> None:
         stopping.result(timeout=30)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_repeated_header_blocks_follow_the_changing_hpack_table(harness: Harness) -> None:
+    """The server reuses the headers of a block it has seen while the HPACK table is unchanged: the client's
+    encoder here indexes a new header every few calls and evicts old ones (the table holds 4 KiB), so the same
+    bytes can mean another path later; each call must still reach the method it names."""
+    client = RawClient(harness.server.port)
+    try:
+        for i in range(200):
+            path = ECHO if i % 3 else "/test.Echo/Nope"
+            extra = (("x-pad", f"{i // 4:04d}" + "p" * 200),)
+            answer = client.call(2 * i + 1, path, framed(str(i).encode()), extra=extra)
+            assert answer["grpc-status"] == ("0" if path == ECHO else "12"), (i, answer)
+    finally:
+        client.close()

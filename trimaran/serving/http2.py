@@ -134,6 +134,9 @@ class _Connection(asyncio.Protocol):
         self.last_stream = 0
         self.decoder = Decoder()
         self.decoder.max_header_list_size = MAX_HEADER_LIST
+        # Header blocks already decoded, while the dynamic table they were decoded against is unchanged.
+        self.decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self.table_state = self._table_state()
         self.headers_for: int | None = None  # the stream whose header block continues (CONTINUATION)
         self.header_flags = 0
         self.header_block = bytearray()
@@ -290,11 +293,30 @@ class _Connection(asyncio.Protocol):
         else:
             self.headers_for, self.header_flags, self.header_block = sid, flags, bytearray(block)
 
+    def _table_state(self) -> tuple[int, object, int]:
+        """What changes whenever the decoder's dynamic table does: hpack adds each entry as a new tuple (so the
+        newest entry's identity changes even when an equal one replaces the oldest), a size update changes
+        the size."""
+        table = self.decoder.header_table
+        entries = table.dynamic_entries
+        return len(entries), id(entries[0]) if entries else 0, table.maxsize
+
     def _header_block(self, sid: int, flags: int, block: bytes) -> None:
-        try:
-            headers = self.decoder.decode(block, raw=True)
-        except HPACKError as exc:
-            raise _ProtocolViolation(COMPRESSION_ERROR, f"bad header block: {exc}") from None
+        # A client sends the same block call after call (HPACK indexes what repeats): decoding it again, in
+        # Python, would be a third of the connection's work. A block that refers to an unchanged table and
+        # did not change it decodes the same, so it is kept; any change of the table forgets them all.
+        headers = self.decoded.get(block)
+        if headers is None:
+            try:
+                headers = self.decoder.decode(block, raw=True)
+            except HPACKError as exc:
+                raise _ProtocolViolation(COMPRESSION_ERROR, f"bad header block: {exc}") from None
+            state = self._table_state()
+            if state != self.table_state:
+                self.decoded.clear()
+                self.table_state = state
+            elif len(self.decoded) < 64:
+                self.decoded[block] = headers
         stream = self.streams.get(sid)
         if stream is not None:  # trailers (a unary client sends none, but may): they only end the request
             if not flags & END_STREAM:
