@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import ControlPlaneHandle, module_plane
 from tests.helpers import poll
-from tests.imagekit import registry, test_images  # noqa: F401 (fixtures)
+from tests.imagekit import ImageSpec, Layer, registry, test_images  # noqa: F401 (fixtures)
 from tests.pipelines.kfp_corpus import compiled
 from trimaran.api.pipelines import TRIMARAN_API_VERSION
 from trimaran.cli.client import Client
@@ -57,6 +57,16 @@ def python_image(registry, test_images) -> str:  # noqa: F811 (fixtures)
 @pytest.fixture(scope="module")
 def busybox_image(registry, test_images) -> str:  # noqa: F811 (fixtures)
     return registry.push(test_images, "busybox", "test/kfp-busybox:1.0")
+
+
+@pytest.fixture(scope="module")
+def old_python_image(registry, test_images) -> str:  # noqa: F811 (fixtures)
+    """busybox with a fake python3 that says it is 3.8 (no image with an old Python is at hand offline)."""
+    fake = "#!/bin/sh\ncase \"$*\" in *-V*) echo 'Python 3.8.18' ;; esac\nexit 1\n"
+    test_images.layout.build("busybox-fake-python38", [Layer(files={"usr/bin/python3": fake},
+                                                             executables=["usr/bin/python3"])],
+                             ImageSpec(cmd=["sh"]), base="busybox")
+    return registry.push(test_images, "busybox-fake-python38", "test/kfp-fake-python38:1.0")
 
 
 def write_wheel(directory: Path, name: str, version: str, module: str, source: str) -> Path:
@@ -145,3 +155,12 @@ def test_an_image_without_python3_fails_the_step_naming_the_image(api, python_im
     assert message.startswith("task write failed: exit code 127"), message
     assert f"trimaran: image {busybox_image} has no python3" in message
     assert tasks(run)["greet"]["state"] == "SKIPPED"
+
+
+def test_an_image_with_a_python_older_than_39_fails_the_step_naming_it_fake_python38(api, python_image,
+                                                                                    old_python_image):
+    run = run_in(api, "old-python", {"write": old_python_image, "greet": python_image})
+    assert run["status"]["state"] == "FAILED"
+    message = run["status"]["message"]
+    assert message.startswith("task write failed: exit code 1"), message
+    assert f"trimaran: image {old_python_image} has Python 3.8.18: kfp needs Python 3.9 or later" in message

@@ -492,7 +492,10 @@ class RunReconciler(Reconciler):
         mounts = [("kfp-runtime", runtime, _IMAGE_KFP_RUNTIME)]
         no_python = (f"trimaran: image {image} has no python3: a lightweight component runs kfp in its image "
                      "with python3 (Python 3.9 or later)")
+        old_python = f"trimaran: image {image} has $(python3 -V 2>&1): kfp needs Python 3.9 or later"
         script = [f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(no_python)} >&2; exit 127; }}",
+                  "python3 -I -S -c 'import sys; sys.exit(sys.version_info < (3, 9))' || "
+                  f'{{ echo "{old_python}" >&2; exit 1; }}',
                   f"export PYTHONPATH={_IMAGE_KFP_RUNTIME}${{PYTHONPATH:+:$PYTHONPATH}}"]
         if packages:
             pip = importlib.util.find_spec("pip")
