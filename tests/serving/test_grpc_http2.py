@@ -171,6 +171,9 @@ def test_unknown_methods_and_malformed_messages_are_refused(harness: Harness, ch
         assert answer["grpc-status"] == "12" and "compressed" in answer["grpc-message"]
         answer = client.call(3, ECHO, framed(b"abc")[:-1])
         assert answer["grpc-status"] == "13" and "length-prefixed" in answer["grpc-message"]
+        client.send(HEADERS, END_HEADERS | END_STREAM, 5, client.encoder.encode(
+            [(":method", "GET"), (":scheme", "http"), (":path", ECHO), (":authority", "test")]))
+        assert client.answer(5) == {":status": "405"}
         client.send(SETTINGS, 0, 0, b"\x00\x04\x00")  # a SETTINGS entry is 6 bytes
         frames = iter(client.frame, None)
         goaway = next(f for f in frames if f[0] == GOAWAY)

@@ -349,7 +349,7 @@ class _Connection(asyncio.Protocol):
         if method != b"POST" or content_type is None or not content_type.startswith(b"application/grpc"):
             # Not a gRPC call: the HTTP answer gRPC's spec asks for (clients map it to a status themselves).
             status = b"405" if method != b"POST" else b"415"
-            self.out.append(_frame(HEADERS, END_HEADERS | END_STREAM, sid, _header_block((b":status", status))))
+            self.out.append(self._header_frame(sid, _header_block((b":status", status)), True))
             if not ended:
                 self.out.append(_frame(RST_STREAM, 0, sid, NO_ERROR.to_bytes(4, "big")))
             return
