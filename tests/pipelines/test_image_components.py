@@ -9,7 +9,6 @@ import base64
 import copy
 import functools
 import hashlib
-import os
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -30,16 +29,10 @@ NS = "default"
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    old = os.environ.get("TRIMARAN_IMAGE_POLICY")
-    os.environ["TRIMARAN_IMAGE_POLICY"] = "image"  # the control plane's node policy, as --image-policy sets it
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TRIMARAN_IMAGE_POLICY", "image")  # the control plane's node policy, as --image-policy sets it
         with module_plane(tmp_path_factory, "pipelines-images") as handle:
             yield handle
-    finally:
-        if old is None:
-            os.environ.pop("TRIMARAN_IMAGE_POLICY", None)
-        else:
-            os.environ["TRIMARAN_IMAGE_POLICY"] = old
 
 
 @pytest.fixture(scope="module")

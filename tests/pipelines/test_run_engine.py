@@ -36,16 +36,10 @@ def extra_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory, extra_root: Path) -> Iterator[ControlPlaneHandle]:
-    old = os.environ.get("TRIMARAN_PIPELINE_ROOTS")
-    os.environ["TRIMARAN_PIPELINE_ROOTS"] = str(extra_root)  # for the restart in the last test too
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TRIMARAN_PIPELINE_ROOTS", str(extra_root))  # for the restart in the last test too
         with module_plane(tmp_path_factory, "pipelines-run") as handle:
             yield handle
-    finally:
-        if old is None:
-            os.environ.pop("TRIMARAN_PIPELINE_ROOTS", None)
-        else:
-            os.environ["TRIMARAN_PIPELINE_ROOTS"] = old
 
 
 @pytest.fixture(scope="module")
