@@ -614,6 +614,13 @@ def report(res: dict) -> list[str]:
             lines.append(f"gRPC c=64 {rows}-row: Trimaran {o['rps']:,.0f} req/s (p99 {o['p99_ms']:.1f} ms)"
                          f" vs best peer {gs[best]['rps']:,.0f} ({servers[best]['label']}) = "
                          f"{o['rps'] / gs[best]['rps']:.2f}x (p99 {gs[best]['p99_ms']:.1f} ms)")
+        rest = next((c["results"].get(ours) for c in res["rest"] if c["rows"] == rows and c["c"] == 64), None)
+        if ours in gs and rest and rest.get("rps"):
+            o = gs[ours]
+            peers_p99 = ", ".join(f"{servers[p]['label']} {gs[p]['p99_ms']:.1f} ms" for p in valid)
+            lines.append(f"gRPC vs our REST, c=64 {rows}-row: {o['rps']:,.0f} vs {rest['rps']:,.0f} req/s = "
+                         f"{o['rps'] / rest['rps']:.2f}x (target >= 1); gRPC p99 {o['p99_ms']:.1f} ms vs the peers' "
+                         f"gRPC p99 {peers_p99 or '-'}")
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
     return lines
