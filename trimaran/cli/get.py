@@ -89,9 +89,15 @@ class _Printer:
         return "\n".join(f"{line}{_GAP}(deleted)" if deleted else line for line in lines)
 
 
+def _include_object(namespace: str | None, ref: KindRef) -> str:
+    """What each Table row carries of its object: its metadata only across namespaces (the NAMESPACE
+    column), else nothing (a tenth of the bytes to send and parse for 500 rows)."""
+    return "Metadata" if namespace is None and ref.namespaced else "None"
+
+
 def _table(client: Client, ref: KindRef, namespace: str | None, name: str | None, selector: str | None,
            ) -> dict:
-    params = {"labelSelector": selector}
+    params = {"labelSelector": selector, "includeObject": _include_object(namespace, ref)}
     path = ref.path(namespace, name)
     resp = client.request("GET", path, params=params, accept=TABLE_ACCEPT)
     return json.loads(resp.read())
@@ -120,7 +126,8 @@ def _dump(client: Client, targets: Sequence[tuple[KindRef, str | None]], name: s
 def _watch(client: Client, ref: KindRef, namespace: str | None, name: str | None, printer: _Printer,
            since: str | None) -> None:
     params = {"watch": "true", "timeoutSeconds": "3600", "resourceVersion": since,
-              "fieldSelector": f"metadata.name={name}" if name else None}
+              "fieldSelector": f"metadata.name={name}" if name else None,
+              "includeObject": _include_object(namespace, ref)}
     resp = client.request("GET", ref.path(namespace), params=params, accept=TABLE_ACCEPT, stream=True,
                           timeout=3700)
     while True:
