@@ -11,10 +11,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers import REPO
+
+if TYPE_CHECKING:
+    from trimaran.cli.client import Client
 
 
 @dataclass
@@ -145,6 +149,14 @@ def shared_plane(label: str) -> Callable[..., Iterator[ControlPlaneHandle]]:
             yield handle
 
     return plane
+
+
+@pytest.fixture(scope="module")
+def api(plane: ControlPlaneHandle) -> Iterator[Client]:
+    """An API client of the file's control plane, for files whose ``plane`` is module-scoped (``shared_plane``)."""
+    client = plane.client()
+    yield client
+    client.close()
 
 
 @pytest.fixture

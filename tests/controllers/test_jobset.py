@@ -9,13 +9,12 @@ import json
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import ControlPlaneHandle, shared_plane
 from tests.helpers import poll
 from trimaran.api import validate
 from trimaran.cli.client import APIError, Client
@@ -26,17 +25,7 @@ from trimaran.store import SQLiteStore
 NS = "default"
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "jobset") as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def api(plane: ControlPlaneHandle) -> Iterator[Client]:
-    client = plane.client()
-    yield client
-    client.close()
+plane = shared_plane("jobset")
 
 
 def rjob(name: str, script: str = "pass", replicas: int = 1, completions: int = 1, **extra: Any) -> dict:

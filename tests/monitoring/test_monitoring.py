@@ -13,13 +13,12 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import ControlPlaneHandle, shared_plane
 from tests.helpers import poll
 from trimaran.cli.client import Client
 from trimaran.server.monitoring import SD_PATH, prometheus_config_path
@@ -46,17 +45,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "monitoring") as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def api(plane: ControlPlaneHandle) -> Iterator[Client]:
-    client = plane.client()
-    yield client
-    client.close()
+plane = shared_plane("monitoring")
 
 
 @pytest.fixture(scope="module")

@@ -36,13 +36,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHand
 
 
 @pytest.fixture(scope="module")
-def api(plane: ControlPlaneHandle) -> Iterator[Client]:
-    client = plane.client()
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
 def python_image(registry, test_images) -> str:  # noqa: F811 (fixtures)
     return registry.push(test_images, "debian-python", "test/kfp-python:1.0")
 

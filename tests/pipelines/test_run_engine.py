@@ -42,13 +42,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory, extra_root: Path) -> Iterato
             yield handle
 
 
-@pytest.fixture(scope="module")
-def api(plane: ControlPlaneHandle) -> Iterator[Client]:
-    client = plane.client()
-    yield client
-    client.close()
-
-
 def start(api: Client, name: str, pipeline: str | dict, parameters: dict[str, Any] | None = None,
           **spec: Any) -> dict:
     pipeline_spec = compiled(pipeline).pipeline_spec if isinstance(pipeline, str) else pipeline

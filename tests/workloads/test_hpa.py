@@ -46,13 +46,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHand
         os.environ.pop("TRIMARAN_HPA_SYNC_SECONDS", None)
 
 
-@pytest.fixture(scope="module")
-def api(plane: ControlPlaneHandle) -> Iterator[Client]:
-    client = plane.client()
-    yield client
-    client.close()
-
-
 def burner(name: str, burn_until: float) -> dict:
     container = {"name": "burn", "image": "python", "command": ["python", "-c", BURN],
                  "env": [{"name": "BURN_UNTIL", "value": str(burn_until)}],

@@ -11,12 +11,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import ControlPlaneHandle, module_plane
+from tests.conftest import shared_plane
 from tests.helpers import poll
 from trimaran.cli.client import APIError, Client
 
@@ -42,17 +41,7 @@ server.serve_forever()
 """
 
 
-@pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHandle]:
-    with module_plane(tmp_path_factory, "workloads") as handle:
-        yield handle
-
-
-@pytest.fixture(scope="module")
-def api(plane: ControlPlaneHandle) -> Iterator[Client]:
-    client = plane.client()
-    yield client
-    client.close()
+plane = shared_plane("workloads")
 
 
 def deployment(name: str, replicas: int = 1, version: str = "v1", ready_after: float = 0,
