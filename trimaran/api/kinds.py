@@ -44,7 +44,7 @@ from trimaran.api.pipelines import (
     PipelineVersion,
     RecurringRun,
     Run,
-    version_ref_errors,
+    run_reference_errors,
 )
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
@@ -429,14 +429,14 @@ for _info in (
               PrinterColumn("Started", "date", ".status.startedAt"),
               PrinterColumn("Experiment", json_path=".spec.experiment", priority=1),
               PrinterColumn("Message", json_path=".status.message", priority=1), AGE),
-             references=version_ref_errors),
+             references=run_reference_errors),
     KindInfo("RecurringRun", TRIMARAN_API_VERSION, "pipelines.trimaran.io", "v1", "recurringruns", (), True,
              RecurringRun, ("kubeflow",),
              (PrinterColumn("Mode", json_path=".spec.mode"),
               PrinterColumn("Cron", json_path=".spec.trigger.cronSchedule.cron"),
               PrinterColumn("Interval", "integer", ".spec.trigger.periodicSchedule.intervalSecond"),
               PrinterColumn("Last Run", "date", ".status.lastRunTime"), AGE),
-             references=version_ref_errors),
+             references=run_reference_errors),
 ):
     register(_info)
 

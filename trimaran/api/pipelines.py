@@ -268,7 +268,7 @@ class RecurringRun(Resource):
         return errs
 
 
-def version_ref_errors(obj: dict[str, Any], lookup: Any) -> list[FieldError]:
+def run_reference_errors(obj: dict[str, Any], lookup: Any) -> list[FieldError]:
     """What a run needs of the control plane it is sent to (checked there, before it is stored): its
     ``pipelineRoot`` under an allowed root of that control plane's home, and, made from a stored
     pipeline version, the version must exist and the parameters fit it."""
