@@ -127,6 +127,49 @@ def test_wait_sees_a_change_made_while_it_waits(plane):
     assert deleted.stdout.read().strip() == "configmap/watched deleted"
 
 
+def test_wait_takes_several_objects_a_selector_or_a_jsonpath_and_get_prints_a_jsonpath(plane):
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    def config_map(name: str, ready: str) -> str:
+        return textwrap.dedent(f"""
+            apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: {name}, namespace: kubeflow, labels: {{group: waited}}}}
+            data: {{lr: "0.1", ready: "{ready}"}}
+        """)
+
+    for name in ("w-a", "w-b"):
+        plane.cli("apply", "-f", "-", input=config_map(name, "no"))
+    met = plane.cli("wait", "cm/w-a", "configmap/w-b", "-n", "kubeflow", "--for=jsonpath={.data.lr}=0.1")
+    assert met.stdout.splitlines() == ["configmap/w-a condition met", "configmap/w-b condition met"]
+
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "trimaran.cli", "wait", "cm", "-l", "group=waited", "-n", "kubeflow",
+         "--for=jsonpath={.data.ready}=yes", "--timeout=60s"],
+        env=plane.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    plane.cli("apply", "-f", "-", input=config_map("w-b", "yes"))
+    assert waiting.poll() is None, "w-a is not ready yet"
+    plane.cli("apply", "-f", "-", input=config_map("w-a", "yes"))
+    assert waiting.wait(timeout=60) == 0, waiting.stderr.read()
+    assert sorted(waiting.stdout.read().splitlines()) == ["configmap/w-a condition met", "configmap/w-b condition met"]
+
+    mixed = plane.cli("wait", "cm/w-a", "w-b", "-n", "kubeflow", "--for=delete", check=False)
+    assert mixed.returncode == 1 and "KIND/NAME form" in mixed.stderr
+    none = plane.cli("wait", "cm", "-l", "group=nobody", "-n", "kubeflow", "--for=delete", check=False)
+    assert none.returncode == 1 and "no matching resources found" in none.stderr
+
+    names = plane.cli("get", "cm", "-l", "group=waited", "-n", "kubeflow",
+                      "-o", 'jsonpath={range .items[*]}{.metadata.name}={.data.ready}{"\\n"}{end}').stdout
+    assert names == "w-a=yes\nw-b=yes\n"
+    assert plane.cli("get", "cm/w-a", "-n", "kubeflow", "-o", "jsonpath={.metadata.labels}").stdout == \
+        '{"group":"waited"}'
+    bad = plane.cli("get", "cm/w-a", "-n", "kubeflow", "-o", "jsonpath={range .data}", check=False)
+    assert bad.returncode == 1 and "without {end}" in bad.stderr
+
+
 def test_unknown_fields_warn_and_the_rest_is_stored(plane, tmp_path):
     path = tmp_path / "cm.yaml"
     path.write_text(GOOD.replace("settings", "tinted").replace("\ndata:", "\ncolour: blue\ndata:"))

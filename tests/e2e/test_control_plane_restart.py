@@ -42,13 +42,14 @@ def test_kill_minus_nine_then_restart_readopts_running_pods(plane, tmp_path):
                     - {{name: state, persistentVolumeClaim: {{claimName: survivor-state}}}}
     """))
     plane.cli("apply", "-f", str(path))
-    plane.cli("wait", "tfjob/survivor", "--for=condition=Running", "--timeout=60s")
+    plane.cli("wait", "pod/survivor-worker-0", "pod/survivor-worker-1", "--for=condition=Ready", "--timeout=60s")
     before = {p.pid for p in plane.pod_processes()}
     assert before
 
     os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
-    # The pods live on under their shims while the control plane is down.
-    assert {p.pid for p in plane.pod_processes()} == before
+    # The pods live on under their shims while the control plane is down. A sandbox may still be
+    # starting its last process just after Ready, so new processes may appear; none may go.
+    assert before <= {p.pid for p in plane.pod_processes()}
     start_server(home=plane.home)
 
     job = plane.get("tfjob", "survivor")

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 
+from trimaran.api.jsonpath import JSONPathError, render_template
 from trimaran.cli.client import APIError, Client, KindRef
 
 __all__ = ["run"]
@@ -30,11 +31,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("name", nargs="?", help="one object's name")
     parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
     parser.add_argument("-A", "--all-namespaces", action="store_true", help="list across all namespaces")
-    parser.add_argument("-o", "--output", choices=["wide", "yaml", "json", "name"],
-                        help="wide: every column; yaml, json: the objects; name: KIND/NAME lines")
+    parser.add_argument("-o", "--output", type=_output_format, metavar="FORMAT",
+                        help="wide: every column; yaml, json: the objects; name: KIND/NAME lines; "
+                             "jsonpath=TEMPLATE: fields, e.g. jsonpath='{.status.phase}' or "
+                             "jsonpath='{range .items[*]}{.metadata.name}{\"\\n\"}{end}'")
     parser.add_argument("-w", "--watch", action="store_true", help="after listing, print changes as they happen")
     parser.add_argument("-l", "--selector", help="label selector: key=value, key!=value, key in (a,b), !key")
     return parser
+
+
+def _output_format(text: str) -> str:
+    if text in ("wide", "yaml", "json", "name") or text.startswith("jsonpath="):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"unsupported output format {text!r}: use wide, yaml, json, name or jsonpath=TEMPLATE")
 
 
 def _layout(rows: Iterable[Sequence[str]], widths: Sequence[int]) -> list[str]:
@@ -105,7 +115,8 @@ def _table(client: Client, ref: KindRef, namespace: str | None, name: str | None
 
 def _dump(client: Client, targets: Sequence[tuple[KindRef, str | None]], name: str | None,
           selector: str | None, fmt: str) -> str:
-    """One object (a name given), else a List of every target kind's objects, in ``fmt``."""
+    """One object (a name given), else a List of every target kind's objects, in ``fmt`` (json,
+    yaml or jsonpath=TEMPLATE)."""
     if name:
         ref, namespace = targets[0]
         data = client.get(ref, namespace, name)
@@ -118,6 +129,8 @@ def _dump(client: Client, targets: Sequence[tuple[KindRef, str | None]], name: s
         (obj.get("metadata") or {}).pop("managedFields", None)
     if fmt == "json":
         return json.dumps(data, indent=2, ensure_ascii=False)
+    if fmt.startswith("jsonpath="):
+        return render_template(data, fmt[len("jsonpath="):])
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False).rstrip("\n")
@@ -187,9 +200,11 @@ def run(argv: Sequence[str], kubeconfig: str | None = None, context: str | None 
     try:
         client = Client.connect(kubeconfig=kubeconfig, context=context)
         refs = [client.resolve(k) for k in kinds]
-        if args.output in ("yaml", "json"):
+        if args.output in ("yaml", "json") or (args.output or "").startswith("jsonpath="):
             targets = [(ref, _namespace(client, ref, args)) for ref in refs]
-            print(_dump(client, targets, name, args.selector, args.output))
+            text = _dump(client, targets, name, args.selector, args.output)
+            # As kubectl, a jsonpath's output ends where the template ends: no newline of ours.
+            print(text, end="" if args.output.startswith("jsonpath=") else "\n")
             return 0
         shown = False
         for ref in refs:
@@ -199,7 +214,7 @@ def run(argv: Sequence[str], kubeconfig: str | None = None, context: str | None 
         if not shown and not args.watch:
             where = "any namespace" if args.all_namespaces else f"{args.namespace or client.namespace} namespace"
             print(f"No resources found in {where}.", file=sys.stderr)
-    except APIError as exc:
+    except (APIError, JSONPathError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trimaran.api.jsonpath import JSONPathError, first
 from trimaran.api.kinds import KindInfo
 from trimaran.api.printers import PrinterColumn, age
-from trimaran.server.kube.jsonpath import JSONPathError, first
 
 __all__ = ["partial_metadata", "table", "wants_table"]
 

@@ -1,10 +1,11 @@
-"""The part of Kubernetes' JSONPath that printer columns use.
+"""The part of Kubernetes' JSONPath that printer columns, ``-o jsonpath`` and ``wait --for=jsonpath`` use.
 
 CRDs write ``.status.conditions[-1:].type``, ``.status.conditions[?(@.type=='Ready')].status`` and
 ``.traffic[?(@.latestRevision==true)].percent``: fields, indexes, slices, ``[*]`` and filters
 comparing a relative path with a string, number or boolean. kube-apiserver evaluates each column
 and keeps the first result; a missing key gives no result rather than an error. The libraries on
 PyPI parse a different dialect (no ``==true`` literals, other slice rules), so the subset is here.
+It is pure (no server, no pydantic) so the CLI's quick commands can use it too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["JSONPathError", "compile_path", "first"]
+__all__ = ["JSONPathError", "compile_path", "first", "render_template", "values"]
 
 
 class JSONPathError(ValueError):
@@ -120,3 +121,63 @@ _MISSING = object()
 def first(obj: Any, path: str) -> Any:
     """The first value ``path`` finds in ``obj``, or None (kube-apiserver's printer-column rule)."""
     return next(_walk(obj, compile_path(path)), None)
+
+
+def values(obj: Any, path: str) -> list[Any]:
+    """Every value ``path`` finds in ``obj``, in order."""
+    return list(_walk(obj, compile_path(path)))
+
+
+def _text(value: Any) -> str:
+    # kubectl prints strings bare and everything else (numbers, maps, lists) as JSON.
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+_TEMPLATE_PART = re.compile(r"\{([^{}]*)\}")
+
+
+def _parse_template(template: str) -> list:
+    """The template as a list of literal strings, ``("path", PATH)`` and ``("range", PATH, BODY)``."""
+    root: list = []
+    stack = [root]
+    pos = 0
+    for match in _TEMPLATE_PART.finditer(template):
+        stack[-1].append(template[pos:match.start()])
+        pos = match.end()
+        inner = match.group(1).strip()
+        if len(inner) >= 2 and inner[0] == inner[-1] and inner[0] in "'\"":
+            stack[-1].append(inner[1:-1].encode().decode("unicode_escape"))
+        elif inner.startswith("range "):
+            body: list = []
+            stack[-1].append(("range", inner[len("range "):].strip(), body))
+            stack.append(body)
+        elif inner == "end":
+            if len(stack) == 1:
+                raise JSONPathError(f"{{end}} without {{range}} in {template!r}")
+            stack.pop()
+        else:
+            compile_path(inner.lstrip("@") or "$")
+            stack[-1].append(("path", inner))
+    if len(stack) > 1:
+        raise JSONPathError(f"{{range}} without {{end}} in {template!r}")
+    stack[-1].append(template[pos:])
+    return root
+
+
+def _render(obj: Any, parts: list, out: list[str]) -> None:
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+        elif part[0] == "path":
+            out.append(" ".join(_text(v) for v in values(obj, part[1].lstrip("@") or "$")))
+        else:
+            for item in values(obj, part[1].lstrip("@") or "$"):
+                _render(item, part[2], out)
+
+
+def render_template(obj: Any, template: str) -> str:
+    """``kubectl get -o jsonpath=TEMPLATE``: literal text, ``{path}`` parts (a path's values joined
+    by spaces), quoted literals such as ``{"\\n"}`` and ``{range PATH}...{end}`` blocks."""
+    out: list[str] = []
+    _render(obj, _parse_template(template), out)
+    return "".join(out)
