@@ -163,7 +163,9 @@ def test_a_training_job_whose_image_cannot_be_pulled_says_so(plane, registry):  
 
     def created_message() -> str | None:
         conditions = (plane.get("pytorchjob", "unpulled").get("status") or {}).get("conditions") or []
-        message = conditions[-1].get("message", "") if conditions else ""
+        if not conditions:  # the controller has not seen the job yet
+            return None
+        message = conditions[-1].get("message", "")
         return message if conditions[-1]["type"] == "Created" and "ImagePullBackOff" in message else None
     message = poll(created_message, timeout=60, interval=0.2, what="the job to show the pull back-off")
     assert message.startswith("PyTorchJob unpulled is created. Waiting: pod unpulled-master-0 is waiting: "

@@ -14,12 +14,12 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
-from trimaran.serving import codec
+from trimaran.serving import codec, infer_wire
 from trimaran.serving.dataplane import DataPlane, as_serving_error, select_outputs
 from trimaran.serving.errors import InvalidInput, ServingError
 from trimaran.serving.http2 import GrpcError, GrpcServer, Method
@@ -37,60 +37,68 @@ _CONTENTS_FIELD = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "in
                    "FP64": "fp64_contents", "BYTES": "bytes_contents"}
 
 
+def _tensor(name: str, datatype: str, shape: list[int], expected: dict[str, str] | None) -> tuple[np.dtype, tuple]:
+    dtype = codec.numpy_dtype(datatype, name)
+    codec.check_datatype(name, datatype, expected)
+    return dtype, codec.check_shape(shape, name)
+
+
+def _sized(name: str, array: np.ndarray, shape: tuple) -> np.ndarray:
+    if array.size != math.prod(shape):
+        raise InvalidInput(f"input {name!r}: shape {list(shape)} needs {math.prod(shape)} elements, "
+                           f"contents have {array.size}")
+    return array.reshape(shape)
+
+
+def _check_counts(inputs: int, raw: int) -> None:
+    if raw and raw != inputs:
+        raise InvalidInput(f"raw_input_contents has {raw} entries for {inputs} inputs")
+    if not inputs:
+        raise InvalidInput("the request has no inputs")
+
+
 def decode_request(request: pb.ModelInferRequest, expected: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Named arrays from a ModelInferRequest (raw or typed contents); ``expected`` as for ``codec.decode_v2``."""
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise InvalidInput(f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs")
-    if not request.inputs:
-        raise InvalidInput("the request has no inputs")
+    _check_counts(len(request.inputs), len(raw))
     inputs: dict[str, np.ndarray] = {}
     for index, tensor in enumerate(request.inputs):
         name = tensor.name
-        dtype = codec.numpy_dtype(tensor.datatype, name)
-        codec.check_datatype(name, tensor.datatype, expected)
-        shape = codec.check_shape(list(tensor.shape), name)
+        dtype, shape = _tensor(name, tensor.datatype, list(tensor.shape), expected)
         if raw:
             inputs[name] = codec.raw_to_array(raw[index], dtype, shape, name)
             continue
         field = _CONTENTS_FIELD.get(tensor.datatype)
         if field is None:
             raise InvalidInput(f"input {name!r}: {tensor.datatype} needs raw_input_contents")
-        array = _packed_floats(tensor.contents, field, dtype) if field in _PACKED_TAGS else None
+        array = None
+        if field in ("fp32_contents", "fp64_contents"):
+            array = infer_wire.packed_floats(tensor.contents.SerializeToString())
+            if array is not None and array.dtype.itemsize != dtype.itemsize:
+                array = None  # the other float field: read as protobuf does (this one's values are empty)
         if array is None:
             values = getattr(tensor.contents, field)
             array = np.array(values, dtype=object) if dtype.kind == "O" else np.asarray(values, dtype=dtype)
-        if array.size != math.prod(shape):
-            raise InvalidInput(f"input {name!r}: shape {list(shape)} needs {math.prod(shape)} elements, "
-                               f"contents have {array.size}")
-        inputs[name] = array.reshape(shape)
+        inputs[name] = _sized(name, array, shape)
     return inputs
 
 
-# The wire tag of a packed fp32/fp64 field of InferTensorContents (field number << 3 | length-delimited).
-_PACKED_TAGS = {"fp32_contents": (6 << 3) | 2, "fp64_contents": (7 << 3) | 2}
-
-
-def _packed_floats(contents: pb.InferTensorContents, field: str, dtype: np.dtype) -> np.ndarray | None:
-    """The values of a packed float field read straight from its wire bytes (little-endian IEEE, as numpy
-    lays them out): converting a repeated field element by element costs more than the rest of the request.
-    None when the message is not that one field alone (the caller then reads it the usual way)."""
-    data = contents.SerializeToString()
-    if not data:
-        return np.empty(0, dtype)
-    if data[0] != _PACKED_TAGS[field]:
-        return None
-    length, shift, pos = 0, 0, 1
-    while pos < len(data):
-        byte = data[pos]
-        pos += 1
-        length |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            break
-        shift += 7
-    if pos + length != len(data):
-        return None
-    return np.frombuffer(bytearray(data), dtype.newbyteorder("<"), offset=pos)  # writable: models may change it
+def _decode_read(request: infer_wire.InferRequest, expected: dict[str, str] | None) -> dict[str, np.ndarray] | None:
+    """``decode_request`` for a request read by :mod:`.infer_wire`; None when its contents need protobuf's
+    reading (typed contents other than the tensor's own packed float field)."""
+    raw = request.raw
+    _check_counts(len(request.inputs), len(raw))
+    inputs: dict[str, np.ndarray] = {}
+    for index, (name, datatype, shape, values) in enumerate(request.inputs):
+        if not raw and (values is None or datatype not in ("FP32", "FP64")
+                        or values.dtype.itemsize != (4 if datatype == "FP32" else 8)):
+            return None
+        dtype, checked = _tensor(name, datatype, shape, expected)
+        if raw:
+            inputs[name] = codec.raw_to_array(raw[index], dtype, checked, name)
+        else:
+            inputs[name] = _sized(name, values, checked)
+    return inputs
 
 
 def encode_response(response: pb.ModelInferResponse, outputs: dict[str, np.ndarray], raw: bool) -> None:
@@ -160,30 +168,45 @@ class InferenceServicer:
 
     def model_infer(self, data: bytes) -> bytes | Awaitable[bytes]:
         """Answered at once when the model predicts inline; otherwise a coroutine that waits for its batch (or
-        a custom model) and owns the model handle from then on."""
-        request = _parse(pb.ModelInferRequest, data)
-        name = request.model_name
+        a custom model) and owns the model handle from then on. The request is read by :mod:`.infer_wire`
+        when it can be, else by protobuf."""
+        request: Any = infer_wire.read_request(data)
+        if request is None:
+            request = _parse(pb.ModelInferRequest, data)
+            wanted = [o.name for o in request.outputs] or None
+            call = _Call(request.model_name, request.model_version, request.id, bool(request.raw_input_contents))
+        else:
+            wanted = request.outputs or None
+            call = _Call(request.model_name, request.model_version, request.id, bool(request.raw))
+        name = call.model_name
         label = name if name in self.plane.models else ""
         self.metrics.request_started(label)
         started = time.perf_counter()
-        version = request.model_version or ""
+        version = call.model_version
         handle = None
         try:
-            handle = self.plane.repository(name).get(request.model_version or None)
+            handle = self.plane.repository(name).get(call.model_version or None)
             version = handle.version
             model = handle.model
-            inputs = decode_request(request, {spec.name: spec.datatype for spec in model.inputs})
-            wanted = [o.name for o in request.outputs] or None
+            expected = {spec.name: spec.datatype for spec in model.inputs}
+            inputs = None
+            if isinstance(request, infer_wire.InferRequest):
+                if not model.payload_level:
+                    inputs = _decode_read(request, expected)
+                if inputs is None:  # protobuf's reading: for a custom model's parameters, or unusual contents
+                    request = _parse(pb.ModelInferRequest, data)
+            if inputs is None:
+                inputs = decode_request(request, expected)
             if model.payload_level:
                 outputs: Awaitable[dict[str, np.ndarray]] = self._payload(handle, request, inputs, wanted)
             else:
                 result = self.plane.predict(handle, inputs, wanted, None)
                 if not isinstance(result, asyncio.Future):
-                    response = _response(handle, request, select_outputs(result, wanted))
+                    response = _response(handle, call, select_outputs(result, wanted))
                     self._finished(label, version, "OK", started)
                     return response
                 outputs = _selected(result, wanted)
-            later, handle = self._infer_later(handle, request, label, started, outputs), None
+            later, handle = self._infer_later(handle, call, label, started, outputs), None
             return later
         except Exception as exc:
             error = as_serving_error(exc)
@@ -193,11 +216,11 @@ class InferenceServicer:
             if handle is not None:
                 handle.release()
 
-    async def _infer_later(self, handle: Any, request: pb.ModelInferRequest, label: str, started: float,
+    async def _infer_later(self, handle: Any, call: _Call, label: str, started: float,
                            outputs: Awaitable[dict[str, np.ndarray]]) -> bytes:
         code = "CANCELLED"  # what is counted when the call ends before an answer (deadline, client reset)
         try:
-            response = _response(handle, request, await outputs)
+            response = _response(handle, call, await outputs)
             code = "OK"
             return response
         except Exception as exc:
@@ -238,9 +261,27 @@ async def _selected(result: asyncio.Future, wanted: list[str] | None) -> dict[st
     return select_outputs(await result, wanted)
 
 
-def _response(handle: Any, request: pb.ModelInferRequest, outputs: dict[str, np.ndarray]) -> bytes:
-    response = pb.ModelInferResponse(model_name=handle.model.name, model_version=handle.version, id=request.id)
-    encode_response(response, outputs, raw=bool(request.raw_input_contents))
+class _Call(NamedTuple):
+    """What answering a call needs from its request, however the request was read."""
+
+    model_name: str
+    model_version: str
+    id: str
+    raw: bool  # the request's tensors were raw, so the response's are too
+
+
+def _response(handle: Any, call: _Call, outputs: dict[str, np.ndarray]) -> bytes:
+    tensors = []
+    for name, value in outputs.items():
+        array = np.asarray(value)
+        datatype = codec.datatype_of(array)
+        raw = codec.array_to_raw(array) if call.raw or datatype not in _CONTENTS_FIELD else None
+        tensors.append((name, datatype, array, raw))
+    written = infer_wire.write_response(handle.model.name, handle.version, call.id, tensors)
+    if written is not None:
+        return written
+    response = pb.ModelInferResponse(model_name=handle.model.name, model_version=handle.version, id=call.id)
+    encode_response(response, outputs, raw=call.raw)
     return response.SerializeToString()
 
 

@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -31,11 +31,26 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+_pinned_pid: int | None = None
+
+
+def _pin_process_id() -> None:
+    """prometheus-client asks the process id at every write, to notice a fork; a worker is started with exec
+    and never forks, and each ask is a system call (glibc no longer caches it): nine per request. Once per
+    process, before its first metric, so every metric shares one set of files."""
+    global _pinned_pid
+    if _pinned_pid is None:
+        _pinned_pid = pid = os.getpid()
+        values.ValueClass = values.MultiProcessValue(process_identifier=lambda: pid)
+
+
 class ServerMetrics:
     """The server's metrics; one instance per worker process."""
 
     def __init__(self) -> None:
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        if self.multiprocess:
+            _pin_process_id()
         self.registry = CollectorRegistry()
         kw: dict[str, Any] = {"registry": self.registry}
         self.requests = Counter("trimaran_requests", "Requests answered.",
