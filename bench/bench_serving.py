@@ -14,7 +14,9 @@ Issue 4's targets, measured on loopback with wrk (V2 REST, FP32 [1,64] and [32,6
   ceiling measured in the same run (1-row `predict` calls/s x cores, measured right after each
   batching run; the 32-row rate is printed beside it);
 - gRPC ModelInfer throughput and p99 beside REST at c=64, driven by h2load (bench/serving/h2load.py: C, as wrk
-  is for REST, so that the ratio gRPC/REST is not the load generator's).
+  is for REST, so that the ratio gRPC/REST is not the load generator's); req/s from runs without h2load's
+  per-request log, percentiles from runs with it; our REST at c=64 is run right beside each of our gRPC runs,
+  and the gRPC/REST ratio is the median of those pairs.
 
 Each server takes the body of its own protocol, with the same rows: V2 (Trimaran, MLServer, KServe), Seldon's
 SeldonMessage `{"data": {"ndarray": ...}}` at /api/v1.0/predictions (Trimaran's Seldon executor, what a
@@ -528,8 +530,8 @@ def report(res: dict) -> list[str]:
         console.print(bt)
 
     if res.get("grpc"):
-        gt = Table(title=f"V2 gRPC ModelInfer at c=64 (h2load -t1 -m1, {res['duration']:.0f} s), "
-                         "beside REST")
+        gt = Table(title=f"V2 gRPC ModelInfer at c=64 (h2load -t1 -m1, {res['duration']:.0f} s; req/s from runs "
+                         "without h2load's per-request log, percentiles from runs with it), beside REST")
         for col in ("server", "rows", "gRPC req/s", "gRPC p99 ms", "gRPC errors", "REST req/s", "REST p99 ms"):
             gt.add_column(col, justify="left" if col == "server" else "right")
         for g in res["grpc"]:
@@ -614,13 +616,16 @@ def report(res: dict) -> list[str]:
             lines.append(f"gRPC c=64 {rows}-row: Trimaran {o['rps']:,.0f} req/s (p99 {o['p99_ms']:.1f} ms)"
                          f" vs best peer {gs[best]['rps']:,.0f} ({servers[best]['label']}) = "
                          f"{o['rps'] / gs[best]['rps']:.2f}x (p99 {gs[best]['p99_ms']:.1f} ms)")
-        rest = next((c["results"].get(ours) for c in res["rest"] if c["rows"] == rows and c["c"] == 64), None)
-        if ours in gs and rest and rest.get("rps"):
+        pairs = [p for p in (res.get("grpc_rest_pairs") or {}).get(str(rows), []) if p["grpc"] and p["rest"]]
+        if ours in gs and pairs:
             o = gs[ours]
+            ratios = [p["grpc"] / p["rest"] for p in pairs]
             peers_p99 = ", ".join(f"{servers[p]['label']} {gs[p]['p99_ms']:.1f} ms" for p in valid)
-            lines.append(f"gRPC vs our REST, c=64 {rows}-row: {o['rps']:,.0f} vs {rest['rps']:,.0f} req/s = "
-                         f"{o['rps'] / rest['rps']:.2f}x (target >= 1); gRPC p99 {o['p99_ms']:.1f} ms vs the peers' "
-                         f"gRPC p99 {peers_p99 or '-'}")
+            lines.append(f"gRPC vs our REST, c=64 {rows}-row, side by side: median "
+                         f"{statistics.median(p['grpc'] for p in pairs):,.0f} vs "
+                         f"{statistics.median(p['rest'] for p in pairs):,.0f} req/s, ratio per pair "
+                         f"{' '.join(f'{r:.2f}' for r in ratios)}, median {statistics.median(ratios):.2f}x "
+                         f"(target >= 1); gRPC p99 {o['p99_ms']:.1f} ms vs the peers' gRPC p99 {peers_p99 or '-'}")
     for line in lines:
         console.print(line, highlight=False, soft_wrap=True)
     return lines
@@ -655,6 +660,13 @@ def markdown(res: dict) -> str:
             out.append(f"| {servers[g['server']]['label']} | {g['rows']} | {fmt(g.get('rps'))} | "
                        f"{fmt(g.get('p99_ms'), '.2f')} | {g.get('errors')} | {fmt(rest.get('rps'))} | "
                        f"{fmt(rest.get('p99_ms'), '.2f')} |")
+        for rows, pairs in sorted((res.get("grpc_rest_pairs") or {}).items()):
+            pairs = [p for p in pairs if p["grpc"] and p["rest"]]
+            if pairs:
+                out.append(f"\nTrimaran gRPC ÷ REST at c=64, {rows} row(s), each pair run side by side: "
+                           + ", ".join(f"{p['grpc']:,.0f}/{p['rest']:,.0f} = {p['grpc'] / p['rest']:.2f}×"
+                                       for p in pairs)
+                           + f"; median **{statistics.median(p['grpc'] / p['rest'] for p in pairs):.2f}×**")
     return "\n".join(out)
 
 
@@ -832,14 +844,33 @@ def main() -> None:
         if not args.no_grpc and grpc_servers:
             for rows in row_counts:
                 runs = {}
-                for _ in range(args.rounds):
+                pairs = res.setdefault("grpc_rest_pairs", {}).setdefault(str(rows), [])
+                for round_ in range(args.rounds):
                     k = turn % len(grpc_servers)
                     turn += 1
                     for s in grpc_servers[k:] + grpc_servers[:k]:
-                        g = measured(s, h2load.run, f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows]), 64,
-                                     args.duration, warmup=1.0, response_size=s.grpc_answer_sizes[rows])
+                        # Our REST at c=64 right beside our gRPC (order alternating by round), so that the
+                        # gRPC/REST ratio compares two runs a few seconds apart, not minutes.
+                        rest_first = s.name == "trimaran" and round_ % 2 == 1
+                        if rest_first:
+                            beside = measured(s, wrk, s.url, bodies[s.protocol, rows], 64, args.duration)
+                        target, request = f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows])
+                        g = measured(s, h2load.run, target, request, 64, args.duration, warmup=1.0,
+                                     response_size=s.grpc_answer_sizes[rows], latencies=False)
+                        # The percentiles from a run of their own: h2load's per-request log costs CPU.
+                        timed = h2load.run(target, request, 64, args.duration, warmup=0.5,
+                                           response_size=s.grpc_answer_sizes[rows])
+                        g.update({k: timed.get(k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")})
+                        g["errors"] = {k: g["errors"].get(k, 0) + timed["errors"].get(k, 0)
+                                       for k in {*g["errors"], *timed["errors"]}}
                         g["error_codes"], g["errors"] = g["errors"], sum(g["errors"].values())
                         runs.setdefault(s.name, []).append(g)
+                        if s.name == "trimaran":
+                            if not rest_first:
+                                beside = measured(s, wrk, s.url, bodies[s.protocol, rows], 64, args.duration)
+                            pairs.append({"grpc": g.get("rps"), "rest": beside.get("rps"),
+                                          "grpc_server_cores": g.get("server_cores"),
+                                          "rest_server_cores": beside.get("server_cores")})
                 for name, rs in runs.items():
                     g = median_run(rs)
                     g.update(server=name, rows=rows)
