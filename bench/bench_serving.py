@@ -70,6 +70,9 @@ MODEL = "digits"
 LUA = HERE / "serving" / "infer.lua"
 KSERVE_SCRIPT = HERE / "serving" / "kserve_digits.py"
 CORES = os.cpu_count() or 1
+# gRPC at 64 calls in flight, so many per connection: 64 connections of one call (as wrk's 64), and 8 of 8 (how a
+# gRPC client sends: a grpcio channel multiplexes its calls over one connection).
+GRPC_STREAMS = (1, 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -530,16 +533,18 @@ def report(res: dict) -> list[str]:
         console.print(bt)
 
     if res.get("grpc"):
-        gt = Table(title=f"V2 gRPC ModelInfer at c=64 (h2load -t1 -m1, {res['duration']:.0f} s; req/s from runs "
-                         "without h2load's per-request log, percentiles from runs with it), beside REST")
-        for col in ("server", "rows", "gRPC req/s", "gRPC p99 ms", "gRPC errors", "REST req/s", "REST p99 ms"):
+        gt = Table(title=f"V2 gRPC ModelInfer, 64 calls in flight (h2load -t1, connections x streams; "
+                         f"{res['duration']:.0f} s; req/s from runs without h2load's per-request log, percentiles "
+                         "from runs with it), beside REST c=64")
+        for col in ("server", "rows", "conns x streams", "gRPC req/s", "gRPC p99 ms", "gRPC errors", "REST req/s",
+                    "REST p99 ms"):
             gt.add_column(col, justify="left" if col == "server" else "right")
         for g in res["grpc"]:
             rest = next((c["results"].get(g["server"]) for c in res["rest"] if c["rows"] == g["rows"] and c["c"] == 64),
                         None) or {}
             errs = sum(g.get("errors", {}).values()) if isinstance(g.get("errors"), dict) else g.get("errors")
-            gt.add_row(servers[g["server"]]["label"], str(g["rows"]), fmt(g.get("rps")), fmt(g.get("p99_ms"), ".2f"),
-                       str(errs), fmt(rest.get("rps")), fmt(rest.get("p99_ms"), ".2f"))
+            gt.add_row(servers[g["server"]]["label"], str(g["rows"]), g.get("shape", "64x1"), fmt(g.get("rps")),
+                       fmt(g.get("p99_ms"), ".2f"), str(errs), fmt(rest.get("rps")), fmt(rest.get("p99_ms"), ".2f"))
         console.print(gt)
 
     lines = []
@@ -605,23 +610,24 @@ def report(res: dict) -> list[str]:
                      + ("" if b.get("errors") == 0 else f" [{b.get('errors')} errors]"))
     for name, line in (res.get("under_load") or {}).items():
         lines.append(f"correctness under load, {servers[name]['label']}: {line}")
-    by_rows: dict[int, dict[str, dict]] = {}
+    by_cell: dict[tuple[int, str], dict[str, dict]] = {}
     for g in res.get("grpc", []):
-        by_rows.setdefault(g["rows"], {})[g["server"]] = g
-    for rows, gs in by_rows.items():
+        by_cell.setdefault((g["rows"], g.get("shape", "64x1")), {})[g["server"]] = g
+    for (rows, shape), gs in by_cell.items():
         valid = [p for p in peer_names if p in gs and gs[p].get("errors") == 0 and gs[p].get("rps")]
         if ours in gs and valid:
             best = max(valid, key=lambda p: gs[p]["rps"])
             o = gs[ours]
-            lines.append(f"gRPC c=64 {rows}-row: Trimaran {o['rps']:,.0f} req/s (p99 {o['p99_ms']:.1f} ms)"
+            lines.append(f"gRPC c=64 ({shape}) {rows}-row: Trimaran {o['rps']:,.0f} req/s (p99 {o['p99_ms']:.1f} ms)"
                          f" vs best peer {gs[best]['rps']:,.0f} ({servers[best]['label']}) = "
                          f"{o['rps'] / gs[best]['rps']:.2f}x (p99 {gs[best]['p99_ms']:.1f} ms)")
-        pairs = [p for p in (res.get("grpc_rest_pairs") or {}).get(str(rows), []) if p["grpc"] and p["rest"]]
+        key = f"{rows}/{shape}" if f"{rows}/{shape}" in (res.get("grpc_rest_pairs") or {}) else str(rows)
+        pairs = [p for p in (res.get("grpc_rest_pairs") or {}).get(key, []) if p["grpc"] and p["rest"]]
         if ours in gs and pairs:
             o = gs[ours]
             ratios = [p["grpc"] / p["rest"] for p in pairs]
             peers_p99 = ", ".join(f"{servers[p]['label']} {gs[p]['p99_ms']:.1f} ms" for p in valid)
-            lines.append(f"gRPC vs our REST, c=64 {rows}-row, side by side: median "
+            lines.append(f"gRPC ({shape}) vs our REST, c=64 {rows}-row, side by side: median "
                          f"{statistics.median(p['grpc'] for p in pairs):,.0f} vs "
                          f"{statistics.median(p['rest'] for p in pairs):,.0f} req/s, ratio per pair "
                          f"{' '.join(f'{r:.2f}' for r in ratios)}, median {statistics.median(ratios):.2f}x "
@@ -652,26 +658,52 @@ def markdown(res: dict) -> str:
                        f"{b.get('errors')} | {fmt(b.get('server_cores'), '.2f')} | {fmt(per_cpu(b))} | "
                        f"{fmt(plain.get('rps'))} | {fmt(plain.get('p99_ms'), '.2f')} |")
     if res.get("grpc"):
-        out += ["", "| server | rows | gRPC req/s (c=64) | gRPC p99 ms | errors | REST req/s (c=64) | REST p99 ms |",
-                "|---|---|---|---|---|---|---|"]
-        for g in sorted(res["grpc"], key=lambda g: (g["rows"], list(servers).index(g["server"]))):
+        out += ["", "| server | rows | conns x streams | gRPC req/s (64 in flight) | gRPC p99 ms | errors | "
+                    "REST req/s (c=64) | REST p99 ms |", "|---|---|---|---|---|---|---|---|"]
+        for g in sorted(res["grpc"], key=lambda g: (g["rows"], g.get("shape", "64x1"),
+                                                     list(servers).index(g["server"]))):
             rest = next((c["results"].get(g["server"]) for c in res["rest"] if c["rows"] == g["rows"] and c["c"] == 64),
                         None) or {}
-            out.append(f"| {servers[g['server']]['label']} | {g['rows']} | {fmt(g.get('rps'))} | "
-                       f"{fmt(g.get('p99_ms'), '.2f')} | {g.get('errors')} | {fmt(rest.get('rps'))} | "
-                       f"{fmt(rest.get('p99_ms'), '.2f')} |")
-        for rows, pairs in sorted((res.get("grpc_rest_pairs") or {}).items()):
+            out.append(f"| {servers[g['server']]['label']} | {g['rows']} | {g.get('shape', '64x1')} | "
+                       f"{fmt(g.get('rps'))} | {fmt(g.get('p99_ms'), '.2f')} | {g.get('errors')} | "
+                       f"{fmt(rest.get('rps'))} | {fmt(rest.get('p99_ms'), '.2f')} |")
+        for key, pairs in sorted((res.get("grpc_rest_pairs") or {}).items()):
             pairs = [p for p in pairs if p["grpc"] and p["rest"]]
             if pairs:
-                out.append(f"\nTrimaran gRPC ÷ REST at c=64, {rows} row(s), each pair run side by side: "
-                           + ", ".join(f"{p['grpc']:,.0f}/{p['rest']:,.0f} = {p['grpc'] / p['rest']:.2f}×"
-                                       for p in pairs)
+                rows, _, shape = key.partition("/")
+                out.append(f"\nTrimaran gRPC ({shape or '64x1'}) ÷ REST at c=64, {rows} row(s), each pair run side "
+                           "by side: " + ", ".join(f"{p['grpc']:,.0f}/{p['rest']:,.0f} = {p['grpc'] / p['rest']:.2f}×"
+                                                   for p in pairs)
                            + f"; median **{statistics.median(p['grpc'] / p['rest'] for p in pairs):.2f}×**")
     return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
 # main
+
+
+def _grpc_round(s: Server, rows: int, streams: int, round_: int, pairs: list, bodies: dict, grpc_reqs: dict,
+                duration: float) -> dict:
+    """One gRPC measurement of ``s`` at 64 calls in flight, ``streams`` per connection: req/s from a run without
+    h2load's per-request log, percentiles from a run with it; for Trimaran, our REST at c=64 right beside it
+    (order alternating by round), so that the gRPC/REST ratio compares runs seconds apart, not minutes."""
+    rest_first = s.name == "trimaran" and round_ % 2 == 1
+    if rest_first:
+        beside = measured(s, wrk, s.url, bodies[s.protocol, rows], 64, duration)
+    target, request = f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows])
+    g = measured(s, h2load.run, target, request, 64, duration, warmup=1.0,
+                 response_size=s.grpc_answer_sizes[rows], latencies=False, streams=streams)
+    timed = h2load.run(target, request, 64, duration, warmup=0.5, response_size=s.grpc_answer_sizes[rows],
+                       streams=streams)
+    g.update({k: timed.get(k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")})
+    errors = {k: g["errors"].get(k, 0) + timed["errors"].get(k, 0) for k in {*g["errors"], *timed["errors"]}}
+    g["error_codes"], g["errors"] = errors, sum(errors.values())
+    if s.name == "trimaran":
+        if not rest_first:
+            beside = measured(s, wrk, s.url, bodies[s.protocol, rows], 64, duration)
+        pairs.append({"grpc": g.get("rps"), "rest": beside.get("rps"), "grpc_server_cores": g.get("server_cores"),
+                      "rest_server_cores": beside.get("server_cores")})
+    return g
 
 
 def main() -> None:
@@ -843,40 +875,22 @@ def main() -> None:
         grpc_servers = [s for s in main_servers if not s.grpc_error]
         if not args.no_grpc and grpc_servers:
             for rows in row_counts:
-                runs = {}
-                pairs = res.setdefault("grpc_rest_pairs", {}).setdefault(str(rows), [])
-                for round_ in range(args.rounds):
-                    k = turn % len(grpc_servers)
-                    turn += 1
-                    for s in grpc_servers[k:] + grpc_servers[:k]:
-                        # Our REST at c=64 right beside our gRPC (order alternating by round), so that the
-                        # gRPC/REST ratio compares two runs a few seconds apart, not minutes.
-                        rest_first = s.name == "trimaran" and round_ % 2 == 1
-                        if rest_first:
-                            beside = measured(s, wrk, s.url, bodies[s.protocol, rows], 64, args.duration)
-                        target, request = f"127.0.0.1:{s.grpc_port}", str(grpc_reqs[rows])
-                        g = measured(s, h2load.run, target, request, 64, args.duration, warmup=1.0,
-                                     response_size=s.grpc_answer_sizes[rows], latencies=False)
-                        # The percentiles from a run of their own: h2load's per-request log costs CPU.
-                        timed = h2load.run(target, request, 64, args.duration, warmup=0.5,
-                                           response_size=s.grpc_answer_sizes[rows])
-                        g.update({k: timed.get(k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")})
-                        g["errors"] = {k: g["errors"].get(k, 0) + timed["errors"].get(k, 0)
-                                       for k in {*g["errors"], *timed["errors"]}}
-                        g["error_codes"], g["errors"] = g["errors"], sum(g["errors"].values())
-                        runs.setdefault(s.name, []).append(g)
-                        if s.name == "trimaran":
-                            if not rest_first:
-                                beside = measured(s, wrk, s.url, bodies[s.protocol, rows], 64, args.duration)
-                            pairs.append({"grpc": g.get("rps"), "rest": beside.get("rps"),
-                                          "grpc_server_cores": g.get("server_cores"),
-                                          "rest_server_cores": beside.get("server_cores")})
-                for name, rs in runs.items():
-                    g = median_run(rs)
-                    g.update(server=name, rows=rows)
-                    res["grpc"].append(g)
-                    print(f"gRPC rows {rows} c=64 {name}: {g['rps']:,.0f} req/s p99 {g['p99_ms']:.1f} ms"
-                          + (f" errors {g['errors']}" if g["errors"] else ""), flush=True)
+                for streams in GRPC_STREAMS:
+                    shape = f"{64 // streams}x{streams}"
+                    runs = {}
+                    pairs = res.setdefault("grpc_rest_pairs", {}).setdefault(f"{rows}/{shape}", [])
+                    for round_ in range(args.rounds):
+                        k = turn % len(grpc_servers)
+                        turn += 1
+                        for s in grpc_servers[k:] + grpc_servers[:k]:
+                            g = _grpc_round(s, rows, streams, round_, pairs, bodies, grpc_reqs, args.duration)
+                            runs.setdefault(s.name, []).append(g)
+                    for name, rs in runs.items():
+                        g = median_run(rs)
+                        g.update(server=name, rows=rows, shape=shape)
+                        res["grpc"].append(g)
+                        print(f"gRPC rows {rows} c=64 ({shape}) {name}: {g['rps']:,.0f} req/s p99 {g['p99_ms']:.1f} ms"
+                              + (f" errors {g['errors']}" if g["errors"] else ""), flush=True)
     finally:
         for s in servers:
             s.stop()

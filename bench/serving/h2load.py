@@ -4,7 +4,9 @@
 
 `--request` holds one serialized `inference.ModelInferRequest`; it is sent gRPC-framed (5-byte length prefix) as
 the body of a POST to /inference.GRPCInferenceService/ModelInfer with `content-type: application/grpc` and
-`te: trailers`, over `--concurrency` connections of one stream each (each a caller, as each wrk connection).
+`te: trailers`, `--concurrency` calls in flight: by default over as many connections of one stream each (each a
+caller, as each wrk connection), with `--streams N` over connections of N streams each (a gRPC client multiplexes
+its calls over a few connections: a grpcio channel is one connection).
 h2load judges an answer by its HTTP status alone, and a gRPC error is a 200 whose trailers say so; an error
 answer carries no message, so with `--response-size` (the size of a correct answer's message, which the
 benchmark checks before timing) the answers missing from the DATA bytes received are counted as errors.
@@ -45,7 +47,8 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def run(target: str, request_file: str, concurrency: int, duration: float, warmup: float = 1.0,
-        response_size: int | None = None, latencies: bool = True) -> dict:
+        response_size: int | None = None, latencies: bool = True, streams: int = 1) -> dict:
+    """``concurrency`` calls in flight: ``concurrency // streams`` connections of ``streams`` calls each."""
     with open(request_file, "rb") as f:
         message = f.read()
     with tempfile.TemporaryDirectory(prefix="h2load-") as tmp:
@@ -53,7 +56,7 @@ def run(target: str, request_file: str, concurrency: int, duration: float, warmu
         with open(body, "wb") as f:
             f.write(b"\x00" + len(message).to_bytes(4, "big") + message)
         log = os.path.join(tmp, "log")
-        cmd = ["h2load", "-t1", f"-c{concurrency}", "-m1", f"-D{round(duration * 1000)}ms",
+        cmd = ["h2load", "-t1", f"-c{concurrency // streams}", f"-m{streams}", f"-D{round(duration * 1000)}ms",
                f"--warm-up-time={round(warmup * 1000)}ms",
                "-d", body, "-H", "content-type: application/grpc", "-H", "te: trailers",
                *(["--log-file", log] if latencies else []), f"http://{target}{METHOD}"]
@@ -96,9 +99,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--no-latencies", action="store_true", help="throughput only: no per-request log")
+    parser.add_argument("--streams", type=int, default=1, help="calls in flight per connection")
     args = parser.parse_args()
     print(json.dumps(run(args.target, args.request, args.concurrency, args.duration, args.warmup,
-                         args.response_size, latencies=not args.no_latencies)))
+                         args.response_size, latencies=not args.no_latencies, streams=args.streams)))
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ def requests(draw: st.DrawFn) -> pb.ModelInferRequest:
         request.parameters["priority"].int64_param = draw(st.integers(0, 10))
     raw = draw(st.booleans())
     for _ in range(draw(st.integers(0, 3))):
-        tensor = request.inputs.add(name=draw(names), datatype=draw(st.sampled_from(["FP32", "FP64", "INT64", "BYTES"])),
-                                    shape=draw(dims))
+        datatype = draw(st.sampled_from(["FP32", "FP64", "INT64", "BYTES"]))
+        tensor = request.inputs.add(name=draw(names), datatype=datatype, shape=draw(dims))
         if raw:
             request.raw_input_contents.append(draw(st.binary(max_size=64)))
             continue
@@ -63,10 +63,7 @@ def _as_read(request: pb.ModelInferRequest) -> tuple:
 
 def _read(data: bytes) -> tuple | None:
     read = infer_wire.read_request(data)
-    if read is None:
-        return None
-    tensors = [(t.name, t.datatype, t.shape, None if t.values is None else t.values.tolist()) for t in read.inputs]
-    return (read.model_name, read.model_version, read.id, tensors, read.outputs, read.raw)
+    return None if read is None else _read_of(read)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -175,3 +172,33 @@ def test_a_tensor_sent_in_two_parts_is_merged_as_protobuf_merges_it() -> None:
     assert list(parsed.inputs[0].contents.fp32_contents) == [1.0, 2.0, 3.0, 4.0]
     read = _read(data)
     assert read is None or read == _as_read(parsed)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(requests(), st.integers(0, 2**32)), min_size=1, max_size=6), st.data())
+def test_a_reader_that_remembers_layouts_reads_each_message_as_read_request_does(
+        sequence: list, data: st.DataObject) -> None:
+    """Each request is sent twice more with other values (as a client does), and the reader reads every one
+    of them as a fresh parse would."""
+    reader = infer_wire.RequestReader(size=3)
+    for request, seed in sequence:
+        rng = np.random.default_rng(seed)
+        for _ in range(3):
+            for index, tensor in enumerate(request.inputs):
+                for field in ("fp32_contents", "fp64_contents"):
+                    values = getattr(tensor.contents, field)
+                    if len(values):
+                        values[:] = rng.standard_normal(len(values)).tolist()
+                if index < len(request.raw_input_contents):
+                    old = request.raw_input_contents[index]
+                    request.raw_input_contents[index] = rng.bytes(len(old))
+            wire = request.SerializeToString()
+            if data.draw(st.booleans()):
+                wire = bytes(data.draw(st.lists(st.integers(0, 255), max_size=8))) + wire  # another layout
+            fresh, remembered = _read(wire), reader.read(wire)
+            assert (None if remembered is None else _read_of(remembered)) == fresh
+
+
+def _read_of(read: infer_wire.InferRequest) -> tuple:
+    tensors = [(t.name, t.datatype, t.shape, None if t.values is None else t.values.tolist()) for t in read.inputs]
+    return (read.model_name, read.model_version, read.id, tensors, read.outputs, read.raw)

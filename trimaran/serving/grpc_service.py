@@ -125,6 +125,7 @@ class InferenceServicer:
     def __init__(self, plane: DataPlane, metrics: ServerMetrics) -> None:
         self.plane = plane
         self.metrics = metrics
+        self.reader = infer_wire.RequestReader()
 
     def methods(self) -> dict[str, Method]:
         """The served methods by gRPC path."""
@@ -170,7 +171,7 @@ class InferenceServicer:
         """Answered at once when the model predicts inline; otherwise a coroutine that waits for its batch (or
         a custom model) and owns the model handle from then on. The request is read by :mod:`.infer_wire`
         when it can be, else by protobuf."""
-        request: Any = infer_wire.read_request(data)
+        request: Any = self.reader.read(data)
         if request is None:
             request = _parse(pb.ModelInferRequest, data)
             wanted = [o.name for o in request.outputs] or None

@@ -29,6 +29,7 @@ import re
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Mapping
+from typing import NamedTuple
 from urllib.parse import quote
 
 from hpack import Decoder, Encoder, HPACKError, NeverIndexedHeaderTuple
@@ -83,6 +84,8 @@ def _header_block(*headers: tuple[bytes, bytes]) -> bytes:
 
 _RESPONSE = _header_block((b":status", b"200"), (b"content-type", b"application/grpc"))
 _OK_TRAILERS = _header_block((b"grpc-status", b"0"))
+# The first word of those two blocks' HEADERS frames (length << 8 | type).
+_RESPONSE_HEAD, _TRAILERS_HEAD = len(_RESPONSE) << 8 | HEADERS, len(_OK_TRAILERS) << 8 | HEADERS
 _OUR_SETTINGS = _frame(SETTINGS, 0, 0, b"".join(_SETTING.pack(key, value) for key, value in (
     (0x3, MAX_STREAMS), (INITIAL_WINDOW_SIZE, STREAM_WINDOW), (0x6, MAX_HEADER_LIST))))
 _SETTINGS_ACK = _frame(SETTINGS, ACK, 0)
@@ -106,6 +109,24 @@ class _ProtocolViolation(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _Summary(NamedTuple):
+    """What a request's headers say that the server acts on."""
+
+    path: bytes
+    method: bytes | None
+    content_type: bytes | None
+    timeout: bytes | None
+    encoding: bytes | None
+
+
+def _summary(headers: list[tuple[bytes, bytes]]) -> _Summary:
+    found: dict[bytes, bytes] = {}
+    for name, value in headers:
+        found[name] = value  # a repeated name: its last value, as before
+    return _Summary(found.get(b":path", b""), found.get(b":method"), found.get(b"content-type"),
+                    found.get(b"grpc-timeout"), found.get(b"grpc-encoding"))
 
 
 class _Stream:
@@ -135,7 +156,7 @@ class _Connection(asyncio.Protocol):
         self.decoder = Decoder()
         self.decoder.max_header_list_size = MAX_HEADER_LIST
         # Header blocks already decoded, while the dynamic table they were decoded against is unchanged.
-        self.decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self.decoded: dict[bytes, _Summary] = {}
         self.table_state = self._table_state()
         self.headers_for: int | None = None  # the stream whose header block continues (CONTINUATION)
         self.header_flags = 0
@@ -305,10 +326,10 @@ class _Connection(asyncio.Protocol):
         # A client sends the same block call after call (HPACK indexes what repeats): decoding it again, in
         # Python, would be a third of the connection's work. A block that refers to an unchanged table and
         # did not change it decodes the same, so it is kept; any change of the table forgets them all.
-        headers = self.decoded.get(block)
-        if headers is None:
+        summary = self.decoded.get(block)
+        if summary is None:
             try:
-                headers = self.decoder.decode(block, raw=True)
+                summary = _summary(self.decoder.decode(block, raw=True))
             except HPACKError as exc:
                 raise _ProtocolViolation(COMPRESSION_ERROR, f"bad header block: {exc}") from None
             state = self._table_state()
@@ -316,7 +337,7 @@ class _Connection(asyncio.Protocol):
                 self.decoded.clear()
                 self.table_state = state
             elif len(self.decoded) < 64:
-                self.decoded[block] = headers
+                self.decoded[block] = summary
         stream = self.streams.get(sid)
         if stream is not None:  # trailers (a unary client sends none, but may): they only end the request
             if not flags & END_STREAM:
@@ -329,22 +350,11 @@ class _Connection(asyncio.Protocol):
         if self.draining or len(self.streams) >= MAX_STREAMS:
             self.out.append(_frame(RST_STREAM, 0, sid, REFUSED_STREAM.to_bytes(4, "big")))
             return
-        self._request(sid, flags, headers)
+        self._request(sid, flags, summary)
 
-    def _request(self, sid: int, flags: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def _request(self, sid: int, flags: int, summary: _Summary) -> None:
         stream = _Stream(self.peer_window)
-        method = content_type = timeout = encoding = None
-        for name, value in headers:
-            if name == b":path":
-                stream.path = value
-            elif name == b":method":
-                method = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"grpc-timeout":
-                timeout = value
-            elif name == b"grpc-encoding":
-                encoding = value
+        stream.path, method, content_type, timeout, encoding = summary
         ended = bool(flags & END_STREAM)
         if method != b"POST" or content_type is None or not content_type.startswith(b"application/grpc"):
             # Not a gRPC call: the HTTP answer gRPC's spec asks for (clients map it to a status themselves).
@@ -524,17 +534,19 @@ class _Connection(asyncio.Protocol):
         if stream.timer is not None:
             stream.timer.cancel()
             stream.timer = None
-        self.out.append(self._header_frame(sid, _RESPONSE, False))
         size = len(message) + 5
-        if size <= stream.window and size <= self.send_window and size <= self.peer_frame_size:
-            # The usual case: one DATA frame and the trailers, no copy of the message beyond the join.
+        if (size <= stream.window and size <= self.send_window and size <= self.peer_frame_size
+                and not self.table_size_update):
+            # The usual case: headers, one DATA frame and the trailers, no copy of the message beyond the join.
             stream.window -= size
             self.send_window -= size
-            self.out.append(_FRAME_HEADER.pack(size << 8 | DATA, 0, sid) + b"\x00" + (size - 5).to_bytes(4, "big"))
-            self.out.append(message)
-            self.out.append(self._header_frame(sid, _OK_TRAILERS, True))
+            pack = _FRAME_HEADER.pack
+            self.out += (pack(_RESPONSE_HEAD, END_HEADERS, sid), _RESPONSE,
+                         pack(size << 8 | DATA, 0, sid), b"\x00", (size - 5).to_bytes(4, "big"), message,
+                         pack(_TRAILERS_HEAD, END_HEADERS | END_STREAM, sid), _OK_TRAILERS)
             self._stream_done(sid)
             return
+        self.out.append(self._header_frame(sid, _RESPONSE, False))
         stream.pending = memoryview(b"\x00" + len(message).to_bytes(4, "big") + message)
         self._send(sid, stream)
 

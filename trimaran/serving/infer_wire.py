@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["InferRequest", "InputTensor", "packed_floats", "read_request", "write_response"]
+__all__ = ["InferRequest", "InputTensor", "RequestReader", "packed_floats", "read_request", "write_response"]
 
 # Wire types (the low three bits of a field's key).
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
@@ -108,7 +108,17 @@ def _shape(data: bytes, start: int, end: int) -> list[int]:
     return shape
 
 
-def _input(data: bytes, pos: int, end: int) -> InputTensor:
+class _Span(NamedTuple):
+    """Where a tensor's values lie in the message: the bytes of one input's packed floats, or of one
+    raw_input_contents entry."""
+
+    start: int
+    end: int
+    index: int  # the input's (or the raw entry's) position
+    dtype: np.dtype | None  # packed floats' dtype; None for raw bytes
+
+
+def _input(data: bytes, pos: int, end: int, index: int, spans: list[_Span]) -> InputTensor:
     name = datatype = ""
     shape: list[int] = []
     values = None
@@ -124,9 +134,11 @@ def _input(data: bytes, pos: int, end: int) -> InputTensor:
             elif key == 0x1A:
                 shape += _shape(data, start, pos)
             elif values is None:
-                values = packed_floats(data[start:pos])
-                if values is None:
+                span = _packed_span(data, start, pos, index)
+                if span is None:
                     raise _Unsupported
+                spans.append(span)
+                values = np.frombuffer(bytearray(data[span.start:span.end]), span.dtype)
             else:
                 raise _Unsupported  # a second contents field: protobuf merges the two
         elif key == 0x18:  # one unpacked shape dimension (proto3 parsers accept both forms)
@@ -139,21 +151,28 @@ def _input(data: bytes, pos: int, end: int) -> InputTensor:
     return InputTensor(name, datatype, shape, values)
 
 
-def packed_floats(contents: bytes) -> np.ndarray | None:
-    """The values of a serialized InferTensorContents that is one packed fp32 or fp64 field alone, as a writable
-    array (models may change their inputs); None for any other contents."""
-    if not contents:
+def _packed_span(data: bytes, start: int, end: int, index: int) -> _Span | None:
+    """The values of the InferTensorContents in ``data[start:end]`` when it is one packed fp32 or fp64 field
+    alone."""
+    if start == end:
         return None
-    dtype = _PACKED_FLOATS.get(contents[0])
+    dtype = _PACKED_FLOATS.get(data[start])
     if dtype is None:
         return None
     try:
-        first, last = _length_delimited(contents, 1)
+        first, last = _length_delimited(data, start + 1)
     except _Unsupported:
         return None
-    if last != len(contents) or (last - first) % dtype.itemsize:
+    if last != end or (last - first) % dtype.itemsize:
         return None
-    return np.frombuffer(bytearray(contents[first:last]), dtype)
+    return _Span(first, last, index, dtype)
+
+
+def packed_floats(contents: bytes) -> np.ndarray | None:
+    """The values of a serialized InferTensorContents that is one packed fp32 or fp64 field alone, as a writable
+    array (models may change their inputs); None for any other contents."""
+    span = _packed_span(contents, 0, len(contents), 0)
+    return None if span is None else np.frombuffer(bytearray(contents[span.start:span.end]), span.dtype)
 
 
 def _requested(data: bytes, pos: int, end: int) -> str:
@@ -167,13 +186,12 @@ def _requested(data: bytes, pos: int, end: int) -> str:
     return _text(data, start, stop)
 
 
-def read_request(data: bytes) -> InferRequest | None:
-    """The request in ``data``, or None when it uses something beyond this module's subset (see the module's
-    docstring) or is malformed: then protobuf parses it, and refuses it with its own message."""
+def _read(data: bytes) -> tuple[InferRequest, list[_Span]] | None:
     model_name = model_version = request_id = ""
     inputs: list[InputTensor] = []
     outputs: list[str] = []
     raw: list[bytes] = []
+    spans: list[_Span] = []
     pos, size = 0, len(data)
     try:
         while pos < size:
@@ -183,8 +201,9 @@ def read_request(data: bytes) -> InferRequest | None:
                 return None
             start, pos = _length_delimited(data, pos)
             if key == 0x2A:
-                inputs.append(_input(data, start, pos))
+                inputs.append(_input(data, start, pos, len(inputs), spans))
             elif key == 0x3A:
+                spans.append(_Span(start, pos, len(raw), None))
                 raw.append(data[start:pos])
             elif key == 0x0A:
                 model_name = _text(data, start, pos)
@@ -196,26 +215,83 @@ def read_request(data: bytes) -> InferRequest | None:
                 outputs.append(_requested(data, start, pos))
     except _Unsupported:
         return None
+    return InferRequest(model_name, model_version, request_id, inputs, outputs, raw), spans
+
+
+def read_request(data: bytes) -> InferRequest | None:
+    """The request in ``data``, or None when it uses something beyond this module's subset (see the module's
+    docstring) or is malformed: then protobuf parses it, and refuses it with its own message."""
+    read = _read(data)
+    return None if read is None else read[0]
+
+
+class _Layout(NamedTuple):
+    length: int
+    prefix: bytes
+    suffix: bytes
+    span: _Span
+    request: InferRequest
+
+
+class RequestReader:
+    """:func:`read_request` that remembers the layouts of the last few requests it read.
+
+    A client sends the same request call after call, with other values: every byte of the message but those of
+    the tensor's values is the same. So a message as long as a remembered one, equal to it before and after its
+    values, is that request with these values, and is not parsed again. Only layouts with one span of values
+    (one input) are remembered; a request with a fresh ``id`` each call never repeats, and is parsed each time.
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._layouts: list[_Layout] = []
+
+    def read(self, data: bytes) -> InferRequest | None:
+        length = len(data)
+        for layout in self._layouts:
+            if length == layout.length and data.startswith(layout.prefix) and data.endswith(layout.suffix):
+                return _filled(layout, data)
+        read = _read(data)
+        if read is None:
+            return None
+        request, spans = read
+        if len(spans) == 1:
+            span = spans[0]
+            if len(self._layouts) >= self.size:
+                del self._layouts[0]
+            self._layouts.append(_Layout(length, data[:span.start], data[span.end:], span, request))
+        return request
+
+
+def _filled(layout: _Layout, data: bytes) -> InferRequest:
+    # Built field by field: NamedTuple._replace costs more than the rest of a remembered read.
+    span, (model_name, model_version, request_id, inputs, outputs, raw) = layout.span, layout.request
+    payload = data[span.start:span.end]
+    if span.dtype is None:
+        raw = list(raw)
+        raw[span.index] = payload
+    else:
+        inputs = list(inputs)
+        name, datatype, shape, _ = inputs[span.index]
+        inputs[span.index] = InputTensor(name, datatype, shape, np.frombuffer(bytearray(payload), span.dtype))
     return InferRequest(model_name, model_version, request_id, inputs, outputs, raw)
 
 
-def _key(field: int) -> bytes:
-    return bytes([(field << 3) | _LEN])
+# Keys of length-delimited fields 0-7, and the one-byte lengths: built once, as the response is written per call.
+_KEYS = [bytes([(number << 3) | _LEN]) for number in range(8)]
+_SHORT_LENGTHS = [bytes([size]) for size in range(0x80)]
 
 
-def _length(size: int) -> bytes:
+def _field(number: int, payload: bytes) -> bytes:
+    size = len(payload)
     if size < 0x80:
-        return bytes([size])
-    out = bytearray()
+        return _KEYS[number] + _SHORT_LENGTHS[size] + payload
+    length = bytearray()
     while size >= 0x80:
-        out.append((size & 0x7F) | 0x80)
+        length.append((size & 0x7F) | 0x80)
         size >>= 7
-    out.append(size)
-    return bytes(out)
-
-
-def _field(field: int, payload: bytes) -> bytes:
-    return _key(field) + _length(len(payload)) + payload
+    length.append(size)
+    return _KEYS[number] + length + payload
 
 
 def _varints(values: list[int]) -> bytes:
@@ -245,15 +321,16 @@ def _typed_contents(datatype: str, array: np.ndarray) -> bytes | None:
 
 
 @lru_cache(maxsize=256)
-def _constant(*fields: tuple[int, str]) -> bytes:
-    """String fields that repeat call after call (model name and version, a tensor's name and datatype),
-    encoded once."""
-    return b"".join(_field(number, text.encode()) for number, text in fields if text)
+def _model_fields(model_name: str, model_version: str) -> bytes:
+    """The fields that repeat call after call, encoded once."""
+    return (_field(1, model_name.encode()) if model_name else b"") + (
+        _field(2, model_version.encode()) if model_version else b"")
 
 
 @lru_cache(maxsize=256)
-def _shape_field(shape: tuple[int, ...]) -> bytes:
-    return _field(3, _varints(list(shape))) if shape else b""
+def _tensor_fields(name: str, datatype: str, shape: tuple[int, ...]) -> bytes:
+    return (_field(1, name.encode()) if name else b"") + (_field(2, datatype.encode()) if datatype else b"") + (
+        _field(3, _varints(list(shape))) if shape else b"")
 
 
 def write_response(model_name: str, model_version: str, request_id: str,
@@ -261,12 +338,12 @@ def write_response(model_name: str, model_version: str, request_id: str,
     """A serialized ModelInferResponse of ``(name, datatype, array, raw)`` outputs: each tensor's bytes in
     raw_output_contents when ``raw`` is given (the caller encodes them), else its typed contents. None when a
     tensor's typed contents need protobuf to write them."""
-    parts = [_constant((1, model_name), (2, model_version))]
+    parts = [_model_fields(model_name, model_version)]
     if request_id:
         parts.append(_field(3, request_id.encode()))
     raws = []
     for name, datatype, array, raw in outputs:
-        tensor = _constant((1, name), (2, datatype)) + _shape_field(array.shape)
+        tensor = _tensor_fields(name, datatype, array.shape)
         if raw is not None:
             raws.append(_field(6, raw))
         else:

@@ -39,6 +39,9 @@ def numpy_to_datatype(dtype: np.dtype | type) -> str:
 
     Raises ValueError for dtypes with no V2 equivalent (complex, datetime, void).
     """
+    found = _DATATYPE_OF.get(dtype)  # a native dtype, the usual case: one lookup
+    if found is not None:
+        return found
     dtype = np.dtype(dtype)
     if dtype.kind in "OSU":
         return "BYTES"
