@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -222,5 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--config (or INFERENCE_GRAPH_CONFIG) is required")
     import uvloop
 
-    uvloop.run(_serve(GraphRouter(json.loads(args.config)), args.host, args.port))
+    router = GraphRouter(json.loads(args.config))
+    gc.freeze()  # what start-up created lives as long as the process: keep full collections short
+    uvloop.run(_serve(router, args.host, args.port))
     return 0
