@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from trimaran._varint import read_varint
+
 __all__ = ["InferRequest", "InputTensor", "RequestReader", "packed_floats", "read_request", "write_response"]
 
 # Wire types (the low three bits of a field's key).
@@ -58,16 +60,10 @@ class _Unsupported(Exception):
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise _Unsupported
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
+    try:
+        return read_varint(data, pos)
+    except (IndexError, ValueError):
+        raise _Unsupported from None
 
 
 def _length_delimited(data: bytes, pos: int) -> tuple[int, int]:

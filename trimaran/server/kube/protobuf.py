@@ -21,6 +21,8 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, unknown_fields
 from google.protobuf.message import DecodeError
 
+from trimaran._varint import read_varint
+
 __all__ = ["MEDIA_TYPE", "ProtobufError", "decode"]
 
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
@@ -194,26 +196,15 @@ def _to_json(message: Any) -> dict[str, Any]:
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-
-
 def _all_zero(data: bytes) -> bool:
     """Whether ``data`` is a message whose every value is zero or empty, as Go writes an empty struct."""
     at = 0
     try:
         while at < len(data):
-            key, at = _varint(data, at)
+            key, at = read_varint(data, at)
             wire = key & 7
             if wire == _VARINT:
-                value, at = _varint(data, at)
+                value, at = read_varint(data, at)
                 if value:
                     return False
             elif wire in (_FIXED64, _FIXED32):
@@ -222,14 +213,14 @@ def _all_zero(data: bytes) -> bool:
                     return False
                 at += width
             elif wire == _LENGTH:
-                size, at = _varint(data, at)
+                size, at = read_varint(data, at)
                 chunk = data[at:at + size]
                 if len(chunk) < size or (chunk and not _all_zero(chunk)):
                     return False
                 at += size
             else:
                 return False
-    except IndexError:  # not a message: a string or bytes with content
+    except (IndexError, ValueError):  # not a message: a string or bytes with content
         return False
     return True
 
