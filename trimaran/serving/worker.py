@@ -10,6 +10,7 @@ once at start for a supervisor that died before that took effect).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -79,6 +80,7 @@ async def serve_worker(config: ServerConfig, index: int) -> None:
 
         grpc_server = await start_grpc_server(plane, metrics, config.host, config.grpc_port)
     loader = loop.create_task(plane.run())
+    _tune_collector()
     log.info("worker %d serving (model %s from %s)", index, config.model_name, config.model_dir)
     await stop.wait()
     log.info("worker %d draining (up to %g s)", index, config.drain_timeout)
@@ -91,6 +93,27 @@ async def serve_worker(config: ServerConfig, index: int) -> None:
     loader.cancel()
     plane.stop()
     log.info("worker %d stopped", index)
+
+
+# Young-generation collections every this many allocations instead of 700: a request allocates hundreds of
+# objects that refcounting frees, and collecting every few requests took ~2 % of the CPU at 4,000 small requests/s.
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def _tune_collector() -> None:
+    """Keep the cyclic garbage collector off the request path. What start-up created (the servers, the modules
+    imported since the model loaded) is frozen now; what the first requests create once (the framework's lazily
+    imported modules and caches) is frozen at the first full collection after that. Left in the collector's
+    sight, a full collection walks them all (60-80 ms each, measured during a worker's start-up)."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+    def freeze_after_first_full(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            gc.callbacks.remove(freeze_after_first_full)
+            gc.freeze()
+
+    gc.callbacks.append(freeze_after_first_full)
 
 
 def _is_inference(path: str) -> bool:
