@@ -108,9 +108,13 @@ def _tune_collector() -> None:
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
+    frozen = False
+
     def freeze_after_first_full(phase: str, info: dict) -> None:
-        if phase == "stop" and info["generation"] == 2:
-            gc.callbacks.remove(freeze_after_first_full)
+        # Left registered (the collector walks its callback list while calling them), it does nothing after.
+        nonlocal frozen
+        if not frozen and phase == "stop" and info["generation"] == 2:
+            frozen = True
             gc.freeze()
 
     gc.callbacks.append(freeze_after_first_full)
