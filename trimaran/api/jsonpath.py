@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["JSONPathError", "compile_path", "first", "render_template", "values"]
+__all__ = ["JSONPathError", "as_text", "compile_path", "first", "render_template", "values"]
 
 
 class JSONPathError(ValueError):
@@ -128,8 +128,13 @@ def values(obj: Any, path: str) -> list[Any]:
     return list(_walk(obj, compile_path(path)))
 
 
-def _text(value: Any) -> str:
-    # kubectl prints strings bare and everything else (numbers, maps, lists) as JSON.
+def _relative(path: str) -> str:
+    """A template's path, ``@`` (the current object) read as the root it is evaluated against."""
+    return path.lstrip("@") or "$"
+
+
+def as_text(value: Any) -> str:
+    """A value as kubectl prints (and ``wait --for=jsonpath`` compares) it: strings bare, the rest as JSON."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
@@ -149,15 +154,16 @@ def _parse_template(template: str) -> list:
             stack[-1].append(inner[1:-1].encode().decode("unicode_escape"))
         elif inner.startswith("range "):
             body: list = []
-            stack[-1].append(("range", inner[len("range "):].strip(), body))
+            stack[-1].append(("range", _relative(inner[len("range "):].strip()), body))
             stack.append(body)
         elif inner == "end":
             if len(stack) == 1:
                 raise JSONPathError(f"{{end}} without {{range}} in {template!r}")
             stack.pop()
         else:
-            compile_path(inner.lstrip("@") or "$")
-            stack[-1].append(("path", inner))
+            path = _relative(inner)
+            compile_path(path)
+            stack[-1].append(("path", path))
     if len(stack) > 1:
         raise JSONPathError(f"{{range}} without {{end}} in {template!r}")
     stack[-1].append(template[pos:])
@@ -169,9 +175,9 @@ def _render(obj: Any, parts: list, out: list[str]) -> None:
         if isinstance(part, str):
             out.append(part)
         elif part[0] == "path":
-            out.append(" ".join(_text(v) for v in values(obj, part[1].lstrip("@") or "$")))
+            out.append(" ".join(as_text(v) for v in values(obj, part[1])))
         else:
-            for item in values(obj, part[1].lstrip("@") or "$"):
+            for item in values(obj, part[1]):
                 _render(item, part[2], out)
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from trimaran.api.durations import parse_duration
-from trimaran.api.jsonpath import compile_path, values
+from trimaran.api.jsonpath import as_text, compile_path, values
 from trimaran.cli.client import APIError, Client, KindRef
 from trimaran.cli.render import experiment_progress, job_status, pod_status, training_state
 
@@ -76,7 +76,7 @@ class _Wanted:
         found = values(obj, self.path or "")
         if self.value is None:
             return bool(found)
-        return any((v if isinstance(v, str) else json.dumps(v)) == self.value for v in found)
+        return any(as_text(v) == self.value for v in found)
 
 
 class _Progress:
