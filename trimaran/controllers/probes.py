@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from trimaran._aio import within
 from trimaran.controllers.base import Key, key_of
 from trimaran.runtime import LocalRuntime, PodNotFound
 from trimaran.runtime import shim as _shim
@@ -158,7 +159,7 @@ class Prober:
         successes = failures = 0
         while True:
             try:
-                await asyncio.wait_for(self._probe(pod, container, probe), timeout)
+                await within(self._probe(pod, container, probe), timeout)
                 successes, failures = successes + 1, 0
             except (_ProbeFailed, OSError, asyncio.TimeoutError) as exc:
                 failures, successes = failures + 1, 0

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 import trimaran
+from trimaran._aio import within
 from trimaran.serving.batching import Dispatcher
 from trimaran.serving.config import ServerConfig
 from trimaran.serving.errors import InvalidInput, NotFound, RequestTimeout, ServingError
@@ -146,7 +147,7 @@ class DataPlane:
 
     async def infer_payload(self, handle: ModelVersion, payload: Any, headers: dict[str, str]) -> Any:
         """A payload-level (custom) model's answer, within the request timeout."""
-        return await asyncio.wait_for(handle.model.infer_payload(payload, headers), self.config.request_timeout)
+        return await within(handle.model.infer_payload(payload, headers), self.config.request_timeout)
 
 
 def _refused_input(exc: BaseException, model: str, inputs: dict[str, np.ndarray]) -> BaseException:

@@ -34,6 +34,8 @@ from urllib.parse import quote
 
 from hpack import Decoder, Encoder, HPACKError, NeverIndexedHeaderTuple
 
+from trimaran._aio import within
+
 __all__ = ["GrpcError", "GrpcServer", "Method", "STATUS_CODES"]
 
 log = logging.getLogger("trimaran.serving")
@@ -634,7 +636,7 @@ class GrpcServer:
             connection.drain()
         if self.connections:
             try:
-                await asyncio.wait_for(self._all_closed.wait(), timeout)
+                await within(self._all_closed.wait(), timeout)
             except asyncio.TimeoutError:
                 for connection in list(self.connections):
                     connection.transport.abort()

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from trimaran._aio import within
 from trimaran.server.kube.errors import StatusError
 from trimaran.store import Store
 from trimaran.store.base import WatchEvent
@@ -143,7 +144,7 @@ class Watcher:
                 event = self._pending.popleft()
             else:
                 try:
-                    event = await asyncio.wait_for(self._sub.queue.get(), timeout)
+                    event = await within(self._sub.queue.get(), timeout)
                 except asyncio.TimeoutError:
                     return None
                 if event is None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
+from trimaran._aio import within
 from trimaran.serving.router._http import UpstreamError
 
 __all__ = ["GRPC_SERVICE", "GrpcReply", "InferenceForwarder", "call_upstream", "forwarded_metadata", "open_channel",
@@ -122,7 +123,7 @@ async def _broken(channel: grpc.aio.Channel) -> bool:
     if channel.get_state() != grpc.ChannelConnectivity.READY:
         return True
     try:
-        await asyncio.wait_for(channel.wait_for_state_change(grpc.ChannelConnectivity.READY), BROKEN_WAIT_SECONDS)
+        await within(channel.wait_for_state_change(grpc.ChannelConnectivity.READY), BROKEN_WAIT_SECONDS)
     except asyncio.TimeoutError:
         return False
     return True

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import httptools
 
+from trimaran._aio import within
+
 __all__ = ["HOP_BY_HOP", "Request", "RequestReader", "Response", "UpstreamError", "UpstreamPool", "render_response"]
 
 # Headers that describe one connection, not the message (RFC 9110 §7.6.1); never forwarded.
@@ -20,8 +22,6 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te"
 _REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 413: b"Payload Too Large",
             500: b"Internal Server Error", 502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 MAX_BODY = 256 * 1024 * 1024
-# asyncio.timeout (3.11+) cancels in place; wait_for would wrap every upstream read in a new task.
-_timeout = getattr(asyncio, "timeout", None)
 
 
 @dataclass
@@ -171,11 +171,7 @@ class UpstreamPool:
                 if on_sent is not None:
                     on_sent()
                 parsed = _ResponseParser()
-                if _timeout is not None:
-                    async with _timeout(timeout):
-                        await _read_response(reader, parsed)
-                else:
-                    await asyncio.wait_for(_read_response(reader, parsed), timeout)
+                await within(_read_response(reader, parsed), timeout)
             except asyncio.TimeoutError:
                 # Before OSError, of which it is a subclass: a slow replica is not a dead one, and the
                 # request must not be sent again elsewhere.

@@ -51,6 +51,7 @@ import grpc
 import grpc.aio
 import httptools
 
+from trimaran._aio import within
 from trimaran.serving.router import _grpc
 from trimaran.serving.router._http import Request, RequestReader, Response, UpstreamError, UpstreamPool, render_response
 
@@ -598,7 +599,7 @@ class Router:
             if remaining <= 0:
                 return None
             try:
-                await asyncio.wait_for(event.wait(), remaining)
+                await within(event.wait(), remaining)
             except asyncio.TimeoutError:
                 return None
 
@@ -662,14 +663,14 @@ def _error(message: str) -> bytes:
 async def _probe(address: str, path: str | None) -> bool:
     host, _, port = address.rpartition(":")
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 1.0)
+        reader, writer = await within(asyncio.open_connection(host, int(port)), 1.0)
     except (OSError, asyncio.TimeoutError):
         return False
     try:
         if path is None:
             return True
         writer.write(b"GET %s HTTP/1.1\r\nhost: %s\r\nconnection: close\r\n\r\n" % (path.encode(), host.encode()))
-        line = await asyncio.wait_for(reader.readline(), 1.0)
+        line = await within(reader.readline(), 1.0)
         parts = line.split()
         return len(parts) >= 2 and parts[1] == b"200"
     except (OSError, asyncio.TimeoutError):
