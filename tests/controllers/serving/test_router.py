@@ -219,6 +219,26 @@ def test_held_request_times_out_with_503(harness: RouterHarness) -> None:
     assert code == 503 and "no ready replica" in message
 
 
+def test_a_request_before_any_traffic_is_held_until_the_routes_name_a_revision(harness: RouterHarness) -> None:
+    # A new InferenceService: its service is routed before its first revision is ready and given traffic.
+    replica = Replica("first")
+    harness.configure([], {"rev-1": [replica.address]})
+    poll(lambda: harness.ready_endpoints("rev-1"), what="the replica probed ready")
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(Client(harness.port).predict)
+        poll(lambda: harness.stats().get("awaitingTraffic") == {"default/iris": 1}, what="the request held")
+        harness.configure([("rev-1", 100)], {"rev-1": [replica.address]})
+        assert pending.result(timeout=30) == (200, "first")
+    assert harness.stats()["awaitingTraffic"] == {}
+
+
+def test_a_request_held_for_traffic_that_never_comes_gets_503(harness: RouterHarness) -> None:
+    harness.configure([], {"rev-1": []}, activation_timeout=0.5)
+    poll(lambda: "rev-1" in harness.stats()["revisions"], what="config loaded")
+    code, message = Client(harness.port).predict()
+    assert code == 503 and message == "default/iris has no ready revision yet"
+
+
 def test_a_dead_replica_causes_no_failed_request(harness: RouterHarness) -> None:
     a, b = Replica("a"), Replica("b")
     harness.configure([("rev-1", 100)], {"rev-1": [a.address, b.address]})
@@ -234,9 +254,10 @@ def test_a_dead_replica_causes_no_failed_request(harness: RouterHarness) -> None
     with ThreadPoolExecutor(4) as pool:
         for _ in range(4):
             pool.submit(load)
-        time.sleep(0.3)
+        poll(lambda: len(results) >= 50, what="load on both replicas")
         a.stop()
-        time.sleep(0.7)
+        after = len(results)
+        poll(lambda: len(results) >= after + 200, what="load after one replica stopped")
         stop.set()
     assert results and all(code == 200 for code, _ in results), Counter(results)
     assert Counter(name for _, name in results)["b"] > 0

@@ -157,6 +157,7 @@ class Service:
     shadow: bool = False
     graph: GraphRouter | None = None  # POSTs run this graph in the router (an InferenceGraph's service)
     graph_spec: dict | None = None
+    awaiting_traffic: int = 0  # requests held until the traffic names a routed revision
 
 
 class Unroutable(Exception):
@@ -195,6 +196,7 @@ class Router:
         self.by_path: dict[bytes, list[Service]] = {}
         self.by_address: dict[str, Service] = {}  # "127.0.0.1:PORT" -> the service on that port
         self._shadows: set[asyncio.Task] = set()
+        self._reloaded = asyncio.Event()  # set (and replaced) by every reload: what held requests wait for
         self._stamp: tuple[float, int] | None = None
         self._servers: dict[str, asyncio.base_events.Server] = {}
         self._ports: dict[str, int] = {}
@@ -351,6 +353,8 @@ class Router:
         for rev in self.revisions.values():
             rev.notify()
         self.loaded_version = self.routes_version
+        reloaded, self._reloaded = self._reloaded, asyncio.Event()
+        reloaded.set()
         # Only now: a reload that failed half-way is tried again. So is one that could not listen
         # everywhere: the port may be free on the next tick, and the file may not change before then.
         self._stamp = None if self.listen_errors or self.bind_errors or self.grpc_bind_errors else stamp
@@ -445,7 +449,9 @@ class Router:
             return Response(answer.status, _JSON, answer.body)
         rev = self._choose(service)
         if rev is None:
-            return Response(503, _JSON, _error(f"{service.key} has no ready revision yet"))
+            rev = await self._await_traffic(service)
+            if rev is None:
+                return Response(503, _JSON, _error(f"{service.key} has no ready revision yet"))
         return await self._proxy(service, rev, request)
 
     def _local_step(self, step: Step, body: bytes) -> Awaitable[Answer] | None:
@@ -484,6 +490,30 @@ class Router:
                 return svc
         return live[-1]
 
+    async def _await_traffic(self, service: Service) -> Revision | None:
+        """Hold a request to a service whose traffic names no routed revision yet (just created: the
+        controller writes its traffic once a revision is ready, and this router reads it on its next
+        reload) until it does, as Knative's activator holds one; None after the activation timeout or
+        once the service is gone."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + service.activation_timeout
+        service.awaiting_traffic += 1
+        try:
+            while self.services.get(service.key) is service:
+                rev = self._choose(service)
+                if rev is not None:
+                    return rev
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return None
+                try:
+                    await within(self._reloaded.wait(), remaining)
+                except asyncio.TimeoutError:
+                    return None
+            return None
+        finally:
+            service.awaiting_traffic -= 1
+
     def _choose(self, service: Service) -> Revision | None:
         targets = [(self.revisions[name], pct) for name, pct in service.traffic if name in self.revisions and pct > 0]
         if not targets:
@@ -511,6 +541,8 @@ class Router:
     async def _route_grpc(self, key: str, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         service = self.services.get(key)
         rev = self._choose(service) if service is not None else None
+        if service is not None and rev is None:
+            rev = await self._await_traffic(service)
         if service is None or rev is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"{key} has no ready revision yet")
         remaining = context.time_remaining()
@@ -640,6 +672,8 @@ class Router:
             "bindErrors": dict(self.bind_errors),
             "grpcBindErrors": dict(self.grpc_bind_errors),
             "listenErrors": dict(self.listen_errors),
+            "awaitingTraffic": {key: svc.awaiting_traffic for key, svc in self.services.items()
+                                if svc.awaiting_traffic},
             "revisions": {
                 name: {
                     "inflight": rev.stats.inflight,
