@@ -56,9 +56,14 @@ def _as_read(request: pb.ModelInferRequest) -> tuple:
     for tensor in request.inputs:
         values = infer_wire.packed_floats(tensor.contents.SerializeToString())
         tensors.append((tensor.name, tensor.datatype, list(tensor.shape),
-                        None if values is None else values.tolist()))
+                        _bits(values)))
     return (request.model_name, request.model_version, request.id, tensors, [o.name for o in request.outputs],
             list(request.raw_input_contents))
+
+
+def _bits(values: np.ndarray | None) -> tuple | None:
+    """Values compared bit for bit: a NaN (corrupted bytes make them) equals itself."""
+    return None if values is None else (values.dtype.str, values.tobytes())
 
 
 def _read(data: bytes) -> tuple | None:
@@ -200,5 +205,14 @@ def test_a_reader_that_remembers_layouts_reads_each_message_as_read_request_does
 
 
 def _read_of(read: infer_wire.InferRequest) -> tuple:
-    tensors = [(t.name, t.datatype, t.shape, None if t.values is None else t.values.tolist()) for t in read.inputs]
+    tensors = [(t.name, t.datatype, t.shape, _bits(t.values)) for t in read.inputs]
     return (read.model_name, read.model_version, read.id, tensors, read.outputs, read.raw)
+
+
+def test_nan_and_infinite_values_are_read_bit_for_bit() -> None:
+    request = pb.ModelInferRequest(model_name="m")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 3])
+    tensor.contents.fp32_contents.extend([float("nan"), float("inf"), -0.0])
+    data = request.SerializeToString()
+    assert _read(data) == _as_read(pb.ModelInferRequest.FromString(data))
+    assert np.signbit(infer_wire.read_request(data).inputs[0].values[2])
