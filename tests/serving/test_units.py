@@ -180,3 +180,48 @@ def test_a_retired_version_closes_after_its_last_request() -> None:
     assert model.closed == 0  # a request still uses it
     second.release()
     assert model.closed == 1
+
+
+def test_a_fast_model_runs_inline_without_cpu_clock_reads_and_a_slowed_one_goes_back_to_its_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from trimaran.serving import batching
+
+    delay = 0.0
+    cpu_reads = 0
+    thread_time = time.thread_time
+
+    def counted() -> float:
+        nonlocal cpu_reads
+        cpu_reads += 1
+        return thread_time()
+
+    def predict(inputs: dict, signature_name: str | None = None, outputs: list | None = None) -> dict:
+        if delay:
+            time.sleep(delay)  # the model's own work: a slow model, not a wait for a state
+        return {"y": inputs["x"] * 2}
+
+    monkeypatch.setattr(batching.time, "thread_time", counted)
+    dispatcher = Dispatcher(predict, batchable=True, max_batch_size=1, max_batch_latency=0.0, max_queue=10,
+                            timeout=5.0, on_batch=lambda s, n: None, on_queue=lambda d: None)
+
+    async def call() -> tuple[bool, dict]:
+        result = dispatcher.submit({"x": np.ones(2)}, None, None)
+        inline = isinstance(result, dict)
+        return inline, result if inline else await result
+
+    async def main() -> None:
+        nonlocal delay
+        first = [await call() for _ in range(batching.SAMPLES_BEFORE_INLINE + 1)]
+        assert not first[0][0], "a model starts on its thread"
+        assert first[-1][0], "a fast model moves inline"
+        reads = cpu_reads
+        inline, answer = await call()
+        assert inline and answer["y"].tolist() == [2.0, 2.0]
+        assert cpu_reads == reads, "an inline call reads no CPU clock"
+        delay = 2 * batching.THREAD_WALL
+        modes = [(await call())[0] for _ in range(10)]
+        assert not modes[-1], f"a slowed model goes back to its thread: {modes}"
+
+    run(main())
