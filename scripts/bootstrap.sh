@@ -17,7 +17,9 @@ command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 # Prometheus, to scrape what ServiceMonitors/PodMonitors select: $TRIMARAN_HOME/prometheus/prometheus.yml.
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
-ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || need_apt+=(libseccomp2)
+# grep reads to the end (no -q): under pipefail, ldconfig killed by SIGPIPE after an early match would
+# count as missing.
+ldconfig -p 2>/dev/null | grep 'libseccomp\.so\.2 ' >/dev/null || need_apt+=(libseccomp2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   echo "installing system packages: ${need_apt[*]}"

@@ -11,7 +11,7 @@ command -v docker-registry >/dev/null 2>&1 || need_apt+=(docker-registry)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 # tests/monitoring: a real Prometheus scrapes through the generated configuration.
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
-busybox --list 2>/dev/null | grep -qx sh && ldd "$(command -v busybox)" 2>&1 | grep -q 'not a dynamic' \
+busybox --list 2>/dev/null | grep -x sh >/dev/null && ldd "$(command -v busybox)" 2>&1 | grep 'not a dynamic' >/dev/null \
   || need_apt+=(busybox-static)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
