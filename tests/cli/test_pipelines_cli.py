@@ -86,6 +86,7 @@ def test_run_wait_follows_a_failing_run_then_describe_and_logs_show_the_failed_t
     assert "about to fail: the last log line" in proc.stderr, "the step's last log lines say why"
 
     out = plane.cli("describe", "run", "guarded").stdout
+    assert all(line == line.rstrip() for line in out.splitlines()), "no trailing blanks"
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ") and line.split()}
     assert rows["exit-handler-1.work"][1:3] == ["container", "SUCCEEDED"]
     assert rows["exit-handler-1.fail"][1:3] == ["container", "FAILED"]

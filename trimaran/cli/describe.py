@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trimaran.cli.render import age, pod_status
+from trimaran.cli.tables import print_table
 
 
 def _kv(console: Console, key: str, value: object, indent: int = 0) -> None:
@@ -49,7 +50,7 @@ def describe_object(console: Console, obj: dict, events: list[dict], pods: list[
                 t.add_column(col)
             for rtype, rs in status["replicaStatuses"].items():
                 t.add_row(f"  {rtype}", str(rs.get("active", 0)), str(rs.get("succeeded", 0)), str(rs.get("failed", 0)))
-            console.print(t)
+            print_table(console, t)
         if obj["kind"] == "Job":
             _kv(console, "Completions", obj["spec"].get("completions", "<unset>"))
             _kv(console, "Parallelism", obj["spec"].get("parallelism", 1))
@@ -76,7 +77,7 @@ def describe_object(console: Console, obj: dict, events: list[dict], pods: list[
         for c in status["conditions"]:
             t.add_row(f"  {c.get('type', '')}", str(c.get("status", "")), c.get("reason", ""),
                       c.get("lastTransitionTime", ""), c.get("message", ""))
-        console.print(t)
+        print_table(console, t)
 
     if pods:
         console.print("Pods:")
@@ -87,7 +88,7 @@ def describe_object(console: Console, obj: dict, events: list[dict], pods: list[
             restarts = sum(cs.get("restartCount", 0) for cs in (p.get("status") or {}).get("containerStatuses") or [])
             t.add_row(f"  {p['metadata']['name']}", pod_status(p), str(restarts),
                       age(p["metadata"].get("creationTimestamp")))
-        console.print(t)
+        print_table(console, t)
 
     console.print("Events:" if events else "Events:  <none>")
     if events:
@@ -97,7 +98,7 @@ def describe_object(console: Console, obj: dict, events: list[dict], pods: list[
         for e in events:
             t.add_row(f"  {e.get('type', '')}", e.get("reason", ""), age(e.get("lastTimestamp")),
                       str(e.get("count", 1)), e.get("message", ""))
-        console.print(t)
+        print_table(console, t)
 
 
 def _describe_pod(console: Console, pod: dict) -> None:
@@ -195,4 +196,4 @@ def _describe_isvc(console: Console, isvc: dict) -> None:
             counts = replicas.get(rev) or {}
             t.add_row(f"  {rev}", f"{target['percent']}%" if target else "-", target.get("tag", ""),
                       f"{counts.get('ready', 0)}/{counts.get('total', 0)}")
-        console.print(t)
+        print_table(console, t)

@@ -29,6 +29,7 @@ from trimaran.api.pipelines import (
 from trimaran.api.printers import elapsed
 from trimaran.cli.app import NamespaceOpt, _client, _fail, app, console, err
 from trimaran.cli.client import APIError, Client
+from trimaran.cli.tables import print_table
 
 # States after which a run or a task changes no more.
 # Tasks that are steps (a pod, or an importer's record); the others group steps.
@@ -159,7 +160,7 @@ def describe_run(out: Console, run: dict) -> None:
         table.add_row(f"  {t['id']}", t.get("type", "container"), t.get("state", "PENDING"),
                       elapsed(t.get("startedAt"), t.get("finishedAt")), str(t.get("attempts") or ""),
                       t.get("cachedFrom") or "", t.get("podName") or "")
-    out.print(table)
+    print_table(out, table)
     for t in steps(run):
         if t.get("state") == "FAILED" and t.get("message"):
             out.print(f"Task {t['id']} failed:", highlight=False)

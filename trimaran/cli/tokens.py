@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from trimaran.cli.tables import print_table
 from trimaran.server.daemon import home_dir
 from trimaran.server.tokens import ROLES, TokenStore
 
@@ -42,7 +43,7 @@ def list_tokens() -> None:
         table.add_column(title, no_wrap=True)
     for entry in TokenStore(home_dir()).list():
         table.add_row(entry["id"], entry["name"], entry["role"], ",".join(entry["namespaces"] or ["*"]))
-    console.print(table)
+    print_table(console, table)
 
 
 @token_app.command("revoke")
