@@ -173,12 +173,21 @@ def test_recreate_stops_old_pods_before_new_ones_start(api: Client) -> None:
     assert first["metadata"]["uid"] == api.get("Deployment", NS, "recreate")["metadata"]["uid"]
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("0.0.0.0", 0))
+        return probe.getsockname()[1]
+
+
 def test_service_reached_by_name_from_inside_a_pod(api: Client) -> None:
-    apply(api, deployment("named"), service("named", port=8000))
+    # A port of its own, not a usual one such as 8000: pods share the host's network, and a process that
+    # listens there on every address (`python -m http.server`, another control plane's pod) would take it.
+    port = _free_port()
+    apply(api, deployment("named"), service("named", port=port))
     rolled_out(api, "named", 1)
     script = ("import urllib.request\n"
               "for host in ('named', 'named.default', 'named.default.svc', 'named.default.svc.cluster.local'):\n"
-              "    print(host, urllib.request.urlopen(f'http://{host}:8000/', timeout=5).read().decode())\n")
+              f"    print(host, urllib.request.urlopen(f'http://{{host}}:{port}/', timeout=5).read().decode())\n")
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "named-client", "namespace": NS},
            "spec": {"restartPolicy": "Never",
                     "containers": [{"name": "c", "image": "python", "command": ["python", "-c", script]}]}}
@@ -201,6 +210,22 @@ def test_service_reached_by_name_from_inside_a_pod(api: Client) -> None:
     poll(lambda: api.get("Pod", "elsewhere", "lookup").get("status", {}).get("phase") == "Succeeded", timeout=30,
          what="the lookup pod to finish")
     assert b"".join(api.log("elsewhere", "lookup")).decode().split() == [ip, "short", "name", "unknown"]
+
+
+def test_a_service_port_another_process_holds_is_reported_with_what_it_means(api: Client) -> None:
+    with socket.socket() as holder:  # as `python -m http.server PORT` holds it: every address, SO_REUSEADDR
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        apply(api, deployment("crowded"), service("crowded", port=port))
+        event = poll(lambda: next((e for e in api.list("Event", NS) if e.get("reason") == "FailedToListen"
+                                   and e["involvedObject"]["name"] == "crowded"), None),
+                     timeout=40, what="the Service's FailedToListen event")
+    ip = api.get("Service", NS, "crowded")["spec"]["clusterIP"]
+    assert event["type"] == "Warning"
+    assert event["message"].startswith(f"{ip}:{port}: port {port} is held by another process"), event["message"]
+    assert f"a pod that calls crowded:{port} reaches that process instead" in event["message"]
 
 
 def test_readiness_gates_the_endpoints(api: Client) -> None:

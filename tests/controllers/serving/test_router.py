@@ -206,7 +206,8 @@ def test_unready_revision_gets_no_traffic_and_requests_wait_for_a_ready_replica(
     client = Client(harness.port)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(client.predict)
-        time.sleep(0.5)  # the request is held (the activator), not failed
+        # Held (the activator), not failed: counted in flight on its revision while no replica is ready.
+        poll(lambda: harness.stats()["revisions"]["rev-1"]["inflight"] == 1, what="the request held")
         assert not pending.done()
         replica.ready = True
         assert pending.result(timeout=10) == (200, "late")
@@ -303,7 +304,8 @@ def test_a_slow_replica_times_out_with_504_and_is_not_retried(harness: RouterHar
     poll(lambda: harness.ready_endpoints("rev-1"), what="replica ready")
     code, message = Client(harness.port).predict()
     assert code == 504 and "timed out" in message
-    time.sleep(1.5)
+    # A retry would have been sent while the first request still ran there (it answers after 1.5 s).
+    poll(lambda: slow.inflight == 0, what="the slow replica to finish the request")
     assert slow.max_inflight == 1
 
 

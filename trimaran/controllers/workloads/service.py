@@ -19,6 +19,7 @@ connections, as kube-proxy's reject rule does.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 from pathlib import Path
@@ -128,7 +129,7 @@ class ServiceReconciler(Reconciler):
                 try:
                     self.proxy.set(address, backends)
                 except OSError as exc:
-                    self.store.record_event(svc, "Warning", "FailedToListen", f"{ip}:{address[1]}: {exc}")
+                    self.store.record_event(svc, "Warning", "FailedToListen", _listen_failure(svc, address, exc))
                     continue
                 wanted.add(address)
         for address in self._listening.get(key, set()) - wanted:
@@ -250,3 +251,14 @@ class ServiceReconciler(Reconciler):
 
     def shutdown(self) -> None:
         self.proxy.close()
+
+
+def _listen_failure(svc: dict, address: Address, exc: OSError) -> str:
+    """Why the Service's address cannot be listened on, and what it means for the pods that call it."""
+    ip, port = address
+    if exc.errno != errno.EADDRINUSE:
+        return f"{ip}:{port}: {exc.strerror or exc}"
+    # Pods share the host's network: a process that listens on every address takes this one too.
+    return (f"{ip}:{port}: port {port} is held by another process on this machine (a pod of another "
+            f"control plane, or a server listening on every address); a pod that calls "
+            f"{svc['metadata']['name']}:{port} reaches that process instead. Give the Service another port.")
