@@ -20,6 +20,7 @@ pytestmark = pytest.mark.heavy
 TRAIN = '''
 import datetime
 import os
+import sys
 import torch
 import torch.distributed as dist
 
@@ -40,8 +41,13 @@ weights = model.module.weight.detach().clone()
 gathered = [torch.zeros_like(weights) for _ in range(world)]
 dist.all_gather(gathered, weights)
 assert all(torch.equal(g, weights) for g in gathered), "replicas diverged"
-print(f"rank {rank}/{world} in {os.getcwd()} trained 5 steps, weights in sync, python {os.sys.version.split()[0]}")
-dist.destroy_process_group()
+print(f"rank {rank}/{world} in {os.getcwd()} trained 5 steps, weights in sync, python {sys.version.split()[0]}")
+# Leave together, then skip the process group's teardown: gloo's can abort a rank whose peer has already
+# gone ("terminate called without an active exception"), and OnFailure then restarts that rank alone,
+# to wait for a peer that finished. Everything is printed by now.
+dist.barrier()
+sys.stdout.flush()
+os._exit(0)
 '''
 
 

@@ -18,7 +18,7 @@ plane = shared_plane("trainjob")
 
 
 TORCH_DDP = textwrap.dedent("""
-    import os, torch, torch.distributed as dist
+    import os, sys, torch, torch.distributed as dist
     from sklearn.datasets import load_digits
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -35,7 +35,10 @@ TORCH_DDP = textwrap.dedent("""
         opt.step()
     accuracy = (model(X).argmax(1) == y).float().mean().item()
     print(f"rank={rank} world={world} node={os.environ['PET_NODE_RANK']} accuracy={accuracy:.4f}", flush=True)
-    dist.destroy_process_group()
+    # Leave together and skip gloo's teardown, which can abort a rank whose peer has gone (as the examples do).
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)
 """)
 
 JAX = textwrap.dedent("""
