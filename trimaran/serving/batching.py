@@ -122,19 +122,14 @@ class Dispatcher:
     # -- execution -------------------------------------------------------------------------------------------
     def _run_one(self, inputs: dict[str, np.ndarray], outputs: list[str] | None,
                  signature: str | None) -> dict[str, np.ndarray]:
-        if self._inline:
-            # Inline, only wall time can change the choice (back to the thread); a thread's CPU time is a
-            # system call (no vDSO clock), a microsecond per request saved.
-            started = time.perf_counter()
-            try:
-                return self._predict(inputs, signature_name=signature, outputs=outputs)
-            finally:
-                self._measured(time.perf_counter() - started, None, 1)
-        started, cpu = time.perf_counter(), time.thread_time()
+        # Inline, only wall time can change the choice (back to the thread): a thread's CPU time is a system
+        # call (no vDSO clock), read only while the model runs on its thread.
+        cpu = None if self._inline else time.thread_time()
+        started = time.perf_counter()
         try:
             return self._predict(inputs, signature_name=signature, outputs=outputs)
         finally:
-            self._measured(time.perf_counter() - started, time.thread_time() - cpu, 1)
+            self._measured(time.perf_counter() - started, None if cpu is None else time.thread_time() - cpu, 1)
 
     def _measured(self, seconds: float, cpu_seconds: float | None, requests: int) -> None:
         """Count a predict call; ``cpu_seconds`` None: not measured (the CPU average stays)."""
