@@ -75,6 +75,9 @@ class Layer:
     opaque: Sequence[str] = ()
     tree: Path | None = None
     tree_excludes: Sequence[str] = ()
+    #: Members written as given, after everything else: what no well-formed image holds (``../``
+    #: names, links out of the root, device nodes), for the tests that make sure none escapes.
+    raw: Sequence[tuple[tarfile.TarInfo, bytes]] = ()
 
 
 @dataclass
@@ -144,6 +147,8 @@ def _write_tar(layer: Layer, stream: io.RawIOBase) -> None:
             for parent in _parents(path.strip("/")):
                 directory(parent)
             tar.addfile(_tar_info(path.strip("/"), tarfile.SYMTYPE, 0o777, linkname=target))
+        for info, data in layer.raw:
+            tar.addfile(info, io.BytesIO(data) if data else None)
 
 
 class _HashingWriter(io.RawIOBase):
