@@ -267,21 +267,28 @@ def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
 
 
 def stop_server(home: Path | None = None, timeout: float = 15.0) -> bool:
-    """Stop the control plane holding ``home`` (SIGTERM, then SIGKILL after ``timeout``); False when none runs."""
+    """Stop the control plane holding ``home`` (SIGTERM, then SIGKILL after ``timeout``), then the
+    home's socket keeper, which holds its listening sockets between restarts; False when no
+    control plane ran."""
+    from trimaran.server.keeper import stop_keeper
+
     home = home or home_dir()
     pid = lock_holder(home)
     if pid == 0:  # held, its pid not written yet
         info = read_server_info(home)
         pid = int(info["pid"]) if info else None
-    if not pid or not pid_alive(pid):
-        return False
-    os.kill(pid, signal.SIGTERM)
-    # A stopped (SIGSTOP) control plane must be woken to act on SIGTERM.
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGCONT)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.05)
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    return True
+    running = bool(pid) and pid_alive(pid)
+    if running:
+        os.kill(pid, signal.SIGTERM)
+        # A stopped (SIGSTOP) control plane must be woken to act on SIGTERM.
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and pid_alive(pid):
+            time.sleep(0.05)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                time.sleep(0.01)
+    stop_keeper(home)
+    return running
