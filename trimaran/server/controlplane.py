@@ -9,9 +9,12 @@ import logging
 import os
 import resource
 import signal
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import sqlalchemy.exc
 
 from trimaran.api.podsecurity import Policy
 from trimaran.controllers.base import ControllerManager
@@ -157,6 +160,13 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
         plane = build_control_plane(home)
     except HomeLocked as exc:
         raise SystemExit(f"trimaran server: {exc}") from None
+    except (sqlite3.DatabaseError, sqlalchemy.exc.DatabaseError) as exc:
+        # The one line `trimaran server start` shows (daemon.start_server): the cause and the way out.
+        db = (home or home_dir()) / "trimaran.db"
+        cause = getattr(exc, "orig", None) or exc
+        raise SystemExit(f"trimaran server: the store {db} cannot be read: {cause}. Move it aside to start with "
+                         f"an empty store (mv {db} {db}.broken, with its -wal and -shm files if any), or "
+                         f"restore it from a backup") from None
     home = plane.home
     plane.pod_security = pod_security
     tokens = TokenStore(home)
