@@ -33,6 +33,13 @@ class StatusError(Exception):
     # Constructors named as apimachinery's errors package names them. ---------------------
 
     @classmethod
+    def too_large_resource_version(cls, wanted: int, current: int) -> StatusError:
+        """apimachinery's ``NewTooLargeResourceVersionError``: a read at a revision the store has not reached."""
+        return cls(504, "Timeout", f"Timeout: Too large resource version: {wanted}, current: {current}",
+                   {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1}, headers={"Retry-After": "1"})
+
+    @classmethod
     def not_found(cls, group: str, plural: str, name: str) -> StatusError:
         resource = f"{plural}.{group}" if group else plural
         return cls(404, "NotFound", f'{resource} "{name}" not found',

@@ -47,6 +47,9 @@ MAX_WATCH_SECONDS = 1800  # a watch without timeoutSeconds ends here, and none l
 _BOOKMARK_EVERY = 30.0
 _UNKNOWN_FIELD = 'unknown field "'
 _MAX_WARNING = 4096  # characters of one warning sent back
+# As kube-apiserver's watch cache: a read at a revision not reached yet waits this long for it,
+# then is answered 504 ResourceVersionTooLarge.
+_TOO_LARGE_WAIT = 3.0
 _CONSISTENT_READ_TRIES = 5  # lists read again while writes move the revision under them
 
 # Events are not stored objects (the store keeps them in a table of their own), so the registry
@@ -285,9 +288,31 @@ class KubeAPI:
         revision, items = await asyncio.to_thread(read)
         return revision, [o for o in items if accepts(o)], accepts
 
+    async def _reached(self, wanted: int) -> int | None:
+        """None once the store has reached revision ``wanted`` (waiting up to :data:`_TOO_LARGE_WAIT`),
+        else the revision it is at."""
+        deadline = time.monotonic() + _TOO_LARGE_WAIT
+        while True:
+            current = await asyncio.to_thread(self.store.current_revision)
+            if current >= wanted:
+                return None
+            if time.monotonic() >= deadline:
+                return current
+            await asyncio.sleep(0.05)
+
     async def _list(self, request: Request, target: Target) -> Response:
         params = request.query_params
         info = target.info
+        rv = params.get("resourceVersion") or ""
+        if rv not in ("", "0") and params.get("resourceVersionMatch") in (None, "", "NotOlderThan") \
+                and not params.get("continue"):
+            try:
+                wanted = int(rv)
+            except ValueError:
+                raise StatusError.bad_request(f'invalid resource version "{rv}"') from None
+            current = await self._reached(wanted)
+            if current is not None:
+                raise StatusError.too_large_resource_version(wanted, current)
         revision, items, _ = await self._select(request, target)
         limit = _int_param(params, "limit")
         token = params.get("continue")
@@ -339,6 +364,12 @@ class KubeAPI:
             labels = parse_label_selector(params.get("labelSelector"))
             fields = parse_field_selector(params.get("fieldSelector"), info.kind)
             initial, accepts = [], self._matcher(target, labels, fields)
+            current = await self._reached(revision)
+            if current is not None:
+                # Past admission and a parsed version, kube-apiserver answers a watch's errors as its one event.
+                error = StatusError.too_large_resource_version(revision, current)
+                return Response(orjson.dumps({"type": "ERROR", "object": error.body()}) + b"\n",
+                                media_type="application/json;stream=watch")
         release = self.hub.streams.hold_for(request, "watch")
         try:
             # Events are not in the change log: the initial state, then silence.
