@@ -14,6 +14,7 @@ import base64
 import copy
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_f
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, WatchHub
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+from trimaran.store._objects import generated_name
 from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired, Invalid
 
@@ -480,6 +482,8 @@ class KubeAPI:
                                           f"URL ({name})")
         if name is not None:
             meta["name"] = name
+        if current is not None and not meta.get("uid"):
+            meta["uid"] = current["metadata"].get("uid")  # an update names the object it replaces
         try:
             result = validate(obj)
         except ManifestError as exc:
@@ -517,6 +521,15 @@ class KubeAPI:
             # A client's status is not taken on create; what defaulting gives (a Namespace is
             # Active) is, as kube-apiserver's strategies do.
             obj = {k: v for k, v in obj.items() if k != "status"}
+        # The uid is the server's, given before defaulting as kube-apiserver does: a Job's generated
+        # selector names it. A client's is replaced.
+        uid = str(uuid.uuid4())
+        if isinstance(obj, dict) and isinstance(obj.get("metadata") or {}, dict):
+            meta = {**(obj.get("metadata") or {}), "uid": uid}
+            prefix = meta.get("generateName")
+            if prefix and isinstance(prefix, str) and not meta.get("name"):
+                meta["name"] = generated_name(prefix)  # before defaulting too: a Job's labels name it
+            obj = {**obj, "metadata": meta}
         admitted, warnings = await asyncio.to_thread(self._admit, target, obj, validation)
         admitted["metadata"].pop("resourceVersion", None)
         admitted["metadata"].pop("deletionTimestamp", None)
@@ -534,7 +547,7 @@ class KubeAPI:
                     raise StatusError(403, "Forbidden", f'{info.plural} "{admitted["metadata"].get("name", "")}" '
                                       f'is forbidden: unable to create new content in namespace '
                                       f'{namespace["metadata"]["name"]} because it is being terminated')
-            return self.store.create(admitted)
+            return self.store.create(admitted, uid=uid)
 
         try:
             created = await asyncio.to_thread(write)
