@@ -70,3 +70,58 @@ def test_valid_mounts_still_pass() -> None:
 ])
 def test_pod_hostnames_are_trimmed_as_the_kubelet_trims_them(name: str, hostname: str) -> None:
     assert pod_hostname(name) == hostname
+
+
+_BIG = "x" * 1_000_000
+_ENV_TOO_LONG = ": Too long: may not be more than 131071 bytes: with its name (NAME=VALUE)"
+_ROOT_MOUNT = ': Invalid value: "/": must not be "/"'
+
+
+def _isvc(env: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": {"name": "s"},
+            "spec": {"predictor": {"sklearn": {"storageUri": "pvc://models/m", "env": env}}}}
+
+
+@pytest.mark.parametrize(("manifest", "path"), [
+    (pod({"containers": [container("c", env=[{"name": "BIG", "value": _BIG}])]}), "spec.containers[0].env[0].value"),
+    (pod({"containers": [container("c")], "initContainers": [container("i", env=[{"name": "B", "value": _BIG}])]}),
+     "spec.initContainers[0].env[0].value"),
+    (batch_job({"restartPolicy": "Never", "containers": [container("c", env=[{"name": "BIG", "value": _BIG}])]}),
+     "spec.template.spec.containers[0].env[0].value"),
+    (pytorchjob({"Master": replica([container("pytorch", env=[{"name": "BIG", "value": _BIG}])])}),
+     "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env[0].value"),
+    (_isvc([{"name": "BIG", "value": _BIG}]), "spec.predictor.sklearn.env[0].value"),
+])
+def test_an_environment_string_longer_than_execve_takes_is_refused(manifest: dict[str, Any], path: str) -> None:
+    found = problems(manifest)
+    assert [p for p in found if p.startswith(path + _ENV_TOO_LONG)], found
+    assert all(_BIG not in p for p in found), "the value is not printed back"
+
+
+def test_an_environment_string_execve_takes_is_accepted() -> None:
+    value = "x" * (131071 - len("OK="))
+    validate(pod({"containers": [container("c", env=[{"name": "OK", "value": value}])]}))
+    with pytest.raises(ManifestError):
+        validate(pod({"containers": [container("c", env=[{"name": "OK", "value": value + "x"}])]}))
+
+
+def test_an_argument_longer_than_execve_takes_is_refused() -> None:
+    found = problems(pod({"containers": [container("c", command=["python", "-c", _BIG])]}))
+    assert [p for p in found if p.startswith("spec.containers[0].command[2]: Too long: may not be more than "
+                                             "131071 bytes")], found
+
+
+@pytest.mark.parametrize("mount_path", ["/", "//", "/.", "/tmp/.."])
+@pytest.mark.parametrize(("wrap", "prefix"), [
+    (lambda spec: pod(spec), "spec"),
+    (lambda spec: batch_job({**spec, "restartPolicy": "Never"}), "spec.template.spec"),
+    (lambda spec: pytorchjob({"Worker": {"template": {"spec": spec}}}),
+     "spec.pytorchReplicaSpecs.Worker.template.spec"),
+])
+def test_a_volume_mounted_at_the_root_is_refused(mount_path: str, wrap: Any, prefix: str) -> None:
+    spec = {"containers": [container("pytorch", volumeMounts=[{"name": "scratch", "mountPath": mount_path}])],
+            "volumes": [{"name": "scratch", "emptyDir": {}}]}
+    found = problems(wrap(spec))
+    assert [p for p in found if p.startswith(f"{prefix}.containers[0].volumeMounts[0].mountPath: Invalid value: "
+                                             f"{mount_path!r}".replace("'", '"'))
+            and 'must not be "/"' in p], found

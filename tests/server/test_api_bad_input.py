@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -489,3 +490,26 @@ def test_our_own_routes_answer_bad_bodies_with_a_status(api: httpx.Client) -> No
                      "BadRequest", "observations.0.value")
     assert status["details"]["causes"][0]["field"] == "observations.0.value"
     failure(api.post(path, content=b"{not json", headers={"content-type": "application/json"}), 400, "BadRequest")
+
+
+def test_a_resource_version_ahead_of_the_store_is_too_large(api: httpx.Client) -> None:
+    current = int(api.get(CM).json()["metadata"]["resourceVersion"])
+    ahead = str(current + 1_000_000)
+    started = time.monotonic()
+    # A watch: one ERROR event with kube-apiserver's Status, after waiting (up to ~3 s) for the store.
+    with api.stream("GET", CM, params={"watch": "true", "resourceVersion": ahead, "timeoutSeconds": "60"}) as answer:
+        events = [json.loads(line) for line in answer.iter_lines() if line]
+    assert time.monotonic() - started < 30, "answered, not left open until timeoutSeconds"
+    assert [e["type"] for e in events] == ["ERROR"], events
+    status = events[0]["object"]
+    assert (status["code"], status["reason"]) == (504, "Timeout")
+    assert status["message"].startswith(f"Timeout: Too large resource version: {ahead}, current: ")
+    assert status["details"]["causes"] == [{"reason": "ResourceVersionTooLarge",
+                                            "message": "Too large resource version"}]
+    # A list not older than it: the same Status as the answer.
+    for params in ({"resourceVersion": ahead, "resourceVersionMatch": "NotOlderThan"}, {"resourceVersion": ahead}):
+        body = failure(api.get(CM, params=params), 504, "Timeout", "Too large resource version")
+        assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+    # A version the store has: served at once, as before.
+    assert api.get(CM, params={"resourceVersion": str(current), "resourceVersionMatch": "NotOlderThan"}
+                   ).status_code == 200

@@ -289,3 +289,51 @@ def test_deleting_a_namespace_deletes_what_is_in_it(kubectl) -> None:  # noqa: A
     kubectl("delete", "namespace", "scratch", "--timeout=90s", timeout=120)
     assert kubectl("get", "namespace", "scratch", check=False).returncode != 0
     assert kubectl("get", "cm,jobs,pods", "-n", "scratch", "-o", "name").stdout.strip() == ""
+
+
+def _job(name: str, line: str) -> str:
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: python
+        command: [python, -c, "print('{line}')"]
+---
+"""
+
+
+def test_logs_of_a_job_are_its_own_pods_with_two_jobs_in_a_namespace(kubectl) -> None:  # noqa: ANN001
+    run = in_namespace(kubectl, "two-jobs")
+    run("apply", "-f", "-", input=_job("first", "from the first job") + _job("second", "from the second job"))
+    run("wait", "--for=condition=Complete", "job/first", "job/second", "--timeout=120s")
+    for name, other in (("first", "second"), ("second", "first")):
+        job = json.loads(run("get", "job", name, "-o", "json").stdout)
+        uid = job["metadata"]["uid"]
+        # As kube-apiserver defaults it: a selector of the Job's uid, and the labels on its template.
+        assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+        labels = job["spec"]["template"]["metadata"]["labels"]
+        assert labels == {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+                          "batch.kubernetes.io/job-name": name, "job-name": name}
+        out = run("logs", f"job/{name}").stdout
+        assert out.strip() == f"from the {name} job", out
+        assert other not in out
+    # The selector is the Job's to keep; one chosen by hand must say so (manualSelector) and match.
+    refused = run("apply", "-f", "-", check=False, input=_job("manual", "x").replace(
+        "  template:", "  selector: {matchLabels: {team: a}}\n  template:"))
+    assert refused.returncode != 0 and "`selector` not auto-generated" in refused.stderr, refused.stderr
+    refused = run("apply", "-f", "-", check=False, input=_job("manual", "x").replace(
+        "  template:", "  manualSelector: true\n  selector: {matchLabels: {team: a}}\n  template:"))
+    assert "spec.template.metadata.labels: Invalid value" in refused.stderr, refused.stderr
+    assert "`selector` does not match template `labels`" in refused.stderr
+    run("apply", "-f", "-", input=_job("manual", "x").replace(
+        "  template:", "  manualSelector: true\n  selector: {matchLabels: {team: a}}\n  template:").replace(
+        "    spec:\n      restartPolicy", "    metadata: {labels: {team: a}}\n    spec:\n      restartPolicy"))
+    manual = json.loads(run("get", "job", "manual", "-o", "json").stdout)
+    assert manual["spec"]["selector"] == {"matchLabels": {"team": "a"}}
+    assert "controller-uid" not in manual["spec"]["template"]["metadata"]["labels"]

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from trimaran.api.apps import selector_matches
 from trimaran.api.core import PodTemplateSpec
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import (
@@ -36,6 +37,11 @@ __all__ = [
 ]
 
 DEFAULT_BACKOFF_LIMIT = 6
+# The labels kube-apiserver puts on a Job's pod template, legacy and current, and the one its
+# generated selector matches: the Job's uid, so a Job's selector matches its own pods only.
+JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 # Kubernetes caps Indexed jobs so that completedIndexes stays a reasonable size.
 MAX_INDEXED_COMPLETIONS = 100_000
 _JOB_RESTART_POLICIES = ("OnFailure", "Never")
@@ -153,6 +159,27 @@ class Job(Resource):
             spec.suspend = False
         if spec.pod_replacement_policy is None:
             spec.pod_replacement_policy = "Failed" if spec.pod_failure_policy is not None else "TerminatingOrFailed"
+        if not spec.manual_selector and self.metadata.uid:
+            self._generate_selector(self.metadata.uid)
+
+    def _generate_selector(self, uid: str) -> None:
+        """kube-apiserver's ``generateSelector`` (the API gives a new Job its uid before defaulting):
+        the job-name and controller-uid labels on the template where not set (a conflicting one is
+        refused by :meth:`check`), and a selector of the controller uid."""
+        template = self.spec.template
+        if template.metadata is None:
+            template.metadata = type(self.metadata)()
+        labels = dict(template.metadata.labels or {})
+        for key in JOB_NAME_LABELS:
+            labels.setdefault(key, self.metadata.name or "")
+        for key in CONTROLLER_UID_LABELS:
+            labels.setdefault(key, uid)
+        template.metadata.labels = labels
+        if self.spec.selector is None:
+            self.spec.selector = LabelSelector()
+        match = dict(self.spec.selector.match_labels or {})
+        match.setdefault(CONTROLLER_UID_LABEL, uid)
+        self.spec.selector.match_labels = match
 
     def check(self) -> list[FieldError]:
         """Kubernetes' ``ValidateJob`` rules that matter locally."""
@@ -185,8 +212,7 @@ class Job(Resource):
             if spec.completions is not None and spec.max_failed_indexes > spec.completions:
                 errs.append(FieldError.invalid("spec.maxFailedIndexes", spec.max_failed_indexes,
                                                "must be less than or equal to completions"))
-        if spec.selector is not None:
-            errs.extend(spec.selector.check("spec.selector"))
+        errs.extend(self._selector_errors())
         if self.status is not None:
             for field, indexes in (("completedIndexes", self.status.completed_indexes),
                                    ("failedIndexes", self.status.failed_indexes)):
@@ -196,3 +222,38 @@ class Job(Resource):
                     except ValueError as exc:
                         errs.append(FieldError.invalid(join_path("status", field), indexes, str(exc)))
         return errs
+
+    def _selector_errors(self) -> list[FieldError]:
+        """kube-apiserver's ``validateGeneratedSelector`` and ``ValidateJobSpec``'s selector rules."""
+        spec = self.spec
+        errs: list[FieldError] = []
+        template_labels = (spec.template.metadata.labels if spec.template.metadata is not None else None) or {}
+        if spec.selector is None:
+            if spec.manual_selector:
+                errs.append(FieldError.required("spec.selector"))
+            return errs  # not through the API (no uid yet): its controller owns the pods it makes
+        errs.extend(spec.selector.check("spec.selector"))
+        uid = self.metadata.uid
+        if not spec.manual_selector and uid:
+            path = "spec.template.metadata"
+            for key, value in ((CONTROLLER_UID_LABELS[0], uid), (JOB_NAME_LABELS[0], self.metadata.name),
+                               (CONTROLLER_UID_LABELS[1], uid), (JOB_NAME_LABELS[1], self.metadata.name)):
+                if template_labels.get(key) != value:
+                    errs.append(FieldError.invalid(join_path(path, "labels", key), template_labels,
+                                                   f"must be '{value}'"))
+            if not selector_matches(spec.selector.to_dict(), {CONTROLLER_UID_LABELS[1]: uid,
+                                                               JOB_NAME_LABELS[1]: self.metadata.name or ""}):
+                errs.append(FieldError.invalid("spec.selector", spec.selector.to_dict(),
+                                               "`selector` not auto-generated"))
+        if not selector_matches(spec.selector.to_dict(), template_labels):
+            errs.append(FieldError.invalid("spec.template.metadata.labels", template_labels,
+                                           "`selector` does not match template `labels`"))
+        return errs
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        """A Job's selector is immutable, as kube-apiserver's ``ValidateJobSpecUpdate`` says."""
+        before, after = (old.get("spec") or {}).get("selector"), (new.get("spec") or {}).get("selector")
+        if before is not None and before != after:
+            return [FieldError.invalid("spec.selector", after, "field is immutable")]
+        return []

@@ -348,6 +348,54 @@ def _check_relative_path(path: str, value: str) -> list[FieldError]:
     return errs + _check_no_backsteps(path, value)
 
 
+# Linux's MAX_ARG_STRLEN: the most bytes one argument or one NAME=VALUE environment string may hold,
+# its terminating NUL included. Past it execve fails (E2BIG) on every start of the container.
+MAX_EXEC_STRING = 32 * 4096
+_CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+_MODEL_KEYS = ("model", "sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch", "onnx", "triton",
+               "huggingface", "pmml", "paddle")
+
+
+def start_errors(spec: dict[str, Any], spec_path: str) -> list[FieldError]:
+    """What would make every start of a pod of ``spec`` (a pod spec as stored, at ``spec_path``) fail
+    on this node, which Kubernetes' validation leaves to the runtime: an argument or environment
+    string longer than execve takes, a volume mounted over the container's root."""
+    errs: list[FieldError] = []
+    for field in _CONTAINER_LISTS:
+        for i, container in enumerate(spec.get(field) or []):
+            if not isinstance(container, dict):
+                continue
+            # An InferenceService's model server is a container the kind registry makes of its model field.
+            model = next((key for key in _MODEL_KEYS if isinstance(spec.get(key), dict)
+                          and container == {**spec[key], "name": container.get("name")}), None)
+            path = join_path(spec_path, model) if model else join_path(spec_path, field, i)
+            errs.extend(_container_start_errors(container, path))
+    return errs
+
+
+def _container_start_errors(container: dict[str, Any], path: str) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for field in ("command", "args"):
+        for i, arg in enumerate(container.get(field) or []):
+            if isinstance(arg, str) and len(arg.encode()) >= MAX_EXEC_STRING:
+                errs.append(FieldError.too_long(join_path(path, field, i), MAX_EXEC_STRING - 1,
+                                                "the most Linux takes in one argument"))
+    for i, env in enumerate(container.get("env") or []):
+        if isinstance(env, dict) and isinstance(env.get("value"), str):
+            size = len(f"{env.get('name', '')}={env['value']}".encode())
+            if size >= MAX_EXEC_STRING:
+                errs.append(FieldError.too_long(join_path(path, "env", i, "value"), MAX_EXEC_STRING - 1,
+                                                "with its name (NAME=VALUE), the most Linux takes in one "
+                                                "environment string; put larger values in a ConfigMap volume"))
+    for i, mount in enumerate(container.get("volumeMounts") or []):
+        mount_path = mount.get("mountPath") if isinstance(mount, dict) else None
+        if isinstance(mount_path, str) and mount_path.startswith("/") and posixpath.normpath(mount_path) in ("/", "//"):
+            errs.append(FieldError.invalid(join_path(path, "volumeMounts", i, "mountPath"), mount_path,
+                                           'must not be "/": a volume cannot replace the container\'s root '
+                                           "filesystem"))
+    return errs
+
+
 def _check_no_nul(path: str, value: str | None) -> list[FieldError]:
     # A NUL cannot cross execve or a path: the pod would be accepted and could never start.
     if value is not None and "\0" in value:

@@ -25,7 +25,7 @@ __all__ = [
     "join_path",
 ]
 
-ErrorType = Literal["Invalid", "Required", "Forbidden", "NotSupported", "Duplicate", "NotFound"]
+ErrorType = Literal["Invalid", "Required", "Forbidden", "NotSupported", "Duplicate", "NotFound", "TooLong"]
 
 # Segments that read unambiguously after a dot; anything else (label keys with "/" or ".",
 # resource names like nvidia.com/gpu) is written in brackets, as Kubernetes writes map keys.
@@ -106,7 +106,15 @@ class FieldError:
         """The value refers to something that does not exist (a volume name, say)."""
         return cls(path, "NotFound", value=value)
 
+    @classmethod
+    def too_long(cls, path: str, limit: int, detail: str = "") -> FieldError:
+        """The value is longer than ``limit`` bytes (not printed: it is long)."""
+        return cls(path, "TooLong", detail, limit)
+
     def __str__(self) -> str:
+        if self.type == "TooLong":
+            return f"{self.path}: Too long: may not be more than {self.value} bytes" + (
+                f": {self.detail}" if self.detail else "")
         if self.type == "Invalid":
             body = f"Invalid value: {format_value(self.value)}"
             return f"{self.path}: {body}: {self.detail}" if self.detail else f"{self.path}: {body}"

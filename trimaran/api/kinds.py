@@ -116,6 +116,7 @@ class PodTemplate:
     path: str  # where it sits in the object: "" for a Pod, "spec.pytorchReplicaSpecs.Worker.template"
     metadata: dict[str, Any]
     spec: dict[str, Any]
+    spec_path: str = "spec"  # where ``spec`` sits: "spec.pytorchReplicaSpecs.Worker.template.spec"
 
 
 PodTemplates = Callable[[dict[str, Any]], Iterator[PodTemplate]]
@@ -131,7 +132,7 @@ def _mapping(value: Any) -> dict[str, Any]:
 def _template(path: str, template: Any) -> Iterator[PodTemplate]:
     template = _mapping(template)
     if "spec" in template:
-        yield PodTemplate(path, _mapping(template.get("metadata")), _mapping(template["spec"]))
+        yield PodTemplate(path, _mapping(template.get("metadata")), _mapping(template["spec"]), f"{path}.spec")
 
 
 def _pod_itself(obj: dict[str, Any]) -> Iterator[PodTemplate]:
@@ -160,7 +161,8 @@ def _embedded_job(*path: str) -> PodTemplates:
         info = _by_object.get((str(job.get("apiVersion")), str(job.get("kind"))))
         if info is not None and info.pod_templates is not None:
             for inner in info.pod_templates(job):
-                yield PodTemplate(".".join(path) + "." + inner.path, inner.metadata, inner.spec)
+                prefix = ".".join(path)
+                yield PodTemplate(f"{prefix}.{inner.path}", inner.metadata, inner.spec, f"{prefix}.{inner.spec_path}")
     return templates
 
 
@@ -187,7 +189,7 @@ def _runtime_templates(obj: dict[str, Any]) -> Iterator[PodTemplate]:
     """A training runtime: its JobSet template's pods."""
     template = _mapping(_mapping(obj.get("spec")).get("template"))
     for inner in _replicated_job_templates(template):
-        yield PodTemplate("spec.template." + inner.path, inner.metadata, inner.spec)
+        yield PodTemplate("spec.template." + inner.path, inner.metadata, inner.spec, "spec.template." + inner.spec_path)
 
 
 def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
@@ -198,7 +200,8 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
             continue
         containers = list(spec.get("containers") or [])
         containers += [{**_mapping(spec[key]), "name": "kserve-container"} for key in _MODEL_KEYS if spec.get(key)]
-        yield PodTemplate(f"spec.{component}", _mapping(obj.get("metadata")), {**spec, "containers": containers})
+        yield PodTemplate(f"spec.{component}", _mapping(obj.get("metadata")), {**spec, "containers": containers},
+                          f"spec.{component}")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
+from trimaran.api.core import start_errors
 from trimaran.api.errors import FieldError, ManifestError, field_errors_from_validation_error, format_value, join_path
 from trimaran.api.kinds import UnknownKindError, for_object
 from trimaran.api.manifests import Manifest, json_type, parse_sources
@@ -101,9 +102,13 @@ def validate(obj: Any) -> ValidationResult:
     model.set_defaults()
     warnings.extend(model.admission_warnings())
     errors = model.check()
+    stored = model.to_dict()
+    if info.pod_templates is not None:
+        for template in info.pod_templates(stored):
+            errors.extend(start_errors(template.spec, template.spec_path))
     if errors:
         raise ManifestError.from_field_errors(label, errors)
-    return ValidationResult(model.to_dict(), warnings)
+    return ValidationResult(stored, warnings)
 
 
 def load_and_validate(source: str | Path, text: str | None = None) -> list[Manifest]:

@@ -12,6 +12,7 @@ import json
 import secrets
 import string
 
+from trimaran.api.batch import CONTROLLER_UID_LABELS, JOB_NAME_LABELS
 from trimaran.api.meta import pod_hostname
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, seconds_since, set_condition
@@ -146,8 +147,9 @@ class BatchJobReconciler(Reconciler):
         tmeta = template.get("metadata") or {}
         suffix = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(5))
         labels = dict(tmeta.get("labels") or {})
-        labels.update({"batch.kubernetes.io/job-name": name, "job-name": name,
-                       "batch.kubernetes.io/controller-uid": job["metadata"]["uid"]})
+        # As the template of a Job made through the API already says: also Jobs other controllers make.
+        labels.update(dict.fromkeys(JOB_NAME_LABELS, name))
+        labels.update(dict.fromkeys(CONTROLLER_UID_LABELS, job["metadata"]["uid"]))
         annotations = dict(tmeta.get("annotations") or {})
         spec = template.get("spec") or {}
         pod_name = f"{name}-{suffix}"

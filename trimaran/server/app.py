@@ -17,6 +17,7 @@ what ServiceMonitors and PodMonitors select (`trimaran.server.monitoring`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 import orjson
@@ -26,6 +27,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trimaran.api.podsecurity import Policy
 from trimaran.controllers.tuning.trial import FINISHED, trial_state
@@ -39,6 +42,24 @@ from trimaran.server.monitoring import ControlPlaneCollector, monitoring_router
 from trimaran.server.observations import add_pushed_observations
 from trimaran.server.tokens import TokenStore
 from trimaran.store import NotFound
+
+log = logging.getLogger(__name__)
+
+
+class _ClientDisconnects:
+    """A client that hangs up before its request's body ends is one line in the log: there is no one
+    to answer, and nothing went wrong here (uvicorn would log the whole ASGI traceback)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            host, port = scope.get("client") or ("unknown", 0)
+            log.info("%s:%s went away before the body of its request ended: %s %s", host, port,
+                     scope.get("method"), scope.get("path"))
 
 
 class ObservationIn(BaseModel):
@@ -73,6 +94,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path, Policy.default(plane.pod_security))
 
     app.add_middleware(TokenMiddleware, tokens=tokens)
+    app.add_middleware(_ClientDisconnects)
 
     @app.exception_handler(StatusError)
     async def status_error(request: Request, exc: StatusError) -> Response:

@@ -9,10 +9,12 @@ import logging
 import os
 import resource
 import signal
-import socket
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import sqlalchemy.exc
 
 from trimaran.api.podsecurity import Policy
 from trimaran.controllers.base import ControllerManager
@@ -114,33 +116,6 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
                         trainjobs=trainjobs)
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-PORT_FILE = "api-port"
-
-
-def _previous_port(home: Path, host: str) -> int:
-    """The port this home's API had before, when it is free: pods that outlived a restart, and
-    the kubeconfig a user copied, keep working."""
-    try:
-        port = int((home / PORT_FILE).read_text())
-        _listener(host, port).close()
-        return port
-    except (OSError, ValueError):
-        return 0
-
-
-def _listener(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that name it, and without it
-    # each response's body waits ~40 ms for the client's delayed ACK of its headers.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(False)
-    return sock
 
 
 def _raise_open_files_limit() -> int:
@@ -171,10 +146,12 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
 
     from trimaran.server.app import create_app
     from trimaran.server.connections import GuardedHttpProtocol
-    from trimaran.server.katib import start_dbmanager_for_home
+    from trimaran.server.katib.dbmanager import serve_dbmanager
+    from trimaran.server.keeper import SocketKeeper
     from trimaran.server.kube import WatchHub
     from trimaran.server.kube.watch import MAX_STREAMS_PER_CLIENT, Streams
     from trimaran.server.kubeconfig import ensure_user_token, write_kubeconfig
+    from trimaran.server.listeners import record_given, stop_pods_given, take_listeners
     from trimaran.server.monitoring import write_prometheus_config
     from trimaran.server.tls import ensure_pki
 
@@ -183,16 +160,34 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
         plane = build_control_plane(home)
     except HomeLocked as exc:
         raise SystemExit(f"trimaran server: {exc}") from None
+    except (sqlite3.DatabaseError, sqlalchemy.exc.DatabaseError) as exc:
+        # The one line `trimaran server start` shows (daemon.start_server): the cause and the way out.
+        db = (home or home_dir()) / "trimaran.db"
+        cause = getattr(exc, "orig", None) or exc
+        raise SystemExit(f"trimaran server: the store {db} cannot be read: {cause}. Move it aside to start with "
+                         f"an empty store (mv {db} {db}.broken, with its -wal and -shm files if any), or "
+                         f"restore it from a backup") from None
     home = plane.home
     plane.pod_security = pod_security
     tokens = TokenStore(home)
     pki = ensure_pki(home, host)
-    sockets = [_listener(host, port or _previous_port(home, host))]
-    (home / PORT_FILE).write_text(str(sockets[0].getsockname()[1]))
-    if host not in LOOPBACK:
-        sockets.append(_listener("127.0.0.1", 0))
+    # The listening sockets are the home's socket keeper's, which outlives this process: pods keep
+    # reaching this control plane's successor at the addresses they were given, and nothing else can
+    # listen there meanwhile (trimaran.server.keeper).
+    keeper = SocketKeeper.ensure(home)
+    try:
+        listeners = take_listeners(keeper, home, host, port)
+    except OSError as exc:
+        raise SystemExit(f"trimaran server: cannot listen: {exc}") from None
+    if listeners.lost:
+        stop_pods_given(plane.store, plane.kubelet.runtime, listeners.lost)
+    record_given(home, listeners)
+    for name in listeners.stale:
+        keeper.drop(name)
+    keeper.close()
+    sockets = [listeners.api] if listeners.pods is listeners.api else [listeners.api, listeners.pods]
     bound_port = sockets[0].getsockname()[1]
-    pod_port = sockets[-1].getsockname()[1]
+    pod_port = listeners.pods.getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"https://{shown}:{bound_port}"
     connections = _raise_open_files_limit()
@@ -233,7 +228,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     plane.runtime_service_account(pod_port, pki.ca_cert, tokens)
     # Katib's SDK pushes metrics to its DB manager's gRPC API (report_metrics); before the
     # controllers start, so the first pods already resolve its name.
-    plane.dbmanager = start_dbmanager_for_home(plane.store, home, tokens=tokens, runtime=plane.kubelet.runtime)
+    plane.dbmanager = serve_dbmanager(plane.store, listeners.katib, tokens=tokens, runtime=plane.kubelet.runtime)
     plane.kubelet.runtime.service_hosts.update(plane.dbmanager.hosts)
 
     # asyncio gives every TLS connection a 256 KiB read buffer up front: 1,000 idle watches held

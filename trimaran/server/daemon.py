@@ -227,6 +227,7 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
             pass  # it was dying (killed a moment ago): start the next one
     log_fd = os.open(home / "server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     os.fchmod(log_fd, 0o600)  # requests' details end up there
+    log_start = os.fstat(log_fd).st_size
     env = dict(os.environ, TRIMARAN_HOME=str(home))
     import subprocess
 
@@ -247,9 +248,23 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
             holder = lock_holder(home)
             if holder:  # another client started one at the same moment: that one serves
                 return wait_for_server(home, holder, timeout=max(timeout, 60.0), say=say)
-            raise RuntimeError(f"the control plane exited with code {proc.returncode}; see {home / 'server.log'}")
+            raise RuntimeError(_exit_message(home, log_start, proc.returncode))
         time.sleep(0.02)
     raise RuntimeError(f"the control plane did not answer within {timeout:.0f}s; see {home / 'server.log'}")
+
+
+def _exit_message(home: Path, log_start: int, code: int) -> str:
+    """Why the control plane that logged from ``log_start`` on exited: the last ``trimaran server:`` line it
+    wrote (a refusal it explains: a held home, an unreadable store), else where to look."""
+    where = f"the control plane exited with code {code}; see {home / 'server.log'}"
+    try:
+        with open(home / "server.log", "rb") as fh:
+            fh.seek(log_start)
+            lines = fh.read(1 << 20).decode(errors="replace").splitlines()
+    except OSError:
+        return where
+    said = [line for line in lines if line.startswith("trimaran server: ")]
+    return f"{said[-1].removeprefix('trimaran server: ')} ({where})" if said else where
 
 
 def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
@@ -267,21 +282,28 @@ def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
 
 
 def stop_server(home: Path | None = None, timeout: float = 15.0) -> bool:
-    """Stop the control plane holding ``home`` (SIGTERM, then SIGKILL after ``timeout``); False when none runs."""
+    """Stop the control plane holding ``home`` (SIGTERM, then SIGKILL after ``timeout``), then the
+    home's socket keeper, which holds its listening sockets between restarts; False when no
+    control plane ran."""
+    from trimaran.server.keeper import stop_keeper
+
     home = home or home_dir()
     pid = lock_holder(home)
     if pid == 0:  # held, its pid not written yet
         info = read_server_info(home)
         pid = int(info["pid"]) if info else None
-    if not pid or not pid_alive(pid):
-        return False
-    os.kill(pid, signal.SIGTERM)
-    # A stopped (SIGSTOP) control plane must be woken to act on SIGTERM.
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGCONT)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.05)
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-    return True
+    running = bool(pid) and pid_alive(pid)
+    if running:
+        os.kill(pid, signal.SIGTERM)
+        # A stopped (SIGSTOP) control plane must be woken to act on SIGTERM.
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and pid_alive(pid):
+            time.sleep(0.05)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                time.sleep(0.01)
+    stop_keeper(home)
+    return running

@@ -50,15 +50,16 @@ def generated_name(prefix: str) -> str:
     return prefix + "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(_SUFFIX_LENGTH))
 
 
-def prepare_create(obj: dict[str, Any], revision: int) -> dict[str, Any]:
+def prepare_create(obj: dict[str, Any], revision: int, uid: str | None = None) -> dict[str, Any]:
     """A copy of ``obj`` with the server-owned metadata a new object gets.
 
     A ``generateName`` without a ``name`` must have been expanded by the caller already.
-    Any uid or resourceVersion the client sent is replaced: they belong to the server.
+    Any uid or resourceVersion the client sent is replaced: they belong to the server. ``uid`` is
+    one the API server gave the object before defaulting it (a Job's selector names it).
     """
     body = copy_object(obj)
     meta = body.setdefault("metadata", {})
-    meta["uid"] = str(uuid.uuid4())
+    meta["uid"] = uid or str(uuid.uuid4())
     meta["resourceVersion"] = str(revision)
     meta["generation"] = 1
     meta["creationTimestamp"] = now_rfc3339()

@@ -53,10 +53,10 @@ class Store(abc.ABC):
     """
 
     @abc.abstractmethod
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: dict[str, Any], *, uid: str | None = None) -> dict[str, Any]:
         """Store a new object and return it as stored.
 
-        Sets ``metadata.uid``, ``resourceVersion``, ``generation`` (1) and ``creationTimestamp``.
+        Sets ``metadata.uid`` (``uid`` when given), ``resourceVersion``, ``generation`` (1) and ``creationTimestamp``.
         Without ``metadata.name``, a ``metadata.generateName`` prefix gets a random suffix.
 
         Raises:

@@ -360,7 +360,7 @@ class SQLStore(Store):
 
     # -- objects ------------------------------------------------------------------------
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: dict[str, Any], *, uid: str | None = None) -> dict[str, Any]:
         meta_in = obj.get("metadata") or {}
         prefix = None if meta_in.get("name") else meta_in.get("generateName")
         if prefix and not obj.get("kind"):
@@ -371,7 +371,7 @@ class SQLStore(Store):
                 key = self._free_generated_key(conn, obj["kind"], meta_in.get("namespace") or "", prefix)
                 obj = {**obj, "metadata": {**meta_in, "name": key[2]}}
             revision = self._next_revision(conn)
-            body = prepare_create(obj, revision)
+            body = prepare_create(obj, revision, uid)
             text = _codec.dumps(body)
             try:
                 self._run(conn, "insert_object", {"kind": key[0], "namespace": key[1], "name": key[2],

@@ -6,7 +6,8 @@ pod shares this machine's network, so a call is identified in one of two ways:
 * a bearer token in the gRPC metadata (``authorization: Bearer TOKEN``), checked by the API's
   :class:`~trimaran.server.tokens.TokenStore`: a user token or a pod's service-account token,
   with its role and namespaces;
-* without one, by the process at the other end of the TCP connection, asked of the kernel: the
+* without one, by the process at the other end of the TCP connection (for a connection the relay
+  forwarded, :mod:`.relay`, the caller's connection to the relay), asked of the kernel: the
   connection's socket (sock_diag), the processes holding it (``/proc/PID/fd``; all must be the same
   caller, as a socket can be handed over), and the pod each belongs to
   (:meth:`LocalRuntime.pod_of_process`). A process of one of this home's
@@ -84,6 +85,9 @@ class Callers:
         self.tokens = tokens
         self.runtime = runtime
         self.server: tuple[str, int] | None = None  # set once the server is bound
+        # Connections forwarded by a relay (:mod:`.relay`): its ends' addresses → the callers'
+        # addresses, and the address the callers connected to.
+        self.relayed: tuple[dict[tuple[str, int], tuple[str, int]], tuple[str, int]] | None = None
         # A gRPC channel keeps its connection: the process behind it is looked up once.
         self._by_peer: OrderedDict[str, _Connection] = OrderedDict()
         self._lock = threading.Lock()
@@ -113,12 +117,16 @@ class Callers:
         host, _, port = address.rpartition(":")
         if family != "ipv4" or self.server is None or not port.isdigit():
             return None
+        client, server = (host, int(port)), self.server
+        if self.relayed is not None and client in self.relayed[0]:
+            client, server = self.relayed[0][client], self.relayed[1]
+            peer = f"ipv4:{client[0]}:{client[1]}>{server[0]}:{server[1]}"
         with self._lock:
             known = self._by_peer.get(peer)
         # Still the same socket in the same process: then the peer's address is still its.
         if known is not None and _holds(known.pid, known.fd, known.inode):
             return known.caller
-        inode = _connection_inode((host, int(port)), self.server)
+        inode = _connection_inode(client, server)
         holders = [] if inode is None else _socket_holders(inode)
         if not holders:
             return None

@@ -12,8 +12,10 @@ local user behind the connection), reports are taken only for a trial that still
 that has finished or never was), and deleting needs an admin token.
 
 The port is fixed by the SDK and several Trimaran homes may run on one machine, so each home's
-service binds a loopback address of its own, derived from the home's path (the same one after a
-restart, so running pods keep reaching it), or the next free one. Pods resolve Katib's service
+service listens on a loopback address of its own, derived from the home's path (the same one after a
+restart, so running pods keep reaching it), or the next free one. The control plane has the home's
+socket keeper (`trimaran.server.keeper`) hold that listening socket, so no pod can take the address
+while the control plane restarts. Pods resolve Katib's service
 names to it through their /etc/hosts (:attr:`DBManager.hosts`), and the address is reachable
 from the host as well (``KatibClient().get_trial_metrics(..., db_manager_address=address)``).
 """
@@ -25,8 +27,9 @@ import itertools
 import logging
 import math
 import re
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -40,12 +43,13 @@ from trimaran.runtime import LocalRuntime
 from trimaran.server.katib.callers import Callers
 from trimaran.server.katib.proto import dbmanager_pb2 as pb
 from trimaran.server.katib.proto import dbmanager_pb2_grpc as pb_grpc
+from trimaran.server.katib.relay import Relay
 from trimaran.server.observations import add_pushed_observations
 from trimaran.server.tokens import TokenStore
 from trimaran.store import NotFound, Store
 
-__all__ = ["PORT", "SERVICE_NAMES", "DBManager", "add_pushed_observations", "loopback_candidates",
-           "start_dbmanager", "start_dbmanager_for_home"]
+__all__ = ["PORT", "SERVICE_NAMES", "DBManager", "add_pushed_observations", "bind", "bind_for_home",
+           "loopback_candidates", "serve_dbmanager", "start_dbmanager", "start_dbmanager_for_home"]
 
 log = logging.getLogger(__name__)
 
@@ -166,11 +170,13 @@ class _Servicer(pb_grpc.DBManagerServicer):
 
 @dataclass
 class DBManager:
-    """A running DBManager service."""
+    """A running DBManager service: gRPC on a loopback port of its own, reached through
+    :class:`~trimaran.server.katib.relay.Relay` from the address pods know (``host:port``)."""
 
     host: str
     port: int
     server: grpc.Server
+    relay: Relay
 
     @property
     def address(self) -> str:
@@ -184,29 +190,57 @@ class DBManager:
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Stop serving; calls in flight get ``grace`` seconds."""
+        self.relay.stop()
         self.server.stop(grace).wait()
+
+
+def serve_dbmanager(store: Store, listener: socket.socket, *, tokens: TokenStore, runtime: LocalRuntime) -> DBManager:
+    """Serve Katib's DBManager to the connections ``listener`` (a listening TCP socket) accepts,
+    from callers that hold one of ``tokens`` or are ``runtime``'s pods or the home's user
+    (:mod:`.callers`).
+
+    gRPC binds the addresses it serves itself and cannot take a listening socket, so it listens on
+    a port of its own on 127.0.0.1 and a relay forwards ``listener``'s connections to it: the
+    address pods were given can then be one the control plane never lets go of (a socket held by
+    `trimaran.server.keeper`). A process that finds the inner port and calls it directly is
+    identified as any caller is.
+    """
+    callers = Callers(tokens, runtime)
+    # Without SO_REUSEPORT (gRPC sets it by default), nothing else can share the inner port.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="katib-dbmanager"),
+                         options=[("grpc.so_reuseport", 0)])
+    pb_grpc.add_DBManagerServicer_to_server(_Servicer(store, callers), server)
+    inner = server.add_insecure_port("127.0.0.1:0")
+    if not inner:
+        raise OSError("cannot bind Katib's DBManager to a loopback port")
+    host, port = listener.getsockname()[:2]
+    relay = Relay(listener, ("127.0.0.1", inner))
+    callers.server = ("127.0.0.1", inner)
+    callers.relayed = (relay.origins, (host, port))
+    server.start()
+    relay.start()
+    return DBManager(host, port, server, relay)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` of this process (without a socket keeper)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot bind Katib's DBManager to {host}:{port}: {exc.strerror}") from None
+    return sock
 
 
 def start_dbmanager(store: Store, host: str, port: int = PORT, *, tokens: TokenStore,
                     runtime: LocalRuntime) -> DBManager:
-    """Serve Katib's DBManager on ``host:port`` (``port`` 0: any free one), to callers that hold
-    one of ``tokens`` or are ``runtime``'s pods or the home's user (:mod:`.callers`).
+    """Serve Katib's DBManager on ``host:port`` (``port`` 0: any free one); see :func:`serve_dbmanager`.
 
     Raises ``OSError`` when the address cannot be bound (another process has it).
     """
-    callers = Callers(tokens, runtime)
-    # Without SO_REUSEPORT (gRPC sets it by default), a second home binding the same address
-    # fails here instead of silently sharing its connections.
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="katib-dbmanager"),
-                         options=[("grpc.so_reuseport", 0)])
-    pb_grpc.add_DBManagerServicer_to_server(_Servicer(store, callers), server)
-    try:
-        bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as exc:
-        raise OSError(f"cannot bind Katib's DBManager to {host}:{port}: {exc}") from None
-    callers.server = (host, bound)
-    server.start()
-    return DBManager(host, bound, server)
+    return serve_dbmanager(store, bind(host, port), tokens=tokens, runtime=runtime)
 
 
 def loopback_candidates(home: Path) -> Iterator[str]:
@@ -220,14 +254,21 @@ def loopback_candidates(home: Path) -> Iterator[str]:
                f".{1 + index % _FOURTH}")
 
 
-def start_dbmanager_for_home(store: Store, home: Path, port: int = PORT, attempts: int = 32, *,
-                             tokens: TokenStore, runtime: LocalRuntime) -> DBManager:
-    """Serve Katib's DBManager on ``home``'s loopback address (:func:`loopback_candidates`), or
-    the next free one of ``attempts`` (``tokens`` and ``runtime``: see :func:`start_dbmanager`)."""
+def bind_for_home(home: Path, port: int = PORT, attempts: int = 32,
+                  listen: Callable[[str, int], socket.socket] = bind) -> socket.socket:
+    """A listening socket for ``home``'s DBManager on its loopback address (:func:`loopback_candidates`),
+    or the next free one of ``attempts``, made by ``listen(host, port)``."""
     errors = []
     for host in itertools.islice(loopback_candidates(home), attempts):
         try:
-            return start_dbmanager(store, host, port, tokens=tokens, runtime=runtime)
+            return listen(host, port)
         except OSError as exc:
             errors.append(str(exc))
     raise OSError(f"no free loopback address for Katib's DBManager after {attempts} tries; last: {errors[-1]}")
+
+
+def start_dbmanager_for_home(store: Store, home: Path, port: int = PORT, attempts: int = 32, *,
+                             tokens: TokenStore, runtime: LocalRuntime) -> DBManager:
+    """Serve Katib's DBManager on ``home``'s loopback address (:func:`bind_for_home`; ``tokens``
+    and ``runtime``: see :func:`serve_dbmanager`)."""
+    return serve_dbmanager(store, bind_for_home(home, port, attempts), tokens=tokens, runtime=runtime)

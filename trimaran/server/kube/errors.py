@@ -12,6 +12,9 @@ from trimaran.api.errors import FieldError
 
 __all__ = ["StatusError", "status_response"]
 
+# apimachinery's cause types where they are not "Field" + the error's type.
+_CAUSES = {"Invalid": "FieldValueInvalid", "TooLong": "FieldValueTooLong"}
+
 
 class StatusError(Exception):
     """A failed request, answered as ``{"kind": "Status", "status": "Failure", ...}``."""
@@ -31,6 +34,13 @@ class StatusError(Exception):
         return out
 
     # Constructors named as apimachinery's errors package names them. ---------------------
+
+    @classmethod
+    def too_large_resource_version(cls, wanted: int, current: int) -> StatusError:
+        """apimachinery's ``NewTooLargeResourceVersionError``: a read at a revision the store has not reached."""
+        return cls(504, "Timeout", f"Timeout: Too large resource version: {wanted}, current: {current}",
+                   {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1}, headers={"Retry-After": "1"})
 
     @classmethod
     def not_found(cls, group: str, plural: str, name: str) -> StatusError:
@@ -54,7 +64,7 @@ class StatusError(Exception):
     def invalid(cls, group: str, kind: str, name: str, errors: list[FieldError],
                 lines: list[str] | None = None) -> StatusError:
         """422 with one cause per field; ``lines`` are the fuller messages when there are any."""
-        causes = [{"reason": f"Field{e.type}" if e.type != "Invalid" else "FieldValueInvalid",
+        causes = [{"reason": _CAUSES.get(e.type, f"Field{e.type}"),
                    "message": str(e).split(": ", 1)[-1], "field": e.path} for e in errors]
         text = "; ".join(lines) if lines else ", ".join(str(e) for e in errors)
         label = f"{kind}.{group}" if group else kind

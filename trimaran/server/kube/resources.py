@@ -14,6 +14,7 @@ import base64
 import copy
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_f
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, WatchHub
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+from trimaran.store._objects import generated_name
 from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired, Invalid
 
@@ -47,6 +49,9 @@ MAX_WATCH_SECONDS = 1800  # a watch without timeoutSeconds ends here, and none l
 _BOOKMARK_EVERY = 30.0
 _UNKNOWN_FIELD = 'unknown field "'
 _MAX_WARNING = 4096  # characters of one warning sent back
+# As kube-apiserver's watch cache: a read at a revision not reached yet waits this long for it,
+# then is answered 504 ResourceVersionTooLarge.
+_TOO_LARGE_WAIT = 3.0
 _CONSISTENT_READ_TRIES = 5  # lists read again while writes move the revision under them
 
 # Events are not stored objects (the store keeps them in a table of their own), so the registry
@@ -285,9 +290,31 @@ class KubeAPI:
         revision, items = await asyncio.to_thread(read)
         return revision, [o for o in items if accepts(o)], accepts
 
+    async def _reached(self, wanted: int) -> int | None:
+        """None once the store has reached revision ``wanted`` (waiting up to :data:`_TOO_LARGE_WAIT`),
+        else the revision it is at."""
+        deadline = time.monotonic() + _TOO_LARGE_WAIT
+        while True:
+            current = await asyncio.to_thread(self.store.current_revision)
+            if current >= wanted:
+                return None
+            if time.monotonic() >= deadline:
+                return current
+            await asyncio.sleep(0.05)
+
     async def _list(self, request: Request, target: Target) -> Response:
         params = request.query_params
         info = target.info
+        rv = params.get("resourceVersion") or ""
+        if rv not in ("", "0") and params.get("resourceVersionMatch") in (None, "", "NotOlderThan") \
+                and not params.get("continue"):
+            try:
+                wanted = int(rv)
+            except ValueError:
+                raise StatusError.bad_request(f'invalid resource version "{rv}"') from None
+            current = await self._reached(wanted)
+            if current is not None:
+                raise StatusError.too_large_resource_version(wanted, current)
         revision, items, _ = await self._select(request, target)
         limit = _int_param(params, "limit")
         token = params.get("continue")
@@ -339,6 +366,12 @@ class KubeAPI:
             labels = parse_label_selector(params.get("labelSelector"))
             fields = parse_field_selector(params.get("fieldSelector"), info.kind)
             initial, accepts = [], self._matcher(target, labels, fields)
+            current = await self._reached(revision)
+            if current is not None:
+                # Past admission and a parsed version, kube-apiserver answers a watch's errors as its one event.
+                error = StatusError.too_large_resource_version(revision, current)
+                return Response(orjson.dumps({"type": "ERROR", "object": error.body()}) + b"\n",
+                                media_type="application/json;stream=watch")
         release = self.hub.streams.hold_for(request, "watch")
         try:
             # Events are not in the change log: the initial state, then silence.
@@ -449,6 +482,8 @@ class KubeAPI:
                                           f"URL ({name})")
         if name is not None:
             meta["name"] = name
+        if current is not None and not meta.get("uid"):
+            meta["uid"] = current["metadata"].get("uid")  # an update names the object it replaces
         try:
             result = validate(obj)
         except ManifestError as exc:
@@ -486,6 +521,15 @@ class KubeAPI:
             # A client's status is not taken on create; what defaulting gives (a Namespace is
             # Active) is, as kube-apiserver's strategies do.
             obj = {k: v for k, v in obj.items() if k != "status"}
+        # The uid is the server's, given before defaulting as kube-apiserver does: a Job's generated
+        # selector names it. A client's is replaced.
+        uid = str(uuid.uuid4())
+        if isinstance(obj, dict) and isinstance(obj.get("metadata") or {}, dict):
+            meta = {**(obj.get("metadata") or {}), "uid": uid}
+            prefix = meta.get("generateName")
+            if prefix and isinstance(prefix, str) and not meta.get("name"):
+                meta["name"] = generated_name(prefix)  # before defaulting too: a Job's labels name it
+            obj = {**obj, "metadata": meta}
         admitted, warnings = await asyncio.to_thread(self._admit, target, obj, validation)
         admitted["metadata"].pop("resourceVersion", None)
         admitted["metadata"].pop("deletionTimestamp", None)
@@ -503,7 +547,7 @@ class KubeAPI:
                     raise StatusError(403, "Forbidden", f'{info.plural} "{admitted["metadata"].get("name", "")}" '
                                       f'is forbidden: unable to create new content in namespace '
                                       f'{namespace["metadata"]["name"]} because it is being terminated')
-            return self.store.create(admitted)
+            return self.store.create(admitted, uid=uid)
 
         try:
             created = await asyncio.to_thread(write)
