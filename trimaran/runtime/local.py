@@ -31,12 +31,14 @@ run directory once per run and handed to bubblewrap by the shim.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +56,7 @@ from trimaran.runtime.sandbox import (
     SandboxUnavailable,
     build_argv,
     build_image_argv,
+    build_tool_argv,
     find_bwrap,
     gpu_device_paths,
     hosts_file,
@@ -722,6 +725,8 @@ class LocalRuntime:
         # Never delete through a mounted overlay (its writes would land in nothing).
         _shim.release_overlays_under(str(self._pod_dir(pod_uid)))
         shutil.rmtree(self._pod_dir(pod_uid), ignore_errors=True)
+        if self._pod_dir(pod_uid).exists():
+            _remove_as_pods(self._pod_dir(pod_uid))
 
     # -- logs ---------------------------------------------------------------------------
 
@@ -790,6 +795,22 @@ def _give_token(directory: Path, owner: Owner, pod: Mapping, base_uid: int) -> N
             os.chown(path, base_uid + only, -1)
         elif path.stat().st_mode & 0o077 == 0:
             path.chmod(0o640 if owner.fs_group is not None else 0o644)
+
+
+def _remove_as_pods(path: Path) -> None:
+    """Remove what an ordinary user's pods left under ``path`` owned by subordinate ids (a
+    process that switched uid inside): as root of a sandbox whose ids are the user and its
+    range, the only place the user may touch them."""
+    pods = pods_range()
+    if pods is None or pods.owner is None or not userns_available():
+        return
+    idmap = container_idmap(0, 0, (), pods)
+    argv = build_tool_argv(["rm", "-rf", "--", str(path)], writable=[path.parent], mapped=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as spec:
+        json.dump({"argv": argv, "idmap": idmap.to_json()}, spec)
+        spec.flush()
+        subprocess.run([sys.executable, "-I", "-S", _SHIM, "--run", spec.name], stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=300, check=False)
 
 
 def _call_after_exit(proc: subprocess.Popen, callback: Callable[[], None]) -> None:
