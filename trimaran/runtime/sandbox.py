@@ -9,7 +9,9 @@ What a pod sees (everything else of the host is absent):
   runs from, e.g. ``/root/.pyenv/versions/3.11.7`` and ``/work/main``, less its ``.git``) at
   their own paths;
 - fresh: a tmpfs root (so new mount points such as /app can be created), ``/dev``,
-  ``/proc`` (the pod's pid namespace), ``/tmp``, an empty ``/run`` (no host sockets) with
+  ``/proc`` (the pod's pid namespace; ``/proc/sys``, ``/proc/irq``, ``/proc/bus``, ``/proc/fs``
+  and ``/proc/sysrq-trigger`` read-only, ``/proc/kcore``, ``/proc/keys``, ``/proc/timer_list``
+  and the like masked, as ``/sys/firmware``), ``/tmp``, an empty ``/run`` (no host sockets) with
   ``/var/run`` and ``/var/lock`` leading there, an empty ``/var/tmp``, a private ``/dev/shm``
   (64Mi as the container runtimes' default, or the sizeLimit of a memory emptyDir mounted
   there), generated /etc/hosts and /etc/hostname;
@@ -22,9 +24,15 @@ volumes: covered by an empty tmpfs where it lies inside a visible directory), ``
 
 The container runs in user, pid, IPC, mount and UTS namespaces of its own, as
 ``securityContext`` says (see :mod:`trimaran.runtime.security`): uid 0 inside unless
-``runAsUser`` says otherwise, holding its capabilities only within those namespaces. Where no
-user namespace can be made and the control plane is root, it runs as an unprivileged uid
-instead (``setpriv``). The network is the host's: replicas reach each other over loopback.
+``runAsUser`` says otherwise, holding its capabilities only within those namespaces. No pod is
+the host's uid 0: its ids map into the pods' range (:mod:`trimaran.runtime.idmap`; as root,
+container id N is host id BASE+N of /etc/subuid's ``trimaran`` entry), and the shim writes the
+maps while bubblewrap waits (``--userns-block-fd``, ``shim.spawn_mapped``); an ordinary user
+without a subordinate range gets bubblewrap's own single id (``--uid``). Where no user
+namespace can be made and the control plane is root, it runs as an unprivileged uid instead
+(``setpriv``). ``/proc`` and ``/sys`` are masked and partly read-only as the kubelet asks of
+containerd (:data:`MASKED_PATHS`, :data:`READ_ONLY_PATHS`; none for ``privileged`` or
+``procMount: Unmasked``). The network is the host's: replicas reach each other over loopback.
 
 A container that runs its image sees none of this host's filesystem: its root is the image's
 root filesystem, writable through an overlay made per container (see :func:`build_image_argv`).
@@ -125,9 +133,9 @@ def userns_available(bwrap: str | None = None) -> bool:
 @functools.cache
 def private_etc_entries(etc: str = "/etc") -> tuple[tuple[str, bool], ...]:
     """``(path, is_dir)`` of every entry under ``etc`` that other users may not read
-    (``shadow``, ``sudoers``, SSH host keys, ``ssl/private``...). A pod's uid 0 is the control
-    plane's uid on the host's files, so it could read what its owner may; these are covered
-    up. Walked once per process."""
+    (``shadow``, ``sudoers``, SSH host keys, ``ssl/private``...). Where a pod gets the control
+    plane's own uid (an ordinary user without a subordinate range), it could read what its
+    owner may; these are covered up in every case. Walked once per process."""
     found: list[tuple[str, bool]] = []
     for root, dirs, files in os.walk(etc):
         for names, is_dir in ((files, False), (dirs, True)):
