@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+# newuidmap/newgidmap: an ordinary user's pods map their ids into its /etc/subuid range, as
+# rootless Podman's (trimaran/runtime/idmap.py); root's pods need nothing more.
+command -v newuidmap >/dev/null 2>&1 || need_apt+=(uidmap)
 # Container images (trimaran/runtime/images): skopeo pulls, umoci unpacks, zstd opens zstd layers
 # (umoci 0.4 cannot), fuse-overlayfs gives each container a writable root over the shared image.
 for tool in skopeo umoci zstd fuse-overlayfs; do

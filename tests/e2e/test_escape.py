@@ -1,9 +1,12 @@
 """The escape suite: a pod of a real control plane tries what an attacker would, and every attempt
 fails while the host stays as it was (checked from outside). Run with the control plane started
-by this user and, when this user is root, by an ordinary one (uid 65534)."""
+by this user and, when this user is root, by an ordinary one (uid 65534, which has no
+subordinate range here: its pods get its own uid alone). No pod is the host's uid 0: as root,
+pods map into the ``trimaran`` range of /etc/subuid."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -220,13 +223,112 @@ def test_a_pod_cannot_escape(escape_plane: ControlPlaneHandle, tmp_path: Path) -
     assert ro_intact and wrote, "the read-only hostPath stays as it was; the writable one is written"
     assert before == {name: _digest(plane.home / name) for name in before}
     # What it saw: its own user namespace and processes, no host credentials or sockets.
-    assert seen["uid_map"][:2] == ["0", str(plane.home.stat().st_uid)], "root inside is the plane's user outside"
+    assert seen["uid_map"] == pods_uid_map(plane, 0), "root inside is the pods' root outside, never host root"
     assert (seen["no_new_privs"], seen["seccomp"]) == ("1", "2")
     assert not seen["bounding"] & (1 << 21), "CAP_SYS_ADMIN is not even in the bounding set"
     expected_root = {p.parts[2] for p in map(Path, interpreter_paths()) if p.parts[1:2] == ("root",)}
     assert set(seen["root"]) <= expected_root, "only the interpreter's directory of /root is there"
     assert not seen["home_dirs"] and not seen["run_sockets"]
     assert info["pid"] not in seen["processes"] and len(seen["processes"]) < 10
+
+
+def pods_uid_map(plane: ControlPlaneHandle, uid: int) -> list[str]:
+    """The uid_map a container running as ``uid`` must have: the pods' range of /etc/subuid where
+    the control plane is root, else (no subordinate range here) the plane's user as ``uid`` alone."""
+    owner = plane.home.stat().st_uid
+    if owner == 0:
+        base = next(int(first) for name, first, _ in (line.split(":") for line in
+                                                      Path("/etc/subuid").read_text().split())
+                    if name == "trimaran")
+        assert base >= 65536, "the pods' range lies above the host's own users"
+        return ["0", str(base), "65536"]
+    return [str(uid), str(owner), "1"]
+
+
+# A pod of a restricted namespace tries the kernel's settings and what container runtimes mask, then
+# waits to be deleted so that its user namespace can be read from outside.
+KERNEL_PROBE = textwrap.dedent("""
+    import json, os, sys, time
+
+    def attempt(action):
+        try:
+            return {"worked": action()}
+        except OSError as exc:
+            return {"errno": exc.errno}
+
+    def write(path, text):
+        with open(path, "w") as handle:
+            handle.write(text)
+
+    def read(path):
+        with open(path, "rb") as handle:
+            return handle.read(4096).decode(errors="replace")
+
+    out = {
+        "write printk_ratelimit_burst": attempt(lambda: write("/proc/sys/kernel/printk_ratelimit_burst", "11")),
+        "open core_pattern for writing": attempt(lambda: open("/proc/sys/kernel/core_pattern", "w").close()),
+        "write sysrq-trigger": attempt(lambda: write("/proc/sysrq-trigger", "h")),
+    }
+    for path in json.loads(sys.argv[1]):
+        out["read " + path] = attempt(lambda: os.listdir(path) if os.path.isdir(path) else read(path))
+    print(json.dumps(out), flush=True)
+    time.sleep(600)
+""")
+MASKED = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware")
+
+
+def test_a_restricted_pod_cannot_change_the_kernel_and_is_not_host_root(escape_plane: ControlPlaneHandle,
+                                                                         tmp_path: Path) -> None:
+    plane = escape_plane
+    sysctl = Path("/proc/sys/kernel/printk_ratelimit_burst")
+    before = sysctl.read_text()
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "restricted", "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "kernel", "namespace": "restricted"},
+           "spec": {"backoffLimit": 0, "template": {"spec": {
+               "restartPolicy": "Never",
+               "securityContext": {"runAsUser": 1000, "runAsNonRoot": True,
+                                   "seccompProfile": {"type": "RuntimeDefault"}},
+               "containers": [{"name": "main", "image": "python",
+                               "command": ["python3", "-c", KERNEL_PROBE, json.dumps(MASKED)],
+                               "securityContext": {"allowPrivilegeEscalation": False,
+                                                   "capabilities": {"drop": ["ALL"]}}}]}}}}
+    for name, manifest in (("namespace", namespace), ("job", job)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(manifest))
+    plane.cli("apply", "-f", str(tmp_path / "namespace.json"))
+    plane.cli("apply", "-f", str(tmp_path / "job.json"))
+    try:
+        def probed() -> dict | None:
+            pods = plane.client().list("Pod", "restricted", "batch.kubernetes.io/job-name=kernel")
+            if not pods or (pods[0].get("status") or {}).get("phase") != "Running":
+                return None
+            lines = plane.cli("logs", pods[0]["metadata"]["name"], "-n", "restricted").stdout.strip().splitlines()
+            return json.loads(lines[-1]) if lines else None
+
+        out = poll(probed, timeout=120, what="the probe's report")
+
+        def probe_process():
+            return next((p for p in plane.pod_processes()
+                         if "printk_ratelimit_burst" in " ".join(p.cmdline()) and p.name() != "bwrap"), None)
+
+        uid_map = Path(f"/proc/{poll(probe_process, timeout=30, what='the probe process').pid}/uid_map").read_text()
+    finally:
+        plane.cli("delete", "job", "kernel", "-n", "restricted")
+        after = sysctl.read_text()
+        if after != before and os.geteuid() == 0:
+            sysctl.write_text(before)  # the host as it was, whatever the pod did
+    # From outside: the kernel's setting is as it was, and no extent maps the host's uid 0.
+    assert after == before
+    extents = [line.split() for line in uid_map.splitlines()]
+    assert not [e for e in extents if int(e[1]) <= 0 < int(e[1]) + int(e[2])], uid_map
+    assert extents == [pods_uid_map(plane, 1000)]
+    for attempt in ("write printk_ratelimit_burst", "open core_pattern for writing"):
+        assert out[attempt].get("errno") in (errno.EACCES, errno.EROFS, errno.EPERM), (attempt, out[attempt])
+    assert out["write sysrq-trigger"].get("worked") is None
+    for path in MASKED:
+        if os.path.exists(path):
+            seen = out["read " + path]
+            assert "errno" in seen or not seen["worked"], f"{path} is masked: {seen}"
 
 
 def test_a_shim_killed_from_outside_leaves_an_event(plane: ControlPlaneHandle, tmp_path: Path) -> None:

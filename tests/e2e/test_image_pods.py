@@ -5,6 +5,7 @@ takes."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from tests.imagekit import (  # noqa: F401 (fixtures)
     test_images,
 )
 from tests.runtime.test_image_run import overlay_daemons
+from trimaran.runtime.idmap import pods_range
 from trimaran.runtime.shim import overlay_mounts_under
 
 # One control plane for the file: each test names its own pods and deletes those that would
@@ -335,3 +337,25 @@ def test_a_restart_under_always_whose_tag_has_not_moved_downloads_nothing(fresh_
     assert pulled[0].startswith(f'Successfully pulled image "{busybox}"')
     assert f'Container image "{busybox}" already present on machine (its tag still names sha256:' in pulled[1]
     assert pulls(plane, "again") == 2
+
+
+def test_an_image_pod_is_root_of_its_own_filesystem_but_never_host_root(plane, busybox):
+    # Root inside owns the image's files (so it writes its overlay: /etc, /), never the host's.
+    script = "echo image > /etc/written && touch /made-at-root && echo \"wrote as $(id -u)\"; sleep 600"
+    apply(plane, pod("rooted", busybox, args=["sh", "-c", script]))
+    try:
+        poll(lambda: "wrote as 0" in plane.cli("logs", "rooted", check=False).stdout, timeout=60,
+             what="the pod's writes")
+
+        def sleeper():
+            return next((p for p in plane.pod_processes() if p.name() == "sleep"
+                         and p.environ().get("TRIMARAN_POD_UID") == plane.get("pod", "rooted")["metadata"]["uid"]),
+                        None)
+
+        uid_map = Path(f"/proc/{poll(sleeper, timeout=30, what='the pod process').pid}/uid_map").read_text()
+    finally:
+        delete_pods(plane, "rooted")
+    extents = [[int(v) for v in line.split()] for line in uid_map.splitlines()]
+    assert extents and not [e for e in extents if e[1] <= 0 < e[1] + e[2]], f"no pod maps host uid 0: {uid_map}"
+    if os.geteuid() == 0:
+        assert extents == [[0, pods_range().uid, 65536]]

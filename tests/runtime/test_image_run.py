@@ -17,6 +17,7 @@ import pytest
 from tests.runtime.helpers import make_pod, wait_for
 from trimaran.runtime import LocalRuntime
 from trimaran.runtime.env import ConfigError, expand_command
+from trimaran.runtime.idmap import pods_range
 from trimaran.runtime.local import ImageRun, image_user
 from trimaran.runtime.sandbox import path_in_root, sandbox_available
 from trimaran.runtime.shim import overlay_mounts_under
@@ -40,6 +41,11 @@ def busybox_rootfs(root: Path) -> Path:
     (root / "var" / "run").symlink_to("/run")
     (root / "srv" / "app").mkdir(parents=True)
     (root / "srv" / "app" / "data.txt").write_text("from the image\n")
+    pods = pods_range()
+    if pods is not None and pods.owner is None:
+        # As an unpack under the pods' id mapping leaves an image: root's files are the pods' root's.
+        for path in [root, *root.rglob("*")]:
+            os.lchown(path, pods.uid, pods.gid)
     return root
 
 

@@ -31,12 +31,14 @@ run directory once per run and handed to bubblewrap by the shim.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,18 +50,21 @@ from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime import shim as _shim
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
+from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, pods_range
 from trimaran.runtime.node import Node, container_requests
 from trimaran.runtime.sandbox import (
     SandboxUnavailable,
     build_argv,
     build_image_argv,
+    build_tool_argv,
     find_bwrap,
     gpu_device_paths,
     hosts_file,
+    userns_available,
 )
-from trimaran.runtime.security import container_security, seccomp_program
+from trimaran.runtime.security import ContainerSecurity, container_security, seccomp_program
 from trimaran.runtime.serviceaccount import MOUNT_PATH, ServiceAccountAccess, automounts_token, write_service_account
-from trimaran.runtime.volumes import Mount, container_mounts, prepare_volumes
+from trimaran.runtime.volumes import Mount, Owner, container_mounts, prepare_volumes
 
 __all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user"]
 
@@ -354,8 +359,17 @@ class LocalRuntime:
         hosts_path.write_text(hosts_file(hostname, all_hosts, pod_ip))
         hostname_path = run_dir / "hostname"
         hostname_path.write_text(hostname + "\n")
+        spec_security: Mapping = spec.get("securityContext") or {}
+        # Where pods' ids map into a range of their own, what the pod is given belongs to its
+        # root inside; else to the control plane, which is then the pod's own uid.
+        pods = pods_range() if userns_available(bwrap) else None
+        owner = None
+        if pods is not None and pods.owner is None:
+            fs_group = spec_security.get("fsGroup")
+            owner = Owner(pods.uid, pods.gid, None if not isinstance(fs_group, int) or fs_group >= 65536
+                          else pods.gid + fs_group)
         volumes = prepare_volumes(pod, pod_dir=self._pod_dir(uid), run_dir=run_dir,
-                                  home=self.home, lookup=lookup, storage=storage)
+                                  home=self.home, lookup=lookup, storage=storage, owner=owner)
         node_kwargs = {}
         if self.node is not None:
             node_kwargs = {"node_cpu": self.node.capacity.cpu, "node_memory": self.node.capacity.memory,
@@ -364,6 +378,8 @@ class LocalRuntime:
         token_dir = None
         if access is not None and automounts_token(spec):
             token_dir = write_service_account(access, namespace, run_dir / "serviceaccount")
+            if owner is not None:
+                _give_token(token_dir, owner, pod, pods.uid)
         service_env = access.env() if access is not None else None
         hidden = [str(self.home)]
         seccomp_path = run_dir / "seccomp.bpf"
@@ -373,6 +389,7 @@ class LocalRuntime:
             image = images.get(cname)
             user = image_user(image.rootfs, image.user) if image is not None and image.user else None
             security = container_security(pod, container, index, init=init, image_user=user)
+            idmap = _idmap(cname, security, pods)
             if security.seccomp is not None and not seccomp_path.exists():
                 seccomp_path.write_bytes(seccomp_program(security.seccomp))
             own_env = resolve_env(pod, container, lookup, service_env=service_env, **node_kwargs)
@@ -380,7 +397,7 @@ class LocalRuntime:
                 command = expand_command(container, own_env)
             else:
                 command = expand_command(container, own_env, image.entrypoint or (), image.cmd or ())
-            mounts = container_mounts(container, volumes, own_env)
+            mounts = container_mounts(container, volumes, own_env, owner)
             # A container that mounts a volume of its own there keeps it, as on a cluster.
             if token_dir is not None and all(PurePosixPath(m.target) != PurePosixPath(MOUNT_PATH) for m in mounts):
                 mounts.append(Mount(MOUNT_PATH, token_dir, read_only=True))
@@ -401,7 +418,7 @@ class LocalRuntime:
                     hostname_path=hostname_path, working_dir=container.get("workingDir"),
                     devices=gpu_device_paths() if wants_gpu else (),
                     termination_log=(termination_log, log_target), bwrap=bwrap, hidden=hidden,
-                    security=security,
+                    security=security, mapped=idmap is not None,
                 )
                 env = {**_image_env(hostname, security.uid), **own_env, **env_extra}
             else:
@@ -410,6 +427,11 @@ class LocalRuntime:
                            "work": str(layer / "work"), "merged": str(layer / "merged")}
                 for key in ("upper", "work", "merged"):
                     Path(overlay[key]).mkdir(parents=True)
+                # The overlay's root is the upper layer's directory: it must be the image's root
+                # (its owner, so that root inside may write /; its mode).
+                lower_root = image.rootfs.stat()
+                os.chown(overlay["upper"], lower_root.st_uid, lower_root.st_gid)
+                os.chmod(overlay["upper"], lower_root.st_mode & 0o7777)
                 driver = driver_files() if wants_gpu else None
                 try:
                     argv = build_image_argv(
@@ -418,6 +440,7 @@ class LocalRuntime:
                         working_dir=str(container.get("workingDir") or image.working_dir or "/"),
                         devices=driver.devices if driver else (), read_only_files=driver.files if driver else (),
                         termination_log=(termination_log, log_target), bwrap=bwrap, security=security,
+                        mapped=idmap is not None,
                     )
                 except ValueError as exc:
                     raise ConfigError(f"container {cname!r}: {exc}") from None
@@ -436,6 +459,7 @@ class LocalRuntime:
                 "termination_log": str(termination_log),
                 "termination_message_policy": container.get("terminationMessagePolicy") or "File",
                 **({"overlay": overlay} if overlay else {}),
+                **({"idmap": idmap.to_json()} if idmap else {}),
             }
 
         app = [(i, c) for i, c in enumerate(spec.get("containers") or []) if only is None or c.get("name") in only]
@@ -701,6 +725,8 @@ class LocalRuntime:
         # Never delete through a mounted overlay (its writes would land in nothing).
         _shim.release_overlays_under(str(self._pod_dir(pod_uid)))
         shutil.rmtree(self._pod_dir(pod_uid), ignore_errors=True)
+        if self._pod_dir(pod_uid).exists():
+            _remove_as_pods(self._pod_dir(pod_uid))
 
     # -- logs ---------------------------------------------------------------------------
 
@@ -740,6 +766,51 @@ class LocalRuntime:
     def delete_logs(self, namespace: str, pod_name: str) -> None:
         """Forget a deleted pod's logs."""
         shutil.rmtree(self._pod_log_dir(namespace, pod_name), ignore_errors=True)
+
+
+def _idmap(name: str, security: ContainerSecurity, pods: PodsRange | None) -> IdMap | None:
+    """The container's user namespace in ``pods`` (``None``: bubblewrap's single id)."""
+    if pods is None:
+        return None
+    try:
+        return container_idmap(security.uid, security.gid, security.groups, pods)
+    except IdRangeError as exc:
+        raise ConfigError(f"container {name!r}: {exc}") from None
+
+
+def _give_token(directory: Path, owner: Owner, pod: Mapping, base_uid: int) -> None:
+    """The service-account files for a pod whose ids are mapped: its root's, readable by its
+    containers as the kubelet makes a projected token: 0600 and owned by the containers' uid
+    where they all run as one, else 0644 (0640 with fsGroup's group)."""
+    spec: Mapping = pod.get("spec") or {}
+    pod_context: Mapping = spec.get("securityContext") or {}
+    uids = {((c.get("securityContext") or {}).get("runAsUser", pod_context.get("runAsUser")))
+            for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]}
+    owner.give(directory)
+    directory.chmod(0o755)
+    only = next(iter(uids)) if len(uids) == 1 else None
+    for path in directory.iterdir():
+        owner.give(path)
+        if isinstance(only, int) and 0 < only < 65536:
+            os.chown(path, base_uid + only, -1)
+        elif path.stat().st_mode & 0o077 == 0:
+            path.chmod(0o640 if owner.fs_group is not None else 0o644)
+
+
+def _remove_as_pods(path: Path) -> None:
+    """Remove what an ordinary user's pods left under ``path`` owned by subordinate ids (a
+    process that switched uid inside): as root of a sandbox whose ids are the user and its
+    range, the only place the user may touch them."""
+    pods = pods_range()
+    if pods is None or pods.owner is None or not userns_available():
+        return
+    idmap = container_idmap(0, 0, (), pods)
+    argv = build_tool_argv(["rm", "-rf", "--", str(path)], writable=[path.parent], mapped=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as spec:
+        json.dump({"argv": argv, "idmap": idmap.to_json()}, spec)
+        spec.flush()
+        subprocess.run([sys.executable, "-I", "-S", _SHIM, "--run", spec.name], stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=300, check=False)
 
 
 def _call_after_exit(proc: subprocess.Popen, callback: Callable[[], None]) -> None:

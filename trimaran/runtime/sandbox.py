@@ -9,7 +9,9 @@ What a pod sees (everything else of the host is absent):
   runs from, e.g. ``/root/.pyenv/versions/3.11.7`` and ``/work/main``, less its ``.git``) at
   their own paths;
 - fresh: a tmpfs root (so new mount points such as /app can be created), ``/dev``,
-  ``/proc`` (the pod's pid namespace), ``/tmp``, an empty ``/run`` (no host sockets) with
+  ``/proc`` (the pod's pid namespace; ``/proc/sys``, ``/proc/irq``, ``/proc/bus``, ``/proc/fs``
+  and ``/proc/sysrq-trigger`` read-only, ``/proc/kcore``, ``/proc/keys``, ``/proc/timer_list``
+  and the like masked, as ``/sys/firmware``), ``/tmp``, an empty ``/run`` (no host sockets) with
   ``/var/run`` and ``/var/lock`` leading there, an empty ``/var/tmp``, a private ``/dev/shm``
   (64Mi as the container runtimes' default, or the sizeLimit of a memory emptyDir mounted
   there), generated /etc/hosts and /etc/hostname;
@@ -22,9 +24,15 @@ volumes: covered by an empty tmpfs where it lies inside a visible directory), ``
 
 The container runs in user, pid, IPC, mount and UTS namespaces of its own, as
 ``securityContext`` says (see :mod:`trimaran.runtime.security`): uid 0 inside unless
-``runAsUser`` says otherwise, holding its capabilities only within those namespaces. Where no
-user namespace can be made and the control plane is root, it runs as an unprivileged uid
-instead (``setpriv``). The network is the host's: replicas reach each other over loopback.
+``runAsUser`` says otherwise, holding its capabilities only within those namespaces. No pod is
+the host's uid 0: its ids map into the pods' range (:mod:`trimaran.runtime.idmap`; as root,
+container id N is host id BASE+N of /etc/subuid's ``trimaran`` entry), and the shim writes the
+maps while bubblewrap waits (``--userns-block-fd``, ``shim.spawn_mapped``); an ordinary user
+without a subordinate range gets bubblewrap's own single id (``--uid``). Where no user
+namespace can be made and the control plane is root, it runs as an unprivileged uid instead
+(``setpriv``). ``/proc`` and ``/sys`` are masked and partly read-only as the kubelet asks of
+containerd (:data:`MASKED_PATHS`, :data:`READ_ONLY_PATHS`; none for ``privileged`` or
+``procMount: Unmasked``). The network is the host's: replicas reach each other over loopback.
 
 A container that runs its image sees none of this host's filesystem: its root is the image's
 root filesystem, writable through an overlay made per container (see :func:`build_image_argv`).
@@ -60,9 +68,13 @@ __all__ = [
     "interpreter_paths",
     "gpu_device_paths",
     "hosts_file",
+    "proc_masks",
     "build_argv",
     "build_image_argv",
+    "build_tool_argv",
     "path_in_root",
+    "MASKED_PATHS",
+    "READ_ONLY_PATHS",
 ]
 
 DEFAULT_SHM_SIZE = 64 * 1024 * 1024
@@ -72,6 +84,12 @@ _FRESH_AT_ROOT = ("proc", "dev", "tmp", "run", "var")  # made by bwrap, never th
 _VISIBLE_AT_ROOT = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "sys")
 _VAR_LINKS = (("../run", "/var/run"), ("../run/lock", "/var/lock"))
 _RUNTIME_DIRS_ON_RO_ROOT = ("/tmp", "/run")  # read-only too when readOnlyRootFilesystem
+# The kubelet's defaultMaskedPaths and defaultReadonlyPaths (pkg/securitycontext/util.go, "keep
+# in sync with moby"): what containerd and CRI-O then hide or make read-only in every container.
+MASKED_PATHS = ("/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+                "/sys/devices/virtual/powercap")
+READ_ONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 
 class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing: pods cannot run without writing to the host's paths."""
@@ -115,9 +133,9 @@ def userns_available(bwrap: str | None = None) -> bool:
 @functools.cache
 def private_etc_entries(etc: str = "/etc") -> tuple[tuple[str, bool], ...]:
     """``(path, is_dir)`` of every entry under ``etc`` that other users may not read
-    (``shadow``, ``sudoers``, SSH host keys, ``ssl/private``...). A pod's uid 0 is the control
-    plane's uid on the host's files, so it could read what its owner may; these are covered
-    up. Walked once per process."""
+    (``shadow``, ``sudoers``, SSH host keys, ``ssl/private``...). Where a pod gets the control
+    plane's own uid (an ordinary user without a subordinate range), it could read what its
+    owner may; these are covered up in every case. Walked once per process."""
     found: list[tuple[str, bool]] = []
     for root, dirs, files in os.walk(etc):
         for names, is_dir in ((files, False), (dirs, True)):
@@ -273,12 +291,37 @@ def interpreter_paths(prefixes: Sequence[str] | None = None) -> list[str]:
     return [p for p in found if not any(_under(p, q) and p != q for q in found)]
 
 
-def _security_args(security: ContainerSecurity, userns: bool) -> tuple[list[str], list[str]]:
-    """bwrap's options for the user, capabilities and namespaces, and the command's prefix."""
+def proc_masks(security: ContainerSecurity) -> list[str]:
+    """bwrap's options that mask :data:`MASKED_PATHS` (a file under ``/dev/null``, a directory
+    under an empty read-only tmpfs) and bind :data:`READ_ONLY_PATHS` read-only, after ``/proc``
+    and ``/sys`` are mounted; none for an unmasked container. Paths this kernel lacks are
+    skipped. The read-only ones are the host's /proc entries bound over the pod's: their
+    contents are the kernel's, not a pid namespace's (sysctls are read through the caller's
+    namespaces), and bubblewrap takes bind sources from the host only."""
+    if security.unmasked:
+        return []
+    args: list[str] = []
+    for path in MASKED_PATHS:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    for path in READ_ONLY_PATHS:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _security_args(security: ContainerSecurity, userns: bool, mapped: bool) -> tuple[list[str], list[str]]:
+    """bwrap's options for the user, capabilities and namespaces, and the command's prefix.
+    ``mapped``: the spawner maps the ids (``shim.spawn_mapped``): bubblewrap already runs as the
+    container's uid outside, so it is not told one."""
     args: list[str] = []
     prefix: list[str] = []
     caps = set(security.capabilities)
-    if userns:
+    if userns and mapped:
+        args += ["--unshare-user"]
+    elif userns:
         args += ["--unshare-user", "--uid", str(security.uid), "--gid", str(security.gid)]
     elif os.geteuid() == 0:
         # No user namespace: capabilities would be the host's, so the command runs as an
@@ -328,6 +371,7 @@ def build_argv(
     hidden: Sequence[str] = (),
     security: ContainerSecurity | None = None,
     userns: bool | None = None,
+    mapped: bool = False,
 ) -> list[str]:
     """The full argv (bwrap …  -- command) for one container.
 
@@ -338,9 +382,10 @@ def build_argv(
     directories bound read-only besides the system's (default: :func:`interpreter_paths`).
     ``hidden`` are host directories the container must not read (``$TRIMARAN_HOME``), covered
     by an empty tmpfs where they lie in a visible directory. ``security`` defaults to a root
-    container with the default capabilities; ``userns`` to :func:`userns_available`. The
-    seccomp program is not part of the argv: it is passed on a file descriptor by whoever
-    spawns bwrap (``--seccomp FD``).
+    container with the default capabilities; ``userns`` to :func:`userns_available`;
+    ``mapped`` says the spawner maps the user namespace's ids into the pods' range
+    (``shim.spawn_mapped``, :mod:`trimaran.runtime.idmap`). The seccomp program is not part of
+    the argv: it is passed on a file descriptor by whoever spawns bwrap (``--seccomp FD``).
     """
     bwrap, security, userns = _resolved(bwrap, hostname, security, userns)
     cwd = working_dir or "/"
@@ -371,6 +416,7 @@ def build_argv(
         if os.path.isdir(path) and _tree_of(path, trees) is not None:
             # Bind sources below are read from the host's tree, so hiding does not hide them.
             args += ["--tmpfs", path, "--remount-ro", path]
+    args += proc_masks(security)
     for device in devices:
         args += ["--dev-bind-try", device, device]
     # Parents before children, so a mount inside another volume lands in that volume.
@@ -393,7 +439,7 @@ def build_argv(
         # Volumes, /dev/shm and the termination log are mounts of their own and stay writable.
         for path in ("/", *_RUNTIME_DIRS_ON_RO_ROOT):
             args += ["--remount-ro", path]
-    user_args, prefix = _security_args(security, userns)
+    user_args, prefix = _security_args(security, userns, mapped)
     args += _process_args(user_args, hostname, cwd, [*prefix, *command])
     return args
 
@@ -446,6 +492,7 @@ def build_image_argv(
     bwrap: str | None = None,
     security: ContainerSecurity | None = None,
     userns: bool | None = None,
+    mapped: bool = False,
 ) -> list[str]:
     """The argv (bwrap … -- command) for a container that runs its image.
 
@@ -453,7 +500,8 @@ def build_image_argv(
     ``image_root``, mounted by whoever starts it), bound at ``/``; nothing else of the host is
     visible but the volumes, ``devices`` and ``read_only_files`` (``(host path, path inside)``:
     the GPU driver's files). The rest is as :func:`build_argv`: fresh ``/dev``, ``/proc`` and
-    ``/dev/shm``, the generated ``/etc/hosts`` and ``/etc/hostname``, the host's
+    ``/dev/shm``, the host's ``/sys`` read-only (as containerd mounts sysfs), both masked as
+    :func:`proc_masks` says, the generated ``/etc/hosts`` and ``/etc/hostname``, the host's
     ``/etc/resolv.conf``, the termination log, the namespaces, capabilities and user of
     ``security``. Mount points are resolved through the image's symlinks
     (:func:`path_in_root`). Raises :class:`SandboxUnavailable` without bwrap, ``ValueError``
@@ -468,7 +516,8 @@ def build_image_argv(
         return path_in_root(image_root, path)
 
     cwd = inside(working_dir or "/")
-    args = [bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc"]
+    args = [bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
+            "--ro-bind-try", "/sys", inside("/sys"), *proc_masks(security)]
     for device in devices:
         args += ["--dev-bind-try", device, device]
     for source, target in read_only_files:
@@ -493,5 +542,32 @@ def build_image_argv(
     if security.read_only_root:
         # Volumes, /dev/shm and the termination log are mounts of their own and stay writable.
         args += ["--remount-ro", "/"]
-    user_args, _ = _security_args(security, userns)
+    user_args, _ = _security_args(security, userns, mapped)
     return [*args, *_process_args(user_args, hostname, cwd, command)]
+
+
+def build_tool_argv(command: Sequence[str], *, writable: Sequence[Path], read_only: Sequence[Path] = (),
+                    bwrap: str | None = None, mapped: bool = False) -> list[str]:
+    """The argv for a node tool (umoci unpacking an image) in a sandbox of its own: root of a
+    fresh user namespace with the default capabilities (so it can give files the image's
+    owners within the namespace's ids), this host's system directories read-only, and only
+    ``writable`` and ``read_only`` of the rest, at their own paths. ``mapped`` as for
+    :func:`build_argv`; else uid 0 inside is the caller's own uid. No network."""
+    bwrap = bwrap or find_bwrap()
+    if bwrap is None:
+        raise SandboxUnavailable()
+    links, system_dirs = _visible_root()
+    args = [bwrap, "--tmpfs", "/", *links]
+    for tree in system_dirs:
+        args += ["--ro-bind", tree, tree]
+    for path, is_dir in private_etc_entries():
+        args += ["--tmpfs", path, "--remount-ro", path] if is_dir else ["--ro-bind", "/dev/null", path]
+    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in read_only:
+        args += ["--ro-bind", str(path), str(path)]
+    for path in writable:
+        args += ["--bind", str(path), str(path)]
+    security = ContainerSecurity(0, 0, DEFAULT_CAPABILITIES, None, read_only_root=False, privileged=False)
+    user_args, _ = _security_args(security, True, mapped)
+    return [*args, *user_args, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
+            "--chdir", "/", "--", *command]

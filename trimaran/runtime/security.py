@@ -18,6 +18,8 @@ The bar is a non-privileged container of containerd/CRI-O:
 - ``no_new_privs`` is always set: bubblewrap sets it for every sandbox, so
   ``allowPrivilegeEscalation: true`` cannot lift it (setuid binaries do not gain privileges).
 - ``runAsNonRoot`` with uid 0 fails as the kubelet fails it (CreateContainerConfigError).
+- ``/proc`` and ``/sys`` are masked as the kubelet asks (``procMount: Default``): see
+  ``trimaran.runtime.sandbox``; ``privileged`` or ``procMount: Unmasked`` leave them as they are.
 """
 
 from __future__ import annotations
@@ -97,7 +99,10 @@ class ContainerSecurity:
     """What the sandbox enforces for one container.
 
     ``capabilities`` are names without ``CAP_``; ``seccomp`` is the profile to load
-    (``RuntimeDefault``) or ``None`` for none.
+    (``RuntimeDefault``) or ``None`` for none. ``groups`` are the supplementary groups
+    (``supplementalGroups``, then ``fsGroup``); ``unmasked`` leaves ``/proc`` and ``/sys``
+    unmasked and writable where they are (``privileged``, or ``procMount: Unmasked``), as the
+    kubelet sends empty masked and read-only path lists then.
     """
 
     uid: int
@@ -106,6 +111,8 @@ class ContainerSecurity:
     seccomp: str | None
     read_only_root: bool
     privileged: bool
+    groups: tuple[int, ...] = ()
+    unmasked: bool = False
 
 
 def _cap_names(values: object, field: str) -> set[str]:
@@ -186,6 +193,14 @@ def container_security(pod: Mapping, container: Mapping, index: int, *, init: bo
         capabilities = ((DEFAULT_CAPABILITIES if uid == 0 else set()) | add) - drop
     unconfined = profile_type == "Unconfined" or (privileged and not own.get("seccompProfile"))
     seccomp = None if unconfined else _RUNTIME_DEFAULT
+    groups = list(pod_context.get("supplementalGroups") or [])
+    if pod_context.get("fsGroup") is not None:
+        groups.append(pod_context["fsGroup"])
+    for group in groups:
+        if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < 2**32 - 1:
+            raise ConfigError(f"spec.securityContext: supplementalGroups and fsGroup must be integers from 0 to "
+                              f"4294967294, not {group!r}")
+    proc_mount = own.get("procMount") or "Default"
     return ContainerSecurity(
         uid=uid,
         gid=gid,
@@ -193,6 +208,8 @@ def container_security(pod: Mapping, container: Mapping, index: int, *, init: bo
         seccomp=seccomp,
         read_only_root=bool(own.get("readOnlyRootFilesystem")),
         privileged=privileged,
+        groups=tuple(dict.fromkeys(groups)),
+        unmasked=privileged or proc_mount == "Unmasked",
     )
 
 

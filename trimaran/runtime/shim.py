@@ -20,6 +20,11 @@ It reads ``<state_dir>/spec.json``::
 ``seccomp`` is a compiled seccomp program for bubblewrap (``argv[0]``): the shim opens it and
 passes it on a file descriptor (``--seccomp FD``).
 
+C may also hold ``"idmap": {"uid_map", "gid_map", "run_as", "helper"}`` (see
+``trimaran.runtime.idmap``): the container's user namespace maps its ids into the pods' range,
+so no pod is the host's uid 0. bubblewrap then runs as ``run_as`` (host uid, gid, groups) where
+given, and the shim writes its maps before letting it go on (:func:`spawn_mapped`).
+
 runs the init containers one after another (stopping at the first failure), then all
 containers together, each with stdout and stderr appended to its ``log``, and writes:
 
@@ -52,6 +57,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -70,6 +76,8 @@ __all__ = [
     "unmount_overlay",
     "overlay_mounts_under",
     "release_overlays_under",
+    "stage_sources",
+    "spawn_mapped",
     "main",
 ]
 
@@ -300,6 +308,182 @@ def release_overlays_under(directory: str) -> None:
         _signal(pid, signal.SIGTERM)
 
 
+# -- user namespaces mapped into the pods' range ---------------------------------------------
+
+# Where bind sources the sandbox's host uid cannot reach are staged (see stage_sources). It
+# exists on the host (empty, root's); the tmpfs on it lives in one container's mount namespace.
+STAGE_DIR = "/run/trimaran-stage"
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_SLAVE = 0x2, 0x4, 0x1000, 0x4000, 0x80000
+_BIND_OPTIONS = ("--bind", "--ro-bind", "--bind-try", "--ro-bind-try")
+# How many arguments each bubblewrap option the sandbox writes takes (the rest take none).
+_BWRAP_ARITY = {
+    "--tmpfs": 1, "--dir": 1, "--proc": 1, "--dev": 1, "--remount-ro": 1, "--perms": 1, "--size": 1,
+    "--hostname": 1, "--chdir": 1, "--cap-add": 1, "--cap-drop": 1, "--uid": 1, "--gid": 1,
+    "--seccomp": 1, "--userns-block-fd": 1, "--info-fd": 1, "--setenv": 2, "--symlink": 2,
+    "--dev-bind": 2, "--dev-bind-try": 2, **dict.fromkeys(_BIND_OPTIONS, 2),
+}
+
+
+def _reachable(path: str, uid: int, gids: frozenset[int], cache: dict[str, bool]) -> bool:
+    """Whether ``uid`` (with ``gids``) may look ``path`` up: search permission on every
+    directory above it, as written and as resolved (bubblewrap resolves each source)."""
+    for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+        directory = os.path.dirname(candidate)
+        while True:
+            if directory not in cache:
+                try:
+                    info = os.stat(directory)
+                except OSError:
+                    cache[directory] = False
+                else:
+                    bit = stat.S_IXUSR if info.st_uid == uid else stat.S_IXGRP if info.st_gid in gids else stat.S_IXOTH
+                    cache[directory] = bool(info.st_mode & bit)
+            if not cache[directory]:
+                return False
+            if directory == "/":
+                break
+            directory = os.path.dirname(directory)
+    return True
+
+
+def stage_sources(argv: list[str], uid: int, gids: list[int]) -> tuple[list[str], list[tuple[str, str, bool]]]:
+    """bubblewrap's ``argv`` with every bind source ``uid`` cannot look up (the 0700
+    ``$TRIMARAN_HOME``, a Python under ``/root``, a hostPath under a private directory) replaced
+    by a path under :data:`STAGE_DIR`, and the ``(source, staged path, is_dir)`` binds that make
+    those paths: made as root in the container's own mount namespace just before bubblewrap
+    runs (:func:`spawn_mapped`), so nothing of the host changes and they end with the container.
+    bubblewrap runs as an unprivileged host uid and resolves every source itself, hence this;
+    a missing ``-try`` source it cannot even look up is dropped, as bubblewrap would skip it."""
+    out = [argv[0]]
+    staged: list[tuple[str, str, bool]] = []
+    cache: dict[str, bool] = {}
+    groups = frozenset(gids)
+    index = 1
+    while index < len(argv):
+        option = argv[index]
+        if option == "--":
+            out += argv[index:]
+            break
+        arity = _BWRAP_ARITY.get(option, 0)
+        values = argv[index + 1:index + 1 + arity]
+        index += 1 + arity
+        if option in _BIND_OPTIONS and not _reachable(values[0], uid, groups, cache):
+            if not os.path.exists(values[0]):
+                if option.endswith("-try"):
+                    continue
+            else:
+                path = f"{STAGE_DIR}/{len(staged)}"
+                staged.append((values[0], path, os.path.isdir(values[0])))
+                values = [path, values[1]]
+        out += [option, *values]
+    return out, staged
+
+
+def _make_stage(libc: object, staged: list[tuple[str, str, bool]]) -> None:
+    """In the child, as root: a mount namespace of its own (following the host's mounts, never
+    sending its own back), a tmpfs on :data:`STAGE_DIR`, and each staged bind."""
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            import ctypes
+
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+    check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    check(libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None), "making / a slave mount")
+    check(libc.mount(b"tmpfs", STAGE_DIR.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0711"),
+          f"mounting a tmpfs on {STAGE_DIR}")
+    for source, path, is_dir in staged:
+        if is_dir:
+            os.mkdir(path)
+        else:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        check(libc.mount(source.encode(), path.encode(), None, _MS_BIND | _MS_REC, None), f"binding {source}")
+
+
+def _write_maps(pid: int, idmap: dict) -> None:
+    """The child's uid and gid maps: written directly by root, else through newuidmap and
+    newgidmap, which check the extents against /etc/subuid and /etc/subgid."""
+    for kind in ("uid", "gid"):
+        extents = idmap[f"{kind}_map"]
+        if idmap.get("helper"):
+            tool = _which(f"new{kind}map") or f"new{kind}map"
+            done = _quiet([tool, str(pid), *(str(v) for extent in extents for v in extent)])
+            if done.returncode != 0:
+                raise OSError(f"new{kind}map: {done.stderr.decode(errors='replace').strip()}")
+        else:
+            with open(f"/proc/{pid}/{kind}_map", "w", encoding="ascii") as handle:
+                handle.write("".join(f"{a} {b} {c}\n" for a, b, c in extents))
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def spawn_mapped(argv: list[str], idmap: dict, *, before_exec: object = None,
+                 pass_fds: tuple[int, ...] = (), **popen: object) -> subprocess.Popen:
+    """Start bubblewrap (``argv``, which unshares the user namespace and names no ``--uid``)
+    with the container's ids mapped by ``idmap`` (``uid_map``, ``gid_map`` extents, ``run_as``
+    and ``helper`` as ``trimaran.runtime.idmap.IdMap.to_json`` writes them).
+
+    bubblewrap runs as ``run_as`` where given (the control plane is root): its own host uid is
+    then the container's uid outside, so no ``--uid`` is needed, and bind sources that uid
+    cannot look up are staged first (:func:`stage_sources`). It stops once it has made the
+    namespace (``--userns-block-fd``), tells its child's pid (``--info-fd``), and goes on once
+    the maps are written. ``before_exec`` runs in the child first (cgroup, limits), as root.
+    Raises ``OSError`` (the process is killed) when the namespace cannot be set up."""
+    run_as = idmap.get("run_as")
+    staged: list[tuple[str, str, bool]] = []
+    libc = None
+    if run_as is not None:
+        argv, staged = stage_sources(argv, run_as[0], [run_as[1], *run_as[2]])
+        if staged:
+            import ctypes  # only here: the shim starts faster without it
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            os.makedirs(STAGE_DIR, mode=0o711, exist_ok=True)
+    block_r, block_w = os.pipe()
+    info_r, info_w = os.pipe()
+    argv = [argv[0], "--userns-block-fd", str(block_r), "--info-fd", str(info_w), *argv[1:]]
+
+    def child() -> None:
+        if callable(before_exec):
+            before_exec()
+        if staged:
+            _make_stage(libc, staged)
+        if run_as is not None:
+            os.setgroups(list(run_as[2]))
+            os.setresgid(run_as[1], run_as[1], run_as[1])
+            os.setresuid(run_as[0], run_as[0], run_as[0])
+
+    try:
+        proc = subprocess.Popen(argv, preexec_fn=child, pass_fds=(*pass_fds, block_r, info_w), **popen)
+    finally:
+        os.close(block_r)
+        os.close(info_w)
+    try:
+        try:
+            info = json.loads(_read_all(info_r) or b"{}")
+        finally:
+            os.close(info_r)
+        if "child-pid" not in info:
+            # bubblewrap ended before making the namespace; its message is in its output.
+            return proc
+        _write_maps(int(info["child-pid"]), idmap)
+        os.write(block_w, b"1")
+    except (OSError, ValueError) as exc:
+        _signal(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise OSError(f"setting up the container's user namespace: {exc}") from None
+    finally:
+        os.close(block_w)
+    return proc
+
+
 # -- cgroups ------------------------------------------------------------------------------
 
 
@@ -448,16 +632,12 @@ class _Container:
                 if self.spec.get("seccomp"):
                     seccomp_fd = os.open(self.spec["seccomp"], os.O_RDONLY | os.O_CLOEXEC)
                     argv[1:1] = ["--seccomp", str(seccomp_fd)]
-                self.proc = subprocess.Popen(
-                    argv,
-                    env=self.spec["env"],
-                    cwd="/",
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=before_exec,
-                    pass_fds=() if seccomp_fd is None else (seccomp_fd,),
-                )
+                popen = {"env": self.spec["env"], "cwd": "/", "stdin": subprocess.DEVNULL, "stdout": log,
+                         "stderr": subprocess.STDOUT, "pass_fds": () if seccomp_fd is None else (seccomp_fd,)}
+                if self.spec.get("idmap"):
+                    self.proc = spawn_mapped(argv, self.spec["idmap"], before_exec=before_exec, **popen)
+                else:
+                    self.proc = subprocess.Popen(argv, preexec_fn=before_exec, **popen)
             except (OSError, subprocess.SubprocessError) as exc:
                 # The program or bwrap is missing, the seccomp program unreadable, or joining
                 # the cgroup failed.
@@ -673,9 +853,22 @@ class _Shim:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: ``shim.py STATE_DIR``."""
+    """Entry point: ``shim.py STATE_DIR``, or ``shim.py --run SPEC`` (``{"argv", "idmap"}``:
+    run one bubblewrap command under :func:`spawn_mapped` and exit with its status)."""
+    if len(argv) == 3 and argv[1] == "--run":
+        # One command (an image's unpacking) in a sandbox under the pods' id mapping, for a
+        # caller with threads, where spawn_mapped's work between fork and exec is not safe.
+        run = read_json(argv[2])
+        if run is None:
+            print(f"shim: cannot read {argv[2]}", file=sys.stderr)
+            return 2
+        try:
+            return spawn_mapped(run["argv"], run["idmap"], stdin=subprocess.DEVNULL).wait()
+        except OSError as exc:
+            print(f"shim: {exc}", file=sys.stderr)
+            return 125
     if len(argv) != 2:
-        print("usage: python -I -S -m trimaran.runtime.shim STATE_DIR", file=sys.stderr)
+        print("usage: python -I -S -m trimaran.runtime.shim STATE_DIR | --run SPEC", file=sys.stderr)
         return 2
     state_dir = os.path.abspath(argv[1])
     if os.getsid(0) != os.getpid():

@@ -13,10 +13,20 @@ Layout (``home`` is the runtime's home directory):
   (``items`` pick keys and paths, ``defaultMode``/``mode`` set permissions), mounted read-only.
 - ``csi`` of an object-storage driver (:func:`storage_volume_uris`): the storage URI's copy in
   the shared download cache, fetched by the kubelet before the pod starts, mounted read-only.
+
+Ownership, where pods' ids map into a range of their own (an :class:`Owner`, the control plane
+being root: see :mod:`trimaran.runtime.idmap`): what the runtime makes for a pod belongs to the
+pod's root (host id BASE), as the kubelet's files belong to a container's root: emptyDirs (0777
+as the kubelet makes them), a claim's directory when it is made (0777, as hostPath
+provisioners make them; one the control plane made before keeps its contents' owners), the
+configMap and secret files. ``fsGroup`` then owns them as a group, as the kubelet's volume
+ownership management does: group read (and write and setgid on emptyDirs). Elsewhere files stay
+the control plane's, which is then the pod's own uid. hostPath volumes are never changed.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +36,7 @@ from trimaran.api.core import GCSFUSE_DRIVER, STORAGE_DRIVER
 from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime.env import ConfigError, Lookup, config_data, expand
 
-__all__ = ["VolumeError", "Mount", "PodVolume", "prepare_volumes", "container_mounts", "storage_volume_uris"]
+__all__ = ["VolumeError", "Mount", "PodVolume", "Owner", "prepare_volumes", "container_mounts", "storage_volume_uris"]
 
 _DEFAULT_MODE = 0o644
 _SUPPORTED = ("emptyDir", "hostPath", "persistentVolumeClaim", "configMap", "secret", "csi")
@@ -57,6 +67,22 @@ class Mount:
     size: int | None = None
 
 
+@dataclass(frozen=True)
+class Owner:
+    """Host ids that own what a pod's volumes hold: ``uid``/``gid`` (the pod's root) and the
+    host gid of ``fsGroup``, if set."""
+
+    uid: int
+    gid: int
+    fs_group: int | None = None
+
+    def give(self, path: Path, extra_mode: int = 0) -> None:
+        """Make ``path`` the pod's (fsGroup's group, with ``extra_mode`` for the group)."""
+        os.lchown(path, self.uid, self.gid if self.fs_group is None else self.fs_group)
+        if self.fs_group is not None and extra_mode:
+            path.chmod(path.stat().st_mode & 0o7777 | extra_mode)
+
+
 def _relative(path: str, what: str) -> PurePosixPath:
     pure = PurePosixPath(path)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts:
@@ -71,11 +97,14 @@ def _materialise(
     namespace: str,
     lookup: Lookup,
     target: Path,
+    owner: Owner | None,
 ) -> None:
     name = str(source.get("name") if kind == "ConfigMap" else source.get("secretName") or "")
     optional = bool(source.get("optional"))
     obj = lookup(kind, namespace, name)
     target.mkdir(parents=True, exist_ok=True)
+    if owner is not None:
+        owner.give(target)
     if obj is None:
         if optional:
             return
@@ -107,9 +136,15 @@ def _materialise(
         chosen = [(key, _relative(key, "key"), default_mode) for key in data]
     for key, rel, mode in chosen:
         path = target / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        for directory in reversed([target / p for p in rel.parents if str(p) != "."]):
+            if not directory.is_dir():
+                directory.mkdir()
+                if owner is not None:
+                    owner.give(directory)
         path.write_bytes(data[key])
         path.chmod(mode)
+        if owner is not None:
+            owner.give(path, 0o040)
 
 
 def _host_path(volume_name: str, source: Mapping[str, object]) -> Path:
@@ -179,13 +214,14 @@ def storage_volume_uris(pod: Mapping[str, object]) -> dict[str, str]:
 
 def prepare_volumes(
     pod: Mapping[str, object], *, pod_dir: Path, run_dir: Path, home: Path, lookup: Lookup,
-    storage: Mapping[str, Path] | None = None,
+    storage: Mapping[str, Path] | None = None, owner: Owner | None = None,
 ) -> dict[str, PodVolume]:
     """Make every volume of the pod exist on the host; returns them by name.
 
     ``pod_dir`` holds what lives as long as the pod (emptyDirs), ``run_dir`` what is
     rewritten at each start (configMap/secret contents, so they follow updates); ``storage``
-    maps each volume of :func:`storage_volume_uris` to its fetched copy.
+    maps each volume of :func:`storage_volume_uris` to its fetched copy; ``owner`` who owns
+    what is made (see the module's docstring).
     """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -208,6 +244,8 @@ def prepare_volumes(
                 # World-writable as the kubelet makes it: any runAsUser (and the unprivileged uid
                 # pods run as where no user namespace can be made) may write; the home is 0700.
                 path.chmod(0o777)
+                if owner is not None:
+                    owner.give(path, 0o2070)
                 volumes[name] = PodVolume(name, path)
         elif "hostPath" in volume:
             volumes[name] = PodVolume(name, _host_path(name, volume["hostPath"]))
@@ -217,12 +255,16 @@ def prepare_volumes(
             _relative(claim_name, "claimName")
             path = home / "volumes" / namespace / claim_name
             path.mkdir(parents=True, exist_ok=True)
+            if owner is not None and path.stat().st_uid == os.geteuid():
+                # Made by the control plane (now, or before pods had ids of their own).
+                path.chmod(0o777)
+                os.chown(path, owner.uid, owner.gid)
             volumes[name] = PodVolume(name, path, read_only=bool(claim.get("readOnly")))
         elif "configMap" in volume or "secret" in volume:
             kind = "ConfigMap" if "configMap" in volume else "Secret"
             target = run_dir / "volumes" / name
             _materialise(kind, volume, volume.get("configMap") or volume.get("secret") or {},
-                         namespace, lookup, target)
+                         namespace, lookup, target, owner)
             volumes[name] = PodVolume(name, target, read_only=True)
         elif "csi" in volume:
             fetched = (storage or {}).get(name)
@@ -239,11 +281,12 @@ def prepare_volumes(
 
 
 def container_mounts(
-    container: Mapping[str, object], volumes: Mapping[str, PodVolume], env: Mapping[str, str]
+    container: Mapping[str, object], volumes: Mapping[str, PodVolume], env: Mapping[str, str],
+    owner: Owner | None = None,
 ) -> list[Mount]:
     """The container's ``volumeMounts`` resolved to host paths. ``subPath`` (and
     ``subPathExpr``, expanded with the container's ``env``) is created inside writable
-    volumes when missing, as the kubelet does."""
+    volumes when missing, as the kubelet does (``owner``'s, as :func:`prepare_volumes`)."""
     mounts: list[Mount] = []
     for mount in container.get("volumeMounts") or []:  # type: ignore[union-attr]
         name = str(mount.get("name"))
@@ -273,6 +316,9 @@ def container_mounts(
             if not source.exists():
                 if volume.read_only:
                     raise VolumeError(f"volumeMount {name!r}: subPath {sub!r} does not exist in the volume")
+                made = [p for p in (source, *source.parents) if not p.exists()]
                 source.mkdir(parents=True, exist_ok=True)
+                for directory in made if owner is not None else ():
+                    owner.give(directory)
         mounts.append(Mount(target, source, read_only))
     return mounts

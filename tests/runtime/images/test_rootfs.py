@@ -1,5 +1,6 @@
-"""Unpacked root filesystems: the Debian python3 image runs, ownership is kept as root, and a
-user without privileges pulls too (umoci's rootless unpack)."""
+"""Unpacked root filesystems: the Debian python3 image runs, ownership is kept as the pods' ids
+(root's unpack runs under their mapping), and a user without privileges pulls too (umoci's
+rootless unpack)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.imagekit import REPO_ROOT, BuiltImages, Registry
+from trimaran.runtime.idmap import pods_range
 from trimaran.runtime.images import ImageStore, parse_reference
 
 NOBODY = 65534
@@ -22,9 +24,13 @@ def test_the_debian_image_runs_python_from_its_rootfs(registry: Registry, test_i
     image = ImageStore(tmp_path / "images").pull(parse_reference(registry.push(test_images, "debian-python",
                                                                                "rootfs/debian:1")))
     assert image.config.cmd == ["python3"]
-    if os.geteuid() == 0:  # a root pull keeps the image's owners (shadow's group, setgid bits)
+    if os.geteuid() == 0:
+        # A root pull keeps the image's owners (shadow's group, setgid bits), as the pods' ids: it
+        # unpacks under their mapping, so root's files are the pods' root's, never the host's.
+        pods = pods_range()
         shadow = (image.rootfs / "etc" / "shadow").stat()
-        assert (shadow.st_uid, shadow.st_gid, shadow.st_mode & 0o7777) == (0, 42, 0o640)
+        assert pods is not None and pods.uid > 0
+        assert (shadow.st_uid, shadow.st_gid, shadow.st_mode & 0o7777) == (pods.uid, pods.gid + 42, 0o640)
     result = subprocess.run(
         ["bwrap", "--ro-bind", str(image.rootfs), "/", "--proc", "/proc", "--dev", "/dev", "--unshare-all",
          "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "python3", "-c",

@@ -11,7 +11,8 @@ A pull resolves the reference (``skopeo inspect --raw``), picks the host platfor
 an index, copies that manifest by digest into a throw-away OCI layout whose blobs live in the shared
 blob directory (``skopeo copy --dest-shared-blob-dir``: skopeo verifies every digest and writes each
 blob to a temporary file it renames), unpacks it (``umoci unpack``: whiteouts and opaque
-directories) in the pull's temporary directory, and renames the result into ``images/``. A reader
+directories) inside a sandbox under the pods' id mapping (see ``ImageStore._unpack``) in the
+pull's temporary directory, and renames the result into ``images/``. A reader
 therefore sees an image whole or not at all, and a failed or killed pull leaves only verified blobs.
 """
 
@@ -26,6 +27,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -34,8 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trimaran.runtime import shim
+from trimaran.runtime.idmap import container_idmap, pods_range
 from trimaran.runtime.images.credentials import RegistryCredential
 from trimaran.runtime.images.reference import ImageReference
+from trimaran.runtime.sandbox import build_tool_argv, userns_available
 
 INDEX_MEDIA_TYPES = ("application/vnd.oci.image.index.v1+json",
                      "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -448,9 +453,31 @@ class ImageStore:
 
     def _unpack(self, ref: ImageReference, layout: Path, work: Path, image_id: str, size: int,
                 config: dict[str, Any]) -> None:
-        bundle = work / "bundle"
-        rootless = ["--rootless"] if os.geteuid() != 0 else []
-        argv = [self._umoci, "unpack", *rootless, "--image", f"{layout}:{_LAYOUT_TAG}", str(bundle)]
+        """umoci unpacks inside a sandbox, as root of a user namespace mapped as pods' are (see
+        :mod:`trimaran.runtime.idmap`): the image's owners land on disk as the pods' ids (BASE+N,
+        or the user's own and subordinate ids), so a container sees them as the image says, and
+        the layers' contents (links, device nodes, setuid files) meet only the workspace and ids
+        that own nothing of the host; device nodes cannot be made there at all. Where a pod gets
+        one id, so does umoci (``--rootless``: every file is the user's)."""
+        if not userns_available():
+            raise ImagePullError(f'failed to unpack image "{ref}": unpacking runs in a user namespace, which '
+                                 "bubblewrap cannot create here")
+        pods = pods_range()
+        idmap = container_idmap(0, 0, (), pods) if pods is not None else None
+        unpack_dir = work / "unpack"
+        unpack_dir.mkdir()
+        if idmap is not None and idmap.run_as is not None:
+            os.chown(unpack_dir, idmap.run_as[0], idmap.run_as[1])
+        bundle = unpack_dir / "bundle"
+        rootless = ["--rootless"] if idmap is None else []
+        umoci = shutil.which(self._umoci) or self._umoci
+        blobs = dict.fromkeys((self.blobs.resolve(), self.blobs.absolute()))
+        argv = build_tool_argv([umoci, "unpack", *rootless, "--image", f"{layout}:{_LAYOUT_TAG}", str(bundle)],
+                               writable=[unpack_dir], read_only=[*blobs, layout], mapped=idmap is not None)
+        if idmap is not None:
+            spec = work / "unpack.json"
+            spec.write_text(json.dumps({"argv": argv, "idmap": idmap.to_json()}))
+            argv = [sys.executable, "-I", "-S", str(Path(shim.__file__).resolve()), "--run", str(spec)]
         result = self._run(argv, work, f'unpack "{ref}"')
         if result.returncode != 0:
             detail = result.stderr.decode(errors="replace").strip().splitlines()
