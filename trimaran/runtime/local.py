@@ -9,6 +9,10 @@ Layout under ``home``::
                                         configMap/secret contents (see shim.py), the
                                         service-account files (serviceaccount/)
     logs/<namespace>/<pod>/<container>/<attempt>.log
+                                        and its rotated files <attempt>.log.<n> (see shim.py):
+                                        ``containerLogMaxSize`` and ``containerLogMaxFiles`` from
+                                        TRIMARAN_CONTAINER_LOG_MAX_SIZE (10Mi) and
+                                        TRIMARAN_CONTAINER_LOG_MAX_FILES (5)
     volumes/<namespace>/<claim>/        persistentVolumeClaims
 
 The runtime keeps no state in memory that matters: a new ``LocalRuntime`` on the same home
@@ -61,7 +65,8 @@ from trimaran.runtime.security import container_security, seccomp_program
 from trimaran.runtime.serviceaccount import MOUNT_PATH, ServiceAccountAccess, automounts_token, write_service_account
 from trimaran.runtime.volumes import Mount, container_mounts, prepare_volumes
 
-__all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user"]
+__all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user",
+           "log_files", "log_rotation_from_env"]
 
 _SHIM = str(Path(_shim.__file__).resolve())
 _STOP_SLACK_S = 5.0  # beyond the grace period, before the runtime kills what the shim did not
@@ -70,6 +75,32 @@ _POLL_S = 0.01
 
 class PodNotFound(LookupError):
     """The runtime has no state for this pod uid."""
+
+
+def log_rotation_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """``(containerLogMaxSize, containerLogMaxFiles)`` from ``TRIMARAN_CONTAINER_LOG_MAX_SIZE`` (a
+    quantity: ``10Mi``) and ``TRIMARAN_CONTAINER_LOG_MAX_FILES``, the kubelet's 10Mi and 5 by
+    default. Raises ``ValueError`` for a value the kubelet would refuse (a size under 1Ki, fewer
+    than 2 files: the kubelet keeps the live file and at least one rotated)."""
+    env = os.environ if env is None else env
+    size_text = env.get("TRIMARAN_CONTAINER_LOG_MAX_SIZE")
+    files_text = env.get("TRIMARAN_CONTAINER_LOG_MAX_FILES")
+    try:
+        size = parse_memory(size_text) if size_text else _shim.DEFAULT_LOG_MAX_SIZE
+    except QuantityError as exc:
+        raise ValueError(f"TRIMARAN_CONTAINER_LOG_MAX_SIZE: {exc}") from None
+    files = int(files_text) if files_text else _shim.DEFAULT_LOG_MAX_FILES
+    if size < 1024:
+        raise ValueError(f"TRIMARAN_CONTAINER_LOG_MAX_SIZE must be at least 1Ki, not {size_text}")
+    if files < 2:
+        raise ValueError(f"TRIMARAN_CONTAINER_LOG_MAX_FILES must be at least 2, not {files_text}")
+    return size, files
+
+
+def log_files(path: Path) -> list[Path]:
+    """A container run's log as files in the order they were written: the rotated ones that are
+    kept, oldest first, then ``path`` (which may not exist yet)."""
+    return [*(Path(p) for p in _shim.rotated_logs(str(path))), path]
 
 
 @dataclass(frozen=True)
@@ -211,13 +242,16 @@ class LocalRuntime:
     """Runs pods under ``home``. Thread-safe; state lives in files, so any number of
     runtimes on the same home (one at a time in practice) see the same pods."""
 
-    def __init__(self, home: Path, *, node: Node | None = None, use_cgroups: bool = True) -> None:
+    def __init__(self, home: Path, *, node: Node | None = None, use_cgroups: bool = True,
+                 log_rotation: tuple[int, int] | None = None) -> None:
         """``node`` supplies the node name and the capacity that unset ``resourceFieldRef``
         limits report (the host's without it). ``use_cgroups=False`` enforces memory limits
-        with RLIMIT_AS even where cgroups are writable."""
+        with RLIMIT_AS even where cgroups are writable. ``log_rotation`` is
+        ``(containerLogMaxSize, containerLogMaxFiles)``, by default :func:`log_rotation_from_env`'s."""
         self.home = Path(home)
         self.node = node
         self.use_cgroups = use_cgroups
+        self.log_max_size, self.log_max_files = log_rotation or log_rotation_from_env()
         # Set by the control plane once it serves: pods then get the in-cluster configuration
         # (service env, token files). None runs pods without it.
         self.service_account: ServiceAccountAccess | None = None
@@ -431,6 +465,8 @@ class LocalRuntime:
                 "seccomp": None if security.seccomp is None else str(seccomp_path),
                 "env": env,
                 "log": str(log_dir / cname / f"{attempt}.log"),
+                "log_max_size": self.log_max_size,
+                "log_max_files": self.log_max_files,
                 "memory_limit": memory_limit,
                 "use_cgroups": self.use_cgroups,
                 "termination_log": str(termination_log),
@@ -727,6 +763,12 @@ class LocalRuntime:
             attempts = self.log_attempts(namespace, pod_name, container)
             attempt = attempts[-1] if attempts else 0
         return log_dir / container / f"{attempt}.log"
+
+    def log_files(
+        self, namespace: str, pod_name: str, container: str | None = None, attempt: int | None = None
+    ) -> list[Path]:
+        """:meth:`log_path` with the files it rotated into before it, oldest first."""
+        return log_files(self.log_path(namespace, pod_name, container, attempt))
 
     def log_attempts(self, namespace: str, pod_name: str, container: str) -> list[int]:
         """Attempts that have a log file, oldest first (the one before the last is what
