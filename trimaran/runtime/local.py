@@ -52,7 +52,7 @@ from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime import shim as _shim
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
-from trimaran.runtime.node import Node, container_requests
+from trimaran.runtime.node import Node, StorageUsage, container_requests
 from trimaran.runtime.sandbox import (
     SandboxUnavailable,
     build_argv,
@@ -740,6 +740,26 @@ class LocalRuntime:
 
     # -- logs ---------------------------------------------------------------------------
 
+    def storage_usage(self, pod: Mapping[str, object]) -> StorageUsage:
+        """What the pod holds on the home's filesystem, as the kubelet counts ephemeral storage:
+        each container's writable layers (every run's) and logs (every attempt's, rotated files
+        too), and each disk-backed emptyDir. Files are counted by the blocks they hold."""
+        meta: Mapping = pod.get("metadata") or {}  # type: ignore[assignment]
+        spec: Mapping = pod.get("spec") or {}  # type: ignore[assignment]
+        pod_dir = self._pod_dir(str(meta.get("uid")))
+        logs = self._pod_log_dir(str(meta.get("namespace") or "default"), str(meta.get("name")))
+        containers = {}
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            name = str(container.get("name"))
+            layers = sum(_disk_usage(run / "rootfs" / name / "upper") for run in self._runs(str(meta.get("uid"))))
+            containers[name] = layers + _disk_usage(logs / name)
+        volumes = {
+            str(v.get("name")): _disk_usage(pod_dir / "volumes" / str(v.get("name")))
+            for v in spec.get("volumes") or []
+            if "emptyDir" in v and (v.get("emptyDir") or {}).get("medium") != "Memory"
+        }
+        return StorageUsage(containers, volumes)
+
     def volume_dir(self, pod_uid: str, volume_name: str) -> Path:
         """Where a pod's (disk-backed) emptyDir volume lives on the host, e.g. to read a metrics
         file the pod writes there."""
@@ -782,6 +802,36 @@ class LocalRuntime:
     def delete_logs(self, namespace: str, pod_name: str) -> None:
         """Forget a deleted pod's logs."""
         shutil.rmtree(self._pod_log_dir(namespace, pod_name), ignore_errors=True)
+
+
+def _disk_usage(path: Path) -> int:
+    """Bytes the files under ``path`` hold on disk (``du``: blocks, links not followed, each inode
+    once, mounts below it not entered)."""
+    total, seen = 0, set()
+    try:
+        device = path.lstat().st_dev
+    except OSError:
+        return 0
+    stack = [str(path)]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue  # gone meanwhile, or unreadable
+        with entries:
+            for entry in entries:
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.st_dev != device or (stat.st_ino in seen and stat.st_nlink > 1):
+                    continue
+                if stat.st_nlink > 1:
+                    seen.add(stat.st_ino)
+                total += stat.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total
 
 
 def _call_after_exit(proc: subprocess.Popen, callback: Callable[[], None]) -> None:

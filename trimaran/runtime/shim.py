@@ -33,8 +33,9 @@ containers together, each with stdout and stderr appended to its ``log``, and wr
 
 Logs rotate as the kubelet rotates them (``containerLogMaxSize``, ``containerLogMaxFiles``): a
 container's stdout and stderr are one pipe that the shim copies into ``log`` (``splice``, so the
-bytes never enter Python), and once ``log`` holds ``log_max_size`` bytes it is renamed
-``<log>.<n>`` (``n`` counting up) and a new ``log`` begun; of the renamed files the newest
+bytes never enter Python, but for the last MiB before a rotation, read to cut at a line's end),
+and once ``log`` holds ``log_max_size`` bytes it is renamed ``<log>.<n>`` (``n`` counting up)
+and a new ``log`` begun; of the renamed files the newest
 ``log_max_files - 1`` are kept. Copying rather than letting the container write the file itself
 is what bounds the files: a rotation that looks at the size now and then (copytruncate) lets a
 fast writer fill a small disk between two looks. Output that finds the disk full is read and
@@ -107,6 +108,7 @@ DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
 DEFAULT_LOG_MAX_FILES = 5
 _COPY_BYTES = 1 << 20  # per splice; also the pipe's size, where the kernel allows it
 _COPY_TURN_BYTES = 8 << 20  # copied for one container before the loop looks at the others again
+_LINE_SLACK = 16 * 1024  # how far a file may pass its size to end a line begun in it
 # Room kept for an exit record: a 4096-byte termination message, JSON-escaped, and the fields.
 _RECORD_RESERVE = 32 * 1024
 
@@ -220,41 +222,68 @@ class LogWriter:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self.size = os.lseek(self.fd, 0, os.SEEK_END)
 
-    def _rotate(self) -> None:
-        os.replace(self.path, f"{self.path}.{self._next}")  # the open descriptor follows the file
+    def _rotate(self) -> bool:
+        """Begin a new live file; False where that failed (the disk is full: the file then grows
+        past its size rather than output being lost)."""
+        try:
+            os.replace(self.path, f"{self.path}.{self._next}")  # the open descriptor follows the file
+        except OSError:
+            return False
         self._next += 1
         self.rotations += 1
         rotated = rotated_logs(self.path)
         for old in rotated[:max(0, len(rotated) - (self.max_files - 1))]:
             _unlink(old)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return False
         os.close(self.fd)
         self.fd, self.size = fd, 0
+        return True
 
-    def _write_all(self, data: bytes) -> None:
+    def _write_all(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
             self.size += written
             view = view[written:]
 
+    def _put(self, data: bytes) -> None:
+        """Append ``data``, rotating where the file would pass its size: after the last whole line
+        that fits, so that a file begins with a line (a line longer than a file is cut)."""
+        while data:
+            if self.size >= self.max_size and not self._rotate():
+                self._write_all(data)
+                return
+            room = self.max_size - self.size
+            if len(data) <= room:
+                self._write_all(data)
+                return
+            cut = data.rfind(b"\n", 0, room) + 1
+            if not cut:
+                # The line already begun does not fit: end it in this file, unless it is too long.
+                cut = data.find(b"\n", room, room + _LINE_SLACK) + 1 or room
+            self._write_all(data[:cut])
+            data = data[cut:]
+            if data and not self._rotate():
+                self._write_all(data)
+                return
+
     def copy(self, source: int, budget: int = _COPY_TURN_BYTES) -> bool:
         """Copy what ``source`` (non-blocking) holds, up to about ``budget`` bytes; False once
         every writer has closed it (end of file)."""
         moved = 0
         while moved < budget:
-            if self.size >= self.max_size:
-                try:
-                    self._rotate()
-                except OSError:
-                    pass  # the disk is full: the file grows past its size rather than losing output
-            room = max(4096, self.max_size - self.size)
             try:
                 if self.dropped:
                     self._write_all(f"[trimaran: {self.dropped} bytes of output dropped: the disk was "
                                     f"full]\n".encode())
                     self.dropped = 0
-                n = self._transfer(source, min(_COPY_BYTES, room))
+                if self._splice and self.max_size - self.size > _COPY_BYTES:
+                    n = self._splice_some(source)  # far from the next rotation: no copy through Python
+                else:
+                    n = self._read_some(source)
             except BlockingIOError:
                 return True
             except OSError as exc:
@@ -268,19 +297,25 @@ class LogWriter:
             moved += n
         return True
 
-    def _transfer(self, source: int, count: int) -> int | None:
-        if self._splice:
-            try:
-                n = os.splice(source, self.fd, count)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                self._splice = False  # a filesystem without splice: copy through memory
-            else:
-                self.size += n
-                return n
-        data = os.read(source, count)
-        self._write_all(data)
+    def _splice_some(self, source: int) -> int:
+        try:
+            n = os.splice(source, self.fd, _COPY_BYTES)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self._splice = False  # a filesystem without splice: copy through memory
+            return self._read_some(source)
+        self.size += n
+        return n
+
+    def _read_some(self, source: int) -> int:
+        data = os.read(source, _COPY_BYTES)
+        try:
+            self._put(data)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self.dropped += len(data)  # counted whole: where the write stopped is not known here
         return len(data)
 
     def _drop(self, source: int) -> int | None:
