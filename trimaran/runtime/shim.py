@@ -218,8 +218,9 @@ class LogWriter:
         self.start_offset = self.size
 
     def _open(self) -> None:
-        # No O_APPEND: splice refuses a file opened for appending. Only this writer writes it.
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # No O_APPEND: splice refuses a file opened for appending. Only this writer writes it; it
+        # reads its last byte back to rotate at a line's end.
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self.size = os.lseek(self.fd, 0, os.SEEK_END)
 
     def _rotate(self) -> bool:
@@ -235,12 +236,15 @@ class LogWriter:
         for old in rotated[:max(0, len(rotated) - (self.max_files - 1))]:
             _unlink(old)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError:
             return False
         os.close(self.fd)
         self.fd, self.size = fd, 0
         return True
+
+    def _ends_line(self) -> bool:
+        return self.size == 0 or os.pread(self.fd, 1, self.size - 1) == b"\n"
 
     def _write_all(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -261,7 +265,9 @@ class LogWriter:
                 self._write_all(data)
                 return
             cut = data.rfind(b"\n", 0, room) + 1
-            if not cut:
+            if not cut and self.size == 0:
+                cut = room  # a line longer than a whole file: cut it
+            elif not cut and not self._ends_line():
                 # The line already begun does not fit: end it in this file, unless it is too long.
                 cut = data.find(b"\n", room, room + _LINE_SLACK) + 1 or room
             self._write_all(data[:cut])
