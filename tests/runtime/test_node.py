@@ -204,7 +204,7 @@ def test_admission_reports_constraint_failures() -> None:
 def test_to_k8s() -> None:
     obj = node(TRIMARAN_GPUS="1", TRIMARAN_NODE_TAINTS="a=b:NoSchedule").to_k8s()
     assert obj["kind"] == "Node" and obj["metadata"]["name"] == "box"
-    assert obj["status"]["capacity"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+    assert obj["status"]["capacity"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1", "pods": "110"}
     assert obj["spec"]["taints"] == [{"key": "a", "value": "b", "effect": "NoSchedule"}]
 
 

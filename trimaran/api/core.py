@@ -1076,6 +1076,14 @@ class NamespaceStatus(ApiModel):
     conditions: list[Condition] | None = None
 
 
+class Node(Resource):
+    """core/v1 Node (cluster-scoped): this machine as the kubelet reports it (capacity and
+    allocatable, conditions such as DiskPressure, its taints). Written by the kubelet."""
+
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+
 class ServiceAccount(Resource):
     """core/v1 ServiceAccount: the Secrets it names are where KServe's storage initializer finds
     storage credentials (``secrets``), and pull secrets for its pods (``imagePullSecrets``)."""

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-__all__ = ["AGE", "CONFIGMAP", "EVENT", "JOB", "NAMESPACE", "POD", "PVC", "SECRET", "PrinterColumn", "age", "duration",
-           "elapsed", "job_status", "pod_ready", "pod_restarts", "pod_status", "short_duration"]
+__all__ = ["AGE", "CONFIGMAP", "EVENT", "JOB", "NAMESPACE", "NODE", "POD", "PVC", "SECRET", "PrinterColumn", "age",
+           "duration", "elapsed", "job_status", "node_status", "pod_ready", "pod_restarts", "pod_status",
+           "short_duration"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,18 @@ CONFIGMAP = (PrinterColumn("Data", "integer", value=_data_count), AGE)
 SECRET = (PrinterColumn("Type", value=lambda o: o.get("type", "Opaque")),
           PrinterColumn("Data", "integer", value=_data_count), AGE)
 NAMESPACE = (PrinterColumn("Status", value=lambda o: _status(o).get("phase", "Active")), AGE)
+
+
+def node_status(node: dict) -> str:
+    """kubectl's STATUS of a node: Ready or NotReady, with SchedulingDisabled when cordoned."""
+    ready = next((c for c in _status(node).get("conditions") or [] if c.get("type") == "Ready"), {})
+    text = "Ready" if ready.get("status") == "True" else "NotReady"
+    return text + (",SchedulingDisabled" if _spec(node).get("unschedulable") else "")
+
+
+NODE = (PrinterColumn("Status", value=node_status),
+        PrinterColumn("Roles", value=lambda o: "<none>"), AGE,
+        PrinterColumn("Version", value=lambda o: (_status(o).get("nodeInfo") or {}).get("kubeletVersion", "")))
 PVC = (PrinterColumn("Status", value=lambda o: _status(o).get("phase", "Pending")),
        PrinterColumn("Volume", value=lambda o: _spec(o).get("volumeName", "")),
        PrinterColumn("Capacity", value=lambda o: (_status(o).get("capacity") or {}).get("storage", "")),

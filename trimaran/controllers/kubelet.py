@@ -18,6 +18,17 @@ waits in ``ContainerCreating``, with the kubelet's events (``Pulling``, ``Pulled
 ``BackOff``) and waiting reasons (``ErrImagePull``, then ``ImagePullBackOff`` with a back-off of
 ``TRIMARAN_IMAGE_PULL_BACKOFF`` seconds (10) doubling to 300, ``ErrImageNeverPull``,
 ``InvalidImageName``). The admitted pod keeps its resources meanwhile, as a bound pod does.
+
+Local storage, as the kubelet's eviction manager keeps it (every ``TRIMARAN_EVICTION_INTERVAL``
+seconds, 2): the node's Node object reports ``DiskPressure`` while the home's filesystem is below
+its hard eviction threshold (``runtime/node.py``), and its ``disk-pressure`` taint keeps new pods
+Pending meanwhile; under pressure the pod using the most local storage (those beyond their
+``ephemeral-storage`` request first) is evicted, one per pass. A pod whose emptyDir exceeds its
+``sizeLimit``, or whose writable layers, logs and emptyDirs exceed its containers'
+``limits.ephemeral-storage``, is evicted at once. Eviction is the kubelet's: processes killed
+without a grace period, phase ``Failed``, reason ``Evicted`` with the kubelet's message, a
+``DisruptionTarget`` condition, an ``Evicted`` event; the pod's writable layers and emptyDirs are
+removed (its logs stay until the pod is deleted) and it is not restarted in place.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trimaran.api.quantity import format_memory
 from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.conditions import now_rfc3339, set_condition
 from trimaran.controllers.pods import (
@@ -65,13 +77,17 @@ from trimaran.runtime.images import (
     credentials_from_secrets,
     parse_reference,
 )
+from trimaran.runtime.node import StorageUsage, disk_pressure_message, ephemeral_storage_violation
 from trimaran.runtime.volumes import storage_volume_uris
 from trimaran.serving.storage import Credentials, InvalidStorageUri, StorageError, account_credentials, fetch
-from trimaran.store import Conflict, NotFound, Store
+from trimaran.store import Conflict, DiskFull, NotFound, Store
 
 log = logging.getLogger(__name__)
 
 SCHEDULE_KEY = Key("Pod", "", "")
+# The eviction manager's pass and the Node object's report (not a key any watch event makes).
+HOUSEKEEPING_KEY = Key("Node", "", "")
+HOUSEKEEPING_SECONDS = float(os.environ.get("TRIMARAN_EVICTION_INTERVAL", "2"))
 # Pods this process started wake the kubelet when their shim exits; polling is the fallback
 # for pods adopted after a restart.
 POLL_SECONDS = 0.5
@@ -149,6 +165,7 @@ class Kubelet(Reconciler):
         self._stopping: set[str] = set()
         self._stopper = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pod-stop")
         self.prober = Prober(store, runtime, lambda key: self.wake(key))
+        self._node_reported = False
         # Names every pod of a namespace resolves beside its own gang's (the Services'), set by the control plane.
         self.namespace_hosts: Callable[[str], dict[str, str]] = lambda namespace: {}
         self._adopt()
@@ -173,6 +190,7 @@ class Kubelet(Reconciler):
     def initial_keys(self):
         yield from super().initial_keys()
         yield SCHEDULE_KEY
+        yield HOUSEKEEPING_KEY
 
     def keys_for(self, event_kind: str, obj: dict):
         return [key_of(obj), SCHEDULE_KEY]
@@ -182,6 +200,12 @@ class Kubelet(Reconciler):
         if key == SCHEDULE_KEY:
             self._schedule()
             return None
+        if key == HOUSEKEEPING_KEY:
+            try:
+                return self._housekeeping()
+            except DiskFull as exc:  # its events and status writes: the next pass tries again
+                log.warning("kubelet housekeeping: %s", exc)
+                return HOUSEKEEPING_SECONDS
         try:
             pod = self.store.get("Pod", key.namespace, key.name)
         except NotFound:
@@ -253,7 +277,8 @@ class Kubelet(Reconciler):
         for pod in pods:
             total = total + pod_requests(pod)
         cap = self.node.capacity
-        return total.cpu <= cap.cpu and total.memory <= cap.memory and all(
+        storage_fits = self.node.storage is None or total.ephemeral_storage <= cap.ephemeral_storage
+        return total.cpu <= cap.cpu and total.memory <= cap.memory and storage_fits and all(
             n <= cap.gpus.get(name, 0) for name, n in total.gpus.items())
 
     def _unschedulable(self, pods: list[dict], reason: str) -> None:
@@ -654,6 +679,99 @@ class Kubelet(Reconciler):
             except NotFound:
                 return
 
+    # -- local storage: the eviction manager and the Node object ------------------------------
+    def _housekeeping(self) -> float:
+        changed = self.node.observe_disk()
+        if changed or not self._node_reported:
+            self._report_node()
+            if changed:
+                reason = "NodeHasDiskPressure" if self.node.disk_pressure else "NodeHasNoDiskPressure"
+                self.store.record_event(self.node.to_k8s(), "Normal", reason,
+                                        f"Node {self.node.name} status is now: {reason}")
+                if not self.node.disk_pressure:
+                    self.wake(SCHEDULE_KEY)  # pods held back by the taint may start now
+        with self._lock:
+            running = {uid: key for uid, key in self._started.items() if uid not in self._stopping}
+        pods = [p for p in self.store.list("Pod", shared=True)
+                if p["metadata"]["uid"] in running and phase(p) == "Running" and not is_terminating(p)]
+        measured: list[tuple[dict, StorageUsage]] = []
+        for pod in pods:
+            if not self.node.disk_pressure and not _limits_storage(pod):
+                continue  # nothing to hold it to: not worth walking its files
+            usage = self.runtime.storage_usage(pod)
+            violation = ephemeral_storage_violation(pod, usage)
+            if violation is not None:
+                self._evict(pod, violation)
+                return HOUSEKEEPING_SECONDS  # one eviction per pass, as the kubelet: then look again
+            measured.append((pod, usage))
+        signal = self.node.disk_signal() if self.node.disk_pressure else None
+        if signal is not None and measured:
+            # The kubelet's ranking for disk: pods beyond their request first, then by usage.
+            pod, usage = max(measured, key=lambda m: (m[1].total > pod_requests(m[0]).ephemeral_storage, m[1].total))
+            threshold, floor, available = signal
+            self._evict(pod, disk_pressure_message(pod, usage, format_memory(floor), format_memory(available)))
+        return HOUSEKEEPING_SECONDS
+
+    def _report_node(self) -> None:
+        """Write this node's Node object (taints in its spec, conditions in its status); a full
+        disk leaves it for the next pass."""
+        wanted = self.node.to_k8s()
+        try:
+            try:
+                current = self.store.get("Node", "", self.node.name)
+            except NotFound:
+                current = self.store.create(wanted)
+            labels = wanted["metadata"]["labels"]
+            if current.get("spec") != wanted["spec"] or current["metadata"].get("labels") != labels:
+                current["spec"] = wanted["spec"]
+                current["metadata"]["labels"] = wanted["metadata"]["labels"]
+                current = self.store.update(current)
+            current["status"] = wanted["status"]
+            self.store.update_status(current)
+        except (DiskFull, Conflict) as exc:
+            log.warning("reporting node %s: %s", self.node.name, exc)
+            self._node_reported = False
+            return
+        self._node_reported = True
+
+    def _evict(self, pod: dict, message: str) -> None:
+        """Evict as the kubelet does: kill the pod's processes at once, fail it with reason Evicted,
+        free its writable layers and emptyDirs. Its logs stay (kubectl logs still reads them)."""
+        uid = pod["metadata"]["uid"]
+        log.warning("evicting pod %s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], message)
+        try:
+            self.runtime.stop_pod(uid, grace_seconds=0)
+            state = self.runtime.pod_status(uid)
+        except PodNotFound:
+            state = None
+        except RuntimeError:
+            log.exception("stopping evicted pod %s", uid)
+            state = None
+        self.prober.forget(uid)
+        with self._lock:
+            self._started.pop(uid, None)
+            self._restart_at.pop(uid, None)
+        self.node.release(uid)
+        try:
+            pod = self.store.get("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+        except NotFound:
+            return
+        status = pod["status"]
+        statuses = []
+        for cs in status.get("containerStatuses") or []:
+            proc = state.containers.get(cs["name"]) if state else None
+            term = proc.to_k8s().get("terminated") if proc else None
+            statuses.append({**cs, "ready": False, "started": False, "state": {"terminated": term or {
+                "exitCode": 137, "reason": "ContainerStatusUnknown", "finishedAt": now_rfc3339(),
+                "message": "The container could not be located when the pod was terminated"}}})
+        status.update(phase="Failed", reason="Evicted", message=message, containerStatuses=statuses)
+        set_condition(status, "DisruptionTarget", "True", "TerminationByKubelet", message)
+        _set_readiness(status)
+        self._write_status(pod)
+        self.store.record_event(pod, "Warning", "Evicted", message)
+        # Its space back now: the kubelet removes a terminated pod's volumes and containers.
+        self.runtime.remove_pod(uid)
+
     # -- deletion -------------------------------------------------------------------------------
     def _terminate(self, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
@@ -690,6 +808,15 @@ class Kubelet(Reconciler):
         """Stop watching; pods keep running under their shims and are re-adopted on the next start."""
         self._puller.shutdown(wait=False, cancel_futures=True)
         self._stopper.shutdown(wait=True)
+
+
+def _limits_storage(pod: dict) -> bool:
+    """Whether the pod sets a local storage limit the eviction manager must hold it to."""
+    spec = pod.get("spec") or {}
+    return any("ephemeral-storage" in ((c.get("resources") or {}).get("limits") or {})
+               for c in spec.get("containers") or []) or any(
+        (v.get("emptyDir") or {}).get("sizeLimit") and (v.get("emptyDir") or {}).get("medium") != "Memory"
+        for v in spec.get("volumes") or [] if "emptyDir" in v)
 
 
 def _queued_at(pod: dict) -> tuple[float, str]:

@@ -9,6 +9,10 @@ Layout under ``home``::
                                         configMap/secret contents (see shim.py), the
                                         service-account files (serviceaccount/)
     logs/<namespace>/<pod>/<container>/<attempt>.log
+                                        and its rotated files <attempt>.log.<n> (see shim.py):
+                                        ``containerLogMaxSize`` and ``containerLogMaxFiles`` from
+                                        TRIMARAN_CONTAINER_LOG_MAX_SIZE (10Mi) and
+                                        TRIMARAN_CONTAINER_LOG_MAX_FILES (5)
     volumes/<namespace>/<claim>/        persistentVolumeClaims
 
 The runtime keeps no state in memory that matters: a new ``LocalRuntime`` on the same home
@@ -51,7 +55,7 @@ from trimaran.runtime import shim as _shim
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
 from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, pods_range
-from trimaran.runtime.node import Node, container_requests
+from trimaran.runtime.node import Node, StorageUsage, container_requests
 from trimaran.runtime.sandbox import (
     SandboxUnavailable,
     build_argv,
@@ -66,7 +70,8 @@ from trimaran.runtime.security import ContainerSecurity, container_security, sec
 from trimaran.runtime.serviceaccount import MOUNT_PATH, ServiceAccountAccess, automounts_token, write_service_account
 from trimaran.runtime.volumes import Mount, Owner, container_mounts, prepare_volumes
 
-__all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user"]
+__all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user",
+           "log_files", "log_rotation_from_env"]
 
 _SHIM = str(Path(_shim.__file__).resolve())
 _STOP_SLACK_S = 5.0  # beyond the grace period, before the runtime kills what the shim did not
@@ -75,6 +80,32 @@ _POLL_S = 0.01
 
 class PodNotFound(LookupError):
     """The runtime has no state for this pod uid."""
+
+
+def log_rotation_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """``(containerLogMaxSize, containerLogMaxFiles)`` from ``TRIMARAN_CONTAINER_LOG_MAX_SIZE`` (a
+    quantity: ``10Mi``) and ``TRIMARAN_CONTAINER_LOG_MAX_FILES``, the kubelet's 10Mi and 5 by
+    default. Raises ``ValueError`` for a value the kubelet would refuse (a size under 1Ki, fewer
+    than 2 files: the kubelet keeps the live file and at least one rotated)."""
+    env = os.environ if env is None else env
+    size_text = env.get("TRIMARAN_CONTAINER_LOG_MAX_SIZE")
+    files_text = env.get("TRIMARAN_CONTAINER_LOG_MAX_FILES")
+    try:
+        size = parse_memory(size_text) if size_text else _shim.DEFAULT_LOG_MAX_SIZE
+    except QuantityError as exc:
+        raise ValueError(f"TRIMARAN_CONTAINER_LOG_MAX_SIZE: {exc}") from None
+    files = int(files_text) if files_text else _shim.DEFAULT_LOG_MAX_FILES
+    if size < 1024:
+        raise ValueError(f"TRIMARAN_CONTAINER_LOG_MAX_SIZE must be at least 1Ki, not {size_text}")
+    if files < 2:
+        raise ValueError(f"TRIMARAN_CONTAINER_LOG_MAX_FILES must be at least 2, not {files_text}")
+    return size, files
+
+
+def log_files(path: Path) -> list[Path]:
+    """A container run's log as files in the order they were written: the rotated ones that are
+    kept, oldest first, then ``path`` (which may not exist yet)."""
+    return [*(Path(p) for p in _shim.rotated_logs(str(path))), path]
 
 
 @dataclass(frozen=True)
@@ -216,13 +247,16 @@ class LocalRuntime:
     """Runs pods under ``home``. Thread-safe; state lives in files, so any number of
     runtimes on the same home (one at a time in practice) see the same pods."""
 
-    def __init__(self, home: Path, *, node: Node | None = None, use_cgroups: bool = True) -> None:
+    def __init__(self, home: Path, *, node: Node | None = None, use_cgroups: bool = True,
+                 log_rotation: tuple[int, int] | None = None) -> None:
         """``node`` supplies the node name and the capacity that unset ``resourceFieldRef``
         limits report (the host's without it). ``use_cgroups=False`` enforces memory limits
-        with RLIMIT_AS even where cgroups are writable."""
+        with RLIMIT_AS even where cgroups are writable. ``log_rotation`` is
+        ``(containerLogMaxSize, containerLogMaxFiles)``, by default :func:`log_rotation_from_env`'s."""
         self.home = Path(home)
         self.node = node
         self.use_cgroups = use_cgroups
+        self.log_max_size, self.log_max_files = log_rotation or log_rotation_from_env()
         # Set by the control plane once it serves: pods then get the in-cluster configuration
         # (service env, token files). None runs pods without it.
         self.service_account: ServiceAccountAccess | None = None
@@ -454,6 +488,8 @@ class LocalRuntime:
                 "seccomp": None if security.seccomp is None else str(seccomp_path),
                 "env": env,
                 "log": str(log_dir / cname / f"{attempt}.log"),
+                "log_max_size": self.log_max_size,
+                "log_max_files": self.log_max_files,
                 "memory_limit": memory_limit,
                 "use_cgroups": self.use_cgroups,
                 "termination_log": str(termination_log),
@@ -730,6 +766,26 @@ class LocalRuntime:
 
     # -- logs ---------------------------------------------------------------------------
 
+    def storage_usage(self, pod: Mapping[str, object]) -> StorageUsage:
+        """What the pod holds on the home's filesystem, as the kubelet counts ephemeral storage:
+        each container's writable layers (every run's) and logs (every attempt's, rotated files
+        too), and each disk-backed emptyDir. Files are counted by the blocks they hold."""
+        meta: Mapping = pod.get("metadata") or {}  # type: ignore[assignment]
+        spec: Mapping = pod.get("spec") or {}  # type: ignore[assignment]
+        pod_dir = self._pod_dir(str(meta.get("uid")))
+        logs = self._pod_log_dir(str(meta.get("namespace") or "default"), str(meta.get("name")))
+        containers = {}
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            name = str(container.get("name"))
+            layers = sum(_disk_usage(run / "rootfs" / name / "upper") for run in self._runs(str(meta.get("uid"))))
+            containers[name] = layers + _disk_usage(logs / name)
+        volumes = {
+            str(v.get("name")): _disk_usage(pod_dir / "volumes" / str(v.get("name")))
+            for v in spec.get("volumes") or []
+            if "emptyDir" in v and (v.get("emptyDir") or {}).get("medium") != "Memory"
+        }
+        return StorageUsage(containers, volumes)
+
     def volume_dir(self, pod_uid: str, volume_name: str) -> Path:
         """Where a pod's (disk-backed) emptyDir volume lives on the host, e.g. to read a metrics
         file the pod writes there."""
@@ -753,6 +809,12 @@ class LocalRuntime:
             attempts = self.log_attempts(namespace, pod_name, container)
             attempt = attempts[-1] if attempts else 0
         return log_dir / container / f"{attempt}.log"
+
+    def log_files(
+        self, namespace: str, pod_name: str, container: str | None = None, attempt: int | None = None
+    ) -> list[Path]:
+        """:meth:`log_path` with the files it rotated into before it, oldest first."""
+        return log_files(self.log_path(namespace, pod_name, container, attempt))
 
     def log_attempts(self, namespace: str, pod_name: str, container: str) -> list[int]:
         """Attempts that have a log file, oldest first (the one before the last is what
@@ -811,6 +873,36 @@ def _remove_as_pods(path: Path) -> None:
         spec.flush()
         subprocess.run([sys.executable, "-I", "-S", _SHIM, "--run", spec.name], stdin=subprocess.DEVNULL,
                        capture_output=True, timeout=300, check=False)
+
+
+def _disk_usage(path: Path) -> int:
+    """Bytes the files under ``path`` hold on disk (``du``: blocks, links not followed, each inode
+    once, mounts below it not entered)."""
+    total, seen = 0, set()
+    try:
+        device = path.lstat().st_dev
+    except OSError:
+        return 0
+    stack = [str(path)]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue  # gone meanwhile, or unreadable
+        with entries:
+            for entry in entries:
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.st_dev != device or (stat.st_ino in seen and stat.st_nlink > 1):
+                    continue
+                if stat.st_nlink > 1:
+                    seen.add(stat.st_ino)
+                total += stat.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total
 
 
 def _call_after_exit(proc: subprocess.Popen, callback: Callable[[], None]) -> None:

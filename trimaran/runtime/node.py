@@ -1,5 +1,14 @@
 """The local node: capacity, labels, taints, scheduling constraints and gang admission.
 
+Ephemeral storage is the filesystem of ``$TRIMARAN_HOME`` (pods' writable layers, logs and
+emptyDirs all live there): its size is the node's ``ephemeral-storage`` capacity, allocatable
+is that less the hard eviction threshold, and pods' ``ephemeral-storage`` requests count
+against it at admission. The kubelet's ``--eviction-hard`` signals ``nodefs.available`` (and
+``imagefs.available``, the same filesystem here) come from ``TRIMARAN_EVICTION_HARD``
+(``nodefs.available<10%`` by default; a quantity such as ``<64Mi`` too, several joined by
+commas): while one is crossed the node has ``DiskPressure`` and the taint
+``node.kubernetes.io/disk-pressure:NoSchedule``, so new pods wait.
+
 Everything works on plain Kubernetes dicts (a Pod's ``metadata`` / ``spec``), so this module
 does not depend on the api package. Reason strings follow the wording of the Kubernetes
 scheduler (``0/1 nodes are available: …``) so that they read the same in ``describe``.
@@ -11,8 +20,10 @@ import os
 import platform
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trimaran.api.quantity import format_cpu, format_memory, parse_cpu, parse_memory, parse_quantity
 from trimaran.runtime.gpus import (
@@ -34,6 +45,12 @@ __all__ = [
     "host_memory_bytes",
     "parse_labels",
     "parse_taints",
+    "DiskThreshold",
+    "parse_eviction_hard",
+    "DISK_PRESSURE_TAINT",
+    "StorageUsage",
+    "ephemeral_storage_violation",
+    "disk_pressure_message",
 ]
 
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -41,7 +58,13 @@ _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")  # PreferNoSchedule only steer
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Resources the node tracks natively; any other name with a domain ("vendor.com/x") is an
 # extended resource, counted in whole units.
-_UNTRACKED = ("ephemeral-storage", "storage", "pods")
+_UNTRACKED = ("storage", "pods")
+DISK_PRESSURE_TAINT = "node.kubernetes.io/disk-pressure"
+DEFAULT_EVICTION_HARD = "nodefs.available<10%"
+# evictionPressureTransitionPeriod: how long a pressure condition stays after its signal clears,
+# so that the node does not flap. The kubelet's is 5 min; a workstation's user who just freed
+# space should not wait that long.
+DEFAULT_PRESSURE_TRANSITION_S = 30.0
 
 
 @dataclass
@@ -55,29 +78,35 @@ class Resources:
     cpu: float = 0.0
     memory: int = 0
     gpus: dict[str, int] = field(default_factory=dict)
+    ephemeral_storage: int = 0
 
     def __add__(self, other: Resources) -> Resources:
         gpus = dict(self.gpus)
         for name, count in other.gpus.items():
             gpus[name] = gpus.get(name, 0) + count
-        return Resources(_round_cpu(self.cpu + other.cpu), self.memory + other.memory, gpus)
+        return Resources(_round_cpu(self.cpu + other.cpu), self.memory + other.memory, gpus,
+                         self.ephemeral_storage + other.ephemeral_storage)
 
     def __sub__(self, other: Resources) -> Resources:
         gpus = dict(self.gpus)
         for name, count in other.gpus.items():
             gpus[name] = gpus.get(name, 0) - count
-        return Resources(_round_cpu(self.cpu - other.cpu), self.memory - other.memory, gpus)
+        return Resources(_round_cpu(self.cpu - other.cpu), self.memory - other.memory, gpus,
+                         self.ephemeral_storage - other.ephemeral_storage)
 
     def max(self, other: Resources) -> Resources:
         """Element-wise maximum (how init containers combine with the app containers)."""
         gpus = dict(self.gpus)
         for name, count in other.gpus.items():
             gpus[name] = max(gpus.get(name, 0), count)
-        return Resources(max(self.cpu, other.cpu), max(self.memory, other.memory), gpus)
+        return Resources(max(self.cpu, other.cpu), max(self.memory, other.memory), gpus,
+                         max(self.ephemeral_storage, other.ephemeral_storage))
 
     def to_quantities(self) -> dict[str, str]:
         """As a Kubernetes resource list (``{"cpu": "500m", "memory": "4Gi", …}``)."""
         out = {"cpu": format_cpu(self.cpu), "memory": format_memory(self.memory)}
+        if self.ephemeral_storage:
+            out["ephemeral-storage"] = format_memory(self.ephemeral_storage)
         out.update({name: str(count) for name, count in sorted(self.gpus.items())})
         return out
 
@@ -144,6 +173,8 @@ def _resource_list(values: Mapping[str, object] | None) -> Resources:
             out.cpu = parse_cpu(value)  # type: ignore[arg-type]
         elif name == "memory":
             out.memory = parse_memory(value)  # type: ignore[arg-type]
+        elif name == "ephemeral-storage":
+            out.ephemeral_storage = parse_memory(value)  # type: ignore[arg-type]
         elif name in _UNTRACKED or name.startswith("hugepages-"):
             continue
         else:
@@ -163,6 +194,7 @@ def container_requests(container: Mapping[str, object]) -> Resources:
         cpu=requests.cpu if "cpu" in declared else limits.cpu,
         memory=requests.memory if "memory" in declared else limits.memory,
         gpus={**limits.gpus, **requests.gpus},
+        ephemeral_storage=requests.ephemeral_storage if "ephemeral-storage" in declared else limits.ephemeral_storage,
     )
 
 
@@ -254,6 +286,113 @@ def _match_expression(expression: Mapping[str, object], value: str | None) -> bo
     return False
 
 
+@dataclass(frozen=True)
+class DiskThreshold:
+    """One hard eviction threshold on the home's filesystem: ``nodefs.available<10%`` is
+    ``DiskThreshold("nodefs.available", percent=10)``, ``nodefs.available<64Mi`` ``bytes=…``."""
+
+    signal: str
+    percent: float | None = None
+    bytes: int | None = None
+
+    def floor(self, total: int) -> int:
+        """The free bytes below which the threshold is crossed, on a filesystem of ``total`` bytes."""
+        return int(total * self.percent / 100) if self.percent is not None else int(self.bytes or 0)
+
+    def __str__(self) -> str:
+        value = f"{self.percent:g}%" if self.percent is not None else format_memory(self.bytes or 0)
+        return f"{self.signal}<{value}"
+
+
+def parse_eviction_hard(text: str) -> list[DiskThreshold]:
+    """The kubelet's ``--eviction-hard`` syntax (``nodefs.available<10%,imagefs.available<1Gi``)
+    for the signals of the home's filesystem. Raises ``ValueError`` for another signal (this node
+    watches no other) or a value that is not a percentage or a quantity."""
+    thresholds = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        signal, sep, value = entry.partition("<")
+        if not sep or signal.strip() not in ("nodefs.available", "imagefs.available"):
+            raise ValueError(f"eviction threshold {entry!r} is not nodefs.available<VALUE or "
+                             f"imagefs.available<VALUE (the signals of $TRIMARAN_HOME's filesystem)")
+        value = value.strip()
+        if value.endswith("%"):
+            percent = float(value[:-1])
+            if not 0 <= percent < 100:
+                raise ValueError(f"eviction threshold {entry!r}: a percentage must be in [0, 100)")
+            thresholds.append(DiskThreshold(signal.strip(), percent=percent))
+        else:
+            thresholds.append(DiskThreshold(signal.strip(), bytes=parse_memory(value)))
+    return thresholds
+
+
+def _disk(path: Path) -> tuple[int, int]:
+    """``(available, total)`` bytes of the filesystem holding ``path``, as an unprivileged writer sees it."""
+    stat = os.statvfs(path)
+    return stat.f_bavail * stat.f_frsize, stat.f_blocks * stat.f_frsize
+
+
+@dataclass(frozen=True)
+class StorageUsage:
+    """What a pod holds on the home's filesystem, in bytes: per container its writable layers and
+    logs, per disk-backed emptyDir volume its files."""
+
+    containers: dict[str, int] = field(default_factory=dict)
+    volumes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.containers.values()) + sum(self.volumes.values())
+
+
+def _limit(container: Mapping, name: str) -> object | None:
+    return ((container.get("resources") or {}).get("limits") or {}).get(name)  # type: ignore[union-attr]
+
+
+def ephemeral_storage_violation(pod: Mapping[str, object], usage: StorageUsage) -> str | None:
+    """The kubelet's eviction message when the pod uses more local storage than it may, checked in
+    the kubelet's order: an emptyDir over its ``sizeLimit``, the pod over the sum of its
+    containers' ``limits.ephemeral-storage``, a container over its own; else None."""
+    spec = pod.get("spec") or {}
+    assert isinstance(spec, Mapping)
+    for volume in spec.get("volumes") or []:
+        empty = volume.get("emptyDir")
+        if empty is None or (empty or {}).get("medium") == "Memory" or not (empty or {}).get("sizeLimit"):
+            continue  # a memory emptyDir is a tmpfs of its sizeLimit: the kernel holds it to it
+        limit = empty["sizeLimit"]
+        if usage.volumes.get(volume["name"], 0) > parse_memory(limit):
+            return f'Usage of EmptyDir volume "{volume["name"]}" exceeds the limit "{limit}". '
+    containers = list(spec.get("containers") or [])
+    limited = [c for c in containers if _limit(c, "ephemeral-storage") is not None]
+    if limited:
+        total = sum(parse_memory(_limit(c, "ephemeral-storage")) for c in limited)  # type: ignore[arg-type]
+        if usage.total > total:
+            return f"Pod ephemeral local storage usage exceeds the total limit of containers {format_memory(total)}. "
+    for container in limited:
+        limit = _limit(container, "ephemeral-storage")
+        if usage.containers.get(container["name"], 0) > parse_memory(limit):  # type: ignore[arg-type]
+            return f'Container {container["name"]} exceeded its local ephemeral storage limit "{limit}". '
+    return None
+
+
+def disk_pressure_message(pod: Mapping[str, object], usage: StorageUsage, threshold: str, available: str) -> str:
+    """The kubelet's eviction message for a pod evicted because the node is low on disk: the
+    threshold, and each container that uses more than it requested."""
+    spec = pod.get("spec") or {}
+    assert isinstance(spec, Mapping)
+    message = (f"The node was low on resource: ephemeral-storage. Threshold quantity: {threshold}, "
+               f"available: {available}. ")
+    for container in spec.get("containers") or []:
+        used = usage.containers.get(container["name"], 0)
+        requested = container_requests(container).ephemeral_storage
+        if used > requested:
+            message += (f"Container {container['name']} was using {format_memory(used)}, which exceeds its "
+                        f"request of {format_memory(requested)}. ")
+    return message
+
+
 DEFAULT_MAX_PODS = 110  # the kubelet's --max-pods default
 
 
@@ -270,13 +409,30 @@ class Node:
         labels: Mapping[str, str] | None = None,
         taints: list[dict[str, str]] | None = None,
         max_pods: int = DEFAULT_MAX_PODS,
+        storage: Path | None = None,
+        eviction_hard: list[DiskThreshold] | None = None,
+        pressure_transition_s: float = DEFAULT_PRESSURE_TRANSITION_S,
     ) -> None:
         """Extra ``labels`` are added to (and override) the well-known ones; ``max_pods`` is
-        the kubelet's ``--max-pods``: pods beyond it wait, whatever they request."""
+        the kubelet's ``--max-pods``: pods beyond it wait, whatever they request. ``storage`` is
+        the directory whose filesystem is the node's ephemeral storage (none: not tracked), with
+        the hard eviction thresholds ``eviction_hard`` (``nodefs.available<10%`` by default)."""
         self.name = name
         self.max_pods = max_pods
         self.gpu_allocator = GPUAllocator(gpus or [])
-        self.capacity = Resources(_round_cpu(cpu), memory, self.gpu_allocator.capacity())
+        self.storage = storage
+        self.eviction_hard = parse_eviction_hard(DEFAULT_EVICTION_HARD) if eviction_hard is None else eviction_hard
+        self.pressure_transition_s = pressure_transition_s
+        self.storage_capacity = _disk(storage)[1] if storage is not None else 0
+        reserved = max((t.floor(self.storage_capacity) for t in self.eviction_hard), default=0)
+        # Allocatable, as the kubelet reports it: capacity less the hard eviction threshold.
+        self.capacity = Resources(_round_cpu(cpu), memory, self.gpu_allocator.capacity(),
+                                  max(0, self.storage_capacity - reserved))
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.disk_pressure = False
+        self.disk_pressure_message = ""
+        self._disk_transition = self.started_at
+        self._pressure_seen = 0.0  # monotonic time a threshold was last crossed
         self.labels: dict[str, str] = {
             "kubernetes.io/hostname": name,
             "kubernetes.io/os": "linux",
@@ -289,11 +445,14 @@ class Node:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Node:
+    def from_env(cls, env: Mapping[str, str] | None = None, storage: Path | None = None) -> Node:
         """The host as configured: detected capacity unless overridden by ``TRIMARAN_NODE_CPU``
         and ``TRIMARAN_NODE_MEMORY`` (quantities); GPUs from ``TRIMARAN_GPUS`` or nvidia-smi;
         ``TRIMARAN_NODE_NAME``, ``TRIMARAN_NODE_LABELS`` ("k=v,…"), ``TRIMARAN_NODE_TAINTS``
-        ("key=value:NoSchedule,…"), ``TRIMARAN_NODE_MAX_PODS`` (the kubelet's 110 by default)."""
+        ("key=value:NoSchedule,…"), ``TRIMARAN_NODE_MAX_PODS`` (the kubelet's 110 by default);
+        ephemeral storage on ``storage``'s filesystem with ``TRIMARAN_EVICTION_HARD`` (the
+        kubelet's ``--eviction-hard``: ``nodefs.available<10%``) and
+        ``TRIMARAN_EVICTION_PRESSURE_TRANSITION_PERIOD`` (seconds, 30)."""
         env = os.environ if env is None else env
         cpu_text = env.get("TRIMARAN_NODE_CPU")
         memory_text = env.get("TRIMARAN_NODE_MEMORY")
@@ -305,6 +464,10 @@ class Node:
             labels=parse_labels(env.get("TRIMARAN_NODE_LABELS", "")),
             taints=parse_taints(env.get("TRIMARAN_NODE_TAINTS", "")),
             max_pods=int(env.get("TRIMARAN_NODE_MAX_PODS") or DEFAULT_MAX_PODS),
+            storage=storage,
+            eviction_hard=parse_eviction_hard(env.get("TRIMARAN_EVICTION_HARD") or DEFAULT_EVICTION_HARD),
+            pressure_transition_s=float(env.get("TRIMARAN_EVICTION_PRESSURE_TRANSITION_PERIOD")
+                                        or DEFAULT_PRESSURE_TRANSITION_S),
         )
 
     # -- accounting ---------------------------------------------------------------------
@@ -352,6 +515,11 @@ class Node:
         if requests.memory > free.memory:
             short("memory", format_memory(requests.memory), format_memory(max(free.memory, 0)),
                   requests.memory > self.capacity.memory, format_memory(self.capacity.memory))
+        if self.storage is not None and requests.ephemeral_storage > free.ephemeral_storage:
+            short("ephemeral-storage", format_memory(requests.ephemeral_storage),
+                  format_memory(max(free.ephemeral_storage, 0)),
+                  requests.ephemeral_storage > self.capacity.ephemeral_storage,
+                  format_memory(self.capacity.ephemeral_storage))
         for name, count in sorted(requests.gpus.items()):
             have = free.gpus.get(name, 0)
             if count > have:
@@ -464,15 +632,83 @@ class Node:
                 return False
         return True
 
+    # -- disk pressure ------------------------------------------------------------------
+
+    def disk_signal(self) -> tuple[DiskThreshold, int, int] | None:
+        """The crossed hard eviction threshold of the home's filesystem with its floor and the
+        bytes available, else None."""
+        if self.storage is None:
+            return None
+        available, total = _disk(self.storage)
+        for threshold in self.eviction_hard:
+            floor = threshold.floor(total)
+            if available < floor:
+                return threshold, floor, available
+        return None
+
+    def observe_disk(self, now: float | None = None) -> bool:
+        """Look at the home's filesystem and update ``disk_pressure`` (with its taint), which stays
+        for the pressure transition period after the threshold clears; True when it changed."""
+        now = time.monotonic() if now is None else now
+        signal = self.disk_signal()
+        if signal is not None:
+            threshold, floor, available = signal
+            self._pressure_seen = now
+            self.disk_pressure_message = (f"{threshold.signal} {format_memory(available)} < "
+                                          f"{format_memory(floor)} ({threshold})")
+        pressure = signal is not None or (self.disk_pressure and now - self._pressure_seen < self.pressure_transition_s)
+        if pressure == self.disk_pressure:
+            return False
+        self.disk_pressure = pressure
+        self._disk_transition = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._lock:
+            self.taints = [t for t in self.taints if t.get("key") != DISK_PRESSURE_TAINT]
+            if pressure:
+                self.taints.append({"key": DISK_PRESSURE_TAINT, "effect": "NoSchedule",
+                                    "timeAdded": self._disk_transition})
+        return True
+
     def to_k8s(self) -> dict:
-        """The node as a Kubernetes ``v1/Node`` object (for ``get nodes`` / ``describe``)."""
+        """The node as a Kubernetes ``v1/Node`` object (for ``get nodes`` / ``describe``): capacity,
+        allocatable (ephemeral storage less the eviction threshold), taints, the kubelet's conditions."""
         capacity = self.capacity.to_quantities()
+        allocatable = dict(capacity)
+        if self.storage is not None:
+            capacity["ephemeral-storage"] = format_memory(self.storage_capacity)
+        capacity["pods"] = allocatable["pods"] = str(self.max_pods)
+
+        def condition(kind: str, status: str, reason: str, message: str, since: str) -> dict:
+            return {"type": kind, "status": status, "reason": reason, "message": message,
+                    "lastHeartbeatTime": since, "lastTransitionTime": since}
+
+        if self.disk_pressure:
+            disk = condition("DiskPressure", "True", "KubeletHasDiskPressure",
+                             f"kubelet has disk pressure: {self.disk_pressure_message}", self._disk_transition)
+        else:
+            disk = condition("DiskPressure", "False", "KubeletHasNoDiskPressure",
+                             "kubelet has no disk pressure", self._disk_transition)
         return {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": self.name, "labels": dict(self.labels)},
             "spec": {"taints": [dict(t) for t in self.taints]} if self.taints else {},
-            "status": {"capacity": capacity, "allocatable": dict(capacity)},
+            "status": {
+                "capacity": capacity,
+                "allocatable": allocatable,
+                "conditions": [
+                    condition("MemoryPressure", "False", "KubeletHasSufficientMemory",
+                              "kubelet has sufficient memory available", self.started_at),
+                    disk,
+                    condition("PIDPressure", "False", "KubeletHasSufficientPID",
+                              "kubelet has sufficient PID available", self.started_at),
+                    condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", self.started_at),
+                ],
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                              {"type": "Hostname", "address": self.name}],
+                "nodeInfo": {"operatingSystem": "linux", "architecture": self.labels["kubernetes.io/arch"],
+                             "kernelVersion": platform.release(), "kubeletVersion": "trimaran",
+                             "containerRuntimeVersion": "trimaran-shim"},
+            },
         }
 
 

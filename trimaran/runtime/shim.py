@@ -9,6 +9,7 @@ It reads ``<state_dir>/spec.json``::
     {"uid": str, "namespace": str, "name": str, "attempt": int, "grace_seconds": float,
      "init_containers": [C, ...], "containers": [C, ...]}
     C = {"name": str, "argv": [str], "env": {str: str}, "log": path,
+         "log_max_size": int, "log_max_files": int,
          "memory_limit": int | null, "use_cgroups": bool, "seccomp": path | null,
          "termination_log": path | null, "termination_message_policy": "File" | ...}
 
@@ -35,6 +36,20 @@ containers together, each with stdout and stderr appended to its ``log``, and wr
   "finishedAt"}`` with ``reason`` one of Completed, Error, OOMKilled, StartError;
 - ``shim.done`` when it exits on its own terms (so a shim that vanished without it was lost).
 
+Logs rotate as the kubelet rotates them (``containerLogMaxSize``, ``containerLogMaxFiles``): a
+container's stdout and stderr are one pipe that the shim copies into ``log`` (``splice``, so the
+bytes never enter Python, but for the last MiB before a rotation, read to cut at a line's end),
+and once ``log`` holds ``log_max_size`` bytes it is renamed ``<log>.<n>`` (``n`` counting up)
+and a new ``log`` begun; of the renamed files the newest
+``log_max_files - 1`` are kept. Copying rather than letting the container write the file itself
+is what bounds the files: a rotation that looks at the size now and then (copytruncate) lets a
+fast writer fill a small disk between two looks. Output that finds the disk full is read and
+dropped (a line in the log says how much), so the container never blocks on a full disk.
+
+The exit records and ``shim.done`` are written into files of their own size reserved when the
+container (or the shim) starts (``<record>.reserve``, renamed into place), so that a disk that a
+pod filled meanwhile does not keep its exit from being recorded.
+
 Exit codes follow Kubernetes: a process killed by signal N exits 128+N (bubblewrap already
 reports its child's death that way). SIGTERM or SIGINT to the shim stops the pod: SIGTERM to
 the containers' processes (never to bubblewrap, which would die at once and take the
@@ -52,6 +67,8 @@ memory, which runtimes such as PyTorch reserve generously: a cgroup is much to b
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import resource
@@ -69,6 +86,12 @@ __all__ = [
     "descendants",
     "read_json",
     "write_json",
+    "reserve_record",
+    "write_reserved",
+    "rotated_logs",
+    "LogWriter",
+    "DEFAULT_LOG_MAX_SIZE",
+    "DEFAULT_LOG_MAX_FILES",
     "utc_now",
     "cgroup_procs",
     "kill_cgroup",
@@ -88,6 +111,14 @@ _TAIL_BYTES = 8192
 _MESSAGE_BYTES = 4096
 _FALLBACK_LOG_BYTES = 2048
 _FALLBACK_LOG_LINES = 80
+# The kubelet's containerLogMaxSize and containerLogMaxFiles, for a spec that does not say.
+DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
+DEFAULT_LOG_MAX_FILES = 5
+_COPY_BYTES = 1 << 20  # per splice; also the pipe's size, where the kernel allows it
+_COPY_TURN_BYTES = 8 << 20  # copied for one container before the loop looks at the others again
+_LINE_SLACK = 16 * 1024  # how far a file may pass its size to end a line begun in it
+# Room kept for an exit record: a 4096-byte termination message, JSON-escaped, and the fields.
+_RECORD_RESERVE = 32 * 1024
 
 
 # -- small helpers, shared with trimaran.runtime.local ---------------------------------------
@@ -113,6 +144,206 @@ def write_json(path: str, data: dict) -> None:
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(data, handle)
     os.replace(tmp, path)
+
+
+def reserve_record(path: str, size: int = _RECORD_RESERVE) -> None:
+    """Set ``size`` bytes of disk aside for the record ``path`` (see :func:`write_reserved`);
+    nothing is reserved where the disk is already full."""
+    try:
+        fd = os.open(f"{path}.reserve", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        _unlink(f"{path}.reserve")
+        return
+    os.close(fd)
+
+
+def write_reserved(path: str, data: dict) -> None:
+    """Write ``data`` as :func:`write_json` does, into the space :func:`reserve_record` set aside
+    for it when there is some (overwriting allocated blocks needs no free space), so that a full
+    disk cannot keep it from being written."""
+    reserve = f"{path}.reserve"
+    text = json.dumps(data).encode()
+    try:
+        fd = os.open(reserve, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        write_json(path, data)
+        return
+    try:
+        if len(text) > os.fstat(fd).st_size:
+            raise OSError(errno.EFBIG, "record larger than its reserve")
+        os.pwrite(fd, text, 0)
+        os.ftruncate(fd, len(text))
+    except OSError:
+        os.close(fd)
+        _unlink(reserve)
+        write_json(path, data)
+        return
+    os.close(fd)
+    os.replace(reserve, path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def rotated_logs(path: str) -> list[str]:
+    """The rotated files of the log ``path`` (``<path>.<n>``), oldest first."""
+    directory, base = os.path.split(path)
+    prefix = base + "."
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return []
+    numbers = sorted(int(n[len(prefix):]) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit())
+    return [f"{path}.{n}" for n in numbers]
+
+
+class LogWriter:
+    """Copies a container's output from the read end of its pipe into its log file, rotating the
+    file at ``max_size`` bytes and keeping ``max_files`` files in all (the live one included)."""
+
+    def __init__(self, path: str, max_size: int, max_files: int) -> None:
+        self.path = path
+        self.max_size = max(1, max_size)
+        self.max_files = max(1, max_files)
+        existing = rotated_logs(path)
+        self._next = int(existing[-1].rsplit(".", 1)[1]) + 1 if existing else 1
+        self.fd = -1
+        self.size = 0
+        self.start_offset = 0  # where this run's output begins in the file it began in
+        self.dropped = 0  # bytes read and thrown away since the disk filled
+        self.rotations = 0
+        self._splice = hasattr(os, "splice")
+        self._open()
+        self.start_offset = self.size
+
+    def _open(self) -> None:
+        # No O_APPEND: splice refuses a file opened for appending. Only this writer writes it; it
+        # reads its last byte back to rotate at a line's end.
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.size = os.lseek(self.fd, 0, os.SEEK_END)
+
+    def _rotate(self) -> bool:
+        """Begin a new live file; False where that failed (the disk is full: the file then grows
+        past its size rather than output being lost)."""
+        try:
+            os.replace(self.path, f"{self.path}.{self._next}")  # the open descriptor follows the file
+        except OSError:
+            return False
+        self._next += 1
+        self.rotations += 1
+        rotated = rotated_logs(self.path)
+        for old in rotated[:max(0, len(rotated) - (self.max_files - 1))]:
+            _unlink(old)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return False
+        os.close(self.fd)
+        self.fd, self.size = fd, 0
+        return True
+
+    def _ends_line(self) -> bool:
+        return self.size == 0 or os.pread(self.fd, 1, self.size - 1) == b"\n"
+
+    def _write_all(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            self.size += written
+            view = view[written:]
+
+    def _put(self, data: bytes) -> None:
+        """Append ``data``, rotating where the file would pass its size: after the last whole line
+        that fits, so that a file begins with a line (a line longer than a file is cut)."""
+        while data:
+            if self.size >= self.max_size and not self._rotate():
+                self._write_all(data)
+                return
+            room = self.max_size - self.size
+            if len(data) <= room:
+                self._write_all(data)
+                return
+            cut = data.rfind(b"\n", 0, room) + 1
+            if not cut and self.size == 0:
+                cut = room  # a line longer than a whole file: cut it
+            elif not cut and not self._ends_line():
+                # The line already begun does not fit: end it in this file, unless it is too long.
+                cut = data.find(b"\n", room, room + _LINE_SLACK) + 1 or room
+            self._write_all(data[:cut])
+            data = data[cut:]
+            if data and not self._rotate():
+                self._write_all(data)
+                return
+
+    def copy(self, source: int, budget: int = _COPY_TURN_BYTES) -> bool:
+        """Copy what ``source`` (non-blocking) holds, up to about ``budget`` bytes; False once
+        every writer has closed it (end of file)."""
+        moved = 0
+        while moved < budget:
+            try:
+                if self.dropped:
+                    self._write_all(f"[trimaran: {self.dropped} bytes of output dropped: the disk was "
+                                    f"full]\n".encode())
+                    self.dropped = 0
+                if self._splice and self.max_size - self.size > _COPY_BYTES:
+                    n = self._splice_some(source)  # far from the next rotation: no copy through Python
+                else:
+                    n = self._read_some(source)
+            except BlockingIOError:
+                return True
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                n = self._drop(source)
+            if n is None:
+                return True
+            if n == 0:
+                return False
+            moved += n
+        return True
+
+    def _splice_some(self, source: int) -> int:
+        try:
+            n = os.splice(source, self.fd, _COPY_BYTES)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            self._splice = False  # a filesystem without splice: copy through memory
+            return self._read_some(source)
+        self.size += n
+        return n
+
+    def _read_some(self, source: int) -> int:
+        data = os.read(source, _COPY_BYTES)
+        try:
+            self._put(data)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self.dropped += len(data)  # counted whole: where the write stopped is not known here
+        return len(data)
+
+    def _drop(self, source: int) -> int | None:
+        try:
+            data = os.read(source, _COPY_BYTES)
+        except BlockingIOError:
+            return None
+        self.dropped += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
@@ -584,7 +815,8 @@ class _Container:
         self.cgroup: str | None = None
         self.enforcement: str | None = None
         self.started_at = ""
-        self.log_offset = 0
+        self.log: LogWriter | None = None
+        self.pipe: int | None = None  # the read end of the container's stdout and stderr
         self.exit_code: int | None = None
         self.terminated: set[int] = set()
 
@@ -616,6 +848,7 @@ class _Container:
 
         log_path = self.spec["log"]
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        reserve_record(self._file(".exit.json"))
         self.started_at = utc_now()
         argv = list(self.spec["argv"])
         overlay = self.spec.get("overlay")
@@ -626,34 +859,47 @@ class _Container:
                 self._record(128, None, "StartError", f"mounting the image's root filesystem: {exc}")
                 return
         seccomp_fd: int | None = None
-        with open(log_path, "ab") as log:
-            self.log_offset = log.tell()
+        write_end: int | None = None
+        try:
+            self.log = LogWriter(log_path, int(self.spec.get("log_max_size") or DEFAULT_LOG_MAX_SIZE),
+                                 int(self.spec.get("log_max_files") or DEFAULT_LOG_MAX_FILES))
+            self.pipe, write_end = os.pipe2(os.O_CLOEXEC)
+            os.set_blocking(self.pipe, False)
             try:
-                if self.spec.get("seccomp"):
-                    seccomp_fd = os.open(self.spec["seccomp"], os.O_RDONLY | os.O_CLOEXEC)
-                    argv[1:1] = ["--seccomp", str(seccomp_fd)]
-                popen = {"env": self.spec["env"], "cwd": "/", "stdin": subprocess.DEVNULL, "stdout": log,
-                         "stderr": subprocess.STDOUT, "pass_fds": () if seccomp_fd is None else (seccomp_fd,)}
-                if self.spec.get("idmap"):
-                    self.proc = spawn_mapped(argv, self.spec["idmap"], before_exec=before_exec, **popen)
-                else:
-                    self.proc = subprocess.Popen(argv, preexec_fn=before_exec, **popen)
-            except (OSError, subprocess.SubprocessError) as exc:
-                # The program or bwrap is missing, the seccomp program unreadable, or joining
-                # the cgroup failed.
-                self._record(128, None, "StartError", f"failed to start {argv[0]!r}: {exc}")
-                return
-            finally:
-                if seccomp_fd is not None:
-                    os.close(seccomp_fd)
+                fcntl.fcntl(self.pipe, fcntl.F_SETPIPE_SZ, _COPY_BYTES)  # fewer wake-ups for a chatty one
+            except OSError:
+                pass
+            if self.spec.get("seccomp"):
+                seccomp_fd = os.open(self.spec["seccomp"], os.O_RDONLY | os.O_CLOEXEC)
+                argv[1:1] = ["--seccomp", str(seccomp_fd)]
+            popen = {"env": self.spec["env"], "cwd": "/", "stdin": subprocess.DEVNULL, "stdout": write_end,
+                     "stderr": subprocess.STDOUT, "pass_fds": () if seccomp_fd is None else (seccomp_fd,)}
+            if self.spec.get("idmap"):
+                self.proc = spawn_mapped(argv, self.spec["idmap"], before_exec=before_exec, **popen)
+            else:
+                self.proc = subprocess.Popen(argv, preexec_fn=before_exec, **popen)
+        except (OSError, subprocess.SubprocessError) as exc:
+            # The program or bwrap is missing, the seccomp program unreadable, joining the cgroup
+            # failed, or the log could not be opened.
+            self._close_output()
+            self._record(128, None, "StartError", f"failed to start {argv[0]!r}: {exc}")
+            return
+        finally:
+            for fd in (seccomp_fd, write_end):
+                if fd is not None:
+                    os.close(fd)
         stat = proc_stat(self.proc.pid)
-        write_json(self._file(".pid"), {
-            "pid": self.proc.pid,
-            "startTicks": stat[3] if stat else None,
-            "startedAt": self.started_at,
-            "cgroup": self.cgroup,
-            "memoryEnforcement": self.enforcement,
-        })
+        try:
+            write_json(self._file(".pid"), {
+                "pid": self.proc.pid,
+                "startTicks": stat[3] if stat else None,
+                "startedAt": self.started_at,
+                "cgroup": self.cgroup,
+                "memoryEnforcement": self.enforcement,
+            })
+        except OSError as exc:
+            # A full disk: the container runs on under this shim, which records its exit.
+            print(f"shim: recording the start of {self.name}: {exc}", file=sys.stderr)
         try:
             self.pidfd = os.pidfd_open(self.proc.pid)
         except (AttributeError, OSError):
@@ -662,6 +908,18 @@ class _Container:
     @property
     def running(self) -> bool:
         return self.proc is not None and self.exit_code is None
+
+    def copy_output(self) -> None:
+        """Move what the container wrote into its log (called when its pipe is readable)."""
+        if self.pipe is not None and self.log is not None and not self.log.copy(self.pipe):
+            self._close_output()
+
+    def _close_output(self) -> None:
+        if self.pipe is not None:
+            os.close(self.pipe)
+            self.pipe = None
+        if self.log is not None:
+            self.log.close()
 
     def _processes(self) -> list[int]:
         assert self.proc is not None
@@ -708,6 +966,12 @@ class _Container:
         if self.cgroup:
             oom = _oom_kills(self.cgroup) > 0
             kill_cgroup(self.cgroup)
+        # Its last words, before they are read for the exit's reason. A process that slipped out
+        # of the group and cgroup and kept the pipe open is not waited for: the read stops when
+        # the pipe is empty, and closing it ends that process's writes.
+        if self.pipe is not None and self.log is not None:
+            self.log.copy(self.pipe, budget=1 << 62)
+        self._close_output()
         sandboxed = os.path.basename(self.spec["argv"][0]) == "bwrap"
         signum: int | None = None
         if returncode < 0:
@@ -730,13 +994,28 @@ class _Container:
         return True
 
     def _log_tail(self, size: int) -> bytes:
-        try:
-            with open(self.spec["log"], "rb") as log:
-                end = log.seek(0, os.SEEK_END)
-                log.seek(max(self.log_offset, end - size))
-                return log.read()
-        except OSError:
+        """The last ``size`` bytes this run wrote, from the live file and, where it rotated since
+        the run began, the one before it."""
+        writer = self.log
+        if writer is None:
             return b""
+        files = [self.spec["log"]]
+        if writer.rotations:
+            files[:0] = rotated_logs(self.spec["log"])[-1:]
+        tail = b""
+        for index, path in enumerate(reversed(files)):
+            began_here = writer.rotations == index  # the live file is index 0, the one before it 1
+            floor = writer.start_offset if began_here else 0
+            try:
+                with open(path, "rb") as log:
+                    end = log.seek(0, os.SEEK_END)
+                    log.seek(max(floor, end - (size - len(tail))))
+                    tail = log.read() + tail
+            except OSError:
+                pass
+            if len(tail) >= size:
+                break
+        return tail
 
     def _termination_message(self, exit_code: int) -> str | None:
         path = self.spec.get("termination_log")
@@ -758,7 +1037,7 @@ class _Container:
         if self.spec.get("overlay"):
             # Before the exit is recorded: whoever sees the exit sees no mount left.
             unmount_overlay(self.spec["overlay"]["merged"])
-        write_json(self._file(".exit.json"), {
+        write_reserved(self._file(".exit.json"), {
             "exitCode": exit_code,
             "signal": signum,
             "reason": reason,
@@ -786,6 +1065,7 @@ class _Shim:
         self.spec = read_json(os.path.join(state_dir, "spec.json"))
         if self.spec is None:
             raise SystemExit(f"shim: cannot read {state_dir}/spec.json")
+        reserve_record(os.path.join(state_dir, "shim.done"))
 
     def _on_stop(self, signum: int, frame: object) -> None:
         self.stop_requested = True
@@ -834,9 +1114,13 @@ class _Shim:
                         container.terminate()
             poller = select.poll()
             poller.register(self.wake_r, select.POLLIN)
+            outputs: dict[int, _Container] = {}
             for container in running:
                 if container.pidfd is not None:
                     poller.register(container.pidfd, select.POLLIN)
+                if container.pipe is not None:
+                    outputs[container.pipe] = container
+                    poller.register(container.pipe, select.POLLIN)
             # Without pidfds, exits are noticed by polling; while stopping, new processes
             # are looked for (see terminate) and the kill deadline is kept.
             timeout: float | None = None
@@ -844,7 +1128,9 @@ class _Shim:
                 timeout = _RESCAN_S
             if self.kill_at is not None and now < self.kill_at:
                 timeout = min(_RESCAN_S, self.kill_at - now)
-            poller.poll(None if timeout is None else timeout * 1000)
+            for fd, _ in poller.poll(None if timeout is None else timeout * 1000):
+                if fd in outputs:
+                    outputs[fd].copy_output()
             try:
                 while os.read(self.wake_r, 512):
                     pass
@@ -882,7 +1168,7 @@ def main(argv: list[str]) -> int:
     write_json(os.path.join(state_dir, "shim.pid"),
                {"pid": os.getpid(), "startTicks": stat[3] if stat else None})
     shim.run()
-    write_json(os.path.join(state_dir, "shim.done"), {"finishedAt": utc_now()})
+    write_reserved(os.path.join(state_dir, "shim.done"), {"finishedAt": utc_now()})
     return 0
 
 

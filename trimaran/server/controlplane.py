@@ -96,7 +96,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     store = open_store(home / "trimaran.db")
     store.ensure_namespace("default")
     install_builtin_runtimes(store)
-    node = Node.from_env()
+    node = Node.from_env(storage=home)
     runtime = LocalRuntime(home, node=node)
     kubelet = Kubelet(store, runtime, node)
     trials = TrialReconciler(store, runtime)

@@ -12,12 +12,13 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from trimaran.store.base import Store, WatchEvent
-from trimaran.store.errors import AlreadyExists, Conflict, Expired, Invalid, NotFound, StoreError
+from trimaran.store.errors import AlreadyExists, Conflict, DiskFull, Expired, Invalid, NotFound, StoreError
 from trimaran.store.sqlite import SQLiteStore
 
 __all__ = [
     "AlreadyExists",
     "Conflict",
+    "DiskFull",
     "Expired",
     "Invalid",
     "NotFound",

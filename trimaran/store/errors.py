@@ -74,3 +74,13 @@ class Invalid(StoreError):
 
     code = 422
     reason = "Invalid"
+
+
+class DiskFull(StoreError):
+    """A write could not commit because the store's disk is full (HTTP 507 Insufficient Storage).
+
+    Deletes (and writes to objects being deleted) may still commit: the store keeps a reserve of
+    space for them (see :class:`~trimaran.store.sqlite.SQLiteStore`)."""
+
+    code = 507
+    reason = "InsufficientStorage"

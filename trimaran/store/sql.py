@@ -7,6 +7,11 @@ Writes are serialised twice: a process-wide lock keeps this process's threads fr
 contending inside the database, and the database's own write lock orders writers from
 different processes. Each write is one transaction holding the object row, its change-log
 row and the revision counter, so a crash either keeps all three or none.
+
+A write that cannot commit for want of disk space raises :class:`DiskFull`, except a delete (or
+a write to an object being deleted, such as setting its deletionTimestamp or dropping its
+finalizers): that one is tried again once the dialect has released the space it keeps in
+reserve, so that deleting what fills the disk stays possible.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Dialect, Engine, Executable, and_, bindparam, delete, false, insert, select, update
 
@@ -32,7 +37,7 @@ from trimaran.store._objects import (
     prepare_create,
 )
 from trimaran.store.base import EventType, Store, WatchEvent, WatchEventType
-from trimaran.store.errors import AlreadyExists, Conflict, Expired, Invalid, NotFound, StoreError
+from trimaran.store.errors import AlreadyExists, Conflict, DiskFull, Expired, Invalid, NotFound, StoreError
 from trimaran.store.schema import (
     META_COMPACTED,
     META_REVISION,
@@ -65,6 +70,8 @@ _SHARED_CACHE_SIZE = 50_000
 
 # Tries to find a free name for a generateName; a clash in 27**5 suffixes is already rare.
 _GENERATE_NAME_TRIES = 8
+
+_T = TypeVar("_T")
 
 
 _BY_KEY = and_(
@@ -234,7 +241,8 @@ class SQLStore(Store):
     @contextmanager
     def _writing(self) -> Iterator[Any]:
         """A write transaction on a pooled driver connection, for prepared statements (``_run``);
-        this process's watchers hear of its changes once it has committed."""
+        this process's watchers hear of its changes once it has committed. Raises ``DiskFull``
+        when the database cannot grow."""
         if self._closed:
             raise StoreError("the store is closed")
         with self._write_lock:
@@ -244,13 +252,41 @@ class SQLStore(Store):
                 self._begin_write(conn)
                 yield conn
                 conn.commit()
-            except BaseException:
+            except BaseException as exc:
                 conn.rollback()
+                if self._is_disk_full(exc):
+                    raise DiskFull(self._disk_full_message()) from exc
                 raise
             finally:
                 conn.close()
             if self._pending:
                 self._publish(self._pending)
+        self._after_commit()
+
+    def _freeing(self, write: Callable[[], _T]) -> _T:
+        """Run ``write``, a transaction that deletes; on a full disk, again with the reserve released."""
+        try:
+            return write()
+        except DiskFull:
+            if not self._release_reserve():
+                raise
+        return write()
+
+    # Hooks for a dialect that can tell a full disk and keep space in reserve (SQLite's file).
+
+    def _is_disk_full(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by the driver, says the database or its disk is full."""
+        return False
+
+    def _disk_full_message(self) -> str:
+        return "database or disk is full"
+
+    def _release_reserve(self) -> bool:
+        """Free the space kept for deletes; False when there was none left to free."""
+        return False
+
+    def _after_commit(self) -> None:
+        """Called after each committed write (outside the write lock): put a released reserve back."""
 
     def _begin_write(self, dbapi_connection: Any) -> None:
         """Begin a write transaction; a driver that follows PEP 249 begins one with the first statement.
@@ -458,33 +494,44 @@ class SQLStore(Store):
     ) -> dict[str, Any]:
         key = object_key(obj)
         expected = (obj.get("metadata") or {}).get("resourceVersion")
-        with self._writing() as conn:
-            stored = self._stored(conn, key)
-            if expected not in (None, "") and str(expected) != stored["metadata"]["resourceVersion"]:
-                raise Conflict(*key)
-            body = merge(stored, obj)
-            if body == stored:
-                # Nothing changed: no revision, no watch event, so a controller that writes
-                # the status it already wrote does not wake itself up forever.
-                return stored
-            revision = self._next_revision(conn)
-            body["metadata"]["resourceVersion"] = str(revision)
-            text = _codec.dumps(body)
-            self._run(conn, "update_body", {**_key_params(key), "new_revision": revision, "new_body": text})
-            self._log_change(conn, revision, "MODIFIED", key, text)
-        return body
+
+        def write() -> dict[str, Any]:
+            with self._writing() as conn:
+                stored = self._stored(conn, key)
+                if expected not in (None, "") and str(expected) != stored["metadata"]["resourceVersion"]:
+                    raise Conflict(*key)
+                body = merge(stored, obj)
+                if body == stored:
+                    # Nothing changed: no revision, no watch event, so a controller that writes
+                    # the status it already wrote does not wake itself up forever.
+                    return stored
+                revision = self._next_revision(conn)
+                body["metadata"]["resourceVersion"] = str(revision)
+                text = _codec.dumps(body)
+                self._run(conn, "update_body", {**_key_params(key), "new_revision": revision, "new_body": text})
+                self._log_change(conn, revision, "MODIFIED", key, text)
+            return body
+
+        # An object being deleted: its deletionTimestamp, its finalizers going, its last status.
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return self._freeing(write)
+        return write()
 
     def delete(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         key = (kind, namespace, name)
-        with self._writing() as conn:
-            body = self._stored(conn, key)
-            revision = self._next_revision(conn)
-            body["metadata"]["resourceVersion"] = str(revision)
-            self._run(conn, "delete_object", _key_params(key))
-            self._shared.pop(key, None)
-            self._log_change(conn, revision, "DELETED", key, _codec.dumps(body))
-            self._run(conn, "delete_events_of", {"event_uid": body["metadata"]["uid"]})
-        return body
+
+        def write() -> dict[str, Any]:
+            with self._writing() as conn:
+                body = self._stored(conn, key)
+                revision = self._next_revision(conn)
+                body["metadata"]["resourceVersion"] = str(revision)
+                self._run(conn, "delete_object", _key_params(key))
+                self._shared.pop(key, None)
+                self._log_change(conn, revision, "DELETED", key, _codec.dumps(body))
+                self._run(conn, "delete_events_of", {"event_uid": body["metadata"]["uid"]})
+            return body
+
+        return self._freeing(write)
 
     # -- watch --------------------------------------------------------------------------
 
@@ -625,9 +672,12 @@ class SQLStore(Store):
         return [_event_object(row) for row in rows]
 
     def delete_events_for(self, kind: str, namespace: str, name: str) -> int:
-        with self._writing() as conn:
-            return self._run(conn, "delete_events_for",
-                             {"event_kind": kind, "event_namespace": namespace, "event_name": name}).rowcount
+        def write() -> int:
+            with self._writing() as conn:
+                return self._run(conn, "delete_events_for",
+                                 {"event_kind": kind, "event_namespace": namespace, "event_name": name}).rowcount
+
+        return self._freeing(write)
 
     def add_observations(self, namespace: str, trial: str, trial_uid: str, rows: Sequence[dict[str, Any]]) -> None:
         if not rows:
@@ -674,9 +724,12 @@ class SQLStore(Store):
         return prepared
 
     def delete_observations(self, namespace: str, trial: str) -> int:
-        with self._writing() as conn:
-            return self._run(conn, "delete_observations",
-                             {"observation_namespace": namespace, "observation_trial": trial}).rowcount
+        def write() -> int:
+            with self._writing() as conn:
+                return self._run(conn, "delete_observations",
+                                 {"observation_namespace": namespace, "observation_trial": trial}).rowcount
+
+        return self._freeing(write)
 
     def close(self) -> None:
         with self._changed:

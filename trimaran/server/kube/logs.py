@@ -1,4 +1,8 @@
-"""``pods/log``: a container's log file, as the kubelet serves it through kube-apiserver."""
+"""``pods/log``: a container's log, as the kubelet serves it through kube-apiserver.
+
+A log is the live file and the files the shim rotated it into (``runtime/local.py: log_files``),
+read as one stream: ``tailLines``, ``sinceSeconds`` and ``limitBytes`` count across them, and a
+follow goes on into the new file when the live one is rotated."""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import BinaryIO
 
 from starlette.responses import Response
 
 from trimaran.api.tuning import METRICS_COLLECTOR_CONTAINER, METRICS_LOGS_ANNOTATION
+from trimaran.runtime.local import log_files
 from trimaran.server.kube.errors import StatusError
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, Watcher, WatchHub
 from trimaran.store import NotFound
@@ -26,6 +32,9 @@ _FOLLOW_POLL = 0.1
 _FOLLOW_IDLE = 0.5
 _ENDED = ("Succeeded", "Failed")
 _TAIL_BLOCK = 64 * 1024
+# A follow sends at most this much per read, so a log of many rotated files streams rather than
+# being read into memory at once.
+_FOLLOW_CHUNK = 1 << 20
 
 
 class LogOptions:
@@ -42,29 +51,134 @@ class LogOptions:
         self.timestamps = timestamps
 
 
-def _tail_offset(path: Path, lines: int) -> int:
-    """The offset where the last ``lines`` lines of ``path`` begin."""
+def _tail_start(files: list[Path], lines: int) -> tuple[int, int]:
+    """``(file, offset)`` where the last ``lines`` lines of ``files``, read as one stream, begin."""
+    last = len(files) - 1
     if lines == 0:
+        return last, _size(files[last])
+    seen, at_end = 0, True
+    for index in range(last, -1, -1):
+        try:
+            fh = files[index].open("rb")
+        except FileNotFoundError:
+            continue
+        with fh:
+            pos = fh.seek(0, os.SEEK_END)
+            while pos > 0:
+                step = min(_TAIL_BLOCK, pos)
+                pos -= step
+                fh.seek(pos)
+                block = fh.read(step)
+                # A final newline ends the last line; it does not start another.
+                if at_end and block.endswith(b"\n"):
+                    block = block[:-1]
+                at_end = False
+                count = block.count(b"\n")
+                if seen + count >= lines:
+                    cut = len(block)
+                    for _ in range(lines - seen):
+                        cut = block.rindex(b"\n", 0, cut)
+                    return index, pos + cut + 1
+                seen += count
+    return 0, 0
+
+
+def _size(path: Path) -> int:
+    try:
         return path.stat().st_size
-    with path.open("rb") as fh:
-        end = fh.seek(0, os.SEEK_END)
-        pos, seen = end, 0
-        # A final newline ends the last line; it does not start another.
-        while pos > 0:
-            step = min(_TAIL_BLOCK, pos)
-            pos -= step
-            fh.seek(pos)
-            block = fh.read(step)
-            if pos + step == end and block.endswith(b"\n"):
-                block = block[:-1]
-            count = block.count(b"\n")
-            if seen + count >= lines:
-                index = len(block)
-                for _ in range(lines - seen):
-                    index = block.rindex(b"\n", 0, index)
-                return pos + index + 1
-            seen += count
-    return 0
+    except FileNotFoundError:
+        return 0
+
+
+def _since_start(files: list[Path], seconds: int) -> tuple[int, int]:
+    """Where the files written to within the last ``seconds`` begin (the files keep no times per line)."""
+    horizon = time.time() - seconds
+    for index, path in enumerate(files):
+        try:
+            if path.stat().st_mtime >= horizon:
+                return index, 0
+        except FileNotFoundError:
+            continue
+    return len(files) - 1, _size(files[-1])
+
+
+class _LogCursor:
+    """Reads a container's log across its rotations, from ``files[index]`` at ``offset``.
+
+    The file being read stays open, so a rotation (the shim renames the live file, ``<n>.log.<k>``)
+    loses nothing: once that file is read to its end and the live name no longer is it, reading
+    goes on with the file written after it, found again by inode, as the shim may have rotated
+    several times since."""
+
+    def __init__(self, live: Path, files: list[Path], index: int, offset: int) -> None:
+        self.live = live
+        self._files = files[index:]
+        self._offset = offset
+        self._fh: BinaryIO | None = None
+
+    def _open_next(self) -> bool:
+        while self._files:
+            path = self._files.pop(0)
+            try:
+                self._fh = path.open("rb")
+            except FileNotFoundError:
+                if path == self.live:
+                    self._files.insert(0, path)  # not created yet (or being rotated): look again later
+                    return False
+                self._offset = 0  # rotated away before it was read: what it held is gone
+                continue
+            self._fh.seek(self._offset)
+            self._offset = 0
+            return True
+        return False
+
+    def _after_current(self) -> list[Path]:
+        """The files written after the one being read, found by its inode among those kept now."""
+        assert self._fh is not None
+        inode = os.fstat(self._fh.fileno()).st_ino
+        files = log_files(self.live)
+        for index, path in enumerate(files):
+            try:
+                if path.stat().st_ino == inode:
+                    return files[index + 1:]
+            except FileNotFoundError:
+                continue
+        return files  # deleted meanwhile: the oldest kept file is next
+
+    def _rotated_away(self) -> bool:
+        assert self._fh is not None
+        try:
+            return self.live.stat().st_ino != os.fstat(self._fh.fileno()).st_ino
+        except FileNotFoundError:
+            return False  # between the shim's rename and its new file: the new file comes
+
+    def read(self, limit: int | None) -> bytes:
+        """The next bytes (at most ``limit``), or b"" at the end of what has been written."""
+        size = -1 if limit is None else limit
+        while True:
+            if self._fh is None and not self._open_next():
+                return b""
+            assert self._fh is not None
+            chunk = self._fh.read(size)
+            if chunk:
+                return chunk
+            if self._files:  # a rotated file read to its end
+                self._fh.close()
+                self._fh = None
+                continue
+            if not self._rotated_away():
+                return b""
+            chunk = self._fh.read(size)  # what it was given before it was renamed
+            if chunk:
+                return chunk
+            self._files = self._after_current()
+            self._fh.close()
+            self._fh = None
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
 
 def _stamp(chunk: bytes, at_line_start: bool, when: float) -> tuple[bytes, bool]:
@@ -121,26 +235,36 @@ def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path]
     if options.previous and attempt < 0:
         raise StatusError.bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
     path = log_path(namespace, name, container, attempt)
-    start = 0
-    if path.exists():
-        if options.tail_lines is not None:
-            start = _tail_offset(path, options.tail_lines)
-        elif options.since_seconds is not None and path.stat().st_mtime < time.time() - options.since_seconds:
-            start = path.stat().st_size  # nothing written in the window
+    files = log_files(path)
+    if options.tail_lines is not None:
+        index, start = _tail_start(files, options.tail_lines)
+    elif options.since_seconds is not None:
+        index, start = _since_start(files, options.since_seconds)
+    else:
+        index, start = 0, 0
     budget = options.limit_bytes
 
     if not options.follow:
-        data = b""
-        if path.exists():
-            with path.open("rb") as fh:
-                fh.seek(start)
-                data = fh.read(budget) if budget is not None else fh.read()
+        cursor = _LogCursor(path, files, index, start)
+        parts, remaining = [], budget
+        try:
+            while remaining is None or remaining > 0:
+                chunk = cursor.read(remaining)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                if remaining is not None:
+                    remaining -= len(chunk)
+        finally:
+            cursor.close()
+        data = b"".join(parts)
         if options.timestamps:
             data, _ = _stamp(data, True, path.stat().st_mtime if path.exists() else time.time())
         return Response(data, media_type="text/plain")
 
     async def follow() -> AsyncIterator[bytes]:
-        offset, remaining, line_start = start, budget, True
+        cursor = _LogCursor(path, files, index, start)
+        remaining, line_start = budget, True
         pause = _FOLLOW_POLL
         ended = (pod.get("status") or {}).get("phase") in _ENDED or options.previous
         watcher = None
@@ -148,16 +272,7 @@ def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path]
             watcher, ended = await _watch_pod(hub, pod)
         try:
             while True:
-                chunk = b""
-                try:
-                    grown = path.stat().st_size > offset
-                except FileNotFoundError:
-                    grown = False
-                if grown:
-                    with path.open("rb") as fh:
-                        fh.seek(offset)
-                        chunk = fh.read(remaining if remaining is not None else -1)
-                    offset += len(chunk)
+                chunk = cursor.read(min(remaining, _FOLLOW_CHUNK) if remaining is not None else _FOLLOW_CHUNK)
                 if chunk:
                     if remaining is not None:
                         remaining -= len(chunk)
@@ -179,6 +294,7 @@ def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path]
                 elif event.type == "DELETED" or (event.object.get("status") or {}).get("phase") in _ENDED:
                     ended = True
         finally:
+            cursor.close()
             if watcher is not None:
                 watcher.close()
 

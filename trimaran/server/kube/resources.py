@@ -37,7 +37,7 @@ from trimaran.server.kube.logs import LogOptions, pod_log
 from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, WatchHub
-from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+from trimaran.store import AlreadyExists, Conflict, DiskFull, NotFound, Store
 from trimaran.store._objects import generated_name
 from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired, Invalid
@@ -160,6 +160,14 @@ class KubeAPI:
         raise StatusError.method_not_allowed()
 
     async def serve(self, request: Request, target: Target, verb: str) -> Response:
+        """Answer one request for ``target``; a write the store's full disk refused is a 507 whose
+        message names the filesystem to free (``store.DiskFull``), not an internal error."""
+        try:
+            return await self._serve(request, target, verb)
+        except DiskFull as exc:
+            raise StatusError(exc.code, exc.reason, str(exc)) from None
+
+    async def _serve(self, request: Request, target: Target, verb: str) -> Response:
         sub = target.subresource
         info = target.info
         if sub not in (None, "status", "scale", "log") or (sub == "log" and info.kind != "Pod") or \
