@@ -41,6 +41,36 @@ def test_stdout_reads_every_attempt_in_order(tmp_path: Path) -> None:
     assert collector.finish() == [] and collector.poll() == []
 
 
+def test_stdout_follows_a_log_through_its_rotations(tmp_path: Path) -> None:
+    """The shim rotates a live log by renaming it (``0.log`` -> ``0.log.1``) and starting a new one:
+    what was written before the rename is read once, from either name, and nothing is lost."""
+    live = tmp_path / "0.log"
+
+    def files() -> list[Path]:
+        return [*sorted(tmp_path.glob("0.log.*"), key=lambda p: int(p.suffix[1:])), live]
+
+    sources = CollectorSources(log_paths=files)
+    collector = MetricsCollector.for_spec({"collector": {"kind": "StdOut"}}, ["loss"], sources)
+    with open(live, "w") as out:
+        out.write("loss=0.9\n")
+        out.flush()
+        assert values(collector.poll()) == [("loss", 0.9)]
+        out.write("loss=0.8\n")  # after the last read, before the rotation
+    live.rename(tmp_path / "0.log.1")
+    live.write_text("loss=0.7\n")
+    assert values(collector.poll()) == [("loss", 0.8), ("loss", 0.7)]
+    # Two more rotations, the oldest deleted as the shim keeps a few files, between two reads.
+    with open(live, "a") as out:
+        out.write("loss=0.6\n")
+    live.rename(tmp_path / "0.log.2")
+    (tmp_path / "0.log.1").unlink()
+    live.write_text("loss=0.5\n")
+    live.rename(tmp_path / "0.log.3")
+    live.write_text("loss=0.4\n")
+    assert values(collector.poll()) == [("loss", 0.6), ("loss", 0.5), ("loss", 0.4)]
+    assert collector.poll() == []
+
+
 def test_stdout_with_custom_filter() -> None:
     spec = {"collector": {"kind": "StdOut"},
             "source": {"filter": {"metricsFormat": [r"([\w]+):\s+([\d.]+)"]}}}

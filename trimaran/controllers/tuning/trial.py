@@ -263,7 +263,8 @@ class TrialReconciler(Reconciler):
             for pod in self._primary_pods(trial):
                 name = pod["metadata"]["name"]
                 for attempt in self.runtime.log_attempts(ns, name, primary):
-                    out.append(self.runtime.log_path(ns, name, primary, attempt))
+                    # The files a long run's log rotated into, then the live one.
+                    out.extend(self.runtime.log_files(ns, name, primary, attempt))
             return out
 
         spec = trial["spec"].get("metricsCollector") or {"collector": {"kind": "StdOut"}}

@@ -55,10 +55,10 @@ def _no_files(path: str) -> Path | None:
 class CollectorSources:
     """Where a trial's outputs are on the host.
 
-    ``log_paths`` lists the primary container's log files in attempt order (called on every read,
-    since attempts and pods come and go). ``file_path_resolver`` maps a path as the training code
-    sees it (``/var/log/katib/metrics.log``) to the host path, or None while there is none yet (the
-    pod has not started).
+    ``log_paths`` lists the primary container's log files in attempt order, each attempt's rotated
+    files before its live one (called on every read, since attempts and pods come and go).
+    ``file_path_resolver`` maps a path as the training code sees it (``/var/log/katib/metrics.log``)
+    to the host path, or None while there is none yet (the pod has not started).
     """
 
     log_paths: Callable[[], list[Path]] = field(default=_no_logs)
@@ -177,8 +177,10 @@ class LogCollector(MetricsCollector):
 
     def _read(self, final: bool) -> list[Observation]:
         out: list[Observation] = []
-        for path in self._log_paths():
+        paths = self._log_paths()
+        for path in paths:
             out.extend(self.parser.read(path, final=final))
+        self.parser.forget_except(paths)
         return out
 
 

@@ -33,9 +33,11 @@ would reject them. Like Katib, a filter needs at least two capturing groups.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -158,7 +160,9 @@ class _LineParser:
             raise ValueError("at least one metric name is needed")
         self.metric_names: tuple[str, ...] = tuple(metric_names)
         self._wanted = frozenset(self.metric_names)
-        self._tails: dict[Path, _FileTail] = {}
+        # By the file's identity, not its name: a rotated log keeps its inode under a new name
+        # (``N.log`` -> ``N.log.3``), and reading goes on where it stopped instead of starting over.
+        self._tails: dict[tuple[int, int], _FileTail] = {}
         self._buffer = ""
         self._seen: dict[str, int] = {}
 
@@ -176,12 +180,24 @@ class _LineParser:
     def read(self, path: Path, final: bool = False) -> list[Observation]:
         """New observations in ``path`` since the last read of it. A file that does not exist
         (yet) gives none; ``final`` also parses a last line that has no newline."""
-        tail = self._tails.setdefault(Path(path), _FileTail())
         try:
+            identity = os.stat(path)
+            tail = self._tails.setdefault((identity.st_dev, identity.st_ino), _FileTail())
             lines = tail.read_lines(Path(path), final)
         except FileNotFoundError:
             return []
         return self.parse_lines(lines)
+
+    def forget_except(self, paths: Sequence[Path]) -> None:
+        """Drop where reading stopped in files other than ``paths`` (rotated away, deleted): a
+        later file may get a deleted one's inode and must be read from its start."""
+        keep = set()
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                identity = os.stat(path)
+                keep.add((identity.st_dev, identity.st_ino))
+        for key in [k for k in self._tails if k not in keep]:
+            del self._tails[key]
 
     def feed(self, data: str, final: bool = False) -> list[Observation]:
         """New observations in a chunk of a stream (for sources that are not files)."""
