@@ -255,7 +255,6 @@ class LocalRuntime:
         containers: Sequence[str] | None = None,
         on_exit: Callable[[], None] | None = None,
         images: Mapping[str, ImageRun] | None = None,
-        storage: Mapping[str, Path] | None = None,
     ) -> None:
         """Start a run of the pod and return once its shim process exists (milliseconds).
 
@@ -269,8 +268,7 @@ class LocalRuntime:
         name)`` reads ConfigMaps and Secrets. ``on_exit`` is called (from a helper thread) when
         this run's shim ends, so a caller can react at once instead of polling. ``images``
         (container name → :class:`ImageRun`) names the containers that run their image; the
-        others run as host processes. ``storage`` (volume name → directory) holds the fetched
-        copies of its object-storage CSI volumes.
+        others run as host processes.
 
         Raises ``SandboxUnavailable`` (bubblewrap missing), ``ConfigError`` (env, command)
         or ``VolumeError`` before anything is started.
@@ -307,7 +305,7 @@ class LocalRuntime:
         try:
             run_spec = self._run_spec(pod, uid, namespace, name, attempt, run_dir, bwrap,
                                       env_extra or {}, hosts or {}, lookup or _no_lookup, containers,
-                                      images or {}, storage or {})
+                                      images or {})
             log_dir = self._pod_log_dir(namespace, name)
             log_dir.mkdir(parents=True, exist_ok=True)
             _shim.write_json(str(log_dir / "containers.json"),
@@ -336,7 +334,6 @@ class LocalRuntime:
         lookup: Lookup,
         only: Sequence[str] | None,
         images: Mapping[str, ImageRun],
-        storage: Mapping[str, Path],
     ) -> dict:
         spec: Mapping = pod.get("spec") or {}
         status: Mapping = pod.get("status") or {}
@@ -355,7 +352,7 @@ class LocalRuntime:
         hostname_path = run_dir / "hostname"
         hostname_path.write_text(hostname + "\n")
         volumes = prepare_volumes(pod, pod_dir=self._pod_dir(uid), run_dir=run_dir,
-                                  home=self.home, lookup=lookup, storage=storage)
+                                  home=self.home, lookup=lookup)
         node_kwargs = {}
         if self.node is not None:
             node_kwargs = {"node_cpu": self.node.capacity.cpu, "node_memory": self.node.capacity.memory,
