@@ -107,7 +107,7 @@ def failed_initializer(plane: ControlPlaneHandle, job_name: str) -> dict:
     pod = poll(found, timeout=90, interval=0.3, what=f"{job_name}'s pod to fail")
     init = pod["status"]["initContainerStatuses"][0]
     assert init["name"] == "storage-initializer"
-    row = plane.cli("get", "pod", "-n", NS, pod["metadata"]["name"], "--no-headers").stdout.split()
+    row = plane.cli("get", "pod", pod["metadata"]["name"], "-n", NS).stdout.splitlines()[1].split()
     assert row[1:3] == ["0/1", "Init:Error"], row
     return init["state"]["terminated"]
 
