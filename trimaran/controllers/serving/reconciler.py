@@ -281,8 +281,8 @@ class InferenceServiceReconciler(Reconciler):
                         initializers[rev["name"]] = self._initializer(ns, spec, rev["model"])
                     except StorageError as exc:
                         rev["failure"] = {"reason": "InvalidStorageSpec", "message": str(exc)}
-                    continue
-                if not host_paths[rev["name"]].exists():
+                        continue
+                elif not host_paths[rev["name"]].exists():
                     rev["failure"] = {"reason": "ModelNotFound",
                                       "message": f"{rev['model']['storageUri']}: {host_paths[rev['name']]} "
                                                  "does not exist (yet)"}
