@@ -1,5 +1,6 @@
-"""CSI volumes that name object storage: fetched by the kubelet into the shared download cache
-before the pod starts, bound read-only; through a real control plane and a real HTTP server."""
+"""CSI volumes that name object storage: filled inside the pod by the storage-initializer init
+container the kubelet adds, before the containers start, bound read-only to them; through a real
+control plane and a real HTTP server."""
 
 from __future__ import annotations
 
@@ -48,10 +49,10 @@ def write_archive(path: Path, files: dict[str, str]) -> None:
             archive.addfile(info, io.BytesIO(data))
 
 
-def reader(name: str, uri: str) -> dict:
+def reader(name: str, uri: str, restart: str = "Never") -> dict:
     script = "cat /data/weights.txt; touch /data/new 2>/dev/null && echo writable || echo read-only"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"restartPolicy": "Never",
+            "spec": {"restartPolicy": restart,
                      "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", script],
                                      "volumeMounts": [{"name": "model", "mountPath": "/data"}]}],
                      "volumes": [{"name": "model", "csi": {"driver": "storage.trimaran.io",
@@ -60,6 +61,11 @@ def reader(name: str, uri: str) -> dict:
 
 def apply(plane, obj: dict) -> None:
     plane.cli("apply", "-f", "-", input=json.dumps(obj))
+
+
+def initializer(plane, name: str) -> dict:
+    statuses = (plane.get("pod", name).get("status") or {}).get("initContainerStatuses") or [{}]
+    return statuses[0]
 
 
 def waiting_message(plane, name: str) -> str | None:
@@ -75,17 +81,28 @@ def test_a_pod_reads_an_archive_its_csi_volume_names_read_only(plane, www):
                 timeout=60, interval=0.1, what="the reader to finish")
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert plane.cli("logs", "reader").stdout.split() == ["w=42", "read-only"]
+    # The download ran in the pod, as its init container, which the pod's spec and status show.
+    assert [c["name"] for c in done["spec"]["initContainers"]] == ["storage-initializer"]
+    assert done["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    assert f"downloaded {url}/model.tar.gz: 1 files in /mnt/storage/model" in \
+        plane.cli("logs", "reader", "-c", "storage-initializer").stdout
     listed = json.loads(plane.cli("get", "events", "-o", "json").stdout)["items"]
-    assert {"Fetching", "Fetched"} <= {e["reason"] for e in listed if e["involvedObject"]["name"] == "reader"}
+    assert "StorageInitializer" in {e["reason"] for e in listed if e["involvedObject"]["name"] == "reader"}
+    assert not (plane.home / "storage").exists()
 
 
-def test_a_volume_that_cannot_be_fetched_keeps_the_pod_creating_and_says_why(plane_with, www):
+def test_a_volume_that_cannot_be_fetched_fails_its_init_container_and_says_why(plane_with, www):
     root, url = www
-    plane = plane_with(TRIMARAN_IMAGE_PULL_BACKOFF="0.5")
-    apply(plane, reader("waiter", f"{url}/later.tar.gz"))
-    message = poll(lambda: waiting_message(plane, "waiter"), timeout=60, interval=0.1, what="the waiting message")
-    assert message.startswith('MountVolume.SetUp failed for volume "model" : ')
-    assert plane.get("pod", "waiter")["status"]["phase"] == "Pending"
+    plane = plane_with(TRIMARAN_RESTART_BACKOFF="0.5")
+    apply(plane, reader("never", f"{url}/absent.tar.gz"))
+    apply(plane, reader("waiter", f"{url}/later.tar.gz", restart="OnFailure"))
+    poll(lambda: plane.get("pod", "never")["status"].get("phase") == "Failed", timeout=60, what="the failure")
+    term = initializer(plane, "never")["state"]["terminated"]
+    assert term["message"] == f"{url}/absent.tar.gz: not found (HTTP 404)", term
+    assert plane.cli("get", "pod", "never").stdout.split()[6:8] == ["0/1", "Init:Error"]
+    # Restarted with back-off until the archive is there, as the kubelet restarts a failed init container.
+    poll(lambda: initializer(plane, "waiter").get("restartCount", 0) >= 1, timeout=60, what="a restart")
+    assert plane.get("pod", "waiter")["status"]["phase"] != "Succeeded"
     write_archive(root / "later.tar.gz", {"weights.txt": "late\n"})
     poll(lambda: plane.get("pod", "waiter")["status"].get("phase") == "Succeeded", timeout=60, what="the retry")
     assert plane.cli("logs", "waiter").stdout.split() == ["late", "read-only"]

@@ -73,10 +73,23 @@ def age(timestamp: str | None) -> str:
 
 
 def pod_status(pod: dict) -> str:
-    """The STATUS column: the waiting or failure reason of a container, else the phase."""
+    """The STATUS column: an init container's progress or failure (``Init:0/1``, ``Init:Error``,
+    ``Init:CrashLoopBackOff``), else the waiting or failure reason of a container, else the phase."""
     status = _status(pod)
     if pod["metadata"].get("deletionTimestamp"):
         return "Terminating"
+    inits = status.get("initContainerStatuses") or []
+    for index, cs in enumerate(inits):  # as kubectl: the first init container not done says where the pod is
+        state = cs.get("state") or {}
+        terminated = state.get("terminated")
+        if terminated and terminated.get("exitCode") == 0:
+            continue
+        if terminated:
+            return f"Init:{terminated.get('reason') or 'ExitCode:' + str(terminated.get('exitCode'))}"
+        reason = (state.get("waiting") or {}).get("reason")
+        if reason and reason != "PodInitializing":
+            return f"Init:{reason}"
+        return f"Init:{index}/{len(inits)}"
     for cs in status.get("containerStatuses") or []:
         state = cs.get("state") or {}
         if "waiting" in state:
@@ -97,7 +110,9 @@ def pod_ready(pod: dict) -> str:
 
 
 def pod_restarts(pod: dict) -> int:
-    return sum(cs.get("restartCount", 0) for cs in _status(pod).get("containerStatuses") or [])
+    status = _status(pod)
+    return sum(cs.get("restartCount", 0) for cs in [*(status.get("initContainerStatuses") or []),
+                                                    *(status.get("containerStatuses") or [])])
 
 
 def job_status(job: dict) -> str:

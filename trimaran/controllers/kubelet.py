@@ -29,6 +29,13 @@ Pending meanwhile; under pressure the pod using the most local storage (those be
 without a grace period, phase ``Failed``, reason ``Evicted`` with the kubelet's message, a
 ``DisruptionTarget`` condition, an ``Evicted`` event; the pod's writable layers and emptyDirs are
 removed (its logs stay until the pod is deleted) and it is not restarted in place.
+
+A pod with object-storage CSI volumes gets KServe's ``storage-initializer`` init container when it is
+admitted (written into its spec, so ``kubectl get pod`` and ``describe`` show it): the download and
+unpacking run inside the pod's sandbox as its user, into the pod's own volume, never here. Init
+containers' states are reported as the kubelet does (``Init:0/1``, ``Init:Error``,
+``Init:CrashLoopBackOff``, their termination messages); a failed one restarts the pod with back-off
+unless its ``restartPolicy`` is ``Never``.
 """
 
 from __future__ import annotations
@@ -41,7 +48,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from trimaran.api.quantity import format_memory
 from trimaran.controllers.base import Key, Reconciler, key_of
@@ -63,6 +69,7 @@ from trimaran.runtime import (
     LocalRuntime,
     Node,
     PodNotFound,
+    PodProcessStatus,
     Resources,
     SandboxUnavailable,
     VolumeError,
@@ -78,8 +85,8 @@ from trimaran.runtime.images import (
     parse_reference,
 )
 from trimaran.runtime.node import StorageUsage, disk_pressure_message, ephemeral_storage_violation
-from trimaran.runtime.volumes import storage_volume_uris
-from trimaran.serving.storage import Credentials, InvalidStorageUri, StorageError, account_credentials, fetch
+from trimaran.runtime.volumes import STORAGE_INITIALIZER, storage_volume_uris
+from trimaran.serving.storage import credential_env, initializer_container
 from trimaran.store import Conflict, DiskFull, NotFound, Store
 
 log = logging.getLogger(__name__)
@@ -126,14 +133,13 @@ def runs_image(pod: dict, container: dict, node_policy: str) -> bool:
 
 @dataclass
 class _Preparing:
-    """An admitted pod whose images are being pulled and storage volumes fetched (or waiting to be
-    again), before its first start or a restart in place (``attempt`` > 0)."""
+    """An admitted pod whose images are being pulled (or waiting to be again), before its first
+    start or a restart in place (``attempt`` > 0)."""
 
     gpu_env: dict[str, str]
     gpus: list[str]
     key: Key
     attempt: int = 0
-    uris: dict[str, str] = field(default_factory=dict)  # storage volume name -> URI
     images: dict[str, ImageRun] = field(default_factory=dict)
     pull: Future | None = None
     failures: int = 0
@@ -304,7 +310,7 @@ class Kubelet(Reconciler):
 
     # -- running pods ---------------------------------------------------------------------------
     def _start(self, pod: dict, gpu_env: dict[str, str], gpus: list[str], attempt: int,
-               images: dict[str, ImageRun], storage: dict[str, Path] | None = None) -> None:
+               images: dict[str, ImageRun]) -> None:
         uid = pod["metadata"]["uid"]
         hosts = {**self.namespace_hosts(pod["metadata"]["namespace"]),
                  **json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))}
@@ -312,7 +318,7 @@ class Kubelet(Reconciler):
             env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
             key = key_of(pod)
             self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup,
-                                   on_exit=lambda: self.wake(key), images=images, storage=storage)
+                                   on_exit=lambda: self.wake(key), images=images)
         except (ConfigError, SandboxUnavailable, VolumeError) as exc:
             self.node.release(uid)
             reason = "SandboxUnavailable" if isinstance(exc, SandboxUnavailable) else "CreateContainerConfigError"
@@ -327,14 +333,26 @@ class Kubelet(Reconciler):
         prior = {cs["name"]: cs for cs in status.get("containerStatuses") or []}
         status.update(phase="Running", podIP=LOOPBACK, hostIP=LOOPBACK, startTime=status.get("startTime") or now,
                       allocation={"gpus": gpus, "env": gpu_env})
+        inits = pod["spec"].get("initContainers") or []
+        initializing = {"state": {"waiting": {"reason": "PodInitializing"}}, "started": False, "ready": False}
         status["containerStatuses"] = [
             {"name": c["name"], **_image_fields(c, images.get(c["name"])),
              "restartCount": prior.get(c["name"], {}).get("restartCount", 0),
-             "state": {"running": {"startedAt": now}},
-             **dict(zip(("started", "ready"), self.prober.initial(c), strict=True)),
+             **(initializing if inits else {
+                 "state": {"running": {"startedAt": now}},
+                 **dict(zip(("started", "ready"), self.prober.initial(c), strict=True))}),
              **({"lastState": prior[c["name"]]["lastState"]} if prior.get(c["name"], {}).get("lastState") else {})}
             for c in pod["spec"].get("containers") or []
         ]
+        if inits:
+            prior_init = {cs["name"]: cs for cs in status.get("initContainerStatuses") or []}
+            status["initContainerStatuses"] = [
+                {"name": c["name"], **_image_fields(c, images.get(c["name"])), **initializing,
+                 "restartCount": prior_init.get(c["name"], {}).get("restartCount", 0),
+                 **({"lastState": prior_init[c["name"]]["lastState"]}
+                    if prior_init.get(c["name"], {}).get("lastState") else {})}
+                for c in inits
+            ]
         _set_readiness(status)
         pod["status"] = status
         self._write_status(pod)
@@ -393,10 +411,13 @@ class Kubelet(Reconciler):
         if needs is None:
             return
         wanted, uris = needs
-        if not wanted and not uris:
+        if uris and not self._add_storage_initializer(pod, uris):
+            self.node.release(uid)  # the pod changed meanwhile: admitted again on the next pass
+            return
+        if not wanted:
             self._start(pod, gpu_env, gpus, attempt=0, images={})
             return
-        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod), uris=uris)
+        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod))
         with self._lock:
             self._preparing[uid] = prep
         status = {"phase": "Pending", **(pod.get("status") or {})}
@@ -411,36 +432,32 @@ class Kubelet(Reconciler):
         self._write_status(pod)
         self._submit_pull(pod, prep, wanted)
 
+    def _add_storage_initializer(self, pod: dict, uris: dict[str, str]) -> bool:
+        """Give a pod with object-storage CSI volumes its ``storage-initializer`` init container
+        (first, before the user's), which downloads each volume's URI into it inside the pod's
+        sandbox, with the env KServe's webhook gives it from the ServiceAccount's Secrets. Written
+        into the stored pod, as an admission webhook would, so what runs is what ``kubectl`` shows;
+        False when the pod changed meanwhile."""
+        spec = pod["spec"]
+        if any(c.get("name") == STORAGE_INITIALIZER for c in spec.get("initContainers") or []):
+            return True
+        env, origin = credential_env(self._lookup, pod["metadata"]["namespace"],
+                                     spec.get("serviceAccountName") or "default")
+        sources = [(uri, name, f"/mnt/storage/{name}") for name, uri in uris.items()]
+        spec["initContainers"] = [initializer_container(sources, env, origin), *(spec.get("initContainers") or [])]
+        try:
+            pod.update(self.store.update(pod))
+        except (Conflict, NotFound):
+            return False
+        self.store.record_event(pod, "Normal", "StorageInitializer",
+                                f"Added init container {STORAGE_INITIALIZER} to download "
+                                f"{', '.join(f'volume {n!r} from {u}' for n, u in uris.items())} in the pod")
+        return True
+
     def _submit_pull(self, pod: dict, prep: _Preparing, wanted: dict) -> None:
         credentials = self._pull_credentials(pod)
-        storage_credentials = account_credentials(
-            self._lookup, pod["metadata"]["namespace"], (pod.get("spec") or {}).get("serviceAccountName") or "default",
-        ) if prep.uris else None
-        prep.pull = self._puller.submit(self._make_ready, pod, wanted, credentials, prep.uris, storage_credentials)
+        prep.pull = self._puller.submit(self._pull_images, pod, wanted, credentials)
         prep.pull.add_done_callback(lambda _future: self.wake(prep.key))
-
-    def _make_ready(self, pod: dict, wanted: dict, credentials: list, uris: dict[str, str],
-                    storage_credentials: Credentials | None) -> tuple[dict, dict]:
-        """In a pull thread: the images (``_pull_images``) and each storage volume's fetched copy,
-        or (reason, message) where it cannot be had."""
-        return self._pull_images(pod, wanted, credentials), self._fetch_volumes(pod, uris, storage_credentials)
-
-    def _fetch_volumes(self, pod: dict, uris: dict[str, str],
-                       credentials: Credentials | None) -> dict[str, Path | tuple[str, str]]:
-        fetched: dict[str, Path | tuple[str, str]] = {}
-        for name, uri in uris.items():
-            self.store.record_event(pod, "Normal", "Fetching", f'Fetching volume "{name}" from {uri}')
-            started = time.monotonic()
-            try:
-                fetched[name] = fetch(uri, self.runtime.home / "storage", credentials)
-            except (StorageError, InvalidStorageUri) as exc:
-                message = f'MountVolume.SetUp failed for volume "{name}" : {exc}'
-                self.store.record_event(pod, "Warning", "FailedMount", message)
-                fetched[name] = ("ContainerCreating", message)
-                continue
-            self.store.record_event(pod, "Normal", "Fetched", f'Volume "{name}": {uri} is on this node '
-                                    f"({time.monotonic() - started:.3g}s)")
-        return fetched
 
     def _pull_images(self, pod: dict, wanted: dict, credentials: list) -> dict[str, ImageRun | tuple[str, str]]:
         """In a pull thread: each container's image, or (reason, message) where it cannot be had."""
@@ -496,22 +513,16 @@ class Kubelet(Reconciler):
                 return None  # its end wakes this pod
             pull, prep.pull = prep.pull, None
             try:
-                results, fetched = pull.result()
+                results = pull.result()
             except Exception as exc:  # noqa: BLE001 - a failure of ours is still the pod's reason to wait
                 log.exception("pulling the images of pod %s", uid)
                 results = {name: ("ErrImagePull", str(exc)) for name in self._wanted_images(pod)}
-                fetched = {name: ("ContainerCreating", str(exc)) for name in prep.uris}
             failed = {name: r for name, r in results.items() if isinstance(r, tuple)}
-            unmounted = [r for r in fetched.values() if isinstance(r, tuple)]
-            if not failed and not unmounted:
+            if not failed:
                 with self._lock:
                     self._preparing.pop(uid, None)
-                self._start(pod, prep.gpu_env, prep.gpus, attempt=prep.attempt, images=results,  # type: ignore[arg-type]
-                            storage=fetched)  # type: ignore[arg-type]
+                self._start(pod, prep.gpu_env, prep.gpus, attempt=prep.attempt, images=results)  # type: ignore[arg-type]
                 return None
-            if unmounted:
-                # A volume holds up every container: kubelet leaves them ContainerCreating.
-                failed = {c["name"]: unmounted[0] for c in pod["spec"].get("containers") or []} | failed
             prep.failures += 1
             delay = min(IMAGE_PULL_BACKOFF_CAP, IMAGE_PULL_BACKOFF_BASE * 2 ** (prep.failures - 1))
             prep.retry_at = time.monotonic() + delay
@@ -581,6 +592,12 @@ class Kubelet(Reconciler):
             state = self.runtime.pod_status(uid)
         except PodNotFound:
             state = None
+        if state is not None and pod["spec"].get("initContainers"):
+            initializing = self._sync_init(pod, state)
+            if initializing == "failed":
+                return self._init_failed(pod)
+            if initializing == "running":
+                return POLL_SECONDS
         if state is not None and any(c.state != "terminated" for c in state.containers.values()):
             if apply_probe_state(pod["status"], self.prober.state(uid)):
                 _set_readiness(pod["status"])
@@ -603,7 +620,7 @@ class Kubelet(Reconciler):
         policy = pod["spec"].get("restartPolicy") or "Always"
         status = pod["status"]
         if policy == "Always" or (policy == "OnFailure" and failed):
-            restarts = max((cs.get("restartCount", 0) for cs in statuses), default=0) + 1
+            restarts = _runs(status) + 1
             delay = 0.0 if restarts == 1 else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (restarts - 2))
             status["containerStatuses"] = [
                 {**cs, "restartCount": restarts, "lastState": cs["state"],
@@ -630,22 +647,90 @@ class Kubelet(Reconciler):
             self._started.pop(uid, None)
         return None
 
+    def _sync_init(self, pod: dict, state: PodProcessStatus) -> str:
+        """Report the init containers' states (and the app containers' once they start); ``running``
+        while one is still to finish, ``failed`` when one failed and the run has ended, else ``done``."""
+        status = pod["status"]
+        before = json.dumps([status.get("initContainerStatuses"), status.get("containerStatuses")], sort_keys=True)
+        prior = {cs["name"]: cs for cs in status.get("initContainerStatuses") or []}
+        verdict = "done"
+        statuses = []
+        for container in pod["spec"]["initContainers"]:
+            name = container["name"]
+            cs = dict(prior.get(name) or {"name": name, **_image_fields(container), "restartCount": 0})
+            proc = state.init_containers.get(name) if verdict == "done" else None
+            if proc is None or proc.state == "waiting":
+                cs.update(state={"waiting": {"reason": "PodInitializing"}}, started=False, ready=False)
+                verdict = "running" if verdict == "done" else verdict
+            else:
+                cs.update(state=proc.to_k8s(), started=proc.state == "running",
+                          ready=proc.state == "terminated" and proc.exit_code == 0)
+                if proc.state == "running":
+                    verdict = "running"
+                elif proc.exit_code != 0:
+                    verdict = "running" if state.shim_alive else "failed"
+            statuses.append(cs)
+        status["initContainerStatuses"] = statuses
+        if verdict == "done":
+            specs = {c["name"]: c for c in pod["spec"].get("containers") or []}
+            for cs in status.get("containerStatuses") or []:
+                proc = state.containers.get(cs["name"])
+                if (cs.get("state") or {}).get("waiting", {}).get("reason") == "PodInitializing" and proc is not None \
+                        and proc.state != "waiting":
+                    cs["state"] = proc.to_k8s()
+                    cs.update(zip(("started", "ready"), self.prober.initial(specs.get(cs["name"], {})), strict=True))
+        _set_readiness(status)
+        if json.dumps([status.get("initContainerStatuses"), status.get("containerStatuses")], sort_keys=True) != before:
+            self._write_status(pod)
+        return verdict
+
+    def _init_failed(self, pod: dict) -> float | None:
+        """An init container failed and its run ended: the pod starts again after a back-off, as
+        the kubelet restarts it (``Init:CrashLoopBackOff``), or fails under ``restartPolicy: Never``."""
+        uid = pod["metadata"]["uid"]
+        self.prober.forget(uid)
+        status = pod["status"]
+        failed = next(cs for cs in status["initContainerStatuses"]
+                      if (cs["state"].get("terminated") or {}).get("exitCode", 0) != 0)
+        term = failed["state"]["terminated"]
+        if (pod["spec"].get("restartPolicy") or "Always") == "Never":
+            status["phase"] = "Failed"
+            _set_readiness(status)
+            self._write_status(pod)
+            self.node.release(uid)
+            with self._lock:
+                self._started.pop(uid, None)
+            return None
+        restarts = _runs(status) + 1
+        delay = 0.0 if restarts == 1 else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (restarts - 2))
+        failed.update(restartCount=restarts, lastState=failed["state"], state={"waiting": {
+            "reason": "CrashLoopBackOff",
+            "message": f"back-off {delay:.1f}s restarting failed container={failed['name']} "
+                       f"pod={pod['metadata']['name']}"}})
+        _set_readiness(status)
+        self._write_status(pod)
+        self.store.record_event(pod, "Warning", "BackOff",
+                                f"Back-off restarting failed init container {failed['name']} (exit code "
+                                f"{term.get('exitCode')}): {term.get('message') or term.get('reason')}")
+        self._restart_at[uid] = time.monotonic() + delay
+        return delay
+
     def _restart(self, pod: dict) -> float | None:
         """Start the pod's containers again in place; as kubelet does at each container start, their
         images go through the pull policy again (a tag moved under ``Always`` gives the new image,
         an image gone from the store since the control plane restarted is pulled again)."""
         uid = pod["metadata"]["uid"]
         alloc = (pod.get("status") or {}).get("allocation") or {}
-        attempt = max((cs.get("restartCount", 0) for cs in pod["status"].get("containerStatuses") or []), default=0)
+        attempt = _runs(pod["status"])
         gpu_env, gpus = alloc.get("env") or {}, alloc.get("gpus") or []
         needs = self._needs_or_report(pod)
         if needs is None:
             return None
-        wanted, uris = needs
-        if not wanted and not uris:
+        wanted, _ = needs
+        if not wanted:
             self._start(pod, gpu_env, gpus, attempt=attempt, images={})
             return POLL_SECONDS
-        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod), attempt=attempt, uris=uris)
+        prep = _Preparing(gpu_env=gpu_env, gpus=gpus, key=key_of(pod), attempt=attempt)
         with self._lock:
             self._preparing[uid] = prep
         self._submit_pull(pod, prep, wanted)
@@ -845,11 +930,23 @@ def _container(pod: dict, name: str) -> dict:
                 if c.get("name") == name)
 
 
+def _runs(status: dict) -> int:
+    """How many times the pod has been started again: its run's number (init containers' restarts
+    count too, so every run has a number of its own)."""
+    return max((cs.get("restartCount", 0) for cs in [*(status.get("initContainerStatuses") or []),
+                                                     *(status.get("containerStatuses") or [])]), default=0)
+
+
 def _set_readiness(status: dict) -> None:
-    """The kubelet's pod conditions beside PodScheduled: Initialized (no init containers here),
-    ContainersReady and Ready from the containers' readiness, so ``kubectl wait --for=condition=Ready``
-    works; a finished pod is not ready, with the kubelet's reason ``PodCompleted``."""
-    set_condition(status, "Initialized", "True", "", "")
+    """The kubelet's pod conditions beside PodScheduled: Initialized (once every init container
+    completed), ContainersReady and Ready from the containers' readiness, so ``kubectl wait
+    --for=condition=Ready`` works; a finished pod is not ready, with the kubelet's reason ``PodCompleted``."""
+    pending = [cs["name"] for cs in status.get("initContainerStatuses") or [] if not cs.get("ready")]
+    if pending:
+        set_condition(status, "Initialized", "False", "ContainersNotInitialized",
+                      f"containers with incomplete status: [{' '.join(pending)}]")
+    else:
+        set_condition(status, "Initialized", "True", "", "")
     unready = [cs["name"] for cs in status.get("containerStatuses") or [] if not cs.get("ready")]
     if not unready:
         ready, reason, message = "True", "", ""

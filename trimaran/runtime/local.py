@@ -294,7 +294,6 @@ class LocalRuntime:
         containers: Sequence[str] | None = None,
         on_exit: Callable[[], None] | None = None,
         images: Mapping[str, ImageRun] | None = None,
-        storage: Mapping[str, Path] | None = None,
     ) -> None:
         """Start a run of the pod and return once its shim process exists (milliseconds).
 
@@ -308,8 +307,7 @@ class LocalRuntime:
         name)`` reads ConfigMaps and Secrets. ``on_exit`` is called (from a helper thread) when
         this run's shim ends, so a caller can react at once instead of polling. ``images``
         (container name → :class:`ImageRun`) names the containers that run their image; the
-        others run as host processes. ``storage`` (volume name → directory) holds the fetched
-        copies of its object-storage CSI volumes.
+        others run as host processes.
 
         Raises ``SandboxUnavailable`` (bubblewrap missing), ``ConfigError`` (env, command)
         or ``VolumeError`` before anything is started.
@@ -346,7 +344,7 @@ class LocalRuntime:
         try:
             run_spec = self._run_spec(pod, uid, namespace, name, attempt, run_dir, bwrap,
                                       env_extra or {}, hosts or {}, lookup or _no_lookup, containers,
-                                      images or {}, storage or {})
+                                      images or {})
             log_dir = self._pod_log_dir(namespace, name)
             log_dir.mkdir(parents=True, exist_ok=True)
             _shim.write_json(str(log_dir / "containers.json"),
@@ -375,7 +373,6 @@ class LocalRuntime:
         lookup: Lookup,
         only: Sequence[str] | None,
         images: Mapping[str, ImageRun],
-        storage: Mapping[str, Path],
     ) -> dict:
         spec: Mapping = pod.get("spec") or {}
         status: Mapping = pod.get("status") or {}
@@ -403,7 +400,7 @@ class LocalRuntime:
             owner = Owner(pods.uid, pods.gid, None if not isinstance(fs_group, int) or fs_group >= 65536
                           else pods.gid + fs_group)
         volumes = prepare_volumes(pod, pod_dir=self._pod_dir(uid), run_dir=run_dir,
-                                  home=self.home, lookup=lookup, storage=storage, owner=owner)
+                                  home=self.home, lookup=lookup, owner=owner)
         node_kwargs = {}
         if self.node is not None:
             node_kwargs = {"node_cpu": self.node.capacity.cpu, "node_memory": self.node.capacity.memory,

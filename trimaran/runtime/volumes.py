@@ -11,8 +11,9 @@ Layout (``home`` is the runtime's home directory):
   outliving pods: the one-node stand-in for a PersistentVolume.
 - ``configMap`` / ``secret``: keys written as files into ``<run_dir>/volumes/<volume>``
   (``items`` pick keys and paths, ``defaultMode``/``mode`` set permissions), mounted read-only.
-- ``csi`` of an object-storage driver (:func:`storage_volume_uris`): the storage URI's copy in
-  the shared download cache, fetched by the kubelet before the pod starts, mounted read-only.
+- ``csi`` of an object-storage driver (:func:`storage_volume_uris`): a directory of the pod's own,
+  as an emptyDir, that the pod's ``storage-initializer`` init container (which the kubelet adds)
+  fills inside the pod's sandbox; writable to that container only, read-only to every other.
 
 Ownership, where pods' ids map into a range of their own (an :class:`Owner`, the control plane
 being root: see :mod:`trimaran.runtime.idmap`): what the runtime makes for a pod belongs to the
@@ -36,9 +37,12 @@ from trimaran.api.core import GCSFUSE_DRIVER, STORAGE_DRIVER
 from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime.env import ConfigError, Lookup, config_data, expand
 
-__all__ = ["VolumeError", "Mount", "PodVolume", "Owner", "prepare_volumes", "container_mounts", "storage_volume_uris"]
+__all__ = ["STORAGE_INITIALIZER", "VolumeError", "Mount", "PodVolume", "Owner", "prepare_volumes",
+           "container_mounts", "storage_volume_uris"]
 
 _DEFAULT_MODE = 0o644
+#: The init container that fills a pod's object-storage CSI volumes (KServe's name for it).
+STORAGE_INITIALIZER = "storage-initializer"
 _SUPPORTED = ("emptyDir", "hostPath", "persistentVolumeClaim", "configMap", "secret", "csi")
 
 
@@ -54,6 +58,8 @@ class PodVolume:
     source: Path | None
     read_only: bool = False
     size: int | None = None
+    #: The one container that may write a read-only volume (the storage initializer filling it).
+    writer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,14 +220,13 @@ def storage_volume_uris(pod: Mapping[str, object]) -> dict[str, str]:
 
 def prepare_volumes(
     pod: Mapping[str, object], *, pod_dir: Path, run_dir: Path, home: Path, lookup: Lookup,
-    storage: Mapping[str, Path] | None = None, owner: Owner | None = None,
+    owner: Owner | None = None,
 ) -> dict[str, PodVolume]:
     """Make every volume of the pod exist on the host; returns them by name.
 
     ``pod_dir`` holds what lives as long as the pod (emptyDirs), ``run_dir`` what is
-    rewritten at each start (configMap/secret contents, so they follow updates); ``storage``
-    maps each volume of :func:`storage_volume_uris` to its fetched copy; ``owner`` who owns
-    what is made (see the module's docstring).
+    rewritten at each start (configMap/secret contents, so they follow updates); ``owner`` who
+    owns what is made (see the module's docstring).
     """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -239,14 +244,7 @@ def prepare_volumes(
                     raise VolumeError(f"volume {name!r}: sizeLimit: {exc}") from None
                 volumes[name] = PodVolume(name, None, size=size)
             else:
-                path = pod_dir / "volumes" / name
-                path.mkdir(parents=True, exist_ok=True)
-                # World-writable as the kubelet makes it: any runAsUser (and the unprivileged uid
-                # pods run as where no user namespace can be made) may write; the home is 0700.
-                path.chmod(0o777)
-                if owner is not None:
-                    owner.give(path, 0o2070)
-                volumes[name] = PodVolume(name, path)
+                volumes[name] = PodVolume(name, _pod_directory(pod_dir, name, owner))
         elif "hostPath" in volume:
             volumes[name] = PodVolume(name, _host_path(name, volume["hostPath"]))
         elif "persistentVolumeClaim" in volume:
@@ -267,10 +265,8 @@ def prepare_volumes(
                          namespace, lookup, target, owner)
             volumes[name] = PodVolume(name, target, read_only=True)
         elif "csi" in volume:
-            fetched = (storage or {}).get(name)
-            if fetched is None:
-                raise VolumeError(f"volume {name!r}: its storage has not been fetched to this node")
-            volumes[name] = PodVolume(name, fetched, read_only=True)
+            volumes[name] = PodVolume(name, _pod_directory(pod_dir, name, owner), read_only=True,
+                                      writer=STORAGE_INITIALIZER)
         else:
             kinds = [k for k in volume if k != "name"]
             raise VolumeError(
@@ -278,6 +274,17 @@ def prepare_volumes(
                 f"supported: {', '.join(_SUPPORTED)}"
             )
     return volumes
+
+
+def _pod_directory(pod_dir: Path, name: str, owner: Owner | None) -> Path:
+    path = pod_dir / "volumes" / name
+    path.mkdir(parents=True, exist_ok=True)
+    # World-writable as the kubelet makes it: any runAsUser (and the unprivileged uid
+    # pods run as where no user namespace can be made) may write; the home is 0700.
+    path.chmod(0o777)
+    if owner is not None:
+        owner.give(path, 0o2070)
+    return path
 
 
 def container_mounts(
@@ -301,7 +308,7 @@ def container_mounts(
         volume = volumes.get(name)
         if volume is None:
             raise VolumeError(f"volumeMount {name!r}: the pod has no volume of that name")
-        read_only = bool(mount.get("readOnly")) or volume.read_only
+        read_only = bool(mount.get("readOnly")) or (volume.read_only and container.get("name") != volume.writer)
         sub = mount.get("subPath") or (
             expand(str(mount["subPathExpr"]), env) if mount.get("subPathExpr") else ""
         )

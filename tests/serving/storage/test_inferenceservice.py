@@ -1,5 +1,6 @@
-"""InferenceServices whose storageUri is downloaded: a real control plane, real model server
-replicas, and the model in moto's S3 server or behind a plain HTTP server on loopback."""
+"""InferenceServices whose storageUri is downloaded by each replica's storage-initializer init
+container: a real control plane, real model server replicas, and the model in moto's S3 server or
+behind a plain HTTP server on loopback."""
 
 from __future__ import annotations
 
@@ -54,6 +55,12 @@ def iris_rows(model_file: Path) -> tuple[list[list[float]], list[int]]:
     return rows, joblib.load(model_file).predict(rows).tolist()
 
 
+def replicas(plane, name: str) -> list[dict]:
+    listed = json.loads(plane.cli("get", "pods", "-l", f"serving.kserve.io/inferenceservice={name}",
+                                  "-o", "json").stdout)["items"]
+    return [p for p in listed if not p["metadata"].get("deletionTimestamp")]
+
+
 def failed_with(plane, name: str, reason: str) -> dict:
     def found() -> dict | None:
         cond = condition(isvc(plane, name), "PredictorReady")
@@ -83,22 +90,27 @@ def test_s3_example_serves_with_credentials_from_the_service_accounts_secret_and
     rows = json.loads((example / "input.json").read_text())["instances"]
     assert predict(obj, "sklearn-iris-s3", rows) == [0, 1, 2]
     assert predict(wait_ready(plane, "iris-by-key", timeout=60), "iris-by-key", rows) == [0, 1, 2]
-    reasons = [reason for reason, _ in events(plane, "sklearn-iris-s3")]
-    assert "Downloading" in reasons and "Downloaded" in reasons, reasons
+    # The replica downloaded it itself, as KServe's: its init container, the keys as Secret references.
+    init = replicas(plane, "sklearn-iris-s3")[0]["spec"]["initContainers"][0]
+    assert (init["name"], init["args"]) == ("storage-initializer", ["s3://models/sklearn/iris", "/mnt/models"])
+    keys = {e["name"]: e for e in init["env"]}
+    assert keys["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "AWS_SECRET_ACCESS_KEY"
+    assert "example-secret-key" not in json.dumps(replicas(plane, "iris-by-key")[0]["spec"])
     cond = failed_with(plane, "no-creds", "ModelDownloadFailed")
     assert "no S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY missing" in cond["message"]
     assert "there is no ServiceAccount default/default" in cond["message"]
+    assert "(storage-initializer of no-creds-predictor-" in cond["message"]
     assert condition(isvc(plane, "no-creds"), "Ready")["status"] == "False"
-    assert ("DownloadFailed", cond["message"].rsplit(" (retrying", 1)[0]) in events(plane, "no-creds")
-    # Retried with back-off: attaching the Secret to the default ServiceAccount is enough.
+    # Attaching the Secret to the default ServiceAccount is enough: the failing replica is replaced.
     apply_docs(plane, tmp_path, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"},
                                  "secrets": [{"name": "s3creds"}]})
     assert predict(wait_ready(plane, "no-creds", timeout=120), "no-creds", rows) == [0, 1, 2]
 
 
-def test_https_archive_downloads_with_progress_then_serves_from_the_cache_across_services_and_a_restart(
+def test_https_archive_downloads_in_the_replica_with_progress_and_a_missing_one_fails_at_once(
         plane, file_server: FileServer, tmp_path: Path) -> None:
     from trimaran.server.daemon import start_server, stop_server
+    from trimaran.serving.storage import human_bytes
 
     model = iris_model(tmp_path / "iris") / "model.joblib"
     with tarfile.open(file_server.root / "iris.tar.gz", "w:gz") as tar:
@@ -108,29 +120,26 @@ def test_https_archive_downloads_with_progress_then_serves_from_the_cache_across
     url = f"{file_server.url}/iris.tar.gz"
     apply_docs(plane, tmp_path, inference_service("iris-http", url),
                inference_service("missing", f"{file_server.url}/absent.tar.gz"))
-    # Held halfway by the server: the status says how far the download got.
-    half = f"downloading {url}: {size // 2} B of {size} B"
+    # Held halfway by the server: the status says how far the replica's download got.
+    half = f"downloading {url}: {human_bytes(size // 2)} of {human_bytes(size)}"
     poll(lambda: condition(isvc(plane, "iris-http"), "PredictorReady").get("message") == half, timeout=60,
          interval=0.3, what=half)
     assert condition(isvc(plane, "iris-http"), "Ready")["reason"] == "ModelDownloading"
-    assert ("DownloadProgress", f"{url}: {size // 2} B of {size} B") in events(plane, "iris-http")
     file_server.gate.set()
     obj = wait_ready(plane, "iris-http", timeout=120)
     rows, expected = iris_rows(model)
     assert predict(obj, "iris-http", rows) == expected == [0, 1, 2]
+    # The first failure of the initializer is on the InferenceService, with its own words.
     cond = failed_with(plane, "missing", "ModelDownloadFailed")
-    assert f"{file_server.url}/absent.tar.gz: not found (HTTP 404)" in cond["message"]
+    assert cond["message"].startswith(f"{file_server.url}/absent.tar.gz: not found (HTTP 404) (storage-initializer of ")
     assert file_server.gets("/iris.tar.gz") == 1
-    # A second InferenceService of the same URI uses the cached copy: a HEAD for the version, no GET.
+    # Nothing is shared between InferenceServices: another one downloads for itself.
     apply_docs(plane, tmp_path, inference_service("iris-http-again", url))
     assert predict(wait_ready(plane, "iris-http-again", timeout=120), "iris-http-again", rows) == expected
-    assert file_server.gets("/iris.tar.gz") == 1, file_server.requests
-    # A restarted control plane serves the revisions' pinned copies without asking the server again.
-    asked = sum(1 for _, path in file_server.requests if path == "/iris.tar.gz")
+    assert file_server.gets("/iris.tar.gz") == 2, file_server.requests
+    assert not (plane.home / "storage").exists()
+    # A restarted control plane keeps the replicas, and their models: nothing is downloaded again.
     stop_server(plane.home)
     start_server(home=plane.home)
-    apply_docs(plane, tmp_path, inference_service("iris-http-third", url))  # new: one HEAD, no GET
-    assert predict(wait_ready(plane, "iris-http-third", timeout=120), "iris-http-third", rows) == expected
     assert predict(wait_ready(plane, "iris-http"), "iris-http", rows) == expected
-    assert sum(1 for _, path in file_server.requests if path == "/iris.tar.gz") == asked + 1
-    assert file_server.gets("/iris.tar.gz") == 1
+    assert file_server.gets("/iris.tar.gz") == 2

@@ -2,9 +2,10 @@
 and the router.
 
 A model replica runs ``python -m trimaran.serving`` on a port of its own, with the model mounted
-read-only where KServe's storage initializer would put it: ``/mnt/models`` (a local path, or the
-cached copy of a downloaded one) or
-``/mnt/pvc`` (a claim, read-only, as KServe mounts it). Custom containers (a custom predictor, a
+read-only where KServe puts it: ``/mnt/models`` (a local path; or, for a remote URI, the emptyDir
+``kserve-provision-location`` that the replica's own ``storage-initializer`` init container fills
+inside the pod before the server starts, as KServe's webhook lays it out) or ``/mnt/pvc`` (a claim,
+read-only, as KServe mounts it). Custom containers (a custom predictor, a
 transformer) get Knative's ``PORT`` and KServe's ``MODEL_NAME``, plus ``PREDICTOR_HOST`` and
 ``PREDICTOR_PROTOCOL`` in a transformer; their ``args`` may refer to them as ``$(PORT)``.
 """
@@ -39,6 +40,7 @@ ROUTER_NAMESPACE = "trimaran-system"
 ROUTER_NAME = "trimaran-router"
 ROUTES_MOUNT = "/etc/trimaran/routes"
 MODEL_MOUNT = "/mnt/models"
+PROVISION_VOLUME = "kserve-provision-location"
 PVC_MOUNT = "/mnt/pvc"
 MAIN_CONTAINER = "kserve-container"
 HEALTH_PATH = "/v2/health/ready"
@@ -67,16 +69,20 @@ def router_pod(routes_dir: Path) -> dict:
 
 def model_storage(storage_uri: str, host_path: Path | None) -> tuple[dict, dict, str]:
     """The pod volume, the container's mount and the model directory inside the sandbox.
-    ``host_path`` is the resolved directory of a path URI (a claim is mounted by name instead)."""
+    ``host_path`` is the resolved directory of a path URI (a claim is mounted by name instead; a
+    remote URI's volume is an emptyDir its storage initializer fills)."""
     loc = parse_storage_uri(storage_uri)
+    if loc.kind == "remote":
+        volume = {"name": PROVISION_VOLUME, "emptyDir": {}}
+        return volume, {"name": PROVISION_VOLUME, "mountPath": MODEL_MOUNT, "readOnly": True}, MODEL_MOUNT
     if loc.kind == "pvc":
         volume = {"name": "kserve-pvc-source", "persistentVolumeClaim": {"claimName": loc.claim, "readOnly": True}}
         mount = {"name": "kserve-pvc-source", "mountPath": PVC_MOUNT, "readOnly": True}
         return volume, mount, f"{PVC_MOUNT}/{loc.path}".rstrip("/")
     if host_path is None:
         raise ValueError(f"{storage_uri}: a path URI needs its resolved directory")
-    volume = {"name": "kserve-provision-location", "hostPath": {"path": str(host_path)}}
-    mount = {"name": "kserve-provision-location", "mountPath": MODEL_MOUNT, "readOnly": True}
+    volume = {"name": PROVISION_VOLUME, "hostPath": {"path": str(host_path)}}
+    mount = {"name": PROVISION_VOLUME, "mountPath": MODEL_MOUNT, "readOnly": True}
     return volume, mount, MODEL_MOUNT
 
 
@@ -99,8 +105,9 @@ def model_server_args(isvc_name: str, model: dict, component: dict, model_dir: s
 
 
 def replica_pod(isvc: dict, component_name: str, revision: dict, index: int, ports: list[int],
-                host_path: Path | None, predictor_host: str | None) -> dict:
-    """Replica ``index`` of ``revision`` (a status.revisions entry) on ``ports`` (http[, grpc])."""
+                host_path: Path | None, predictor_host: str | None, initializer: dict | None = None) -> dict:
+    """Replica ``index`` of ``revision`` (a status.revisions entry) on ``ports`` (http[, grpc]);
+    ``initializer`` is the storage-initializer init container of a remote model."""
     name, ns = isvc["metadata"]["name"], isvc["metadata"]["namespace"]
     component = copy.deepcopy(revision["spec"])
     model = revision.get("model")
@@ -152,6 +159,8 @@ def replica_pod(isvc: dict, component_name: str, revision: dict, index: int, por
     spec = {k: v for k, v in component.items() if k in _POD_FIELDS}
     spec.update(containers=containers, restartPolicy="Always", hostname=pod_hostname(revision["name"]))
     spec.setdefault("terminationGracePeriodSeconds", 10)
+    if initializer is not None:
+        spec["initContainers"] = [initializer, *(spec.get("initContainers") or [])]
     if volumes:
         spec["volumes"] = volumes
     pod = {

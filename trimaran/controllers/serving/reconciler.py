@@ -13,14 +13,18 @@ Each pass, for each component (predictor, and transformer when present):
    shared ingress port; V2 gRPC on a port of its own for the predictor, ``grpcUrl`` in status), then
    status and events.
 
-A model at ``s3://``, ``gs://``, ``http(s)://`` or ``hf://`` is downloaded on a worker thread
-(`downloads`) into ``$TRIMARAN_HOME/storage``; meanwhile the component's condition says
-``ModelDownloading`` with the bytes so far, and events tell the start, progress and end. The
-cached directory is then pinned in the revision's record (``storagePath``) and mounted as a
-local path would be.
+A model at ``s3://``, ``gs://``, ``http(s)://``, ``hf://`` or MLflow's URIs is downloaded by each
+replica's own ``storage-initializer`` init container, inside the pod's sandbox as its user, into the
+emptyDir the model server reads at ``/mnt/models`` (as KServe): the control plane never downloads or
+unpacks a model. Its credentials are env from the ServiceAccount's Secrets and the ``storage-config``
+Secret (``secretKeyRef``s, as KServe's webhook sets them). Meanwhile the component's condition says
+``ModelDownloading`` with the initializer's last progress line; a failed initializer is the
+condition's ``ModelDownloadFailed`` with its termination message, from the first failure on (the
+kubelet restarts it with back-off).
 
 Why a revision is not ready is found each pass: its storage (a path that does not exist yet, or
-outside the allowed roots, or a download that failed: no replica is started), else the model server's own account of its
+outside the allowed roots: no replica is started; a replica's storage initializer that failed),
+else the model server's own account of its
 versions (``GET /v1/models/NAME``) once a replica has had a few seconds to load, else the end of a
 restarting replica's log. It goes to the component's condition and ``modelStatus.lastFailureInfo``.
 Besides KServe's fields, status carries ``revisions`` (see `revisions`) and, per component,
@@ -47,14 +51,16 @@ from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_cond
 from trimaran.controllers.pods import is_terminating, owned_pods, phase, request_deletion, restart_count
 from trimaran.controllers.ports import PortAllocator
 from trimaran.controllers.serving.autoscaling import ResourceSampler, RevisionScaler
-from trimaran.controllers.serving.downloads import ModelDownloads, human_bytes
 from trimaran.controllers.serving.pods import (
     COMPONENT_LABEL,
     HEALTH_PATH,
     INDEX_LABEL,
     ISVC_LABEL,
+    MAIN_CONTAINER,
+    MODEL_MOUNT,
     PORTS_ANNOTATION,
     PROBE_ANNOTATION,
+    PROVISION_VOLUME,
     REVISION_LABEL,
     ROUTER_NAME,
     ROUTER_NAMESPACE,
@@ -64,11 +70,13 @@ from trimaran.controllers.serving.pods import (
 from trimaran.controllers.serving.revisions import Rollout, plan_traffic, revision_name, spec_hash
 from trimaran.controllers.serving.routes import DOMAIN, RouterClient, RoutesFile, fixed_ingress_port
 from trimaran.serving.storage import (
+    INITIALIZER_NAME,
     STORAGE_CONFIG_SECRET,
-    Credentials,
     StorageError,
-    account_credentials,
+    credential_env,
+    initializer_container,
     resolve_storage_spec,
+    storage_spec_env,
 )
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
@@ -83,7 +91,9 @@ LOG_TAIL_LINES = 5
 KEPT_REVISIONS = 10
 # A replica younger than this may still be scanning its model directory: its "no version" is not a failure.
 LOAD_GRACE_SECONDS = 3.0
-PROGRESS_EVENT_SECONDS = 2.0  # at most one progress event a download this often
+# The model container's variables its storage initializer also gets: the ones naming where the
+# model is and how to sign in there (KServe's HF_TOKEN on the predictor, MLflow's tracking server).
+_INITIALIZER_ENV_PREFIXES = ("MLFLOW_", "HF_", "AWS_", "S3_")
 
 
 class InferenceServiceReconciler(Reconciler):
@@ -101,7 +111,6 @@ class InferenceServiceReconciler(Reconciler):
         self.routes = RoutesFile(home / "serving", self.ports)
         self.scalers: dict[tuple[str, str, str], RevisionScaler] = {}  # (namespace, isvc, revision)
         self.usage = ResourceSampler(runtime)
-        self.downloads = ModelDownloads(home / "storage")
         for pod in store.list("Pod"):
             self.ports.reserve(_pod_ports(pod))
         existing = {f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in store.list("InferenceService")}
@@ -249,6 +258,7 @@ class InferenceServiceReconciler(Reconciler):
         latest = mine[-1]
         outcome = _Outcome()
         host_paths: dict[str, Path] = {}
+        initializers: dict[str, dict] = {}  # revision -> the storage-initializer of its replicas
         for rev in mine:
             rev.pop("failure", None)  # found again below while it lasts
             if rev.get("model"):
@@ -267,14 +277,12 @@ class InferenceServiceReconciler(Reconciler):
                     rev["failure"] = {"reason": "InvalidStorageUri", "message": str(exc)}
                     continue
                 if remote:
-                    # Only what may serve is downloaded: the latest revision, and one that served before.
-                    found = None
-                    if rev is latest or rev.get("ready"):
-                        found = self._remote_model(obj, spec, rev, outcome, is_latest=rev is latest)
-                    if found is None:
+                    try:
+                        initializers[rev["name"]] = self._initializer(ns, spec, rev["model"])
+                    except StorageError as exc:
+                        rev["failure"] = {"reason": "InvalidStorageSpec", "message": str(exc)}
                         continue
-                    host_paths[rev["name"]] = found
-                if not host_paths[rev["name"]].exists():
+                elif not host_paths[rev["name"]].exists():
                     rev["failure"] = {"reason": "ModelNotFound",
                                       "message": f"{rev['model']['storageUri']}: {host_paths[rev['name']]} "
                                                  "does not exist (yet)"}
@@ -323,7 +331,8 @@ class InferenceServiceReconciler(Reconciler):
                                 f"Scaled {component} revision {rev['name']} from {current} to {desired}: "
                                 f"{decision.reason}")
             outcome.busy |= self._scale(obj, component, rev, rpods, desired, ready, draining_in_router,
-                                        host_paths.get(rev["name"]), predictor_host, now)
+                                        host_paths.get(rev["name"]), initializers.get(rev["name"]),
+                                        predictor_host, now)
             live = [p for p in rpods if not is_terminating(p) and not _draining(p)]
             outcome.replicas[rev["name"]] = (sum(1 for p in live if _address(p) in ready), len(live))
             if rev["name"] in wanted and not rev.get("failure"):
@@ -339,9 +348,11 @@ class InferenceServiceReconciler(Reconciler):
                     "probePath": probe,
                 }
             if rev is latest and not rev.get("ready") and not rev.get("failure") and live:
-                failure = self._load_failure(obj, rev, live)
+                failure, pending = self._initializer_state(rev, live, initializers.get(rev["name"]))
+                failure = failure or (None if pending else self._load_failure(obj, rev, live))
                 if failure:
                     rev["failure"] = failure
+                outcome.latest_pending = pending
         outcome.latest_failure = latest.get("failure")
         if outcome.latest_failure:
             outcome.latest_pending = None
@@ -354,47 +365,64 @@ class InferenceServiceReconciler(Reconciler):
                 revisions.remove(rev)
         return outcome
 
-    def _remote_model(self, obj: dict, spec: dict, rev: dict, outcome: _Outcome, is_latest: bool) -> Path | None:
-        """The cached directory of a revision's downloaded model, once it is there. Until then the
-        download runs on a worker (`ModelDownloads`) and this says how far it got (``outcome``, events)
-        or why it failed (``rev["failure"]``). A finished download is pinned in the revision's record,
-        so new replicas and a restarted control plane use that copy without asking the source again."""
-        uri = rev["model"]["storageUri"]
-        pinned = rev.get("storagePath")
-        if pinned and Path(pinned).is_dir():
-            return Path(pinned)
-        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        account = spec.get("serviceAccountName") or "default"
-        dl = self.downloads.ensure((ns, name, rev["name"]), uri,
-                                   lambda: self._storage_credentials(ns, account, rev["model"].get("storage"),
-                                                                     rev["model"].get("env")))
-        if dl.reported_attempt != dl.attempts:
-            dl.reported_attempt = dl.attempts
-            again = f" (attempt {dl.attempts})" if dl.attempts > 1 else ""
-            self._event("Normal", "Downloading", f"Downloading {uri} for revision {rev['name']}{again}")
-        if dl.state == "Done" and dl.path is not None:
-            rev["storagePath"] = str(dl.path)
-            self._event("Normal", "Downloaded", f"Downloaded {uri} ({human_bytes(dl.done_bytes)}) in "
-                                                f"{dl.finished - dl.started:.1f}s; cached in {dl.path}")
-            self.downloads.forget(lambda key: key == (ns, name, rev["name"]))
-            return dl.path
-        if dl.state == "Failed":
-            when = (f"retrying in {max(0.0, dl.retry_at - time.time()):.0f}s" if dl.retriable
-                    else "not retried: fix the source or the URI")
-            rev["failure"] = {"reason": "ModelDownloadFailed", "message": f"{dl.error} ({when})"}
-            if dl.reported_failure != dl.attempts:
-                dl.reported_failure = dl.attempts
-                self._event("Warning", "DownloadFailed", dl.error)
-            outcome.busy = outcome.busy or dl.retriable and dl.retry_at - time.time() < 1.0
-            return None
-        outcome.busy = True
-        if is_latest:
-            outcome.latest_pending = f"downloading {uri}: {dl.progress()}"
-        now = time.time()
-        if dl.done_bytes and now - dl.reported_progress_at >= PROGRESS_EVENT_SECONDS:
-            dl.reported_progress_at = now
-            self._event("Normal", "DownloadProgress", f"{uri}: {dl.progress()}")
-        return None
+    def _initializer(self, namespace: str, spec: dict, model: dict) -> dict:
+        """The storage-initializer init container of a remote model's replicas: ``SRC /mnt/models``
+        with the env KServe's webhook gives it (the ServiceAccount's Secrets; for the ``storage:``
+        form, the ``storage-config`` entry), and the model container's own variables naming its
+        source's server and sign-in. Raises StorageError (a ``storage:`` entry that cannot be read)."""
+        env, origin = credential_env(self._find, namespace, spec.get("serviceAccountName") or "default")
+        if model.get("storage") is not None:
+            _, spec_env = storage_spec_env(model["storage"], self._find("Secret", namespace, STORAGE_CONFIG_SECRET))
+            env += spec_env
+            origin += f", Secret {namespace}/{STORAGE_CONFIG_SECRET}"
+        own = [e for e in model.get("env") or [] if str(e.get("name", "")).startswith(_INITIALIZER_ENV_PREFIXES)]
+        if own:
+            env += own
+            origin += f", the {MAIN_CONTAINER} container's env"
+        return initializer_container([(model["storageUri"], PROVISION_VOLUME, MODEL_MOUNT)], env, origin)
+
+    def _initializer_state(self, rev: dict, pods: list[dict],
+                           wanted: dict | None) -> tuple[dict | None, str | None]:
+        """The latest revision's download as its replicas' storage initializers report it: a failure
+        (from the first one on: its termination message), or what is still downloading. A replica
+        whose initializer failed with credentials that have changed since (a Secret attached to the
+        ServiceAccount, say) is replaced, as a retry could not see them: a pod's env is fixed."""
+        pending = None
+        for pod in pods:
+            found = next((cs for cs in (pod.get("status") or {}).get("initContainerStatuses") or []
+                          if cs.get("name") == INITIALIZER_NAME), None)
+            if found is None:
+                continue
+            state, last = found.get("state") or {}, found.get("lastState") or {}
+            term = state.get("terminated") or last.get("terminated") or {}
+            current = next((c for c in pod["spec"].get("initContainers") or [] if c.get("name") == INITIALIZER_NAME),
+                           None)
+            if term.get("exitCode", 0) != 0 and wanted is not None and current != wanted:
+                request_deletion(self.store, pod)
+                self.ports.release(_pod_ports(pod))
+            if term.get("exitCode", 0) != 0:
+                again = "; restarting it with back-off" if "waiting" in state else ""
+                message = (term.get("message") or "").strip().splitlines() or [term.get("reason") or "Error"]
+                return {"reason": "ModelDownloadFailed",
+                        "message": f"{message[-1]} (storage-initializer of {pod['metadata']['name']} exited with "
+                                   f"code {term.get('exitCode')}{again})"}, None
+            if not term:
+                pending = pending or self._progress(pod, rev["model"]["storageUri"])
+        return None, pending
+
+    def _progress(self, pod: dict, uri: str) -> str:
+        """The storage initializer's last progress line (``downloading URI: 1.2 MB of 3.4 MB``)."""
+        line = ""
+        if self.runtime is not None:
+            try:
+                path = self.runtime.log_path(pod["metadata"]["namespace"], pod["metadata"]["name"], INITIALIZER_NAME)
+                with path.open("rb") as log:
+                    log.seek(max(0, path.stat().st_size - 4096))
+                    line = next((ln for ln in reversed(log.read().decode(errors="replace").splitlines())
+                                 if ln.startswith(f"downloading {uri}: ")), "")
+            except OSError:
+                pass
+        return line or f"downloading {uri}: starting"
 
     def _storage_spec(self, namespace: str, storage: dict) -> tuple[str, dict[str, str]]:
         """The URI and credential variables of KServe's ``storage:`` form, from the namespace's
@@ -405,17 +433,6 @@ class InferenceServiceReconciler(Reconciler):
             secret = None
         return resolve_storage_spec(storage, secret)
 
-    def _storage_credentials(self, namespace: str, account: str, storage: dict | None,
-                             env: list[dict] | None = None) -> Credentials:
-        """What KServe's storage initializer would see: the control plane's environment, overlaid
-        with the variables of each Secret the ServiceAccount names (as KServe's webhook sets them),
-        and for the ``storage:`` form, with its ``storage-config`` entry; the model's own
-        ``MLFLOW_*`` env names the tracking server of a ``models:/`` or ``runs:/`` URI."""
-        overlay = self._storage_spec(namespace, storage)[1] if storage is not None else None
-        literal = {e["name"]: str(e["value"]) for e in env or [] if e.get("name") and e.get("value") is not None}
-        return account_credentials(self._find, namespace, account, overlay,
-                                   f"Secret {namespace}/{STORAGE_CONFIG_SECRET}", container_env=literal)
-
     def _find(self, kind: str, namespace: str, name: str) -> dict | None:
         try:
             return self.store.get(kind, namespace, name)
@@ -423,12 +440,12 @@ class InferenceServiceReconciler(Reconciler):
             return None
 
     def _scale(self, obj: dict, component: str, rev: dict, pods: list[dict], desired: int, ready: set[str],
-               draining_in_router: set[str], host_path: Path | None, predictor_host: str | None,
-               now: float) -> bool:
+               draining_in_router: set[str], host_path: Path | None, initializer: dict | None,
+               predictor_host: str | None, now: float) -> bool:
         """Create or drain replicas toward ``desired``; returns whether anything is still in motion."""
         busy = False
         live = [p for p in pods if not is_terminating(p) and not _draining(p)]
-        if len(live) < desired and (host_path is not None or not rev.get("model")):
+        if len(live) < desired and (host_path is not None or initializer is not None or not rev.get("model")):
             used = {int(p["metadata"]["labels"].get(INDEX_LABEL, "0")) for p in pods}
             index = 0
             for _ in range(desired - len(live)):
@@ -437,7 +454,7 @@ class InferenceServiceReconciler(Reconciler):
                 used.add(index)
                 # http, and gRPC for the model server (a custom container gets $PORT only).
                 ports = self.ports.allocate(2 if rev.get("model") else 1)
-                pod = replica_pod(obj, component, rev, index, ports, host_path, predictor_host)
+                pod = replica_pod(obj, component, rev, index, ports, host_path, predictor_host, initializer)
                 try:
                     self.store.create(pod)
                 except AlreadyExists:
@@ -589,7 +606,6 @@ class InferenceServiceReconciler(Reconciler):
         self.routes.set_services(owner, {})
         for scaler_key in [k for k in self.scalers if k[:2] == (key.namespace, key.name)]:
             del self.scalers[scaler_key]
-        self.downloads.forget(lambda k: k[:2] == (key.namespace, key.name))
         # The garbage collector stops the replicas; their ports are free once they are gone.
         for pod in self.store.list("Pod", key.namespace, {ISVC_LABEL: key.name}):
             if not any(ref.get("kind") == "InferenceService" for ref in pod["metadata"].get("ownerReferences") or []):
@@ -610,7 +626,7 @@ class _Outcome:
         self.routes: dict[str, dict] = {}
         self.replicas: dict[str, tuple[int, int]] = {}
         self.latest_failure: dict | None = None
-        #: What the latest revision waits for before a replica can start (its model's download).
+        #: What the latest revision's replicas wait for before the server starts (its model's download).
         self.latest_pending: str | None = None
         self.busy = False
 

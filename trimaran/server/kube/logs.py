@@ -227,9 +227,12 @@ def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path]
         (containers[0] if containers else None)
     if container == METRICS_COLLECTOR_CONTAINER and METRICS_LOGS_ANNOTATION in annotations:
         container = annotations[METRICS_LOGS_ANNOTATION]
-    if container not in containers:
+    inits = [c["name"] for c in pod["spec"].get("initContainers") or []]
+    if container not in containers and container not in inits:
         raise StatusError.bad_request(f"container {container} is not valid for pod {name}")
-    restarts = max((cs.get("restartCount", 0) for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    status = pod.get("status") or {}
+    restarts = max((cs.get("restartCount", 0) for cs in [*(status.get("initContainerStatuses") or []),
+                                                         *(status.get("containerStatuses") or [])]
                     if cs.get("name") == container), default=0)
     attempt = restarts - 1 if options.previous else None
     if options.previous and attempt < 0:

@@ -1,16 +1,17 @@
 """Models and artifacts from where users keep them: ``s3://``, ``gs://``, ``http(s)://``, ``hf://``, and
 MLflow's ``models:/`` and ``runs:/`` through a tracking server.
 
-One module per scheme behind :class:`Storage`; :func:`fetch` is what the rest of Trimaran calls
-(the InferenceService controller today; Seldon's ``modelUri`` and training initializers can use
-it the same way)::
+One module per scheme behind :class:`Storage`. Everything here runs inside pods, never in the
+control plane: the ``storage-initializer`` init container (:func:`initializer_container`, running
+:mod:`trimaran.serving.storage.initializer`) downloads an InferenceService's model and a pod's
+object-storage CSI volumes into the pod's own volume; a TrainJob's initializer and Seldon's executor
+call :func:`fetch`, which keeps a :class:`DownloadCache` keyed by URI and version in a directory of
+their own pod or job (a second fetch of an unchanged source only asks the source for its version)::
 
     from trimaran.serving.storage import Credentials, fetch
 
-    path = fetch("s3://models/iris", home / "storage", Credentials.from_env(os.environ))
-
-Downloads land in a :class:`DownloadCache` keyed by URI and version, so a second fetch of an
-unchanged source only asks the source for its version. Importing this package imports no client
+    path = fetch("s3://models/iris", workspace / ".cache", Credentials.from_env(os.environ))
+ Importing this package imports no client
 library: boto3, google-cloud-storage and huggingface_hub load when their scheme is used.
 """
 
@@ -27,6 +28,8 @@ from trimaran.serving.storage._base import (
     Storage,
     StorageError,
     account_credentials,
+    credential_env,
+    human_bytes,
     secret_env,
 )
 from trimaran.serving.storage._cache import DownloadCache
@@ -34,8 +37,9 @@ from trimaran.serving.storage._gcs import GCSStorage
 from trimaran.serving.storage._hf import HFStorage
 from trimaran.serving.storage._http import HTTPStorage
 from trimaran.serving.storage._mlflow import MlflowStorage
+from trimaran.serving.storage._pod import INITIALIZER_NAME, initializer_container
 from trimaran.serving.storage._s3 import S3Storage
-from trimaran.serving.storage._storage_config import STORAGE_CONFIG_SECRET, resolve_storage_spec
+from trimaran.serving.storage._storage_config import STORAGE_CONFIG_SECRET, resolve_storage_spec, storage_spec_env
 
 __all__ = [
     "SCHEMES",
@@ -45,6 +49,7 @@ __all__ = [
     "GCSStorage",
     "HFStorage",
     "HTTPStorage",
+    "INITIALIZER_NAME",
     "InvalidStorageUri",
     "MlflowStorage",
     "Progress",
@@ -53,10 +58,14 @@ __all__ = [
     "Storage",
     "StorageError",
     "account_credentials",
+    "credential_env",
     "fetch",
+    "human_bytes",
+    "initializer_container",
     "resolve_storage_spec",
     "secret_env",
     "storage_for",
+    "storage_spec_env",
     "uri_scheme",
 ]
 

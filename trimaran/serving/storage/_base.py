@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 __all__ = ["BucketStorage", "Credentials", "InvalidStorageUri", "Progress", "Snapshot", "Storage", "StorageError",
-           "check_size", "max_download_bytes", "safe_join", "secret_env"]
+           "check_size", "credential_env", "human_bytes", "max_download_bytes", "safe_join", "secret_env"]
 
 #: ``progress(done_bytes, total_bytes)``; ``total_bytes`` is None when the source does not say.
 Progress = Callable[[int, "int | None"], None]
@@ -169,6 +169,38 @@ def secret_env(secret: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
+def credential_env(lookup: Callable[[str, str, str], Mapping[str, Any] | None], namespace: str,
+                   account: str) -> tuple[list[dict[str, Any]], str]:
+    """The env KServe's webhook gives the storage initializer of a pod of ServiceAccount ``account``,
+    and where it came from (for messages). Each Secret the account names contributes its AWS and HF
+    keys and its GCP key as ``secretKeyRef``s (no secret value is copied into the pod's spec), and
+    its ``serving.kserve.io/s3-*`` annotations as values. ``lookup(kind, namespace, name)`` reads an
+    object, None when there is none."""
+    env: list[dict[str, Any]] = []
+    sources: list[str] = []
+    found = lookup("ServiceAccount", namespace, account)
+    for ref in (found or {}).get("secrets") or []:
+        name = ref.get("name") or ""
+        secret = lookup("Secret", namespace, name)
+        if secret is None:
+            continue
+        data = secret.get("data") or {}
+        keys = [(k, k) for k in _SECRET_KEYS if data.get(k)]
+        if data.get(GCS_SECRET_KEY):
+            keys.append((_GCS_INFO_VARIABLE, GCS_SECRET_KEY))
+        literal = secret_env({"metadata": secret.get("metadata") or {}})  # the annotations alone
+        if not keys and not literal:
+            continue
+        env += [{"name": variable, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}} for variable, key in keys]
+        env += [{"name": k, "value": v} for k, v in literal.items()]
+        sources.append(f"Secret {namespace}/{name}")
+    if sources:
+        return env, ", ".join(sources)
+    if found is None:
+        return env, f"no Secret: there is no ServiceAccount {namespace}/{account}"
+    return env, f"no Secret: ServiceAccount {namespace}/{account} names no Secret with storage credentials"
+
+
 def account_credentials(lookup: Callable[[str, str, str], Mapping[str, Any] | None], namespace: str, account: str,
                         overlay: Mapping[str, str] | None = None, overlay_origin: str = "",
                         container_env: Mapping[str, str] | None = None) -> Credentials:
@@ -266,6 +298,16 @@ def safe_join(root: Path, relative: str, uri: str) -> Path:
         raise StorageError(f"{uri}: refusing {relative!r}: it would be written outside the model directory",
                            retriable=False)
     return root.joinpath(*pure.parts)
+
+
+def human_bytes(count: int) -> str:
+    """Bytes for a person: ``512 B``, ``3.4 MB``."""
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
 
 
 def max_download_bytes() -> int:
