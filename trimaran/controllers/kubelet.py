@@ -640,12 +640,16 @@ class Kubelet(Reconciler):
         reasons = {s["state"]["terminated"].get("reason") for s in statuses}
         if "OOMKilled" in reasons:
             status["reason"] = "OOMKilled"
-        _set_readiness(status)
-        self._write_status(pod)
-        self.node.release(uid)
-        with self._lock:
-            self._started.pop(uid, None)
+        self._finished(pod)
         return None
+
+    def _finished(self, pod: dict) -> None:
+        """The pod's run has ended for good: its final status written, its share of the node freed."""
+        _set_readiness(pod["status"])
+        self._write_status(pod)
+        self.node.release(pod["metadata"]["uid"])
+        with self._lock:
+            self._started.pop(pod["metadata"]["uid"], None)
 
     def _sync_init(self, pod: dict, state: PodProcessStatus) -> str:
         """Report the init containers' states (and the app containers' once they start); ``running``
@@ -695,11 +699,7 @@ class Kubelet(Reconciler):
         term = failed["state"]["terminated"]
         if (pod["spec"].get("restartPolicy") or "Always") == "Never":
             status["phase"] = "Failed"
-            _set_readiness(status)
-            self._write_status(pod)
-            self.node.release(uid)
-            with self._lock:
-                self._started.pop(uid, None)
+            self._finished(pod)
             return None
         restarts = _runs(status) + 1
         delay = 0.0 if restarts == 1 else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (restarts - 2))
