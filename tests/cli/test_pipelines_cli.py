@@ -26,9 +26,11 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHand
 
 
 def _marker_dir(plane: ControlPlaneHandle) -> str:
-    """A directory the run's pods may write: under the namespace's runs directory, which they mount."""
+    """A directory the run's pods may write: under the namespace's runs directory, which they mount;
+    open to all, since pods' ids are not this user's when it is root."""
     path = plane.home / "pipelines" / "runs" / "default" / "markers"
     path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)
     return str(path)
 
 

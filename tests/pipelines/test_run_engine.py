@@ -85,9 +85,10 @@ def change_spec(api: Client, name: str, **fields: Any) -> None:
 
 def marker_dir(plane: ControlPlaneHandle, name: str) -> str:
     """A directory the run's pods may write: under the namespace's runs directory, which every pod
-    of the namespace mounts."""
+    of the namespace mounts; open to all, since pods' ids are not this user's when it is root."""
     path = plane.home / "pipelines" / "runs" / NS / f"markers-{name}"
     path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)
     return str(path)
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "reserve_range",
     "pods_range",
     "container_idmap",
+    "hand_to_pods",
 ]
 
 RANGE_SIZE = 65536
@@ -172,6 +173,19 @@ def pods_range() -> PodsRange | None:
     if uids is None or gids is None or uids[1] < RANGE_SIZE - 1 or gids[1] < RANGE_SIZE - 1:
         return None
     return PodsRange(uids[0], gids[0], owner=(me, os.getegid()))
+
+
+def hand_to_pods(path: Path) -> None:
+    """A directory the control plane made for pods to write in (a pipeline task's outputs, a
+    trial's checkpoints): world-writable, as the kubelet makes an emptyDir, so any ``runAsUser``
+    may write; and, as root, owned by the pods' root (BASE), as the runtime's own volumes are, so
+    a pod's root may also change its mode. Pods' ids are never the control plane's when it is
+    root, so a directory it made with its own umask would be closed to them."""
+    path.chmod(0o777)
+    if os.geteuid() == 0:
+        pods = pods_range()
+        if pods is not None:
+            os.chown(path, pods.uid, pods.gid)
 
 
 def _keep_id(own: int, inner: int, first_subordinate: int) -> tuple[Extent, ...]:

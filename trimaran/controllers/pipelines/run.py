@@ -33,6 +33,7 @@ from trimaran.controllers.kubelet import runs_image
 from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang, waiting_reason
 from trimaran.pipelines import cache, dag, kubernetes, placeholders, roots
 from trimaran.runtime import ConfigError
+from trimaran.runtime.idmap import hand_to_pods
 from trimaran.store import AlreadyExists, NotFound, Store
 
 __all__ = ["RunReconciler", "kfp_runtime_dir"]
@@ -427,7 +428,7 @@ class RunReconciler(Reconciler):
         pip_stage = _pip_stage(command)
         if pip_stage is not None:
             command = ["sh", "-c", 'exec "$0" "$@"', *command[3:]]
-        (root / task.id.replace(".", "/") / ".kfp").mkdir(parents=True, exist_ok=True)
+        _pod_dirs(root, f'{task.id.replace(".", "/")}/.kfp')
         container: dict[str, Any] = {
             "name": _CONTAINER, "image": container_spec.get("image") or "python:3.11",
             "env": env, "resources": _resources(container_spec.get("resources") or {}),
@@ -560,7 +561,9 @@ class RunReconciler(Reconciler):
                 else self.home / "pipelines" / "runs")
         root = base / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            if not root.is_dir():
+                root.mkdir(parents=True, exist_ok=True)
+                hand_to_pods(root)
         except OSError as exc:
             raise _TaskError(f"the pipeline root {root} cannot be made: {exc.strerror}") from None
         return root
@@ -705,3 +708,13 @@ def _check_host_packages(packages: list[str]) -> None:
                          f"{', '.join(missing)}; install them there, or run the step in its image "
                          "(--image-policy image) with their wheels in $TRIMARAN_HOME/pipelines/wheels "
                          "(pipelines do not download packages while they run)")
+
+
+def _pod_dirs(root: Path, relative: str) -> None:
+    """``root/relative`` and the directories on its way, made for the task's pod to write in."""
+    path = root
+    for part in relative.split("/"):
+        path = path / part
+        if not path.is_dir():
+            path.mkdir(exist_ok=True)
+            hand_to_pods(path)

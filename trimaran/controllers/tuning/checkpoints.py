@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trimaran.controllers.pods import owner_reference
 from trimaran.controllers.volumes import RECLAIM_ANNOTATION, claim_dir
+from trimaran.runtime.idmap import hand_to_pods
 from trimaran.tuning import PBT_PARENT_LABEL
 from trimaran.tuning._labels import EXPERIMENT_LABEL
 
@@ -96,7 +97,19 @@ def prepare_checkpoint(home: Path, namespace: str, mount: CheckpointMount) -> bo
     found = source is None or source.is_dir()
     if source is not None and found:
         shutil.copytree(source, partial, symlinks=True)
+        _same_owners(source, partial)
     else:
         partial.mkdir()
+        hand_to_pods(partial)
     os.rename(partial, target)
     return found
+
+
+def _same_owners(source: Path, copy: Path) -> None:
+    """Give the copy the owners of what it copies (``copytree`` makes everything the control
+    plane's): the trial writes its checkpoint files as the ids its parent wrote them with."""
+    for directory, dirs, files in os.walk(source):
+        for name in [".", *dirs, *files]:
+            original = Path(directory, name)
+            info = original.lstat()
+            os.lchown(copy / original.relative_to(source), info.st_uid, info.st_gid)
