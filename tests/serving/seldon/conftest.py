@@ -147,6 +147,9 @@ def iris_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     x = np.concatenate([c + rng.normal(0, 0.3, (20, 4)) for c in centers])
     y = np.repeat([0, 1, 2], 20)
     directory = tmp_path_factory.mktemp("iris")
+    # Readable by pods as a model directory made with the usual umask is (mktemp's is 0700, and
+    # pods' ids are never this user's when it is root).
+    directory.chmod(0o755)
     joblib.dump(LogisticRegression(max_iter=500).fit(x, y), directory / "model.joblib")
     return directory
 
