@@ -68,7 +68,9 @@ def _pods(plane, revision: str | None = None) -> list[dict]:
 
 
 def _replicas(plane, name: str, revision: str) -> tuple[int, int]:
-    counts = (isvc(plane, name)["status"]["components"]["predictor"].get("replicas") or {}).get(revision) or {}
+    # None of it before the controller's first status: a poll asks again.
+    predictor = ((isvc(plane, name).get("status") or {}).get("components") or {}).get("predictor") or {}
+    counts = (predictor.get("replicas") or {}).get(revision) or {}
     return counts.get("ready", 0), counts.get("total", 0)
 
 
