@@ -532,7 +532,7 @@ class LocalRuntime:
     def _popen_shim(run_dir: Path) -> subprocess.Popen:
         with open(run_dir / "shim.log", "wb") as shim_log:
             return subprocess.Popen(
-                [sys.executable, "-I", "-S", _SHIM, str(run_dir)],
+                _shim.command(str(run_dir)),
                 stdin=subprocess.DEVNULL,
                 stdout=shim_log,
                 stderr=subprocess.STDOUT,
@@ -612,8 +612,8 @@ class LocalRuntime:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 return None
-            if len(argv) > 4 and argv[3] == _SHIM.encode():
-                run_dir = Path(os.fsdecode(argv[4])).resolve()
+            if len(argv) > 6 and argv[5] == _SHIM.encode():
+                run_dir = Path(os.fsdecode(argv[6])).resolve()
                 record = _shim.read_json(str(run_dir / "shim.pid")) or {}
                 # The record, which only the runtime writes, tells a real shim from a look-alike.
                 if run_dir.parent.parent.parent == pods and record.get("pid") == pid \
@@ -868,7 +868,7 @@ def _remove_as_pods(path: Path) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".json") as spec:
         json.dump({"argv": argv, "idmap": idmap.to_json()}, spec)
         spec.flush()
-        subprocess.run([sys.executable, "-I", "-S", _SHIM, "--run", spec.name], stdin=subprocess.DEVNULL,
+        subprocess.run(_shim.command("--run", spec.name), stdin=subprocess.DEVNULL,
                        capture_output=True, timeout=300, check=False)
 
 

@@ -27,7 +27,6 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -477,7 +476,7 @@ class ImageStore:
         if idmap is not None:
             spec = work / "unpack.json"
             spec.write_text(json.dumps({"argv": argv, "idmap": idmap.to_json()}))
-            argv = [sys.executable, "-I", "-S", str(Path(shim.__file__).resolve()), "--run", str(spec)]
+            argv = shim.command("--run", str(spec))
         result = self._run(argv, work, f'unpack "{ref}"')
         if result.returncode != 0:
             detail = result.stderr.decode(errors="replace").strip().splitlines()
