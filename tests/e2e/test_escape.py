@@ -1,15 +1,19 @@
 """The escape suite: a pod of a real control plane tries what an attacker would, and every attempt
 fails while the host stays as it was (checked from outside). Run with the control plane started
-by this user and, when this user is root, by an ordinary one (uid 65534, which has no
-subordinate range here: its pods get its own uid alone). No pod is the host's uid 0: as root,
-pods map into the ``trimaran`` range of /etc/subuid."""
+by this user and, when this user is root, by an ordinary one (uid 65534): without a subordinate
+range (its pods get its own uid alone) and with one given for the test (newuidmap maps every other
+id of its pods into it). No pod is the host's uid 0: as root, pods map into the ``trimaran`` range
+of /etc/subuid."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -24,6 +28,7 @@ import pytest
 from tests.conftest import ControlPlaneHandle
 from tests.helpers import REPO, poll
 from trimaran.runtime import sandbox_available
+from trimaran.runtime.idmap import reserve_range
 from trimaran.runtime.sandbox import interpreter_paths
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
@@ -155,13 +160,40 @@ def _interpreter_for_nobody(drop: list[str], env: dict[str, str]) -> tuple[str, 
     pytest.skip(f"uid {NOBODY} can run no Python with this checkout's packages ({'; '.join(tried)})")
 
 
-@pytest.fixture(params=["this-user", "nobody"])
+@contextlib.contextmanager
+def _subordinate_range(name: str) -> Iterator[None]:
+    """A range of ``name``'s own in /etc/subuid and /etc/subgid while the test runs, as an
+    administrator gives a user one (``usermod --add-subuids``); taken out again afterwards.
+    A range the user already has is left as it is."""
+    files = (Path("/etc/subuid"), Path("/etc/subgid"))
+    if all(any(line.startswith(f"{name}:") for line in f.read_text().splitlines()) for f in files if f.exists()) \
+            and all(f.exists() for f in files):
+        yield
+        return
+    reserve_range(name)
+    try:
+        yield
+    finally:
+        for path in files:
+            with open(path, "r+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)  # as reserve_range takes it
+                kept = [line for line in handle.read().splitlines(keepends=True) if not line.startswith(f"{name}:")]
+                handle.seek(0)
+                handle.truncate()
+                handle.writelines(kept)
+
+
+@pytest.fixture(params=["this-user", "nobody", "nobody-subuid"])
 def escape_plane(request: pytest.FixtureRequest, plane_with) -> Iterator[ControlPlaneHandle]:
+    """A control plane started by this user; when root, by uid 65534 too, with no subordinate range
+    (a pod is that uid alone) and with one (newuidmap maps every other id into it)."""
     if request.param == "this-user":
         yield plane_with()
         return
     if os.geteuid() != 0:
         pytest.skip("this user is already an ordinary one: the this-user run covers it")
+    if request.param == "nobody-subuid" and not shutil.which("newuidmap"):
+        pytest.skip("newuidmap is not installed (Debian's uidmap: scripts/bootstrap.sh installs it)")
     from trimaran.server.daemon import stop_pods, stop_server
 
     # pytest's tmp_path is private to root; the ordinary user's home must be its own.
@@ -170,11 +202,15 @@ def escape_plane(request: pytest.FixtureRequest, plane_with) -> Iterator[Control
     home.mkdir()
     os.chown(base, NOBODY, NOBODY)
     os.chown(home, NOBODY, NOBODY)
+    ranged = _subordinate_range("nobody") if request.param == "nobody-subuid" else contextlib.nullcontext()
     try:
-        yield _start_as_nobody(home)
+        with ranged:
+            try:
+                yield _start_as_nobody(home)
+            finally:
+                stop_server(home)
+                stop_pods(home, grace_seconds=1.0)
     finally:
-        stop_server(home)
-        stop_pods(home, grace_seconds=1.0)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -223,7 +259,8 @@ def test_a_pod_cannot_escape(escape_plane: ControlPlaneHandle, tmp_path: Path) -
     assert ro_intact and wrote, "the read-only hostPath stays as it was; the writable one is written"
     assert before == {name: _digest(plane.home / name) for name in before}
     # What it saw: its own user namespace and processes, no host credentials or sockets.
-    assert seen["uid_map"] == pods_uid_map(plane, 0), "root inside is the pods' root outside, never host root"
+    extents = [seen["uid_map"][i:i + 3] for i in range(0, len(seen["uid_map"]), 3)]
+    assert extents == pods_uid_map(plane, 0), "root inside is the pods' root outside, never host root"
     assert (seen["no_new_privs"], seen["seccomp"]) == ("1", "2")
     assert not seen["bounding"] & (1 << 21), "CAP_SYS_ADMIN is not even in the bounding set"
     expected_root = {p.parts[2] for p in map(Path, interpreter_paths()) if p.parts[1:2] == ("root",)}
@@ -232,17 +269,25 @@ def test_a_pod_cannot_escape(escape_plane: ControlPlaneHandle, tmp_path: Path) -
     assert info["pid"] not in seen["processes"] and len(seen["processes"]) < 10
 
 
-def pods_uid_map(plane: ControlPlaneHandle, uid: int) -> list[str]:
-    """The uid_map a container running as ``uid`` must have: the pods' range of /etc/subuid where
-    the control plane is root, else (no subordinate range here) the plane's user as ``uid`` alone."""
+def pods_uid_map(plane: ControlPlaneHandle, uid: int) -> list[list[str]]:
+    """The uid_map extents a container running as ``uid`` must have: the pods' range of /etc/subuid
+    where the control plane is root; for an ordinary user with a range of its own there (and
+    newuidmap), ``uid`` as the user and every other id subordinate; else the user as ``uid`` alone."""
     owner = plane.home.stat().st_uid
+    ranges = {name: int(first) for name, first, _ in (line.split(":") for line in
+                                                      Path("/etc/subuid").read_text().split())}
     if owner == 0:
-        base = next(int(first) for name, first, _ in (line.split(":") for line in
-                                                      Path("/etc/subuid").read_text().split())
-                    if name == "trimaran")
-        assert base >= 65536, "the pods' range lies above the host's own users"
-        return ["0", str(base), "65536"]
-    return [str(uid), str(owner), "1"]
+        assert ranges["trimaran"] >= 65536, "the pods' range lies above the host's own users"
+        return [["0", str(ranges["trimaran"]), "65536"]]
+    base = ranges.get(pwd.getpwuid(owner).pw_name, ranges.get(str(owner)))
+    if base is None or not shutil.which("newuidmap"):
+        return [[str(uid), str(owner), "1"]]
+    extents = [[str(uid), str(owner), "1"]]
+    if uid:
+        extents.insert(0, ["0", str(base), str(uid)])
+    if uid < 65535:
+        extents.append([str(uid + 1), str(base + uid), str(65535 - uid)])
+    return extents
 
 
 # A pod of a restricted namespace tries the kernel's settings and what container runtimes mask, then
@@ -321,7 +366,7 @@ def test_a_restricted_pod_cannot_change_the_kernel_and_is_not_host_root(escape_p
     assert after == before
     extents = [line.split() for line in uid_map.splitlines()]
     assert not [e for e in extents if int(e[1]) <= 0 < int(e[1]) + int(e[2])], uid_map
-    assert extents == [pods_uid_map(plane, 1000)]
+    assert extents == pods_uid_map(plane, 1000)
     for attempt in ("write printk_ratelimit_burst", "open core_pattern for writing"):
         assert out[attempt].get("errno") in (errno.EACCES, errno.EROFS, errno.EPERM), (attempt, out[attempt])
     assert out["write sysrq-trigger"].get("worked") is None
