@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -66,3 +69,20 @@ def _shim_pod_uid(cmdline: list[str]) -> str | None:
         if len(parts) >= 4 and parts[-2] == "runs" and parts[-4] == "pods":
             return parts[-3]
     return None
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount: Path, size: str, mode: str = "0755") -> Iterator[Path]:
+    """A tmpfs of ``size`` (``64m``) mounted at ``mount`` (made here) while the block runs: a small
+    disk to fill. Needs root: the caller skips otherwise. Unmounted lazily if still busy."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting a {size} tmpfs needs root")
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode={mode}", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ControlPlaneHandle, _stop_everything
-from tests.helpers import REPO, poll
+from tests.helpers import REPO, poll, small_tmpfs
 
 MiB = 1024 * 1024
 
@@ -166,18 +166,12 @@ def test_an_empty_dir_over_its_size_limit_is_evicted(rotating: ControlPlaneHandl
 @pytest.fixture
 def small_home(tmp_path: Path) -> Iterator[Path]:
     """A 64 MB tmpfs as TRIMARAN_HOME, unmounted after the control plane on it stopped."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a 64 MB tmpfs as the home needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", str(mount)], check=True)
-    home = mount / "home"
-    try:
-        yield home
-    finally:
-        _stop_everything(home)
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], check=False)
+    with small_tmpfs(tmp_path / "small", "64m", mode="0700") as mount:
+        home = mount / "home"
+        try:
+            yield home
+        finally:
+            _stop_everything(home)
 
 
 def _start(home: Path, **extra_env: str) -> ControlPlaneHandle:
