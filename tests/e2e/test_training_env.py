@@ -53,7 +53,10 @@ def _replica(name: str, replicas: int, container: str, claim: str) -> str:
 def test_tfjob_gets_operator_tf_config(plane, tmp_path):
     manifest = tmp_path / "tfjob.yaml"
     manifest.write_text(
-        "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: envtf\nspec:\n  tfReplicaSpecs:"
+        # AllWorkers: the job succeeds once every replica has written its dump (by default worker 0's
+        # end is enough, and worker 1 may still be starting on a busy machine).
+        "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata:\n  name: envtf\nspec:\n  successPolicy: AllWorkers\n"
+        "  tfReplicaSpecs:"
         + _replica("PS", 1, "tensorflow", "envtf-out") + _replica("Worker", 2, "tensorflow", "envtf-out")
     )
     plane.cli("apply", "-f", str(manifest))
