@@ -131,6 +131,12 @@ def runs_image(pod: dict, container: dict, node_policy: str) -> bool:
     return policy == "image"
 
 
+
+def _restart_delay(restarts: int) -> float:
+    """The kubelet's back-off before restart number ``restarts`` (of app or init containers): none
+    for the first, then doubling from the base up to the cap."""
+    return 0.0 if restarts == 1 else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (restarts - 2))
+
 @dataclass
 class _Preparing:
     """An admitted pod whose images are being pulled (or waiting to be again), before its first
@@ -621,7 +627,7 @@ class Kubelet(Reconciler):
         status = pod["status"]
         if policy == "Always" or (policy == "OnFailure" and failed):
             restarts = _runs(status) + 1
-            delay = 0.0 if restarts == 1 else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (restarts - 2))
+            delay = _restart_delay(restarts)
             status["containerStatuses"] = [
                 {**cs, "restartCount": restarts, "lastState": cs["state"],
                  "state": {"waiting": {"reason": "CrashLoopBackOff",
@@ -702,7 +708,7 @@ class Kubelet(Reconciler):
             self._finished(pod)
             return None
         restarts = _runs(status) + 1
-        delay = 0.0 if restarts == 1 else min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (restarts - 2))
+        delay = _restart_delay(restarts)
         failed.update(restartCount=restarts, lastState=failed["state"], state={"waiting": {
             "reason": "CrashLoopBackOff",
             "message": f"back-off {delay:.1f}s restarting failed container={failed['name']} "

@@ -100,19 +100,9 @@ def lock_holder(home: Path | None = None) -> int | None:
 
     A holder whose pid cannot be read yet is reported as 0.
     """
-    try:
-        fd = os.open((home or home_dir()) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read_pid(fd) or 0
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
+    from trimaran.server.keeper import lock_holder as holder  # stdlib only, as the keeper runs it
+
+    return holder((home or home_dir()) / LOCK_FILE)
 
 
 def home_dir() -> Path:

@@ -52,7 +52,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["LOCK_FILE", "SOCKET_FILE", "KeeperError", "SocketKeeper", "keeper_pid", "stop_keeper"]
+__all__ = ["LOCK_FILE", "SOCKET_FILE", "KeeperError", "SocketKeeper", "keeper_pid", "lock_holder", "stop_keeper"]
 
 SOCKET_FILE = "keeper.sock"
 LOCK_FILE = "keeper.lock"
@@ -279,8 +279,14 @@ def _connect(home: Path) -> socket.socket | None:
 
 def keeper_pid(home: Path) -> int | None:
     """The pid of ``home``'s keeper, or None when none runs."""
+    return lock_holder(home / LOCK_FILE)
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid written in the lock file ``path`` by the process holding its lock (0 while it has
+    not written it yet), or None when none holds it. The control plane's home lock is read so too."""
     try:
-        fd = os.open(home / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
