@@ -133,7 +133,10 @@ def test_depends_on_complete_creates_the_workers_only_after_the_leader_completes
 
 def test_max_restarts_recreates_every_job_then_fails(api: Client) -> None:
     crashing, running = rjob("a", "import sys; sys.exit(3)"), rjob("b", "import time; time.sleep(30)")
-    api.apply([{"object": jobset("flaky", crashing, running, failurePolicy={"maxRestarts": 1})}])
+    # BlockingRecreate: every Job of the attempt is made again together, once all the old ones are
+    # gone (with Recreate, a fails again before the sleeping b has even left on a busy machine).
+    api.apply([{"object": jobset("flaky", crashing, running,
+                                 failurePolicy={"maxRestarts": 1, "restartStrategy": "BlockingRecreate"})}])
     js = finished(api, "flaky")
     assert js["status"]["terminalState"] == "Failed"
     assert js["status"]["restarts"] == 1
