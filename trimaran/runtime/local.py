@@ -51,6 +51,7 @@ from pathlib import Path, PurePosixPath
 
 from trimaran.api.meta import pod_hostname
 from trimaran.api.quantity import QuantityError, parse_memory
+from trimaran.runtime import oci
 from trimaran.runtime import shim as _shim
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
@@ -413,6 +414,7 @@ class LocalRuntime:
                 _give_token(token_dir, owner, pod, pods.uid)
         service_env = access.env() if access is not None else None
         hidden = [str(self.home)]
+        crun_root = self.home / "crun"  # crun's state: per home, so two control planes never meet
         seccomp_path = run_dir / "seccomp.bpf"
 
         def container_spec(container: Mapping, index: int, init: bool) -> dict:
@@ -421,7 +423,9 @@ class LocalRuntime:
             user = image_user(image.rootfs, image.user) if image is not None and image.user else None
             security = container_security(pod, container, index, init=init, image_user=user)
             idmap = _idmap(cname, security, pods)
-            if security.seccomp is not None and not seccomp_path.exists():
+            # crun, where it runs pods (a root control plane), writes the maps and the filter itself.
+            use_oci = idmap is not None and idmap.run_as is not None and oci.oci_available()
+            if security.seccomp is not None and not use_oci and not seccomp_path.exists():
                 seccomp_path.write_bytes(seccomp_program(security.seccomp))
             own_env = resolve_env(pod, container, lookup, service_env=service_env, **node_kwargs)
             if image is None:
@@ -479,10 +483,21 @@ class LocalRuntime:
                 # As containerd: PATH and HOME from the image when it sets them.
                 base = {"PATH": _DEFAULT_PATH, "HOME": _image_home(image.rootfs, security.uid)}
                 env = {**base, **image_env, "HOSTNAME": hostname, **own_env, **env_extra}
+            bundle = None
+            if use_oci:
+                # crun runs it from a bundle describing the same container (see runtime/oci.py).
+                bundle_dir = run_dir / "bundles" / cname
+                (bundle_dir / "rootfs").mkdir(parents=True)
+                config, skeleton, fresh_root = oci.bundle(argv, env=env, security=security, idmap=idmap)
+                cid = oci.container_id(uid, attempt, cname)
+                bundle = {"config": config, "bundle": str(bundle_dir), "root": str(crun_root), "id": cid,
+                          "rootfs": {"path": str(bundle_dir / "rootfs"), "uid": idmap.host_uid(security.uid),
+                                     "gid": idmap.host_gid(security.gid), "skeleton": skeleton} if fresh_root else None}
+                argv = oci.run_argv(str(oci.find_crun()), crun_root, bundle_dir, cid)
             return {
                 "name": cname,
                 "argv": argv,
-                "seccomp": None if security.seccomp is None else str(seccomp_path),
+                "seccomp": None if security.seccomp is None or bundle else str(seccomp_path),
                 "env": env,
                 "log": str(log_dir / cname / f"{attempt}.log"),
                 "log_max_size": self.log_max_size,
@@ -492,7 +507,7 @@ class LocalRuntime:
                 "termination_log": str(termination_log),
                 "termination_message_policy": container.get("terminationMessagePolicy") or "File",
                 **({"overlay": overlay} if overlay else {}),
-                **({"idmap": idmap.to_json()} if idmap else {}),
+                **({"oci": bundle} if bundle else {"idmap": idmap.to_json()} if idmap else {}),
             }
 
         app = [(i, c) for i, c in enumerate(spec.get("containers") or []) if only is None or c.get("name") in only]

@@ -39,6 +39,10 @@ __all__ = [
     "ContainerSecurity",
     "container_security",
     "seccomp_program",
+    "DENIED_SYSCALLS",
+    "NAMESPACE_FLAGS",
+    "PERSONALITY_FLAGS",
+    "PERSONALITY_QUERY_BIT",
 ]
 
 # Every capability Linux defines (capability.h), as securityContext names them.
@@ -60,7 +64,7 @@ NOBODY = 65534
 
 _RUNTIME_DEFAULT = "RuntimeDefault"
 _SECCOMP_TYPES = ("RuntimeDefault", "Unconfined", "Localhost")
-_DENIED_SYSCALLS = (
+DENIED_SYSCALLS = (
     # mounts, old and new API, and changing root
     "mount", "umount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick",
     "move_mount", "open_tree", "mount_setattr",
@@ -78,7 +82,7 @@ _DENIED_SYSCALLS = (
     "add_key", "request_key", "keyctl", "userfaultfd",
     "io_uring_setup", "io_uring_enter", "io_uring_register",
 )
-_NAMESPACE_FLAGS = (
+NAMESPACE_FLAGS = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP
     0x04000000,  # CLONE_NEWUTS
@@ -90,8 +94,8 @@ _NAMESPACE_FLAGS = (
 )
 # personality(2) flags that weaken the process's own protections (ASLR off, executable
 # data); the query value 0xffffffff has bit 31 set and stays allowed.
-_PERSONALITY_FLAGS = (0x0040000, 0x0100000, 0x0200000, 0x0400000, 0x0800000, 0x8000000)
-_PERSONALITY_QUERY_BIT = 0x80000000
+PERSONALITY_FLAGS = (0x0040000, 0x0100000, 0x0200000, 0x0400000, 0x0800000, 0x8000000)
+PERSONALITY_QUERY_BIT = 0x80000000
 
 
 @dataclass(frozen=True)
@@ -223,15 +227,15 @@ def seccomp_program(profile: str = _RUNTIME_DEFAULT) -> bytes:
 
     denied = seccomp.ERRNO(errno.EPERM)
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
-    for name in _DENIED_SYSCALLS:
+    for name in DENIED_SYSCALLS:
         rules.add_rule(denied, name)
-    for flag in _NAMESPACE_FLAGS:
+    for flag in NAMESPACE_FLAGS:
         for name in ("unshare", "clone"):
             rules.add_rule(denied, name, seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-    for flag in _PERSONALITY_FLAGS:
+    for flag in PERSONALITY_FLAGS:
         rules.add_rule(denied, "personality",
-                       seccomp.Arg(0, seccomp.MASKED_EQ, flag | _PERSONALITY_QUERY_BIT, flag))
+                       seccomp.Arg(0, seccomp.MASKED_EQ, flag | PERSONALITY_QUERY_BIT, flag))
     with tempfile.TemporaryFile() as out:
         rules.export_bpf(out)
         out.seek(0)

@@ -18,6 +18,14 @@ It reads ``<state_dir>/spec.json``::
     under a writable layer of this container's own at ``merged`` before it starts bubblewrap,
     and unmounts it once the container has ended (see :func:`mount_overlay`).
 
+C may instead hold ``"oci": {"config", "bundle", "root", "id", "rootfs"}`` (``argv`` is then
+``crun ... run --bundle BUNDLE ID``, see ``trimaran.runtime.oci``): the shim writes ``config``
+as the bundle's ``config.json`` and runs crun in the foreground as its child, in a mount
+namespace of its own where the hybrid hierarchy's empty cgroup2 mount is not (crun 1.8 refuses
+a hybrid host whose cgroup2 holds a controller, even without a cgroup manager) and, for
+``rootfs`` (``{"path", "uid", "gid", "skeleton"}``), a tmpfs root holding the skeleton's
+directories and symlinks (see :func:`_enter_crun_namespace`).
+
 ``seccomp`` is a compiled seccomp program for bubblewrap (``argv[0]``): the shim opens it and
 passes it on a file descriptor (``--seccomp FD``).
 
@@ -634,6 +642,52 @@ def _make_stage(libc: object, staged: list[tuple[str, str, bool]]) -> None:
         check(libc.mount(source.encode(), path.encode(), None, _MS_BIND | _MS_REC, None), f"binding {source}")
 
 
+_MNT_DETACH = 0x2
+# The hybrid hierarchy's cgroup2 mount, hidden from crun (see the module's docstring).
+_UNIFIED = b"/sys/fs/cgroup/unified"
+
+
+def _enter_crun_namespace(libc: object, rootfs: dict | None) -> None:
+    """In the child, as root, before crun runs: a mount namespace of its own (following the
+    host's mounts), without the hybrid hierarchy's cgroup2 mount, and the fresh root of a
+    host-process container: a tmpfs owned by the container's uid (as bubblewrap's tmpfs root),
+    with the skeleton's directories and symlinks, owned alike so that crun, root of the pod's user
+    namespace, may make mount points in them. All of it ends with the container."""
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            import ctypes
+
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+    check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    check(libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None), "making / a slave mount")
+    libc.umount2(_UNIFIED, _MNT_DETACH)  # absent on a host that is not hybrid
+    if rootfs is None:
+        return
+    root, uid, gid = rootfs["path"], rootfs["uid"], rootfs["gid"]
+    check(libc.mount(b"tmpfs", root.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                     f"mode=0755,uid={uid},gid={gid}".encode()), f"mounting a tmpfs on {root}")
+    for entry in rootfs["skeleton"]:
+        path = root + (entry[1] if entry[0] == "dir" else entry[2])
+        parent = os.path.dirname(path)
+        missing = []
+        while not os.path.lexists(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in reversed(missing):
+            os.mkdir(directory, 0o755)
+            os.lchown(directory, uid, gid)
+        if entry[0] == "dir":
+            if not os.path.lexists(path):
+                os.mkdir(path)
+                os.chmod(path, entry[2])
+                os.lchown(path, uid, gid)
+        elif not os.path.lexists(path):
+            os.symlink(entry[1], path)
+            os.lchown(path, uid, gid)
+
+
 def _write_maps(pid: int, idmap: dict) -> None:
     """The child's uid and gid maps: written directly by root, else through newuidmap and
     newgidmap, which check the extents against /etc/subuid and /etc/subgid."""
@@ -805,6 +859,28 @@ def _oom_kills(path: str) -> int:
 # -- the supervisor -----------------------------------------------------------------------
 
 
+def _prepare_bundle(oci: dict, before_exec: object) -> object:
+    """Write the bundle's ``config.json`` (and clear its error log and any state a killed run
+    left under the same id); return what the child runs before crun: ``before_exec``, then
+    :func:`_enter_crun_namespace`."""
+    import ctypes  # only for crun's containers: the shim starts faster without it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    write_json(os.path.join(oci["bundle"], "config.json"), oci["config"])
+    with open(os.path.join(oci["bundle"], "crun.log"), "wb"):
+        pass
+    if os.path.isdir(os.path.join(oci["root"], oci["id"])):
+        _quiet([_which("crun") or "crun", "--root", oci["root"], "delete", "--force", oci["id"]])
+    rootfs = oci.get("rootfs")
+
+    def child() -> None:
+        if callable(before_exec):
+            before_exec()
+        _enter_crun_namespace(libc, rootfs)
+
+    return child
+
+
 class _Container:
     def __init__(self, spec: dict, state_dir: str, uid: str, attempt: int) -> None:
         self.spec = spec
@@ -875,7 +951,13 @@ class _Container:
                 argv[1:1] = ["--seccomp", str(seccomp_fd)]
             popen = {"env": self.spec["env"], "cwd": "/", "stdin": subprocess.DEVNULL, "stdout": write_end,
                      "stderr": subprocess.STDOUT, "pass_fds": () if seccomp_fd is None else (seccomp_fd,)}
-            if self.spec.get("idmap"):
+            oci = self.spec.get("oci")
+            if oci:
+                # The container's environment is in its config; crun, root on the host, gets
+                # none of it (an LD_PRELOAD of the pod's must not reach it).
+                popen["env"] = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+                self.proc = subprocess.Popen(argv, preexec_fn=_prepare_bundle(oci, before_exec), **popen)
+            elif self.spec.get("idmap"):
                 self.proc = spawn_mapped(argv, self.spec["idmap"], before_exec=before_exec, **popen)
             else:
                 self.proc = subprocess.Popen(argv, preexec_fn=before_exec, **popen)
@@ -933,9 +1015,16 @@ class _Container:
         """SIGTERM to the container's own processes, each once. bubblewrap is left out: it
         does not forward signals and dies of SIGTERM, which kills its child at once. Called
         again during the grace period, because a process still being set up by bubblewrap
-        (so still named bwrap) when the stop came must get its SIGTERM once it runs."""
+        (so still named bwrap) when the stop came must get its SIGTERM once it runs. Under crun,
+        crun itself and the container's init (its child, which passes the signal on) are left
+        out the same way."""
+        assert self.proc is not None
+        oci = bool(self.spec.get("oci"))
         for pid in self._processes():
-            if pid not in self.terminated and _comm(pid) != "bwrap":
+            stat = proc_stat(pid) if oci else None
+            if stat is not None and (pid == self.proc.pid or stat[1] == self.proc.pid):
+                continue
+            if pid not in self.terminated and _comm(pid) not in ("bwrap", "crun"):
                 self.terminated.add(pid)
                 _signal(pid, signal.SIGTERM)
 
@@ -973,7 +1062,8 @@ class _Container:
         if self.pipe is not None and self.log is not None:
             self.log.copy(self.pipe, budget=1 << 62)
         self._close_output()
-        sandboxed = os.path.basename(self.spec["argv"][0]) == "bwrap"
+        runtime = os.path.basename(self.spec["argv"][0])
+        sandboxed = runtime in ("bwrap", "crun")
         signum: int | None = None
         if returncode < 0:
             signum = -returncode
@@ -987,12 +1077,32 @@ class _Container:
             # bubblewrap could not set up the sandbox or exec the command.
             self._record(128, None, "StartError", tail.decode(errors="replace").strip()[:_MESSAGE_BYTES])
             return True
+        if runtime == "crun" and returncode != 0:
+            error = self._crun_error(tail, returncode)
+            if error is not None:
+                self._record(128, None, "StartError", error[:_MESSAGE_BYTES])
+                return True
         if self.enforcement == "rlimit" and exit_code != 0:
             oom = any(marker in tail for marker in _OOM_MARKERS)
         reason = "OOMKilled" if oom and exit_code != 0 else ("Completed" if exit_code == 0 else "Error")
         message = self._termination_message(exit_code)
         self._record(exit_code, signum, reason, message)
         return True
+
+    def _crun_error(self, tail: bytes, returncode: int) -> str | None:
+        """Why crun could not start the container (its log), or why the init could not run the
+        command (tini's fatal line, exit 127); ``None`` when the container ran."""
+        try:
+            with open(os.path.join(self.spec["oci"]["bundle"], "crun.log"), "rb") as handle:
+                logged = handle.read(_MESSAGE_BYTES).decode(errors="replace").strip()
+        except OSError:
+            logged = ""
+        if logged:
+            return logged
+        if returncode == 127 and b"[FATAL tini" in tail:
+            line = tail[tail.rindex(b"[FATAL tini"):].split(b"\n", 1)[0]
+            return line.decode(errors="replace").split("] ", 1)[-1]
+        return None
 
     def _log_tail(self, size: int) -> bytes:
         """The last ``size`` bytes this run wrote, from the live file and, where it rotated since
