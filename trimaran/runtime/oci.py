@@ -22,7 +22,8 @@ show a pod exactly the same filesystem:
   has a network namespace of its own, else none (the host's);
 - ``process``: args behind an init (``tini``, bound at :data:`INIT_PATH`: as under bubblewrap, the
   container's command is not its pid namespace's init, so a SIGTERM it has no handler for still
-  ends it, and it exits 128+N when signal N kills it), env, cwd, user (uid, gid, supplementary
+  ends it, and it exits 128+N when signal N kills it; ``-p SIGKILL``: it dies with crun, and crun
+  with the shim, as bubblewrap's ``--die-with-parent``), env, cwd, user (uid, gid, supplementary
   groups), capabilities (bounding = effective = permitted = the container's set; ambient and
   inheritable too for a non-root user, who would otherwise lose them at exec, as bubblewrap gives
   them), ``noNewPrivileges`` always (as under bubblewrap), rlimits inherited from the shim;
@@ -244,7 +245,7 @@ def bundle(argv: Sequence[str], *, env: Mapping[str, str], security: ContainerSe
         "process": {
             "terminal": False,
             "user": {"uid": security.uid, "gid": security.gid, "additionalGids": list(security.groups)},
-            "args": [INIT_PATH, "--", *command],
+            "args": [INIT_PATH, "-p", "SIGKILL", "--", *command],
             "env": [f"{key}={value}" for key, value in env.items()],
             "cwd": cwd,
             "capabilities": capabilities,

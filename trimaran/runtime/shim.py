@@ -643,6 +643,7 @@ def _make_stage(libc: object, staged: list[tuple[str, str, bool]]) -> None:
 
 
 _MNT_DETACH = 0x2
+_PR_SET_PDEATHSIG = 1
 # The hybrid hierarchy's cgroup2 mount, hidden from crun (see the module's docstring).
 _UNIFIED = b"/sys/fs/cgroup/unified"
 
@@ -660,6 +661,9 @@ def _enter_crun_namespace(libc: object, rootfs: dict | None) -> None:
             errno = ctypes.get_errno()
             raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
+    # crun dies with the shim (and the container's init with crun: tini -p), as bubblewrap's
+    # --die-with-parent: a killed shim leaves nothing running.
+    check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     check(libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None), "making / a slave mount")
     libc.umount2(_UNIFIED, _MNT_DETACH)  # absent on a host that is not hybrid
