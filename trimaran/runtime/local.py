@@ -489,6 +489,10 @@ class LocalRuntime:
                 bundle_dir = run_dir / "bundles" / cname
                 (bundle_dir / "rootfs").mkdir(parents=True)
                 config, skeleton, fresh_root = oci.bundle(argv, env=env, security=security, idmap=idmap)
+                if not fresh_root:
+                    # Relative to the bundle, where crun starts: the pods' uid that resolves it
+                    # could not pass the home's private directories on an absolute path.
+                    config["root"]["path"] = os.path.relpath(config["root"]["path"], bundle_dir)
                 cid = oci.container_id(uid, attempt, cname)
                 bundle = {"config": config, "bundle": str(bundle_dir), "root": str(crun_root), "id": cid,
                           "rootfs": {"path": str(bundle_dir / "rootfs"), "uid": idmap.host_uid(security.uid),
