@@ -495,6 +495,7 @@ class LocalRuntime:
                     config["root"]["path"] = os.path.relpath(config["root"]["path"], bundle_dir)
                 cid = oci.container_id(uid, attempt, cname)
                 bundle = {"config": config, "bundle": str(bundle_dir), "root": str(crun_root), "id": cid,
+                          "pod_namespaces": str(self._pod_dir(uid) / "ns"),
                           "rootfs": {"path": str(bundle_dir / "rootfs"), "uid": idmap.host_uid(security.uid),
                                      "gid": idmap.host_gid(security.gid), "skeleton": skeleton} if fresh_root else None}
                 argv = oci.run_argv(str(oci.find_crun()), crun_root, bundle_dir, cid)

@@ -692,6 +692,78 @@ def _enter_crun_namespace(libc: object, rootfs: dict | None) -> None:
             os.lchown(path, uid, gid)
 
 
+_CLONE_NEWUSER, _CLONE_NEWIPC, _CLONE_NEWUTS = 0x10000000, 0x08000000, 0x04000000
+POD_NAMESPACES = ("user", "ipc", "uts")
+
+
+def pin_pod_namespaces(libc: object, directory: str, hostname: str, uid_map: list, gid_map: list) -> None:
+    """The pod's user, IPC and UTS namespaces, shared by all its containers (as the sandbox
+    (pause) container holds them for containerd), pinned by bind mounts at ``directory/<type>``
+    so that they outlive any one container and shim (a container restarted in place joins them
+    again). Made once per pod, by a child that unshares them and sets the pod's hostname; its
+    ids are mapped as every container's (``uid_map``, ``gid_map`` extents). The runtime unmounts
+    the pins with the pod's directory."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    with open(os.path.join(directory, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if all(os.path.ismount(os.path.join(directory, kind)) for kind in POD_NAMESPACES):
+            return
+        ready_r, ready_w = os.pipe()
+        done_r, done_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(ready_r)
+                os.close(done_w)
+                name = hostname.encode()
+                made = (libc.unshare(_CLONE_NEWUSER | _CLONE_NEWIPC | _CLONE_NEWUTS) == 0
+                        and libc.sethostname(name, len(name)) == 0)
+                os.write(ready_w, b"1" if made else b"0")
+                os.read(done_r, 1)  # stay in them until they are pinned
+            finally:
+                os._exit(0)
+        os.close(ready_w)
+        os.close(done_r)
+        try:
+            if os.read(ready_r, 1) != b"1":
+                raise OSError(f"making the pod's namespaces (user, ipc, uts) failed in pid {pid}")
+            for kind, extents in (("uid", uid_map), ("gid", gid_map)):
+                with open(f"/proc/{pid}/{kind}_map", "w", encoding="ascii") as handle:
+                    handle.write("".join(f"{a} {b} {c}\n" for a, b, c in extents))
+            for kind in POD_NAMESPACES:
+                pin = os.path.join(directory, kind)
+                if os.path.ismount(pin):
+                    libc.umount2(pin.encode(), _MNT_DETACH)  # a half-made set of an earlier try
+                os.close(os.open(pin, os.O_CREAT | os.O_WRONLY, 0o600))
+                if libc.mount(f"/proc/{pid}/ns/{kind}".encode(), pin.encode(), None, _MS_BIND, None) != 0:
+                    raise OSError(f"pinning the pod's {kind} namespace at {pin} failed")
+        finally:
+            os.close(ready_r)
+            os.close(done_w)
+            os.waitpid(pid, 0)
+
+
+def release_pod_namespaces(libc: object, directory: str, runs_dir: str, own_run: str) -> None:
+    """Unpin the pod's namespaces (see :func:`pin_pod_namespaces`) once no shim of the pod runs
+    but this one (``own_run``), which is ending: as a pod sandbox goes with the pod's last
+    container here, so that a finished pod leaves no mount behind. A later start makes them anew."""
+    try:
+        lock = open(os.path.join(directory, ".lock"), "w")  # noqa: SIM115 - held across the check
+    except OSError:
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for run in os.listdir(runs_dir):
+            run_dir = os.path.join(runs_dir, run)
+            if run_dir == own_run or os.path.exists(os.path.join(run_dir, "shim.done")):
+                continue
+            record = read_json(os.path.join(run_dir, "shim.pid"))
+            if record and process_alive(record["pid"], record.get("startTicks")):
+                return
+        for kind in POD_NAMESPACES:
+            libc.umount2(os.path.join(directory, kind).encode(), _MNT_DETACH)
+
+
 def _write_maps(pid: int, idmap: dict) -> None:
     """The child's uid and gid maps: written directly by root, else through newuidmap and
     newgidmap, which check the extents against /etc/subuid and /etc/subgid."""
@@ -870,7 +942,17 @@ def _prepare_bundle(oci: dict, before_exec: object) -> object:
     import ctypes  # only for crun's containers: the shim starts faster without it
 
     libc = ctypes.CDLL(None, use_errno=True)
-    write_json(os.path.join(oci["bundle"], "config.json"), oci["config"])
+    config = oci["config"]
+    shared = oci.get("pod_namespaces")
+    if shared:
+        # Join the pod's namespaces: their ids are mapped, their hostname set, once for all.
+        linux = config["linux"]
+        pin_pod_namespaces(libc, shared, config.pop("hostname", ""),
+                           [[m["containerID"], m["hostID"], m["size"]] for m in linux.pop("uidMappings")],
+                           [[m["containerID"], m["hostID"], m["size"]] for m in linux.pop("gidMappings")])
+        linux["namespaces"] = [dict(ns, path=os.path.join(shared, ns["type"])) if ns["type"] in POD_NAMESPACES
+                               else ns for ns in linux["namespaces"]]
+    write_json(os.path.join(oci["bundle"], "config.json"), config)
     with open(os.path.join(oci["bundle"], "crun.log"), "wb"):
         pass
     if os.path.isdir(os.path.join(oci["root"], oci["id"])):
@@ -1297,6 +1379,13 @@ def main(argv: list[str]) -> int:
     write_json(os.path.join(state_dir, "shim.pid"),
                {"pid": os.getpid(), "startTicks": stat[3] if stat else None})
     shim.run()
+    shared = next((c["oci"]["pod_namespaces"] for c in [*shim.spec.get("init_containers", []),
+                                                        *shim.spec.get("containers", [])]
+                   if (c.get("oci") or {}).get("pod_namespaces")), None)
+    if shared:
+        import ctypes
+
+        release_pod_namespaces(ctypes.CDLL(None, use_errno=True), shared, os.path.dirname(state_dir), state_dir)
     write_reserved(os.path.join(state_dir, "shim.done"), {"finishedAt": utc_now()})
     return 0
 
