@@ -10,6 +10,10 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 # newuidmap/newgidmap: an ordinary user's pods map their ids into its /etc/subuid range, as
 # rootless Podman's (trimaran/runtime/idmap.py); root's pods need nothing more.
 command -v newuidmap >/dev/null 2>&1 || need_apt+=(uidmap)
+# crun runs a root control plane's containers from OCI bundles, behind tini-static as each
+# container's init (trimaran/runtime/oci.py); without them bubblewrap does.
+command -v crun >/dev/null 2>&1 || need_apt+=(crun)
+command -v tini-static >/dev/null 2>&1 || need_apt+=(tini)
 # Container images (trimaran/runtime/images): skopeo pulls, umoci unpacks, zstd opens zstd layers
 # (umoci 0.4 cannot), fuse-overlayfs gives each container a writable root over the shared image.
 for tool in skopeo umoci zstd fuse-overlayfs; do

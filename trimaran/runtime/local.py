@@ -778,6 +778,9 @@ class LocalRuntime:
         # Never delete through a mounted overlay (its writes would land in nothing).
         _shim.release_overlays_under(str(self._pod_dir(pod_uid)))
         shutil.rmtree(self._pod_dir(pod_uid), ignore_errors=True)
+        # crun's state of a container whose shim was killed (crun removes it when it ends itself).
+        for state in (self.home / "crun").glob(f"{pod_uid}-*"):
+            shutil.rmtree(state, ignore_errors=True)
         if self._pod_dir(pod_uid).exists():
             _remove_as_pods(self._pod_dir(pod_uid))
 
