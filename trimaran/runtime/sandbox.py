@@ -1,4 +1,8 @@
-"""The bubblewrap command line that runs one container.
+"""The bubblewrap command line that runs one container, and so the layout of every container:
+where crun runs containers (a root control plane), :func:`trimaran.runtime.oci.bundle` turns this
+command line into the OCI bundle's ``config.json``, so both runtimes show a pod exactly what is
+described below (crun's differences: a pod's containers share their user, IPC and UTS
+namespaces, and the command runs behind ``tini`` as its pid namespace's init).
 
 What a pod sees (everything else of the host is absent):
 
