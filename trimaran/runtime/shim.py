@@ -942,11 +942,11 @@ def _prepare_bundle(oci: dict, before_exec: object) -> object:
     import ctypes  # only for crun's containers: the shim starts faster without it
 
     libc = ctypes.CDLL(None, use_errno=True)
-    config = oci["config"]
+    config = dict(oci["config"])
     shared = oci.get("pod_namespaces")
     if shared:
         # Join the pod's namespaces: their ids are mapped, their hostname set, once for all.
-        linux = config["linux"]
+        linux = config["linux"] = dict(config["linux"])
         pin_pod_namespaces(libc, shared, config.pop("hostname", ""),
                            [[m["containerID"], m["hostID"], m["size"]] for m in linux.pop("uidMappings")],
                            [[m["containerID"], m["hostID"], m["size"]] for m in linux.pop("gidMappings")])
