@@ -221,7 +221,7 @@ class Prober:
             raise _ProbeFailed(text or f"command {command!r} exited with {proc.returncode}")
 
     def _innermost(self, uid: str, container: str) -> int | None:
-        """The container's process inside its sandbox (the last one bubblewrap started)."""
+        """The container's process inside its sandbox (the last one bubblewrap or crun started)."""
         try:
             status = self.runtime.pod_status(uid).containers.get(container)
         except PodNotFound:
@@ -232,7 +232,7 @@ class Prober:
         inside = []
         for pid, _ in _shim.descendants(status.pid):
             with contextlib.suppress(OSError):
-                if _namespace(pid, "mnt") != mine and _comm(pid) != "bwrap":
+                if _namespace(pid, "mnt") != mine and _comm(pid) not in ("bwrap", "crun"):
                     inside.append(pid)
         return inside[-1] if inside else None
 
