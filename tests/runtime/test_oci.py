@@ -3,7 +3,9 @@ what a pod's containers share."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,20 @@ def test_containers_of_a_pod_share_its_user_ipc_and_uts_namespaces(runtime: Loca
     wait_for(lambda: not overlay_mounts_under(str(runtime.home / "pods" / uid)), 10, "the namespaces' pins to go")
     wait_for(lambda: not any((runtime.home / "crun").iterdir()), 10, "crun's state to go")
 
+
+
+@needs_crun
+def test_a_killed_shim_leaves_nothing_once_the_pod_is_removed(runtime: LocalRuntime) -> None:
+    pod = make_pod("killed", [{"name": "main", "command": ["sh", "-c", "echo up; exec sleep 1000"]}])
+    runtime.start_pod(pod, attempt=0)
+    uid = pod["metadata"]["uid"]
+    log = runtime.log_path("default", "killed", "main")
+    wait_for(lambda: log.exists() and log.read_text().startswith("up"), 20, "the start")
+    shim_pid = int(json.loads((runtime.home / "pods" / uid / "runs" / "0" / "shim.pid").read_text())["pid"])
+    os.kill(shim_pid, signal.SIGKILL)
+    status = wait_for(lambda: (s := runtime.pod_status(uid).containers["main"]).state == "terminated" and s, 20,
+                      "the container to be found lost")
+    assert status.reason == "ShimLost"
+    runtime.remove_pod(uid)
+    assert not overlay_mounts_under(str(runtime.home)), "the pod's namespaces are unpinned"
+    assert not list((runtime.home / "crun").glob(f"{uid}-*")), "crun's state of the container is gone"

@@ -747,11 +747,9 @@ def release_pod_namespaces(libc: object, directory: str, runs_dir: str, own_run:
     """Unpin the pod's namespaces (see :func:`pin_pod_namespaces`) once no shim of the pod runs
     but this one (``own_run``), which is ending: as a pod sandbox goes with the pod's last
     container here, so that a finished pod leaves no mount behind. A later start makes them anew."""
-    try:
-        lock = open(os.path.join(directory, ".lock"), "w")  # noqa: SIM115 - held across the check
-    except OSError:
+    if not os.path.isdir(directory):
         return
-    with lock:
+    with open(os.path.join(directory, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for run in os.listdir(runs_dir):
             run_dir = os.path.join(runs_dir, run)
