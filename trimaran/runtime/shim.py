@@ -18,13 +18,15 @@ It reads ``<state_dir>/spec.json``::
     under a writable layer of this container's own at ``merged`` before it starts bubblewrap,
     and unmounts it once the container has ended (see :func:`mount_overlay`).
 
-C may instead hold ``"oci": {"config", "bundle", "root", "id", "rootfs"}`` (``argv`` is then
+C may instead hold ``"oci": {"config", "bundle", "root", "id", "rootfs", "pod_namespaces"}`` (``argv`` is then
 ``crun ... run --bundle BUNDLE ID``, see ``trimaran.runtime.oci``): the shim writes ``config``
 as the bundle's ``config.json`` and runs crun in the foreground as its child, in a mount
 namespace of its own where the hybrid hierarchy's empty cgroup2 mount is not (crun 1.8 refuses
 a hybrid host whose cgroup2 holds a controller, even without a cgroup manager) and, for
 ``rootfs`` (``{"path", "uid", "gid", "skeleton"}``), a tmpfs root holding the skeleton's
-directories and symlinks (see :func:`_enter_crun_namespace`).
+directories and symlinks (see :func:`_enter_crun_namespace`). ``pod_namespaces`` is the directory
+where the pod's user, IPC and UTS namespaces are pinned (:func:`pin_pod_namespaces`), which the
+container joins by path.
 
 ``seccomp`` is a compiled seccomp program for bubblewrap (``argv[0]``): the shim opens it and
 passes it on a file descriptor (``--seccomp FD``).
