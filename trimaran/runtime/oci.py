@@ -120,6 +120,16 @@ def seccomp_section() -> dict:
             "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"], "syscalls": syscalls}
 
 
+@functools.cache
+def _program_base64(profile: str) -> str:
+    return base64.b64encode(seccomp_program(profile)).decode()
+
+
+@functools.cache
+def _seccomp_section_cached() -> dict:
+    return seccomp_section()
+
+
 def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
@@ -244,11 +254,11 @@ def bundle(argv: Sequence[str], *, env: Mapping[str, str], security: ContainerSe
     }
     annotations = {}
     if security.seccomp is not None:
-        linux["seccomp"] = seccomp_section()
+        linux["seccomp"] = _seccomp_section_cached()
         # crun loads this program, the one bubblewrap gets, instead of compiling the section with
         # libseccomp at every start (2 ms of CPU a container); the section says the same for
         # any other runtime.
-        annotations["run.oci.seccomp_bpf_data"] = base64.b64encode(seccomp_program(security.seccomp)).decode()
+        annotations["run.oci.seccomp_bpf_data"] = _program_base64(security.seccomp)
     config = {
         "ociVersion": "1.0.2",
         "process": {
