@@ -141,3 +141,33 @@ def test_a_killed_shim_leaves_nothing_once_the_pod_is_removed(runtime: LocalRunt
     runtime.remove_pod(uid)
     assert not overlay_mounts_under(str(runtime.home)), "the pod's namespaces are unpinned"
     assert not list((runtime.home / "crun").glob(f"{uid}-*")), "crun's state of the container is gone"
+
+
+@needs_crun
+def test_crun_and_bubblewrap_show_a_container_the_same(runtime: LocalRuntime) -> None:
+    """The securityContext probe of test_security, run under each runtime: the same answers."""
+    from .test_security import _probe, _results
+
+    seen = {}
+    before = os.environ.get("TRIMARAN_RUNTIME")
+    try:
+        for name in ("bwrap", "crun"):
+            os.environ["TRIMARAN_RUNTIME"] = name
+            oci_available.cache_clear()
+            pod = make_pod(f"same-{name}", [
+                _probe("default"),
+                _probe("user", runAsUser=1000, runAsGroup=2000, capabilities={"add": ["NET_BIND_SERVICE"]}),
+                _probe("readonly", readOnlyRootFilesystem=True),
+                _probe("privileged", privileged=True),
+            ], volumes=[{"name": "data", "emptyDir": {}}])
+            runtime.start_pod(pod, attempt=0)
+            seen[name] = _results(runtime, pod)
+            spec = (runtime.home / "pods" / pod["metadata"]["uid"] / "runs" / "0" / "spec.json").read_text()
+            assert ('"oci"' in spec) == (name == "crun")
+    finally:
+        if before is None:
+            os.environ.pop("TRIMARAN_RUNTIME", None)
+        else:
+            os.environ["TRIMARAN_RUNTIME"] = before
+        oci_available.cache_clear()
+    assert seen["crun"] == seen["bwrap"]
