@@ -1,5 +1,6 @@
 """Pods as local processes: each pod run is a shim process supervising its containers, each
-container a bubblewrap sandbox.
+container run by crun from an OCI bundle (a root control plane with crun: see ``oci.py``) or a
+bubblewrap sandbox, showing the pod the same layout.
 
 Layout under ``home``::
 
@@ -7,7 +8,11 @@ Layout under ``home``::
     pods/<uid>/volumes/<volume>/        emptyDirs: live as long as the pod
     pods/<uid>/runs/<attempt>/          one start of the pod: spec.json, shim files, hosts,
                                         configMap/secret contents (see shim.py), the
-                                        service-account files (serviceaccount/)
+                                        service-account files (serviceaccount/), crun's
+                                        bundles (bundles/<container>/)
+    pods/<uid>/ns/{user,ipc,uts}        the pod's shared namespaces, pinned while it runs (crun)
+    crun/<pod uid>-<attempt>-<container>/
+                                        crun's state of a running container
     logs/<namespace>/<pod>/<container>/<attempt>.log
                                         and its rotated files <attempt>.log.<n> (see shim.py):
                                         ``containerLogMaxSize`` and ``containerLogMaxFiles`` from
