@@ -81,6 +81,7 @@ from trimaran.runtime.images import (
     ImageReference,
     ImageStore,
     InvalidImageName,
+    RegistryConfig,
     credentials_from_secrets,
     parse_reference,
 )
@@ -168,7 +169,8 @@ class Kubelet(Reconciler):
         if self.image_policy not in IMAGE_POLICIES:
             raise ValueError(f"image policy must be one of {', '.join(IMAGE_POLICIES)}, not {self.image_policy!r}")
         insecure = [r for r in os.environ.get("TRIMARAN_INSECURE_REGISTRIES", "").split(",") if r]
-        self.images = ImageStore(runtime.home / "images", insecure_registries=insecure)
+        self.images = ImageStore(runtime.home / "images", insecure_registries=insecure,
+                                 registries=RegistryConfig.for_home(runtime.home))
         self._preparing: dict[str, _Preparing] = {}  # pod uid -> its pulls
         self._puller = ThreadPoolExecutor(max_workers=3, thread_name_prefix="image-pull")
         self._lock = threading.RLock()
