@@ -1,0 +1,124 @@
+"""Public images by their public names through a registry mirror, in a real control plane: the
+stand-ins for seed 001's ``tensorflow/serving`` and seed 000's ``seldonio/mock_classifier_rest:1.3``
+serve their APIs, and ``busybox`` / ``python:3.11-slim`` run, all pulled from a loopback registry
+named in ``$TRIMARAN_HOME/certs.d`` while the upstream registries are unreachable."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import shared_plane
+from tests.helpers import poll
+from tests.imagekit import free_port, registry, test_images  # noqa: F401 (fixtures)
+from tests.standins import public_mirror, write_mirror_config  # noqa: F401 (fixtures)
+from trimaran.runtime.images import parse_reference
+
+plane = shared_plane("standins")
+
+
+@pytest.fixture(scope="module")
+def mirrored(plane, public_mirror) -> Iterator[None]:  # noqa: F811 (fixtures)
+    """The plane's certs.d names the mirror; each upstream is a loopback address nobody listens on."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    write_mirror_config(plane.home / "certs.d", public_mirror.host, upstream=f"http://127.0.0.1:{dead.getsockname()[1]}")
+    yield
+    dead.close()
+
+
+def apply(plane, obj: dict) -> None:
+    plane.cli("apply", "-f", "-", input=json.dumps(obj))
+
+
+def pod(name: str, image: str, **container: object) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": image, **container}]}}
+
+
+def finished(plane, name: str) -> dict:
+    return poll(lambda: (p := plane.get("pod", name))["status"].get("phase") in ("Succeeded", "Failed") and p,
+                timeout=120, interval=0.1, what=f"{name} to finish")
+
+
+def running_ip(plane, name: str) -> str:
+    found = poll(lambda: (p := plane.get("pod", name))["status"].get("phase") in ("Running", "Failed") and p,
+                 timeout=120, interval=0.1, what=f"{name} to run")
+    assert found["status"]["phase"] == "Running", found["status"]
+    return found["status"]["podIP"]
+
+
+def http(method: str, url: str, body: dict | None = None) -> tuple[int, dict | str]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read().decode()
+            status = response.status
+    except urllib.error.HTTPError as error:
+        text, status = error.read().decode(), error.code
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def answering(method: str, url: str, body: dict | None = None) -> tuple[int, dict | str]:
+    """The first answer of a server that is still starting (connection refused until it listens)."""
+    def once() -> tuple[int, dict | str] | None:
+        try:
+            return http(method, url, body)
+        except OSError:
+            return None
+    return poll(once, timeout=60, interval=0.1, what=f"{url} to answer")
+
+
+@pytest.mark.parametrize(("image", "args", "expected"), [
+    ("busybox", ["sh", "-c", "echo from busybox"], "from busybox"),
+    ("python:3.11-slim", ["python", "-c", "import sys; print(sys.version_info[:2])"], "(3, 11)"),
+])
+def test_public_names_run_from_the_mirror(plane, mirrored, image: str, args: list[str], expected: str) -> None:
+    name = image.split(":")[0] + "-run"
+    apply(plane, pod(name, image, args=args))
+    done = finished(plane, name)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert plane.cli("logs", name).stdout.strip() == expected
+    status = done["status"]["containerStatuses"][0]
+    # As the kubelet reports it: the normalised name, and the digest the mirror gave under it.
+    repository = "docker.io/library/" + image.split(":")[0]
+    assert status["image"] == str(parse_reference(image)) and status["imageID"].startswith(repository + "@sha256:")
+    plane.cli("delete", "pod", name)
+
+
+def test_the_tensorflow_serving_standin_serves_tf_servings_rest_api(plane, mirrored) -> None:
+    # Beside other pods on the host's network the REST port is one of our own (the real image takes
+    # the same flag); with a pod network of its own it keeps 8501.
+    port = free_port()
+    apply(plane, pod("tf-serving", "tensorflow/serving", args=[f"--rest_api_port={port}"],
+                     env=[{"name": "MODEL_NAME", "value": "half_plus_two"}]))
+    base = f"http://{running_ip(plane, 'tf-serving')}:{port}/v1/models/half_plus_two"
+    status, body = answering("GET", base)
+    assert status == 200 and body["model_version_status"][0]["state"] == "AVAILABLE", body
+    assert http("POST", base + ":predict", {"instances": [1.0, 2.0, 5.0]}) == (200, {"predictions": [2.5, 3.0, 4.5]})
+    assert http("POST", base + "/versions/1:predict", {"inputs": [[4.0]]}) == (200, {"outputs": [[4.0]]})
+    missing = http("POST", base.replace("half_plus_two", "other") + ":predict", {"instances": [1.0]})
+    assert missing == (404, {"error": "Servable not found for request: Latest(other)"})
+    plane.cli("delete", "pod", "tf-serving")
+
+
+def test_the_seldon_mock_classifier_standin_serves_the_microservice_api(plane, mirrored) -> None:
+    port = free_port()
+    apply(plane, pod("mock-classifier", "seldonio/mock_classifier_rest:1.3",
+                     env=[{"name": "PREDICTIVE_UNIT_HTTP_SERVICE_PORT", "value": str(port)}]))
+    base = f"http://{running_ip(plane, 'mock-classifier')}:{port}"
+    assert answering("GET", base + "/health/ping") == (200, "pong")
+    status, body = http("POST", base + "/predict", {"data": {"ndarray": [[1.0, 2.0, 5.0]]}})
+    assert status == 200 and body == {"data": {"names": ["proba"], "ndarray": [[0.43782349911420193]]}, "meta": {}}
+    status, body = http("POST", base + "/predict", {"data": {"ndarray": [["a"]]}})
+    assert status == 400 and body["status"]["reason"] == "MICROSERVICE_BAD_DATA"
+    plane.cli("delete", "pod", "mock-classifier")
