@@ -122,3 +122,40 @@ def test_the_seldon_mock_classifier_standin_serves_the_microservice_api(plane, m
     status, body = http("POST", base + "/predict", {"data": {"ndarray": [["a"]]}})
     assert status == 400 and body["status"]["reason"] == "MICROSERVICE_BAD_DATA"
     plane.cli("delete", "pod", "mock-classifier")
+
+
+def test_seed_000s_seldondeployment_calls_its_image_unit_in_pods_of_its_own(plane, mirrored) -> None:
+    """Seed 000's SeldonDeployment: the unit is the image ``seldonio/mock_classifier_rest:1.3``, run as
+    a Deployment of its own whose pods the graph's executor calls at their ``status.podIP``."""
+    sdep = {
+        "apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment", "metadata": {"name": "seldon-model"},
+        "spec": {"name": "test-deployment", "predictors": [{
+            "name": "example", "replicas": 1,
+            "componentSpecs": [{
+                "hpaSpec": {"maxReplicas": 3, "minReplicas": 1, "metrics": [
+                    {"type": "Resource", "resource": {"name": "cpu", "targetAverageUtilization": 10}}]},
+                "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                    "name": "classifier", "image": "seldonio/mock_classifier_rest:1.3",
+                    "imagePullPolicy": "IfNotPresent", "resources": {"requests": {"cpu": "0.5"}}}]}}],
+            "graph": {"name": "classifier", "type": "MODEL", "children": [], "endpoint": {"type": "REST"}}}]},
+    }
+    apply(plane, sdep)
+
+    def available() -> dict | None:
+        obj = plane.get("sdep", "seldon-model")
+        assert (obj.get("status") or {}).get("state") != "Failed", obj["status"].get("description")
+        return obj if obj["status"].get("state") == "Available" else None
+
+    obj = poll(available, timeout=180, interval=0.3, what="seldon-model Available")
+    unit = plane.get("deployment", "seldon-model-example-classifier")
+    assert unit["metadata"]["ownerReferences"][0]["kind"] == "SeldonDeployment"
+    pods = json.loads(plane.cli("get", "pods", "-l", "seldon.io/unit=classifier", "-o", "json").stdout)["items"]
+    assert len(pods) == 1 and pods[0]["status"]["podIP"]
+    assert pods[0]["status"]["containerStatuses"][0]["imageID"].startswith(
+        "docker.io/seldonio/mock_classifier_rest@sha256:")
+    status, body = http("POST", obj["status"]["address"]["url"], {"data": {"ndarray": [[1.0, 2.0, 5.0]]}})
+    assert status == 200, body
+    assert body["data"]["ndarray"] == [[0.43782349911420193]] and body["data"]["names"] == ["proba"]
+    plane.cli("delete", "sdep", "seldon-model")
+    poll(lambda: plane.cli("get", "deployment", "seldon-model-example-classifier", check=False).returncode != 0,
+         timeout=60, interval=0.2, what="the unit's Deployment to go with its SeldonDeployment")
