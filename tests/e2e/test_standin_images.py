@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import shared_plane
 from tests.helpers import poll
 from tests.imagekit import free_port, registry, test_images  # noqa: F401 (fixtures)
-from tests.standins import public_mirror, write_mirror_config  # noqa: F401 (fixtures)
+from tests.standins import public_mirror, seed_001_manifests, write_mirror_config  # noqa: F401 (fixtures)
 from trimaran.runtime.images import parse_reference
 
 plane = shared_plane("standins")
@@ -159,3 +159,29 @@ def test_seed_000s_seldondeployment_calls_its_image_unit_in_pods_of_its_own(plan
     plane.cli("delete", "sdep", "seldon-model")
     poll(lambda: plane.cli("get", "deployment", "seldon-model-example-classifier", check=False).returncode != 0,
          timeout=60, interval=0.2, what="the unit's Deployment to go with its SeldonDeployment")
+
+
+def test_seed_001s_tensorflow_serving_deployment_of_3_behind_its_service(plane, mirrored) -> None:
+    """Seed 001's row with the stand-in: 3 replicas of ``tensorflow/serving`` behind one Service,
+    every replica answering through it. Pods share the host's network here, so each takes its own
+    port (``--rest_api_port=$(PORT)``); with a pod network, ``seed_001_manifests(fixed_port=True)``."""
+    for obj in seed_001_manifests(3, service_type="ClusterIP"):
+        apply(plane, obj)
+    poll(lambda: plane.get("deployment", "tf-serving").get("status", {}).get("readyReplicas") == 3,
+         timeout=180, interval=0.3, what="3 ready replicas")
+    service = plane.get("service", "tf-serving")
+    url = f"http://{service['spec']['clusterIP']}:8501/v1/models/half_plus_two:predict"
+    seen: set[str] = set()
+
+    def every_replica_answered() -> bool:
+        request = urllib.request.Request(url, data=b'{"instances": [1.0, 2.0, 5.0]}', method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.loads(response.read()) == {"predictions": [2.5, 3.0, 4.5]}
+            seen.add(response.headers["X-Standin-Host"])
+        return len(seen) == 3
+
+    poll(every_replica_answered, timeout=60, interval=0.01, what="each replica to answer through the Service")
+    pods = json.loads(plane.cli("get", "pods", "-l", "app=tf-serving", "-o", "json").stdout)["items"]
+    assert seen == {p["metadata"]["name"] for p in pods}
+    plane.cli("delete", "deployment", "tf-serving")
+    plane.cli("delete", "service", "tf-serving")

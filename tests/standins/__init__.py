@@ -12,7 +12,8 @@ names a manifest writes (``busybox``, ``nginx:1.27``, ``python:3.11-slim``, ``te
   ``pause``: a process that sleeps until TERM.
 
 Fixtures: ``public_mirror`` (session: the registry holding every public name), and
-:func:`write_mirror_config` writes the ``certs.d`` directory naming it for a home.
+:func:`write_mirror_config` writes the ``certs.d`` directory naming it for a home;
+:func:`seed_001_manifests` is seed 001's Deployment and Service.
 """
 
 from __future__ import annotations
@@ -86,6 +87,30 @@ def write_mirror_config(config_path: Path, mirror_host: str, *, upstream: str | 
         (directory / "hosts.toml").write_text(
             f'server = "{upstream or server}"\n\n'
             f'[host."http://{mirror_host}"]\n  capabilities = ["pull", "resolve"]\n')
+
+
+def seed_001_manifests(replicas: int = 3, *, fixed_port: bool = False, service_type: str = "LoadBalancer",
+                       name: str = "tf-serving") -> list[dict]:
+    """Seed 001's row: a ``tensorflow/serving`` Deployment of ``replicas`` serving ``half_plus_two``
+    on 8501, behind a Service of ``service_type`` on 8501. ``fixed_port`` keeps 8501 as the real
+    image binds it (every pod its own network); otherwise each replica takes ``--rest_api_port=$(PORT)``,
+    the compatibility path where pods share the host's network."""
+    labels = {"app": name}
+    container = {"name": "serving", "image": "tensorflow/serving",
+                 "env": [{"name": "MODEL_NAME", "value": "half_plus_two"}],
+                 "ports": [{"name": "http", "containerPort": TF_REST_PORT}],
+                 "readinessProbe": {"httpGet": {"path": "/v1/models/half_plus_two", "port": "http"},
+                                    "periodSeconds": 1}}
+    if not fixed_port:
+        container["args"] = ["--rest_api_port=$(PORT)"]
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+         "spec": {"type": service_type, "selector": labels,
+                  "ports": [{"name": "http", "port": TF_REST_PORT, "targetPort": TF_REST_PORT}]}},
+    ]
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,9 @@ args), it serves ``GET /v1/models/NAME[/versions/N]``, ``GET .../metadata`` and
 ``POST /v1/models/NAME[/versions/N]:predict`` (row ``instances`` or columnar ``inputs``) for the
 model in the highest numbered version directory under the base path. A model here is
 ``model.json``, ``{"w": 0.5, "b": 2.0}``: y = w*x + b elementwise (TensorFlow Serving's own test
-model ``half_plus_two``), since this image carries no TensorFlow. Standard library only: the
-image is Debian's python3.
+model ``half_plus_two``), since this image carries no TensorFlow. Each answer carries the header
+``X-Standin-Host`` (the pod's host name), TF Serving's does not. Standard library only: the image
+is Debian's python3.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -66,6 +68,9 @@ def main(argv: list[str]) -> None:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            # The stand-in's own (TF Serving sends no such header): which replica answered, so a
+            # test can see a Service balance its replicas.
+            self.send_header("X-Standin-Host", socket.gethostname())
             self.end_headers()
             self.wfile.write(data)
 
