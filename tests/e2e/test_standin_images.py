@@ -185,3 +185,19 @@ def test_seed_001s_tensorflow_serving_deployment_of_3_behind_its_service(plane, 
     assert seen == {p["metadata"]["name"] for p in pods}
     plane.cli("delete", "deployment", "tf-serving")
     plane.cli("delete", "service", "tf-serving")
+
+
+def test_an_image_no_host_has_backs_off_naming_every_host(plane, mirrored, public_mirror) -> None:  # noqa: F811
+    apply(plane, pod("absent", "team/absent:1"))
+
+    def backing_off() -> dict | None:
+        statuses = (plane.get("pod", "absent").get("status") or {}).get("containerStatuses") or []
+        state = (statuses[0].get("state") or {}).get("waiting") or {} if statuses else {}
+        return state if state.get("reason") == "ImagePullBackOff" else None
+
+    message = poll(backing_off, timeout=60, interval=0.1, what="absent to back off")["message"]
+    assert message.startswith('Back-off pulling image "team/absent:1": ErrImagePull: ')
+    assert f"{public_mirror.host} (mirror" in message and "(upstream" in message, message
+    assert message.index(public_mirror.host) < message.index("(upstream"), message
+    assert "not found" in message and "is unreachable" in message, message
+    plane.cli("delete", "pod", "absent")
