@@ -5,6 +5,7 @@ containers-registries.conf(5), with the upstream unreachable, as on an offline s
 from __future__ import annotations
 
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,3 +185,70 @@ def test_the_home_and_environment_name_the_files(tmp_path: Path) -> None:
                                                "TRIMARAN_REGISTRIES_CONF": "/etc/containers/registries.conf"})
     assert named.config_path == Path("/etc/containerd/certs.d")
     assert named.registries_conf == Path("/etc/containers/registries.conf")
+
+
+def _certificates(directory: Path) -> tuple[Path, Path, Path, Path]:
+    """A CA, a server certificate for 127.0.0.1 it signed (and its key), and an unrelated CA."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def certificate(subject: str, key, issuer: str, signer, *, ca: bool):  # noqa: ANN001, ANN202
+        builder = (x509.CertificateBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(days=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    paths = []
+    ca_key, other_key, server_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = certificate("test mirror CA", ca_key, "test mirror CA", ca_key, ca=True)
+    other = certificate("another CA", other_key, "another CA", other_key, ca=True)
+    server = certificate("127.0.0.1", server_key, "test mirror CA", ca_key, ca=False)
+    for name, cert in (("ca.crt", ca), ("server.crt", server), ("other.crt", other)):
+        paths.append(directory / name)
+        paths[-1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key = directory / "server.key"
+    key.write_bytes(server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()))
+    return paths[0], paths[1], key, paths[2]
+
+
+def test_an_https_mirror_is_verified_with_its_ca_or_skip_verify(tmp_path: Path, test_images: BuiltImages,
+                                                                dead_hosts: list[str]) -> None:
+    ca, certificate, key, other = _certificates(tmp_path)
+    mirror = start_registry(tmp_path / "tls-registry", tls=(certificate, key))
+    try:
+        # skopeo's own push, verified with the CA, proves the registry serves that certificate.
+        certs = tmp_path / "push-certs"
+        certs.mkdir()
+        (certs / "ca.crt").write_bytes(ca.read_bytes())
+        pushed = subprocess.run(["skopeo", "--insecure-policy", "copy", "--quiet", "--dest-cert-dir", str(certs),
+                                 f"oci:{test_images.path}:busybox", f"docker://{mirror.host}/library/busybox:latest"],
+                                capture_output=True, text=True, timeout=300, check=False)
+        assert pushed.returncode == 0, pushed.stderr
+        config = tmp_path / "certs.d"
+        for index, (extra, works) in enumerate([(f'ca = "{ca}"', True), (f'ca = "{other}"', False),
+                                                (f'ca = "{other}"\n  skip_verify = true', True)]):
+            hosts_toml(config, "docker.io", f'server = "http://{dead_hosts[0]}"\n'
+                                            f'[host."https://{mirror.host}"]\n  {extra}\n')
+            store = store_with(tmp_path / f"store-{index}", config_path=config)
+            if works:
+                assert (store.pull(parse_reference("busybox")).rootfs / "bin" / "busybox").is_file()
+            else:
+                with pytest.raises(ImagePullError, match="certificate signed by unknown authority"):
+                    store.pull(parse_reference("busybox"))
+    finally:
+        mirror.stop()

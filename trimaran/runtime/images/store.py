@@ -325,9 +325,10 @@ class ImageStore:
 
     def _tls_flags(self, endpoint: RegistryEndpoint, prefix: str, work: Path) -> list[str]:
         """skopeo's TLS options for ``endpoint`` (``prefix``: ``""`` for inspect, ``"src-"`` for copy):
-        no verification for loopback, insecure or plain-HTTP hosts, else its CA and client files."""
-        loopback = ImageReference(endpoint.host, "x", None, None).is_loopback
-        if not endpoint.tls_verify or loopback or endpoint.host in self.insecure_registries:
+        no verification for insecure or plain-HTTP hosts, nor for loopback ones unless given a CA or
+        client certificate (which asks for it), else its CA and client files."""
+        lenient = ImageReference(endpoint.host, "x", None, None).is_loopback and not (endpoint.ca or endpoint.client)
+        if not endpoint.tls_verify or lenient or endpoint.host in self.insecure_registries:
             return [f"--{prefix}tls-verify=false"]
         if not endpoint.ca and not endpoint.client:
             return []
