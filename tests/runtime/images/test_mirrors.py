@@ -122,6 +122,28 @@ def test_a_pull_only_mirror_serves_digests_not_tags(tmp_path: Path, mirror: Regi
     assert pinned.digest == digest
 
 
+def test_a_pull_only_mirror_serves_the_content_the_upstream_resolved(tmp_path: Path, mirror: Registry,
+                                                                     test_images: BuiltImages) -> None:
+    upstream = start_registry(tmp_path / "upstream")
+    try:
+        upstream.push(test_images, "busybox", "library/busybox:latest")
+        # The upstream keeps its manifests but has lost its layers: only the mirror can serve them.
+        layout_manifest = test_images.layout.manifest("busybox")
+        for layer in layout_manifest["layers"]:
+            upstream.blob_path(layer["digest"]).unlink()
+        config = tmp_path / "certs.d"
+        hosts_toml(config, "docker.io", f'server = "http://{upstream.host}"\n'
+                                        f'[host."http://{mirror.host}"]\n  capabilities = ["pull"]\n')
+        pulled = store_with(tmp_path, config_path=config).pull(parse_reference("busybox"))
+        assert (pulled.rootfs / "bin" / "busybox").is_file()
+        # Without the mirror, the upstream's missing layer is the failure.
+        hosts_toml(config, "docker.io", f'server = "http://{upstream.host}"\n')
+        with pytest.raises(ImagePullError):
+            store_with(tmp_path / "alone", config_path=config).pull(parse_reference("busybox"))
+    finally:
+        upstream.stop()
+
+
 def test_a_default_directory_serves_every_registry(tmp_path: Path, mirror: Registry, dead_hosts: list[str]) -> None:
     config = tmp_path / "certs.d"
     hosts_toml(config, "_default", f'server = "http://{dead_hosts[0]}"\n[host."http://{mirror.host}"]\n')

@@ -274,10 +274,11 @@ class ImageStore:
                 if image is not None:
                     self._record(ref, digest, known)
                     return image
-            # The content, by digest, from the hosts that may serve content (``pull``), in order,
-            # beginning with the one that answered: a pinned digest is verified wherever it comes from.
-            sources = [found, *(e for e in plan.endpoints if e != found and e.pull and e.serves != "tag-only")]
-            image = self._fetch(ref, digest, manifest, sources, credential, credentials, work, progress)
+            # The content, by digest, from the hosts that may serve content (``pull``), in order, as
+            # containerd fetches: a pull-only mirror (a content cache) serves what the upstream
+            # resolved, and a pinned digest is verified wherever it comes from.
+            sources = [e for e in plan.endpoints if e.pull and e.serves != "tag-only"] or [found]
+            image = self._fetch(ref, digest, manifest, sources, found, credential, credentials, work, progress)
             self._record(ref, digest, image.id)
             return image
 
@@ -429,18 +430,18 @@ class ImageStore:
             return None
 
     def _fetch(self, ref: ImageReference, digest: str, descriptor: dict[str, Any], sources: list[RegistryEndpoint],
-               credential: RegistryCredential | None, credentials: Sequence[RegistryCredential], work: Path,
-               progress: Progress) -> Image:
+               resolved_by: RegistryEndpoint, credential: RegistryCredential | None,
+               credentials: Sequence[RegistryCredential], work: Path, progress: Progress) -> Image:
         layout = work / "layout"
         layout.mkdir()
         # umoci reads blobs from the layout's own blobs/; pointing it at the shared directory lets
         # skopeo's shared-blob copy and umoci meet without copying a byte.
         (layout / "blobs").symlink_to(self.blobs.resolve())
         failures: list[tuple[RegistryEndpoint, str]] = []
-        for index, endpoint in enumerate(sources):
+        for endpoint in sources:
             pinned = endpoint.reference(ref.with_digest(descriptor["digest"]))
             # The host that resolved the tag took ``credential``; another takes its own first match.
-            use = credential if index == 0 else next((c for c in credentials if c.matches(pinned)), None)
+            use = credential if endpoint == resolved_by else next((c for c in credentials if c.matches(pinned)), None)
             progress(f"Copying {pinned}")
             argv = [self._skopeo, "--insecure-policy", "copy", "--quiet",
                     "--authfile", str(self._authfile(work, use)),
