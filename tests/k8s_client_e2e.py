@@ -22,6 +22,7 @@ does: ``load_kube_config()`` reads ``$KUBECONFIG``, here the home's kubeconfig. 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         width = max((len(r[0]) for r in rows), default=0)
         for test_id, verdict, reason in rows:
             print(f"{verdict:5} {test_id:{width}}  {reason}")
+        pulled = sorted(json.loads(f.read_text())["reference"] for f in (home / "images" / "refs").glob("*.json"))
+        print(f"\nimages pulled (through the mirror at {registry.host}): {', '.join(pulled) or 'none'}")
         passed = sum(1 for r in rows if r[1] == "PASS")
         print(f"\n{passed} of {len(rows)} pass")
         return 0 if passed == len(rows) else 1
