@@ -171,6 +171,25 @@ def test_registries_conf_mirrors_and_search_registries(tmp_path: Path, mirror: R
     assert found.reference == "docker.io/searched/app:2" and (found.rootfs / "bin" / "busybox").is_file()
 
 
+def test_registries_conf_drop_ins_replace_entries_of_their_prefix(tmp_path: Path, mirror: Registry,
+                                                                 dead_hosts: list[str]) -> None:
+    conf = tmp_path / "registries.conf"
+    conf.write_text(f'[[registry]]\nprefix = "docker.io"\nlocation = "{dead_hosts[0]}"\ninsecure = true\n')
+    store = store_with(tmp_path, registries_conf=conf)
+    with pytest.raises(ImagePullError, match=dead_hosts[0]):
+        store.pull(parse_reference("busybox"))
+    (tmp_path / "registries.conf.d").mkdir()
+    (tmp_path / "registries.conf.d" / "50-mirror.conf").write_text(
+        f'[[registry]]\nprefix = "docker.io"\nlocation = "{dead_hosts[1]}"\ninsecure = true\n'
+        f'[[registry.mirror]]\nlocation = "{mirror.host}"\ninsecure = true\n')
+    # Read after it, in name order: this one's docker.io entry is the one that counts.
+    (tmp_path / "registries.conf.d" / "90-blocked.conf").write_text(
+        '[[registry]]\nprefix = "quay.io"\nblocked = true\n')
+    assert store.pull(parse_reference("busybox")).digest
+    with pytest.raises(ImagePullError, match=r"90-blocked.conf: registry 'quay.io' is blocked"):
+        store.pull(parse_reference("quay.io/team/app:1"))
+
+
 def test_registries_conf_digest_only_mirror_and_blocked_registry(tmp_path: Path, mirror: Registry,
                                                                  dead_hosts: list[str]) -> None:
     conf = tmp_path / "registries.conf"

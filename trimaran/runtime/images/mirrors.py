@@ -14,7 +14,8 @@ the control plane runs counts at the next pull:
   ``location``, ``insecure``, ``blocked`` and ``[[registry.mirror]]`` entries (``location``,
   ``insecure``, ``pull-from-mirror``: all, digest-only, tag-only), mirrors in order then the
   location, and ``unqualified-search-registries`` for short names (``busybox``) in order. The file
-  is ``$TRIMARAN_REGISTRIES_CONF``, else ``$TRIMARAN_HOME/registries.conf``.
+  is ``$TRIMARAN_REGISTRIES_CONF``, else ``$TRIMARAN_HOME/registries.conf``, with the drop-ins of
+  ``registries.conf.d/*.conf`` beside it read after it, in name order.
 
 A registry that has a ``hosts.toml`` directory takes it alone; otherwise registries.conf's entry;
 otherwise the registry itself. Both files are parsed with tomllib (TOML 1.0; tomli before 3.11).
@@ -223,58 +224,68 @@ def _prefix_matches(prefix: str, name: str) -> bool:
     return name == prefix or name.startswith(prefix.rstrip("/") + "/")
 
 
+def _entry_prefix(entry: dict[str, Any]) -> str:
+    return entry.get("prefix") or entry["location"]
+
+
 @dataclass(frozen=True)
 class _RegistriesConf:
-    path: Path
+    """registries.conf and its drop-ins: ``registries`` are ``(entry, the file it came from)``."""
+
     search: tuple[str, ...]
-    registries: tuple[dict[str, Any], ...]
+    registries: tuple[tuple[dict[str, Any], Path], ...]
 
     @classmethod
-    def load(cls, path: Path) -> _RegistriesConf:
-        document = _read_toml(path)
-        search = document.get("unqualified-search-registries", [])
-        registries = document.get("registry", [])
-        if not isinstance(registries, list) or not all(isinstance(r, dict) for r in registries):
-            raise MirrorConfigError(f"{path}: registry entries must be [[registry]] tables")
-        for index, entry in enumerate(registries):
-            if not entry.get("prefix") and not entry.get("location"):
-                raise MirrorConfigError(f"{path}: [[registry]] #{index + 1} has neither prefix nor location")
-            for mirror in entry.get("mirror") or []:
-                mode = mirror.get("pull-from-mirror", "all")
-                if mode not in _PULL_FROM_MIRROR:
-                    raise MirrorConfigError(f"{path}: [[registry.mirror]] {mirror.get('location')!r}: "
-                                            f"pull-from-mirror must be one of {sorted(_PULL_FROM_MIRROR)}")
-        return cls(path, tuple(_strings(search, path, "unqualified-search-registries")), tuple(registries))
+    def load(cls, paths: list[Path]) -> _RegistriesConf:
+        """Read ``paths`` in order (the file, then ``registries.conf.d/*.conf`` sorted): a later
+        file's ``unqualified-search-registries`` replaces the earlier, and its ``[[registry]]``
+        replaces an earlier one of the same prefix (containers-registries.conf.d(5))."""
+        search: tuple[str, ...] = ()
+        registries: dict[str, tuple[dict[str, Any], Path]] = {}
+        for path in paths:
+            document = _read_toml(path)
+            if "unqualified-search-registries" in document:
+                search = tuple(_strings(document["unqualified-search-registries"], path,
+                                        "unqualified-search-registries"))
+            entries = document.get("registry", [])
+            if not isinstance(entries, list) or not all(isinstance(r, dict) for r in entries):
+                raise MirrorConfigError(f"{path}: registry entries must be [[registry]] tables")
+            for index, entry in enumerate(entries):
+                if not entry.get("prefix") and not entry.get("location"):
+                    raise MirrorConfigError(f"{path}: [[registry]] #{index + 1} has neither prefix nor location")
+                for mirror in entry.get("mirror") or []:
+                    mode = mirror.get("pull-from-mirror", "all")
+                    if mode not in _PULL_FROM_MIRROR:
+                        raise MirrorConfigError(f"{path}: [[registry.mirror]] {mirror.get('location')!r}: "
+                                                f"pull-from-mirror must be one of {sorted(_PULL_FROM_MIRROR)}")
+                registries[_entry_prefix(entry)] = (entry, path)
+        return cls(search, tuple(registries.values()))
 
     def endpoints(self, ref: ImageReference) -> tuple[tuple[RegistryEndpoint, ...], str] | None:
         """The hosts for ``ref`` (mirrors, then the location) and the repository path they serve
         it under, from the longest matching prefix; None when no entry matches."""
         name = ref.name
-        best: dict[str, Any] | None = None
-        for entry in self.registries:
-            prefix = entry.get("prefix") or entry["location"]
-            if _prefix_matches(prefix, name) and (best is None or len(prefix) > len(best.get("prefix")
-                                                                                     or best["location"])):
-                best = entry
-        if best is None:
+        matching = [(entry, path) for entry, path in self.registries if _prefix_matches(_entry_prefix(entry), name)]
+        if not matching:
             return None
-        prefix = best.get("prefix") or best["location"]
+        best, path = max(matching, key=lambda found: len(_entry_prefix(found[0])))
+        prefix = _entry_prefix(best)
         if best.get("blocked"):
-            raise MirrorConfigError(f"{self.path}: registry {prefix!r} is blocked (blocked = true)")
+            raise MirrorConfigError(f"{path}: registry {prefix!r} is blocked (blocked = true)")
         # The part of the name below the prefix; a wildcard prefix keeps the whole name's path.
         rest = name.split("/", 1)[1] if prefix.startswith("*.") else name[len(prefix):].lstrip("/")
-        source = str(self.path)
+        source = str(path)
         endpoints = []
         for mirror in best.get("mirror") or []:
-            host, path_prefix = _split_location(mirror.get("location"), self.path, "[[registry.mirror]] location")
+            host, path_prefix = _split_location(mirror.get("location"), path, "[[registry.mirror]] location")
             endpoints.append(RegistryEndpoint(
                 host=host, path=path_prefix,
-                tls_verify=not _bool(mirror.get("insecure", False), self.path, "mirror insecure"),
+                tls_verify=not _bool(mirror.get("insecure", False), path, "mirror insecure"),
                 mirror=True, serves=mirror.get("pull-from-mirror", "all"), source=source))
         # A wildcard entry's location is the name's own host (containers-registries.conf(5)).
         location = best.get("location") or (ref.registry if prefix.startswith("*.") else prefix)
-        host, path_prefix = _split_location(location, self.path, "[[registry]] location")
-        insecure = _bool(best.get("insecure", False), self.path, "registry insecure")
+        host, path_prefix = _split_location(location, path, "[[registry]] location")
+        insecure = _bool(best.get("insecure", False), path, "registry insecure")
         endpoints.append(_upstream_named(RegistryEndpoint(host=host, path=path_prefix, tls_verify=not insecure,
                                                           source=source), ref.registry))
         return tuple(endpoints), rest
@@ -297,9 +308,12 @@ class RegistryConfig:
         return cls(Path(config_path), Path(registries_conf))
 
     def _conf(self) -> _RegistriesConf | None:
-        if self.registries_conf is None or not self.registries_conf.is_file():
+        if self.registries_conf is None:
             return None
-        return _RegistriesConf.load(self.registries_conf)
+        drop_ins = self.registries_conf.parent / "registries.conf.d"
+        paths = [self.registries_conf] if self.registries_conf.is_file() else []
+        paths += sorted(drop_ins.glob("*.conf")) if drop_ins.is_dir() else []
+        return _RegistriesConf.load(paths) if paths else None
 
     def plans(self, ref: ImageReference) -> list[PullPlan]:
         """Where to look for ``ref``, in order: one plan per candidate name (a short name's search
