@@ -191,6 +191,8 @@ class Kubelet(Reconciler):
                 log.info("stopping orphaned pod process %s", uid)
                 self.runtime.stop_pod(uid, grace_seconds=2.0)
                 self.runtime.remove_pod(uid)
+        for uid in self.runtime.sweep_cgroups():
+            log.info("removed the cgroups of pod %s, which no longer runs", uid)
         for pod in pods:
             uid = pod["metadata"]["uid"]
             if phase(pod) == "Running":
