@@ -86,7 +86,9 @@ def test_kubectl_top_pods_reads_the_cgroups(plane, kubectl) -> None:  # noqa: AN
                         container("idle", IDLE)])
     kubectl("-n", "top", "apply", "-f", "-", input=spin)
     kubectl("-n", "top", "apply", "-f", "-", input=pod("calm", [container("main", IDLE)]))
-    uids = [running(plane, "top", name)["metadata"]["uid"] for name in ("spin", "calm")]
+    started = [running(plane, "top", name) for name in ("spin", "calm")]
+    assert [p["status"]["qosClass"] for p in started] == ["Burstable", "BestEffort"]
+    uids = [p["metadata"]["uid"] for p in started]
     poll(lambda: set(uids) <= set(pod_cgroups(plane)), timeout=30, what="the pods' cgroups")
 
     def rows(*args: str) -> list[list[str]] | None:
