@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -36,17 +38,28 @@ def container(name: str, code: str, **resources: dict) -> dict:
 
 
 @pytest.fixture
-def kubectl(plane, tmp_path):  # noqa: ANN001, ANN201
-    env = dict(plane.env, KUBECONFIG=str(plane.home / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "kcache"),
-               HOME=str(tmp_path))
+def kubectl_for(tmp_path):  # noqa: ANN001, ANN201
+    """kubectl against a given control plane, through its kubeconfig."""
 
-    def run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([KUBECTL, *args], env=env, input=input, capture_output=True, text=True, timeout=120)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-        return proc
+    def bind(handle):  # noqa: ANN001, ANN202
+        env = dict(handle.env, KUBECONFIG=str(handle.home / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "kcache"),
+                   HOME=str(tmp_path))
 
-    return run
+        def run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+            proc = subprocess.run([KUBECTL, *args], env=env, input=input, capture_output=True, text=True,
+                                  timeout=120)
+            if check and proc.returncode != 0:
+                raise AssertionError(f"kubectl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+            return proc
+
+        return run
+
+    return bind
+
+
+@pytest.fixture
+def kubectl(plane, kubectl_for):  # noqa: ANN001, ANN201
+    return kubectl_for(plane)
 
 
 def pod_cgroups(plane) -> list[str]:  # noqa: ANN001
@@ -152,3 +165,35 @@ def test_metrics_are_read_only_and_authorised(plane, kubectl) -> None:  # noqa: 
         assert viewer.get("/apis/metrics.k8s.io/v1beta1/pods").status_code == 403
         assert viewer.get("/apis/metrics.k8s.io/v1beta1/nodes").status_code == 403
         assert viewer.post("/apis/metrics.k8s.io/v1beta1/namespaces/secretive/pods", json={}).status_code == 405
+
+
+def test_no_cgroup_outlives_a_control_plane_restart_or_its_pods(plane_with, kubectl_for) -> None:  # noqa: ANN001
+    from trimaran.server.daemon import read_server_info, start_server, stop_pods, stop_server
+
+    fresh = plane_with()
+    kubectl = kubectl_for(fresh)
+    for name in ("keep", "lost"):
+        kubectl("apply", "-f", "-", input=pod(name, [container("main", IDLE)]))
+    uids = {name: running(fresh, "default", name)["metadata"]["uid"] for name in ("keep", "lost")}
+    hierarchy = cg.detect(str(fresh.home))
+    poll(lambda: set(uids.values()) <= set(cg.pod_uids(hierarchy)), timeout=30, what="the pods' cgroups")
+    os.kill(int(read_server_info(fresh.home)["pid"]), signal.SIGKILL)
+    # While the control plane is down, "lost" loses its shim (and so its container): its cgroup stays.
+    shim = json.loads(next((fresh.home / "pods" / uids["lost"] / "runs").glob("*/shim.pid")).read_text())["pid"]
+    left = hierarchy.dirs(f"kubepods/besteffort/pod{uids['lost']}/main-0")
+    os.kill(shim, signal.SIGKILL)
+    poll(lambda: all(os.path.isdir(d) and not cg.procs(d) for d in left), timeout=30, what="the container to die")
+    start_server(home=fresh.home)
+    # The restarted kubelet reports the lost container and starts it again (restartPolicy Always):
+    # the dead run's cgroup goes, the new one's comes.
+    poll(lambda: not any(os.path.exists(d) for d in left), timeout=60, what="the dead run's cgroup to go")
+    restarted = poll(lambda: p if (p := fresh.get("Pod", "lost")).get("status", {}).get("phase") == "Running"
+                     and p["status"]["containerStatuses"][0].get("restartCount") == 1 else None,
+                     timeout=60, what="the lost pod to run again")
+    assert restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["reason"] == "ShimLost"
+    kubectl("delete", "pod", "keep", "--wait=true", "--grace-period=1")
+    poll(lambda: uids["keep"] not in cg.pod_uids(hierarchy), timeout=30, what="keep's cgroup to go")
+    assert uids["lost"] in cg.pod_uids(hierarchy)
+    stop_server(fresh.home)
+    stop_pods(fresh.home, grace_seconds=1.0)
+    assert not [base for base in hierarchy.bases.values() if os.path.exists(base)]
