@@ -176,7 +176,9 @@ def test_no_cgroup_outlives_a_control_plane_restart_or_its_pods(plane_with, kube
         kubectl("apply", "-f", "-", input=pod(name, [container("main", IDLE)]))
     uids = {name: running(fresh, "default", name)["metadata"]["uid"] for name in ("keep", "lost")}
     hierarchy = cg.detect(str(fresh.home))
-    poll(lambda: set(uids.values()) <= set(cg.pod_uids(hierarchy)), timeout=30, what="the pods' cgroups")
+    # Running once the shim is spawned; the container itself has started once it prints.
+    poll(lambda: all("idle" in fresh.log(name) for name in uids), timeout=60, what="the containers to start")
+    assert set(uids.values()) <= set(cg.pod_uids(hierarchy))
     os.kill(int(read_server_info(fresh.home)["pid"]), signal.SIGKILL)
     # While the control plane is down, "lost" loses its shim (and so its container): its cgroup stays.
     shim = json.loads(next((fresh.home / "pods" / uids["lost"] / "runs").glob("*/shim.pid")).read_text())["pid"]
