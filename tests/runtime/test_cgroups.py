@@ -248,3 +248,11 @@ def test_two_homes_never_share_a_cgroup(tmp_path: Path) -> None:
         for runtime, pod in zip((one, two), pods, strict=True):
             runtime.remove_pod(uid_of(pod))
     assert home_cgroups(two) == []
+
+
+@live
+def test_a_refused_limit_leaves_no_cgroup(tmp_path: Path) -> None:
+    hierarchy = cg.detect(str(tmp_path / "home"))
+    with pytest.raises(OSError, match="pids.max refused"):
+        cg.create(hierarchy, "kubepods/podx", {"pids": 64}, "main-0", {"pids": -5})
+    assert not [base for base in hierarchy.bases.values() if os.path.exists(base)]

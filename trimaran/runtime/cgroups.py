@@ -201,9 +201,19 @@ def _settings(h: Hierarchy, limits: dict) -> list[tuple[str, str, str]]:
     return out
 
 
+# Written where the kernel has them (swap accounting is a build and boot option); the others
+# must take, or the cgroup would not limit what it should.
+_OPTIONAL = ("memory.swappiness", "memory.memsw.limit_in_bytes", "memory.swap.max")
+
+
 def _apply(h: Hierarchy, rel: str, limits: dict) -> None:
+    """Write ``limits`` into cgroup ``rel``; raises ``OSError`` naming a file that refused its value."""
+    taken: dict[str, bool] = {}
     for controller, filename, value in _settings(h, limits):
-        _write(os.path.join(h.dir(controller, rel), filename), value)
+        taken[filename] = _write(os.path.join(h.dir(controller, rel), filename), value)
+    refused = [f for f, ok in taken.items() if not ok and f not in _OPTIONAL]
+    if refused:
+        raise OSError(errno.EINVAL, f"cgroup {rel}: {', '.join(refused)} refused the value")
 
 
 def _make(h: Hierarchy, rel: str) -> None:
@@ -235,22 +245,28 @@ def _make(h: Hierarchy, rel: str) -> None:
 def create(h: Hierarchy, pod_rel: str, pod_limits: dict, name: str, limits: dict) -> str:
     """Create the pod's cgroup ``pod_rel`` (with ``pod_limits``) if need be, and in it the
     container's, ``name``, with ``limits`` (see :func:`_settings`); return the container's path
-    relative to the home's parent. Raises ``OSError`` when the cgroups cannot be made.
+    relative to the home's parent. Raises ``OSError`` when the cgroups cannot be made or refuse
+    a limit (nothing is left of them then).
 
     Another pod's last container may be removing the parents meanwhile (:func:`prune`), so a
     level that vanished under us is made again."""
     rel = f"{pod_rel}/{name}"
     for attempt in range(_CREATE_TRIES):
         try:
-            _make(h, pod_rel)
-            _apply(h, pod_rel, pod_limits)
+            # The container's first: once it exists its pod's cannot be pruned, so the pod's
+            # values written next stay.
             _make(h, rel)
-            _apply(h, rel, limits)
-            return rel
+            break
         except FileNotFoundError:
             if attempt == _CREATE_TRIES - 1:
                 raise
-    raise AssertionError("unreachable")
+    try:
+        _apply(h, pod_rel, pod_limits)
+        _apply(h, rel, limits)
+    except OSError:
+        remove(h, rel)
+        raise
+    return rel
 
 
 def join(h: Hierarchy, rel: str, pid: int = 0) -> None:
