@@ -35,7 +35,6 @@ execs (:func:`join`, in the child), so everything the container starts is counte
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import signal
 import time
@@ -71,6 +70,8 @@ _CREATE_TRIES = 5
 
 def home_name(home: str) -> str:
     """The home's parent cgroup's name: ``trimaran-`` and a digest of the home's real path."""
+    import hashlib  # here: the shim, which never names a home, starts without it
+
     digest = hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:12]
     return f"trimaran-{digest}"
 

@@ -87,7 +87,11 @@ import time
 try:
     from . import cgroups  # imported by the runtime, as part of its package
 except ImportError:
-    import cgroups  # run as the shim: the module beside it (see _LAUNCH)
+    # Run as the shim (see _LAUNCH), or as a script under -I, which leaves its directory off the
+    # path: the module beside it.
+    if os.path.dirname(os.path.realpath(__file__)) not in sys.path:
+        sys.path.append(os.path.dirname(os.path.realpath(__file__)))
+    import cgroups
 
 __all__ = [
     "STOP_SIGNALS",
