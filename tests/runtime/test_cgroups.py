@@ -16,7 +16,7 @@ import pytest
 
 from trimaran.runtime import LocalRuntime, sandbox_available
 from trimaran.runtime import cgroups as cg
-from trimaran.runtime.qos import pod_pids_limit_from_env, qos_class
+from trimaran.runtime.qos import container_resources, pod_cgroup, pod_pids_limit_from_env, qos_class
 
 from .helpers import make_pod, wait_for
 
@@ -83,6 +83,24 @@ def test_what_each_driver_writes() -> None:
     assert written[-2:] == [("memory", "memory.limit_in_bytes", "33554432"), ("pids", "pids.max", "64")]
     assert v1.dirs("kubepods/podx") == [f"/sys/fs/cgroup/{c}/trimaran-x/kubepods/podx" for c in cg.V1_CONTROLLERS]
     assert v2.dirs("kubepods/podx") == ["/sys/fs/cgroup/trimaran-x/kubepods/podx"]
+
+
+def test_a_pods_values_are_its_containers_sums() -> None:
+    hierarchy = cg.Hierarchy(1, {c: f"/sys/fs/cgroup/{c}/trimaran-x" for c in cg.V1_CONTROLLERS})
+    limited = {"requests": {"cpu": "250m"}, "limits": {"cpu": "500m", "memory": "64Mi"}}
+    pod = make_pod("sums", [{"name": "a", "resources": limited}, {"name": "b", "resources": limited}],
+                   initContainers=[{"name": "init", "resources": {"limits": {"cpu": "2", "memory": "32Mi"}}}])
+    spec = pod_cgroup(pod, hierarchy, 64)
+    assert spec["pod"] == f"kubepods/burstable/pod{uid_of(pod)}"
+    # cpu: the init container's 2 cores are more than the two containers' 1; memory: their 128Mi.
+    assert spec["limits"] == {"cpu_shares": cg.cpu_shares(2000), "cpu_quota": 200000, "memory": 128 * 2**20,
+                              "pids": 64}
+    assert container_resources(pod["spec"]["containers"][0]) == {"cpu_shares": 256, "cpu_quota": 50000,
+                                                                 "memory": 64 * 2**20}
+    # One container without a memory limit: the pod has none; without requests, shares are the minimum.
+    pod["spec"]["containers"][1]["resources"] = {"limits": {"cpu": "1"}}
+    assert pod_cgroup(pod, hierarchy, None)["limits"]["memory"] is None
+    assert container_resources({"name": "x"}) == {"cpu_shares": 2, "cpu_quota": None, "memory": None}
 
 
 @live
