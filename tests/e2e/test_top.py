@@ -88,9 +88,15 @@ def test_memory_over_its_limit_is_oomkilled_with_137(plane, kubectl) -> None:  #
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
     assert failed["status"].get("reason") == "OOMKilled"
     assert "OOMKilled" in kubectl("-n", "oom", "get", "pod", "hog").stdout
-    uid = failed["metadata"]["uid"]
-    kubectl("-n", "oom", "delete", "pod", "hog", "--wait=true")
-    poll(lambda: uid not in pod_cgroups(plane), timeout=30, what="the pod's cgroup to go")
+    # Restarted in place, the container's last state says why it ended.
+    kubectl("-n", "oom", "apply", "-f", "-", input=pod("again", [container("main", hog, limits={"memory": "32Mi"})]))
+    again = poll(lambda: s if (s := (plane.get("Pod", "again", "oom").get("status") or {}).get("containerStatuses"))
+                 and s[0].get("restartCount", 0) >= 1 else None, timeout=60, what="the hog's restart")
+    assert {k: again[0]["lastState"]["terminated"][k] for k in ("reason", "exitCode")} == \
+        {"reason": "OOMKilled", "exitCode": 137}
+    uids = {plane.get("Pod", name, "oom")["metadata"]["uid"] for name in ("hog", "again")}
+    kubectl("-n", "oom", "delete", "pod", "hog", "again", "--wait=true")
+    poll(lambda: not uids & set(pod_cgroups(plane)), timeout=30, what="the pods' cgroups to go")
 
 
 def test_kubectl_top_pods_reads_the_cgroups(plane, kubectl) -> None:  # noqa: ANN001
