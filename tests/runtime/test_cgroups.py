@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -237,6 +238,32 @@ def test_a_restart_removes_the_killed_runs_cgroup(tmp_path: Path) -> None:
     finally:
         runtime.remove_pod(uid_of(pod))
     assert home_cgroups(runtime) == []
+
+
+@live
+def test_a_restart_kills_what_a_shim_left_starting(tmp_path: Path) -> None:
+    """A shim killed while it started a container leaves no record of it, and what it had started
+    waits for it forever (bubblewrap, for its user namespace's maps): in the run's cgroup, found
+    by its name, which a new run kills and removes."""
+    runtime = LocalRuntime(tmp_path / "home")
+    pod, dirs = _orphaned(runtime, "starting")
+    run = runtime.home / "pods" / uid_of(pod) / "runs" / "0"
+    (run / "main.pid").unlink()
+    stuck = subprocess.Popen(["sleep", "600"], preexec_fn=lambda: cg.join(runtime.cgroups, record_rel(dirs, runtime)))
+    try:
+        runtime.start_pod(pod, attempt=1)
+        assert stuck.wait(timeout=10) == -signal.SIGKILL
+        assert not any(os.path.exists(p) for p in dirs)
+    finally:
+        stuck.kill()
+        runtime.remove_pod(uid_of(pod))
+    assert home_cgroups(runtime) == []
+
+
+def record_rel(dirs: list[str], runtime: LocalRuntime) -> str:
+    """A container's cgroup relative to the home's parent, from its directory in one hierarchy."""
+    return next(os.path.relpath(d, base) for d in dirs for base in runtime.cgroups.bases.values()
+                if d.startswith(base + "/"))
 
 
 @live

@@ -756,10 +756,16 @@ class LocalRuntime:
             time.sleep(_POLL_S)
 
     def _remove_cgroups(self, run_dir: Path) -> None:
-        """Kill and remove what a run's containers left in their cgroups (its shim is gone)."""
-        for container in self._container_records(run_dir):
-            for path in container.get("cgroupDirs") or []:
-                cgroups.kill(path)
+        """Kill and remove what a run's containers left in their cgroups (its shim is gone). Found
+        by the run's spec, not the containers' records: a shim killed while it started a container
+        wrote no record, and what it had started (waiting for it, forever) is in the cgroup."""
+        spec = _shim.read_json(str(run_dir / "spec.json")) or {}
+        pod = spec.get("cgroups")
+        if not pod:
+            return
+        hierarchy = cgroups.Hierarchy.from_json(pod["hierarchy"])
+        for container in (spec.get("init_containers") or []) + (spec.get("containers") or []):
+            cgroups.remove(hierarchy, f"{pod['pod']}/{container['name']}-{spec['attempt']}")
 
     def sweep_cgroups(self) -> list[str]:
         """Remove the cgroups of this home's pods that no longer run (their processes were killed

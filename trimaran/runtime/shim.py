@@ -724,6 +724,7 @@ class _Container:
         hierarchy, pod = self.hierarchy, self.pod_cgroup
         if hierarchy is not None and pod is not None:
             try:
+                # Named by container and attempt, as the runtime finds it again when this shim is gone.
                 self.cgroup = cgroups.create(hierarchy, pod["pod"], pod["limits"], f"{self.name}-{self.attempt}",
                                              self.spec.get("resources") or {})
                 self.enforcement = f"cgroup-v{hierarchy.version}" if limit else None
