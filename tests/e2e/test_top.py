@@ -205,3 +205,17 @@ def test_no_cgroup_outlives_a_control_plane_restart_or_its_pods(plane_with, kube
     stop_server(fresh.home)
     stop_pods(fresh.home, grace_seconds=1.0)
     assert not [base for base in hierarchy.bases.values() if os.path.exists(base)]
+
+
+def test_the_pods_pids_limit_comes_from_the_environment(plane_with, kubectl_for) -> None:  # noqa: ANN001
+    limited = plane_with(TRIMARAN_POD_PIDS_LIMIT="64")
+    kubectl = kubectl_for(limited)
+    forks = ("import subprocess\nchildren = []\ntry:\n    for _ in range(200):\n"
+             "        children.append(subprocess.Popen(['sleep', '60']))\n"
+             "except OSError as exc:\n    print(f'fork failed after {len(children)}: {exc}', flush=True)\n"
+             "for child in children:\n    child.kill()\n")
+    kubectl("apply", "-f", "-", input=pod("forks", [container("main", forks)], restartPolicy="Never"))
+    poll(lambda: (limited.get("Pod", "forks").get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+         timeout=60, what="the pod to end")
+    log = kubectl("logs", "forks").stdout
+    assert "fork failed after" in log and int(log.split("fork failed after ")[1].split(":")[0]) < 64, log
