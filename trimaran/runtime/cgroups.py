@@ -30,6 +30,9 @@ where every container has one.
 The shim creates a container's cgroup (and its pod's, which may have been removed when the pod's
 last container ended) with :func:`create`, and the container's first process joins it before it
 execs (:func:`join`, in the child), so everything the container starts is counted and limited.
+With an OCI runtime, that process is the runtime's (crun with ``--cgroup-manager=disabled``), whose
+container inherits the cgroup. A process started in a running container later (an exec) joins
+it the same way: its directories are in the container's record (``cgroupDirs``, see the shim).
 """
 
 from __future__ import annotations
