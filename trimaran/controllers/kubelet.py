@@ -86,6 +86,7 @@ from trimaran.runtime.images import (
     parse_reference,
 )
 from trimaran.runtime.node import StorageUsage, disk_pressure_message, ephemeral_storage_violation
+from trimaran.runtime.qos import qos_class
 from trimaran.runtime.volumes import STORAGE_INITIALIZER, storage_volume_uris
 from trimaran.serving.storage import credential_env, initializer_container
 from trimaran.store import Conflict, DiskFull, NotFound, Store
@@ -193,6 +194,8 @@ class Kubelet(Reconciler):
                 log.info("stopping orphaned pod process %s", uid)
                 self.runtime.stop_pod(uid, grace_seconds=2.0)
                 self.runtime.remove_pod(uid)
+        for uid in self.runtime.sweep_cgroups():
+            log.info("removed the cgroups of pod %s, which no longer runs", uid)
         for pod in pods:
             uid = pod["metadata"]["uid"]
             if phase(pod) == "Running":
@@ -361,6 +364,7 @@ class Kubelet(Reconciler):
                     if prior_init.get(c["name"], {}).get("lastState") else {})}
                 for c in inits
             ]
+        status["qosClass"] = qos_class(pod)  # as kube-apiserver sets it; the pod's cgroup sits under it
         _set_readiness(status)
         pod["status"] = status
         self._write_status(pod)

@@ -37,6 +37,7 @@ from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import dashboard_router
 from trimaran.server.kfp import kfp_routes
 from trimaran.server.kube import KubeAPI, StatusError, WatchHub, principal_of, routes, status_response
+from trimaran.server.kube.metrics import metrics_routes
 from trimaran.server.kube.watch import metrics_exposition
 from trimaran.server.monitoring import ControlPlaneCollector, monitoring_router
 from trimaran.server.observations import add_pushed_observations
@@ -136,6 +137,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
 
     # KFP's /apis/v2beta1 first: the Kubernetes API's /apis/{group} would take it.
     app.router.routes.extend(kfp_routes(store))
+    app.router.routes.extend(metrics_routes(store, plane.kubelet.runtime.stats, plane.kubelet.node))
     app.router.routes.extend(routes(kube, server_address, started))
     app.include_router(dashboard_router(plane))
     app.include_router(monitoring_router(store))

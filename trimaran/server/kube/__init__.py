@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from trimaran.server.kube import discovery, openapi
+from trimaran.server.kube import discovery, metrics, openapi
 from trimaran.server.kube.errors import StatusError, status_response
 from trimaran.server.kube.resources import EVENT, KubeAPI, Target
 from trimaran.server.kube.table import table, wants_table
@@ -62,7 +62,9 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
 
     async def groups(request: Request) -> Response:
         principal_of(request)
-        return _json(discovery.api_group_list(served))
+        listed = discovery.api_group_list(served)
+        listed["groups"].append(metrics.api_group())  # served by metrics.metrics_routes, mounted by the app
+        return _json(listed)
 
     async def openapi_root(request: Request) -> Response:
         principal_of(request)
