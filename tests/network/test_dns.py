@@ -139,6 +139,13 @@ def test_cluster_dns_answers_from_host_and_pods(tmp_path):
     assert lab.leftovers() == []
 
 
+def _answers(server: str) -> bool:
+    try:
+        return _ask(server, "nothing.cluster.local")[0] == "NXDOMAIN"
+    except (dns.exception.Timeout, OSError):
+        return False
+
+
 def _ask_ok(server: str, name: str) -> bool:
     try:
         return _ask(server, name)[0] == "NOERROR"
@@ -162,6 +169,9 @@ def test_dnsmasq_dies_with_its_control_plane(tmp_path):
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                                 cwd=Path(__file__).parents[2])
         pid = int(proc.stdout.readline())
+        # Killed once dnsmasq is fully up (it has set its credentials by then: that once undid the
+        # parent-death signal).
+        wait_until(lambda: _answers(lab.gateway), timeout=20)
         assert _alive(pid)
         proc.kill()
         proc.wait()

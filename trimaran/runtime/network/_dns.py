@@ -134,10 +134,12 @@ class ClusterDns:
         self.restarts = 0
 
     def argv(self) -> list[str]:
+        # --user/--group root: dnsmasq would otherwise switch to group "dip", and the kernel clears
+        # PR_SET_PDEATHSIG on a change of credentials, so a killed control plane would leave it.
         return ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
                 f"--addn-hosts={self.hosts}", f"--listen-address={self.listen}", "--bind-dynamic",
                 f"--port={self.port}", f"--local=/{self.domain}/", "--domain-needed", "--bogus-priv",
-                "--pid-file=", "--user=root", "--log-facility=-", "--quiet-dhcp"]
+                "--pid-file=", "--user=root", "--group=root", "--log-facility=-", "--quiet-dhcp"]
 
     @property
     def pid(self) -> int | None:

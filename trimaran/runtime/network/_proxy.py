@@ -17,7 +17,8 @@ and maps of the home's table (`_nft.apply_table` loads them). The shape follows 
   pod range (the host, other machines), so the reply comes back through this host's conntrack;
 - ``filter-*`` reject new connections still addressed to a cluster IP after DNAT (a Service port
   without ready endpoints, or a port the Service does not have) and to a node port without
-  endpoints: ICMP port unreachable, so a client fails at once (``ECONNREFUSED``), as kube-proxy.
+  endpoints: ICMP port unreachable, so a client fails at once (``ECONNREFUSED``), as kube-proxy;
+  and drop what goes to an address of the service range no Service has.
 
 Pod-to-pod replies through a Service cross the bridge at layer 2; they are un-NATed because the
 kernel passes bridged IPv4 through netfilter (``bridge-nf-call-iptables``, which kube-proxy also
@@ -65,7 +66,8 @@ def _elements(items: Iterable[str]) -> str:
     return f"\t\telements = {{ {', '.join(items)} }}\n" if items else ""
 
 
-def proxy_rules(services: Sequence[ProxiedService], *, bridge: str, pod_cidr: str) -> str:
+def proxy_rules(services: Sequence[ProxiedService], *, bridge: str, pod_cidr: str,
+                service_cidr: str | None = None) -> str:
     """The body of the home's table that forwards ``services`` (see the module's doc)."""
     service_ips: list[str] = []
     nodeports: list[str] = []
@@ -134,6 +136,7 @@ def proxy_rules(services: Sequence[ProxiedService], *, bridge: str, pod_cidr: st
             "ip daddr . meta l4proto . th dport @no-endpoint-services reject",
             "ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport @no-endpoint-nodeports reject",
             "ip daddr @cluster-ips reject",
+            *([f"ip daddr {service_cidr} drop"] if service_cidr else []),
         ]),
         *(_chain(f"filter-{hook}", f"type filter hook {hook} priority filter", ["ct state new jump endpoints-check"])
           for hook in ("input", "forward", "output")),
