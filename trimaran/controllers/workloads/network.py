@@ -75,6 +75,7 @@ class ClusterNetwork:
         self._policies = ""
         self._applied: str | None = None
         self._started = False
+        self._synced = False
 
     # -- addresses --------------------------------------------------------------------------------
     def cluster_ip(self, namespace: str, name: str, taken: set[str]) -> str:
@@ -116,7 +117,15 @@ class ClusterNetwork:
             self._started = True
             ensure_bridge_netfilter()
             self.dns.start()
-            self._flush()
+
+    def synced(self) -> None:
+        """Every stored Service has been seen once: write the table. Until then the last control
+        plane's table stays, so pods that outlived it keep their Services through a restart (as
+        kube-proxy waits for its informers before its first sync)."""
+        with self._lock:
+            if not self._synced:
+                self._synced = True
+                self._flush()
 
     def set_service(self, key: Key, proxied: ProxiedService | None, dns: DnsService | None) -> None:
         with self._lock:
@@ -137,7 +146,7 @@ class ClusterNetwork:
                 self._flush()
 
     def _flush(self) -> None:
-        if not self._started:
+        if not (self._started and self._synced):
             return
         entries = [self._services[k] for k in sorted(self._services, key=str)]
         body = proxy_rules([p for p, _ in entries if p is not None], bridge=self.plan.bridge,

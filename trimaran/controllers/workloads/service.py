@@ -76,6 +76,7 @@ class ServiceReconciler(Reconciler):
         self._listening: dict[Key, set[Address]] = {}
         self._names: dict[Key, str] = {}  # the Services whose names are published, and their address
         self._said_empty: set[Key] = set()
+        self._unsynced: set[Key | None] | None = None  # stored Services not yet seen since start
         # Each Service's selector, kept from the watch: pod events are many, and mapping each to its
         # Services must not cost the watch thread a store query.
         self._selectors: dict[Key, dict[str, str]] = {}
@@ -85,6 +86,8 @@ class ServiceReconciler(Reconciler):
             self.network.start()
         services = self.store.list("Service", shared=True)
         self._selectors = {key_of(s): (s.get("spec") or {}).get("selector") or {} for s in services}
+        self._unsynced = set(self._selectors)
+        self._seen(None)
         return list(self._selectors)
 
     def keys_for_event(self, event: WatchEvent) -> list[Key]:
@@ -105,7 +108,23 @@ class ServiceReconciler(Reconciler):
             svc = self.store.get("Service", key.namespace, key.name)
         except NotFound:
             self._forget(key)
+            self._seen(key)
             return None
+        try:
+            return self._reconcile(key, svc)
+        finally:
+            self._seen(key)
+
+    def _seen(self, key: Key | None) -> None:
+        """On the pod network: tell it once every Service stored at start has had its pass."""
+        if self.network is None or self._unsynced is None:
+            return
+        self._unsynced.discard(key)
+        if not self._unsynced:
+            self._unsynced = None
+            self.network.synced()
+
+    def _reconcile(self, key: Key, svc: dict) -> float | None:
         spec = svc.get("spec") or {}
         if spec.get("type") == "ExternalName":
             self._forget(key)
