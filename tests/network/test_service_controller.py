@@ -18,7 +18,8 @@ from trimaran.controllers.base import Key
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.controllers.workloads.service import ServiceReconciler
 from trimaran.runtime import LocalRuntime
-from trimaran.runtime.network._nft import table_exists
+from trimaran.runtime.network import apply_table, delete_table
+from trimaran.runtime.network._nft import list_table, table_exists
 from trimaran.store import SQLiteStore
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for nft, dnsmasq and network namespaces")
@@ -75,6 +76,9 @@ def test_services_dns_and_policies_on_the_pod_network(tmp_path: Path):
     services = ServiceReconciler(store, LocalRuntime(tmp_path / "home"), network)
     policies = NetworkPolicyReconciler(store, network)
     dnsmasq = None
+    # A table a dead home left for the same ranges (the ranges are reserved machine-wide, so it is stale).
+    stale = f"trimaran-test-stale-{lab.tag}"
+    apply_table(stale, "", network._comment)
     try:
         for i in range(3):
             _pod(store, lab, f"web-{i}", {"app": "web"})
@@ -83,6 +87,7 @@ def test_services_dns_and_policies_on_the_pod_network(tmp_path: Path):
         ensure_system_services(store, network, api_port=6443)
         list(services.initial_keys())
         dnsmasq = network.dns.pid
+        assert not table_exists(stale)
         for name, spec in (("web", {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": "http"}]}),
                            ("web-lb", {"type": "LoadBalancer", "selector": {"app": "web"},
                                        "ports": [{"port": 80, "targetPort": 8080}]}),
@@ -96,6 +101,7 @@ def test_services_dns_and_policies_on_the_pod_network(tmp_path: Path):
         _settle(services, Key("Service", "team-a", "workers"))
 
         vip = web["spec"]["clusterIP"]
+        assert network._comment in list_table(network.table)
         assert vip in {lab.service_ip(n) for n in range(2, 128)}
         endpoints = store.get("Endpoints", "team-a", "web")
         assert {a["ip"] for s in endpoints["subsets"] for a in s["addresses"]} == {
@@ -144,6 +150,7 @@ def test_services_dns_and_policies_on_the_pod_network(tmp_path: Path):
     finally:
         services.shutdown()
         network.remove()
+        delete_table(stale)
         store.close()
         lab.close()
     assert not table_exists(network.table)

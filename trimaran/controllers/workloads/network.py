@@ -39,6 +39,7 @@ from trimaran.runtime.network import (
     proxy_rules,
     table_name,
 )
+from trimaran.runtime.network._nft import stale_tables
 from trimaran.store import AlreadyExists, Conflict, Store
 from trimaran.store.base import WatchEvent
 
@@ -76,6 +77,8 @@ class ClusterNetwork:
         self._applied: str | None = None
         self._started = False
         self._synced = False
+        # Marks the table as this range's (the range is this home's alone while it holds the plan).
+        self._comment = f"trimaran services {plan.service_cidr} pods {plan.pod_cidr}"
 
     # -- addresses --------------------------------------------------------------------------------
     def cluster_ip(self, namespace: str, name: str, taken: set[str]) -> str:
@@ -116,6 +119,10 @@ class ClusterNetwork:
                 return
             self._started = True
             ensure_bridge_netfilter()
+            for stale in stale_tables(self._comment, keep=self.table):
+                log.warning("removing nftables table %s: left by a home that held %s before", stale,
+                            self.plan.service_cidr)
+                delete_table(stale)
             self.dns.start()
 
     def synced(self) -> None:
@@ -152,7 +159,7 @@ class ClusterNetwork:
         body = proxy_rules([p for p, _ in entries if p is not None], bridge=self.plan.bridge,
                            pod_cidr=self.plan.pod_cidr, service_cidr=self.plan.service_cidr) + self._policies
         if body != self._applied:
-            apply_table(self.table, body)
+            apply_table(self.table, body, self._comment)
             self._applied = body
         self.dns.update(hosts_text(d for _, d in entries if d is not None))
 

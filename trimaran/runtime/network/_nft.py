@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 
-__all__ = ["apply_table", "delete_table", "list_table", "table_exists", "table_name"]
+__all__ = ["apply_table", "delete_table", "list_table", "stale_tables", "table_exists", "table_name"]
 
 _NFT = "nft"
 
@@ -27,14 +27,27 @@ def _run(script: str) -> None:
         raise RuntimeError(f"nft: {result.stderr.strip() or result.stdout.strip()}")
 
 
-def apply_table(name: str, body: str) -> None:
-    """Replace ``table inet NAME`` by one holding ``body`` (chains, sets, maps) atomically."""
-    _run(f"table inet {name} {{}}\ndelete table inet {name}\ntable inet {name} {{\n{body}}}\n")
+def apply_table(name: str, body: str, comment: str = "") -> None:
+    """Replace ``table inet NAME`` by one holding ``body`` (chains, sets, maps) atomically; the
+    ``comment`` says whose it is (see `stale_tables`)."""
+    head = f'\tcomment "{comment}"\n' if comment else ""
+    _run(f"table inet {name} {{}}\ndelete table inet {name}\ntable inet {name} {{\n{head}{body}}}\n")
 
 
 def delete_table(name: str) -> None:
     """Remove the table if it is there."""
     _run(f"table inet {name} {{}}\ndelete table inet {name}\n")
+
+
+def stale_tables(comment: str, keep: str) -> list[str]:
+    """Our tables but ``keep`` whose comment is ``comment``: a home's address ranges are reserved
+    machine-wide, so another table that claims them was left by a home that died without cleaning
+    up, and its rules would catch the new home's traffic."""
+    listed = subprocess.run([_NFT, "list", "tables", "inet"], capture_output=True, text=True, check=False).stdout
+    names = [line.split()[-1] for line in listed.splitlines() if line.split()[-1:] != [keep]
+             and line.split()[-1].startswith("trimaran-")]
+    return [name for name in names if f'comment "{comment}"' in subprocess.run(
+        [_NFT, "list", "table", "inet", name], capture_output=True, text=True, check=False).stdout]
 
 
 def table_exists(name: str) -> bool:
