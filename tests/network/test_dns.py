@@ -179,3 +179,12 @@ def test_dnsmasq_dies_with_its_control_plane(tmp_path):
     finally:
         lab.close()
     assert lab.leftovers() == []
+
+
+def test_what_is_not_a_name_or_an_address_stays_out_of_the_hosts_file():
+    text = hosts_text([DnsService("team-a", "web", "10.0.0.1\n6.6.6.6 evil"),
+                       DnsService("team-a", "x\ny", "10.0.0.2"),
+                       DnsService("team-a", "hl", None, (("10.0.0.3", "ok"), ("10.0.0.4", "bad name"), ("x", None)))])
+    assert text == ("10.0.0.3\thl.team-a.svc.cluster.local hl.team-a.svc\n"
+                    "10.0.0.3\tok.hl.team-a.svc.cluster.local ok.hl.team-a.svc\n"
+                    "10.0.0.4\thl.team-a.svc.cluster.local hl.team-a.svc\n")

@@ -133,3 +133,13 @@ def test_failed_load_keeps_the_old_rules(lab):
         apply_table(table, "chain broken { nonsense }\n")
     assert lab.connect(None, vip, 80)[0].startswith("b0 ")
     assert subprocess.run(["nft", "list", "table", "inet", table], capture_output=True).returncode == 0
+
+
+def test_what_is_not_an_address_stays_out_of_the_rules():
+    text = proxy_rules([ProxiedService("ns", "a", "10.0.0.1 } flush ruleset", (ServicePort(80),)),
+                        ProxiedService("ns", "b", "10.0.0.2", (ServicePort(80, endpoints=(("1.2.3.4; x", 80),
+                                                                                           ("10.1.0.1", 80))),),
+                                       load_balancer_ips=("evil {",))],
+                       bridge="br", pod_cidr="10.1.0.0/24")
+    assert "flush" not in text and "evil" not in text and "1.2.3.4" not in text and "10.0.0.1" not in text
+    assert "dnat ip to 10.1.0.1:80" in text

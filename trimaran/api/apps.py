@@ -10,6 +10,7 @@ Containers that say ``--port=$(PORT)`` get a port of their own per pod (see
 
 # Annotations are evaluated eagerly (no `from __future__ import annotations`), as in batch.py.
 
+import ipaddress
 import re
 from typing import Any, Literal
 
@@ -90,6 +91,14 @@ def fixed_ports(pod_spec: dict[str, Any]) -> list[tuple[str, int]]:
     """(container, port) of every declared containerPort a container binds as written."""
     return [(str(c.get("name")), int(p["containerPort"])) for c in pod_spec.get("containers") or []
             if not reads_port_from_env(c) for p in c.get("ports") or [] if p.get("containerPort")]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def percent_or_int(value: int | str, total: int, round_up: bool) -> int:
@@ -322,6 +331,9 @@ class Service(Resource):
             return errs
         if not spec.ports:
             errs.append(FieldError.required("spec.ports"))
+        if spec.cluster_ip not in (None, "", "None") and not _is_ip(spec.cluster_ip):
+            errs.append(FieldError.invalid("spec.clusterIP", spec.cluster_ip,
+                                           "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
         names: set[str] = set()
         for i, port in enumerate(spec.ports or []):
             path = join_path("spec", "ports", i)

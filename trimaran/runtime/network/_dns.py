@@ -22,12 +22,15 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from trimaran.runtime.network._proxy import ipv4
 
 __all__ = ["ClusterDns", "DnsService", "hosts_text", "resolv_conf"]
 
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 DOMAIN = "cluster.local"
 _PR_SET_PDEATHSIG = 1
 _MAX_NAMESERVERS, _MAX_SEARCH = 3, 32
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -50,14 +54,19 @@ def hosts_text(services: Iterable[DnsService], domain: str = DOMAIN) -> str:
     """The hosts file dnsmasq answers from (one address per line, its names after it)."""
     lines: list[str] = []
     for svc in sorted(services, key=lambda s: (s.namespace, s.name)):
+        if not (_NAME.fullmatch(svc.name) and _NAME.fullmatch(svc.namespace)):
+            continue  # a line of the hosts file is written from these: nothing but a name goes in
         fqdn = f"{svc.name}.{svc.namespace}.svc.{domain}"
         short = f"{svc.name}.{svc.namespace}.svc"
         if svc.cluster_ip:
-            lines.append(f"{svc.cluster_ip}\t{fqdn} {short}")
+            if ipv4(svc.cluster_ip):
+                lines.append(f"{svc.cluster_ip}\t{fqdn} {short}")
             continue
         for ip, hostname in sorted(set(svc.endpoints), key=lambda e: (e[0], e[1] or "")):
+            if not ipv4(ip):
+                continue
             lines.append(f"{ip}\t{fqdn} {short}")
-            if hostname:
+            if hostname and _NAME.fullmatch(hostname):
                 lines.append(f"{ip}\t{hostname}.{fqdn} {hostname}.{short}")
     return "".join(line + "\n" for line in lines)
 

@@ -23,10 +23,12 @@ listen there): those packets take the input/output hooks, not forward.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from trimaran.api.apps import selector_matches
+from trimaran.runtime.network._proxy import ipv4
 
 __all__ = ["policy_rules"]
 
@@ -39,7 +41,7 @@ def _h(*parts: object) -> str:
 
 def _selectable(pod: dict[str, Any]) -> bool:
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    return (bool(status.get("podIP")) and not spec.get("hostNetwork")
+    return (ipv4(status.get("podIP")) is not None and not spec.get("hostNetwork")
             and status.get("phase") not in ("Succeeded", "Failed"))
 
 
@@ -65,6 +67,13 @@ def _port_match(entry: dict[str, Any], pod: dict[str, Any] | None) -> str | None
         port = int(port)
     end = entry.get("endPort")
     return f"{match} th dport {port}-{end}" if end and end > port else f"{match} th dport {port}"
+
+
+def _ipv4_network(text: object) -> str | None:
+    try:
+        return str(ipaddress.IPv4Network(str(text), strict=False))
+    except ValueError:
+        return None
 
 
 def _set(ips: Iterable[str]) -> str:
@@ -110,8 +119,11 @@ def _rule_lines(rule: dict[str, Any], peers_key: str, direction: str, namespace:
     for peer in peers or []:
         block = peer.get("ipBlock")
         if block:
-            excepts = block.get("except") or []
-            match = f"{addr} {block['cidr']}" + (f" {addr} != {_set(excepts)}" if excepts else "")
+            cidr = _ipv4_network(block.get("cidr"))
+            excepts = [e for e in map(_ipv4_network, block.get("except") or []) if e]
+            if cidr is None:
+                continue  # an IPv6 block: no IPv6 on the pod network
+            match = f"{addr} {cidr}" + (f" {addr} != {_set(excepts)}" if excepts else "")
             atoms.append((match, target if direction == "ingress" else None))
             continue
         selected = cluster.peer_pods(peer, namespace)

@@ -28,11 +28,12 @@ needs); `ensure_bridge_netfilter` turns it on.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ProxiedService", "ServicePort", "ensure_bridge_netfilter", "proxy_rules"]
+__all__ = ["ProxiedService", "ServicePort", "ensure_bridge_netfilter", "ipv4", "proxy_rules"]
 
 _MASQ_MARK = "0x00004000"  # kube-proxy's bit
 _PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
@@ -57,6 +58,15 @@ class ProxiedService:
     affinity_timeout: int | None = None  # seconds, for sessionAffinity: ClientIP
 
 
+def ipv4(text: object) -> str | None:
+    """``text`` when it is an IPv4 address (what goes into a rule is checked: the objects it comes
+    from are users' to write), else None."""
+    try:
+        return str(ipaddress.IPv4Address(str(text)))
+    except ValueError:
+        return None
+
+
 def _h(*parts: object) -> str:
     return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:12]
 
@@ -77,38 +87,44 @@ def proxy_rules(services: Sequence[ProxiedService], *, bridge: str, pod_cidr: st
     chains: list[str] = []
     sets: list[str] = []
     for svc in services:
+        if ipv4(svc.cluster_ip) is None:
+            continue
         cluster_ips.add(svc.cluster_ip)
         for sp in svc.ports:
-            proto = _PROTOCOLS[sp.protocol.upper()]
-            addresses = (svc.cluster_ip, *svc.load_balancer_ips)
-            if not sp.endpoints:
-                no_endpoints += [f"{ip} . {proto} . {sp.port}" for ip in addresses]
-                if sp.node_port:
-                    no_endpoint_nodeports.append(f"{proto} . {sp.node_port}")
+            proto = _PROTOCOLS.get(str(sp.protocol).upper())
+            if proto is None:
                 continue
-            chain = f"svc-{_h(svc.namespace, svc.name, proto, sp.port)}"
-            service_ips += [f"{ip} . {proto} . {sp.port} : goto {chain}" for ip in addresses]
-            if sp.node_port:
-                nodeports.append(f"{proto} . {sp.node_port} : goto {chain}")
-            endpoints = sorted(set(sp.endpoints))
-            names = [f"ep-{_h(chain, ip, port)}" for ip, port in endpoints]
+            addresses = (svc.cluster_ip, *(ip for ip in svc.load_balancer_ips if ipv4(ip)))
+            port = int(sp.port)
+            node_port = int(sp.node_port) if sp.node_port else None
+            endpoints = sorted({(ip, int(p)) for ip, p in sp.endpoints if ipv4(ip) and 0 < int(p) < 65536})
+            if not endpoints:
+                no_endpoints += [f"{ip} . {proto} . {port}" for ip in addresses]
+                if node_port:
+                    no_endpoint_nodeports.append(f"{proto} . {node_port}")
+                continue
+            chain = f"svc-{_h(svc.namespace, svc.name, proto, port)}"
+            service_ips += [f"{ip} . {proto} . {port} : goto {chain}" for ip in addresses]
+            if node_port:
+                nodeports.append(f"{proto} . {node_port} : goto {chain}")
+            names = [f"ep-{_h(chain, ip, target)}" for ip, target in endpoints]
             rules = []
             if svc.affinity_timeout:
                 for name in names:
                     sets.append(f"\tset aff-{name[3:]} {{\n\t\ttype ipv4_addr\n\t\tflags dynamic,timeout\n"
-                                f"\t\ttimeout {svc.affinity_timeout}s\n\t}}\n")
+                                f"\t\ttimeout {int(svc.affinity_timeout)}s\n\t}}\n")
                     rules.append(f"ip saddr @aff-{name[3:]} goto {name}")
             if len(names) == 1:
                 rules.append(f"goto {names[0]}")
             else:
                 choices = ", ".join(f"{i} : goto {name}" for i, name in enumerate(names))
                 rules.append(f"numgen random mod {len(names)} vmap {{ {choices} }}")
-            chains.append(_chain(chain, None, rules, comment=f"{svc.namespace}/{svc.name}:{sp.port}/{proto}"))
-            for name, (ip, port) in zip(names, endpoints, strict=True):
+            chains.append(_chain(chain, None, rules, comment=f"{svc.namespace}/{svc.name}:{port}/{proto}"))
+            for name, (ip, target) in zip(names, endpoints, strict=True):
                 rules = [f"ip saddr {ip} meta mark set meta mark | {_MASQ_MARK}"]
                 if svc.affinity_timeout:
                     rules.append(f"update @aff-{name[3:]} {{ ip saddr }}")
-                rules.append(f"meta l4proto {proto} dnat ip to {ip}:{port}")
+                rules.append(f"meta l4proto {proto} dnat ip to {ip}:{target}")
                 chains.append(_chain(name, None, rules))
     head = [
         f"\tset cluster-ips {{\n\t\ttype ipv4_addr\n{_elements(cluster_ips)}\t}}\n",
