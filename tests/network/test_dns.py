@@ -188,3 +188,13 @@ def test_what_is_not_a_name_or_an_address_stays_out_of_the_hosts_file():
     assert text == ("10.0.0.3\thl.team-a.svc.cluster.local hl.team-a.svc\n"
                     "10.0.0.3\tok.hl.team-a.svc.cluster.local ok.hl.team-a.svc\n"
                     "10.0.0.4\thl.team-a.svc.cluster.local hl.team-a.svc\n")
+
+
+def test_without_dnsmasq_the_control_plane_goes_on_and_says_why(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a machine without dnsmasq-base
+    server = ClusterDns(tmp_path / "dns", "10.250.0.1")
+    server.start()
+    assert server.pid is None
+    assert "dnsmasq (Debian's dnsmasq-base)" in caplog.text
+    server.update(hosts_text(SERVICES))  # records are still kept, for a later start
+    server.stop()

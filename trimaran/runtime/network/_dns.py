@@ -199,8 +199,14 @@ class ClusterDns:
             with self._lock:
                 if self._stopping.is_set():
                     break
-                self._proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+                try:
+                    self._proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                  stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+                except OSError as exc:
+                    log.error("cluster DNS cannot start: dnsmasq (Debian's dnsmasq-base): %s; pods resolve no "
+                              "cluster names", exc)
+                    self._started.set()
+                    return
             self._started.set()
             _, err = self._proc.communicate()
             if self._stopping.is_set():
