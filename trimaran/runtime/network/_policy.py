@@ -104,39 +104,53 @@ class _Cluster:
         return out
 
 
-def _rule_lines(rule: dict[str, Any], peers_key: str, direction: str, namespace: str, target: dict[str, Any],
-                cluster: _Cluster) -> list[str]:
-    """The ``return`` rules of one ingress/egress rule, for the pod ``target`` the policy selects."""
+class _Peers:
+    """One ingress/egress rule's peers, resolved once for every pod the policy selects: whole
+    sets of pod IPs become named sets of the table, shared by every chain that allows them."""
+
+    def __init__(self, rule: dict[str, Any], peers_key: str, namespace: str, cluster: _Cluster,
+                 sets: dict[str, str]) -> None:
+        self.any = not rule.get(peers_key)
+        self.blocks: list[tuple[str, list[str]]] = []
+        self.pods: list[tuple[str, list[dict[str, Any]]]] = []  # (set name, its pods)
+        for peer in rule.get(peers_key) or []:
+            block = peer.get("ipBlock")
+            if block:
+                cidr = _ipv4_network(block.get("cidr"))
+                if cidr is not None:  # an IPv6 block: no IPv6 on the pod network
+                    self.blocks.append((cidr, [e for e in map(_ipv4_network, block.get("except") or []) if e]))
+                continue
+            selected = cluster.peer_pods(peer, namespace)
+            if selected:  # a peer that selects nothing allows nothing
+                ips = sorted({p["status"]["podIP"] for p in selected})
+                name = f"peers-{_h(*ips)}"
+                sets[name] = ", ".join(ips)
+                self.pods.append((name, selected))
+
+
+def _rule_lines(rule: dict[str, Any], peers: _Peers, direction: str, target: dict[str, Any]) -> list[str]:
+    """The ``return`` rules of one ingress/egress rule, for the pod ``target`` the policy selects.
+    A named port is the destination pod's: ``target``'s for ingress, each peer's for egress."""
     addr = "ip saddr" if direction == "ingress" else "ip daddr"
     ports = rule.get("ports") or [None]
     named = direction == "egress" and any(p and isinstance(p.get("port"), str) and not p["port"].isdigit()
                                           for p in ports)
     # (address match, the pod named ports resolve on)
     atoms: list[tuple[str, dict[str, Any] | None]] = []
-    peers = rule.get(peers_key)
-    if not peers:
-        atoms.append(("", target if direction == "ingress" else None))
-    for peer in peers or []:
-        block = peer.get("ipBlock")
-        if block:
-            cidr = _ipv4_network(block.get("cidr"))
-            excepts = [e for e in map(_ipv4_network, block.get("except") or []) if e]
-            if cidr is None:
-                continue  # an IPv6 block: no IPv6 on the pod network
-            match = f"{addr} {cidr}" + (f" {addr} != {_set(excepts)}" if excepts else "")
-            atoms.append((match, target if direction == "ingress" else None))
-            continue
-        selected = cluster.peer_pods(peer, namespace)
-        if not selected:
-            continue  # selects nothing: allows nothing
+    own = target if direction == "ingress" else None
+    if peers.any:
+        atoms.append(("", own))
+    for cidr, excepts in peers.blocks:
+        atoms.append((f"{addr} {cidr}" + (f" {addr} != {_set(excepts)}" if excepts else ""), own))
+    for name, selected in peers.pods:
         if named:
             atoms += [(f"{addr} {p['status']['podIP']}", p) for p in selected]
         else:
-            atoms.append((f"{addr} {_set(p['status']['podIP'] for p in selected)}", target))
+            atoms.append((f"{addr} @{name}", own))
     lines = []
     for match, port_pod in atoms:
         for entry in ports:
-            port = "" if entry is None else _port_match(entry, port_pod if direction == "egress" else target)
+            port = "" if entry is None else _port_match(entry, port_pod)
             if port is None:
                 continue
             lines.append(" ".join(x for x in (match, port, "return") if x))
@@ -147,6 +161,7 @@ def policy_rules(policies: Sequence[dict[str, Any]], pods: Sequence[dict[str, An
                  namespaces: Sequence[dict[str, Any]]) -> str:
     """The chains of the home's table that enforce ``policies`` (see the module's doc)."""
     cluster = _Cluster(pods, namespaces)
+    sets: dict[str, str] = {}
     chains: dict[tuple[str, str], list[str]] = {}  # (direction, pod ip) -> return rules
     for policy in sorted(policies, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
         namespace = policy["metadata"].get("namespace", "default")
@@ -155,22 +170,28 @@ def policy_rules(policies: Sequence[dict[str, Any]], pods: Sequence[dict[str, An
         selected = [p for p in cluster.pods if p["metadata"].get("namespace") == namespace
                     and selector_matches(spec.get("podSelector") or {}, p["metadata"].get("labels"))]
         for direction, peers_key in (("ingress", "from"), ("egress", "to")):
-            if direction.capitalize() not in types:
+            if direction.capitalize() not in types or not selected:
                 continue
+            rules = [(rule, _Peers(rule, peers_key, namespace, cluster, sets)) for rule in spec.get(direction) or []]
             for pod in selected:
                 lines = chains.setdefault((direction, pod["status"]["podIP"]), [])
-                for rule in spec.get(direction) or []:
-                    lines += _rule_lines(rule, peers_key, direction, namespace, pod, cluster)
+                for rule, peers in rules:
+                    lines += _rule_lines(rule, peers, direction, pod)
     base = ["ct state established,related accept"]
-    body = []
+    body = [f"\tset {name} {{\n\t\ttype ipv4_addr\n\t\telements = {{ {ips} }}\n\t}}\n"
+            for name, ips in sorted(sets.items())]
     for direction, key in (("egress", "saddr"), ("ingress", "daddr")):
-        entries = sorted((ip, f"egress-{_h(ip)}" if direction == "egress" else f"ingress-{_h(ip)}")
-                         for (d, ip) in chains if d == direction)
-        if entries:
-            base.append(f"ip {key} vmap {{ {', '.join(f'{ip} : jump {name}' for ip, name in entries)} }}")
-        for ip, name in entries:
-            rules = list(dict.fromkeys(chains[(direction, ip)]))
-            body.append(f"\tchain {name} {{\n" + "".join(f"\t\t{r}\n" for r in rules) + "\t\tdrop\n\t}\n")
+        # Pods under the same rules share one chain (its name is a digest of them).
+        by_pod = {ip: list(dict.fromkeys(chains[(d, ip)])) for (d, ip) in chains if d == direction}
+        named = {ip: f"{direction}-{_h(*rules)}" for ip, rules in by_pod.items()}
+        if named:
+            base.append(f"ip {key} vmap {{ {', '.join(f'{ip} : jump {named[ip]}' for ip in sorted(named))} }}")
+        written: set[str] = set()
+        for ip, rules in sorted(by_pod.items(), key=lambda item: named[item[0]]):
+            if named[ip] in written:
+                continue
+            written.add(named[ip])
+            body.append(f"\tchain {named[ip]} {{\n" + "".join(f"\t\t{r}\n" for r in rules) + "\t\tdrop\n\t}\n")
     head = ("\tchain policy-forward {\n\t\ttype filter hook forward priority -5; policy accept;\n"
             + "".join(f"\t\t{r}\n" for r in base) + "\t}\n")
     return head + "".join(body)
