@@ -21,6 +21,7 @@ from trimaran.runtime import LocalRuntime
 from trimaran.runtime.network import apply_table, delete_table
 from trimaran.runtime.network._nft import list_table, table_exists
 from trimaran.store import SQLiteStore
+from trimaran.store.base import WatchEvent
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for nft, dnsmasq and network namespaces")
 
@@ -131,6 +132,21 @@ def test_services_dns_and_policies_on_the_pod_network(tmp_path: Path):
         assert _ask(lab.gateway, "kubernetes.default.svc.cluster.local") == {plan.api_ip}
         assert _ask(lab.gateway, "workers.team-a.svc.cluster.local") == {lab.ip("trainer-0")}
         assert _ask(lab.gateway, "trainer-0.workers.team-a.svc.cluster.local") == {lab.ip("trainer-0")}
+
+        # A Service without a selector follows the Endpoints its owner writes (their event wakes it).
+        store.create(validate({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "manual", "namespace":
+                               "team-a"}, "spec": {"ports": [{"port": 81, "targetPort": 8080}]}}).object)
+        manual = Key("Service", "team-a", "manual")
+        services.keys_for_event(WatchEvent("ADDED", store.get("Service", "team-a", "manual"), 0))
+        manual_ip = _settle(services, manual)["spec"]["clusterIP"]
+        assert lab.connect("client", manual_ip, 81) == ["ConnectionRefusedError"]
+        endpoints = store.create({"apiVersion": "v1", "kind": "Endpoints",
+                                  "metadata": {"name": "manual", "namespace": "team-a"},
+                                  "subsets": [{"addresses": [{"ip": lab.ip("web-1")}], "ports": [{"port": 8080}]}]})
+        assert services.keys_for_event(WatchEvent("ADDED", endpoints, 0)) == [manual]
+        assert services.keys_for_event(WatchEvent("ADDED", store.get("Endpoints", "team-a", "web"), 0)) == []
+        services.reconcile(manual)
+        assert lab.connect("client", manual_ip, 81)[0].startswith("web-1 ")
 
         # NetworkPolicy: deny all ingress in team-a; the client (no pod of the store: the host's
         # idea of "another namespace's pod" is any other address) is cut off.

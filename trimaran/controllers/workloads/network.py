@@ -195,7 +195,7 @@ def ensure_system_services(store: Store, network: ClusterNetwork, api_port: int)
                      "subsets": [{"addresses": [{"ip": plan.gateway}],
                                   "ports": [{"name": p["name"], "port": target, "protocol": p["protocol"]}
                                             for p in ports]}]}
-        for body in (service, endpoints):
+        for body in (endpoints, service):  # the Service's first pass finds its endpoints
             try:
                 store.create(body)
             except AlreadyExists:

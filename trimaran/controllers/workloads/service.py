@@ -72,6 +72,8 @@ class ServiceReconciler(Reconciler):
         super().__init__(store)
         self.runtime = runtime
         self.network = network
+        if network is not None:  # a Service without a selector forwards to the Endpoints its owner writes
+            self.watches = ("Pod", "Endpoints")
         self.proxy = ServiceProxy()
         self._listening: dict[Key, set[Address]] = {}
         self._names: dict[Key, str] = {}  # the Services whose names are published, and their address
@@ -99,6 +101,9 @@ class ServiceReconciler(Reconciler):
                 self._selectors[key_of(obj)] = (obj.get("spec") or {}).get("selector") or {}
             return [key_of(obj)]
         namespace = obj["metadata"].get("namespace")
+        if obj["kind"] == "Endpoints":
+            key = Key("Service", namespace, obj["metadata"]["name"])
+            return [key] if self._selectors.get(key) == {} else []
         labels = obj["metadata"].get("labels") or {}
         return [key for key, selector in list(self._selectors.items())
                 if key.namespace == namespace and selector and selector_matches({"matchLabels": selector}, labels)]
