@@ -6,6 +6,7 @@ runs without a pod network (not root, no CNI plugins)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 import urllib.request
 from pathlib import Path
@@ -15,6 +16,7 @@ import dns.query
 import pytest
 
 from tests.helpers import poll
+from trimaran.runtime.network import table_name
 
 SERVER = textwrap.dedent("""
     import http.server, os
@@ -65,6 +67,13 @@ def _get(url: str) -> str | None:
 def _ask(server: str, name: str) -> set[str]:
     answer = dns.query.udp(dns.message.make_query(name, "A"), server, timeout=3)
     return {r.to_text() for rrset in answer.answer for r in rrset}
+
+
+def _enforced(plane, text: str) -> None:
+    """Wait for the policy reconciler to have written ``text`` into the home's table."""
+    table = table_name(str(plane.home))
+    poll(lambda: text in subprocess.run(["nft", "list", "table", "inet", table], capture_output=True,
+                                        text=True).stdout, timeout=30, what=f"{text!r} in {table}")
 
 
 def _probe_from_pod(plane, tmp_path: Path, name: str, namespace: str, targets: list[str]) -> dict:
@@ -118,6 +127,7 @@ def test_services_dns_and_network_policy_on_the_pod_network(network_plane, tmp_p
     deny = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": "deny-ingress", "namespace": "team-a"}, "spec": {"podSelector": {}}}
     _apply(plane, tmp_path, deny)
+    _enforced(plane, "drop")
     pod_ip = plane.client().list("Pod", "team-a", "app=web")[0]["status"]["podIP"]
     got = _probe_from_pod(plane, tmp_path, "denied", "team-b", [f"{vip}:80", f"{pod_ip}:8080",
                                                                  f"{plan['api_ip']}:443"])
@@ -129,4 +139,5 @@ def test_services_dns_and_network_policy_on_the_pod_network(network_plane, tmp_p
                  {"namespaceSelector": {"matchLabels": {"team": "team-b"}},
                   "podSelector": {"matchLabels": {"role": "client"}}}]}]}}
     _apply(plane, tmp_path, allow)
+    _enforced(plane, "@peers-")
     assert _probe_from_pod(plane, tmp_path, "allowed", "team-b", [f"{vip}:80"]) == {f"{vip}:80": "ok"}

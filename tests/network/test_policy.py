@@ -56,7 +56,7 @@ class World:
                     + policy_rules(list(policies), self.pods, self.namespaces))
 
     def reach(self, source: str, target: str, port: int = 8080) -> bool:
-        got = self.lab.connect(source, self.lab.ip(target), port, timeout=1.0)
+        got = self.lab.connect(source, self.lab.ip(target), port, timeout=1.5)
         assert got == BLOCKED or got[0].startswith(target), got
         return got != BLOCKED
 

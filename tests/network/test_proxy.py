@@ -59,7 +59,7 @@ def test_cluster_ip_balances_across_backends_from_host_and_pods(lab):
     assert {a.split()[1] for a in from_pod} == {lab.ip("client")}
 
     # Hairpin: a backend reaching its own Service, and landing on itself, is answered (masqueraded).
-    answers = lab.connect("b0", vip, 80, n=20)
+    answers = lab.connect("b0", vip, 80, n=40)
     assert all(a.split()[0] in {"b0", "b1", "b2"} for a in answers), answers
     assert "b0" in {a.split()[0] for a in answers}
 
