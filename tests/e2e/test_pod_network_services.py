@@ -127,7 +127,7 @@ def test_services_dns_and_network_policy_on_the_pod_network(network_plane, tmp_p
     deny = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": "deny-ingress", "namespace": "team-a"}, "spec": {"podSelector": {}}}
     _apply(plane, tmp_path, deny)
-    _enforced(plane, "drop")
+    _enforced(plane, "jump ingress-")
     pod_ip = plane.client().list("Pod", "team-a", "app=web")[0]["status"]["podIP"]
     got = _probe_from_pod(plane, tmp_path, "denied", "team-b", [f"{vip}:80", f"{pod_ip}:8080",
                                                                  f"{plan['api_ip']}:443"])
