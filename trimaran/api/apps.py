@@ -93,6 +93,10 @@ def fixed_ports(pod_spec: dict[str, Any]) -> list[tuple[str, int]]:
             if not reads_port_from_env(c) for p in c.get("ports") or [] if p.get("containerPort")]
 
 
+# kube-apiserver's default --service-node-port-range.
+NODE_PORT_MIN, NODE_PORT_MAX = 30000, 32767
+
+
 def _is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
@@ -359,6 +363,15 @@ class Service(Resource):
                             for m in is_valid_port_name(target))
             if port.protocol not in (None, "TCP"):
                 errs.append(FieldError.not_supported(join_path(path, "protocol"), port.protocol, ("TCP",)))
+            if port.node_port is not None:
+                if spec.type not in ("NodePort", "LoadBalancer"):
+                    errs.append(FieldError.forbidden(join_path(path, "nodePort"),
+                                                     f"may not be used when `type` is '{spec.type}'"))
+                elif not NODE_PORT_MIN <= port.node_port <= NODE_PORT_MAX:
+                    errs.append(FieldError.invalid(
+                        join_path(path, "nodePort"), port.node_port,
+                        f"provided port is not in the valid range. The range of valid ports is "
+                        f"{NODE_PORT_MIN}-{NODE_PORT_MAX}"))
         return errs
 
     @classmethod

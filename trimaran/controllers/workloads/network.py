@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from trimaran.api.apps import NODE_PORT_MAX, NODE_PORT_MIN
 from trimaran.controllers.base import Key, Reconciler
 from trimaran.runtime.network import (
     ClusterDns,
@@ -47,7 +48,7 @@ __all__ = ["ClusterNetwork", "NetworkPlanLike", "NetworkPolicyReconciler", "ensu
 
 log = logging.getLogger(__name__)
 
-NODE_PORTS = range(30000, 32768)
+NODE_PORTS = range(NODE_PORT_MIN, NODE_PORT_MAX + 1)
 _ALL = Key("NetworkPolicy", "", "")
 
 
