@@ -30,15 +30,23 @@ SERVER = textwrap.dedent("""
     http.server.ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """)
 # Connects to each address given and prints one JSON line: address -> "ok" or the error's name.
+# With --until-ok, tries again for a while: a new pod's address joins the policies' peer sets
+# when the control plane sees it, a moment after the pod may already try (as with any CNI's policy).
 CLIENT = textwrap.dedent("""
-    import json, socket, sys
-    out = {}
-    for target in sys.argv[1:]:
-        host, port = target.rsplit(":", 1)
-        try:
-            socket.create_connection((host, int(port)), timeout=2).close(); out[target] = "ok"
-        except OSError as e:
-            out[target] = type(e).__name__
+    import json, socket, sys, time
+    retry = sys.argv[1] == "--until-ok"
+    targets = sys.argv[2:] if retry else sys.argv[1:]
+    deadline = time.monotonic() + 30
+    while True:
+        out = {}
+        for target in targets:
+            host, port = target.rsplit(":", 1)
+            try:
+                socket.create_connection((host, int(port)), timeout=2).close(); out[target] = "ok"
+            except OSError as e:
+                out[target] = type(e).__name__
+        if not retry or set(out.values()) == {"ok"} or time.monotonic() > deadline:
+            break
     print(json.dumps(out))
 """)
 
@@ -76,9 +84,11 @@ def _enforced(plane, text: str) -> None:
                                         text=True).stdout, timeout=30, what=f"{text!r} in {table}")
 
 
-def _probe_from_pod(plane, tmp_path: Path, name: str, namespace: str, targets: list[str]) -> dict:
+def _probe_from_pod(plane, tmp_path: Path, name: str, namespace: str, targets: list[str],
+                    labels: dict | None = None) -> dict:
+    labels = {"role": "client"} if labels is None else labels
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
-           "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {"role": "client"}}, "spec": {
+           "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": {
                "restartPolicy": "Never",
                "containers": [{"name": "c", "image": "python", "command": ["python", "-c", CLIENT, *targets]}]}}}}
     _apply(plane, tmp_path, job)
@@ -139,5 +149,7 @@ def test_services_dns_and_network_policy_on_the_pod_network(network_plane, tmp_p
                  {"namespaceSelector": {"matchLabels": {"team": "team-b"}},
                   "podSelector": {"matchLabels": {"role": "client"}}}]}]}}
     _apply(plane, tmp_path, allow)
-    _enforced(plane, "@peers-")
-    assert _probe_from_pod(plane, tmp_path, "allowed", "team-b", [f"{vip}:80"]) == {f"{vip}:80": "ok"}
+    assert _probe_from_pod(plane, tmp_path, "allowed", "team-b", ["--until-ok", f"{vip}:80"]) == {f"{vip}:80": "ok"}
+    # Another namespace's pods without role=client stay out.
+    got = _probe_from_pod(plane, tmp_path, "unlabelled", "team-b", [f"{vip}:80"], labels={})
+    assert got == {f"{vip}:80": "TimeoutError"}
