@@ -179,3 +179,38 @@ def _gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def test_a_restarted_control_plane_keeps_the_services_until_it_has_seen_them(tmp_path: Path):
+    """Pods outlive their control plane: its table stays, and the next one replaces it only once every
+    stored Service has had a pass (an empty table in between would cut the pods' Services)."""
+    lab = Lab()
+    store = SQLiteStore(tmp_path / "t.db")
+    store.ensure_namespace("team-a")
+    plan = Plan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1))
+    first = ClusterNetwork(tmp_path / "home", plan)
+    second = ClusterNetwork(tmp_path / "home", plan)
+    try:
+        _pod(store, lab, "web-0", {"app": "web"})
+        lab.add_pod("client")
+        spec = {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}
+        store.create(validate({"apiVersion": "v1", "kind": "Service",
+                               "metadata": {"name": "web", "namespace": "team-a"}, "spec": spec}).object)
+        services = ServiceReconciler(store, LocalRuntime(tmp_path / "home"), first)
+        keys = list(services.initial_keys())
+        vip = _settle(services, keys[0])["spec"]["clusterIP"]
+        assert lab.connect("client", vip, 80)[0].startswith("web-0 ")
+        services.shutdown()  # the control plane stops; its pods and their Services stay
+
+        again = ServiceReconciler(store, LocalRuntime(tmp_path / "home"), second)
+        keys = list(again.initial_keys())
+        assert lab.connect("client", vip, 80)[0].startswith("web-0 ")  # not yet synced: the old table
+        again.reconcile(keys[0])
+        assert lab.connect("client", vip, 80)[0].startswith("web-0 ")
+        again.shutdown()
+    finally:
+        second.remove()
+        store.close()
+        lab.close()
+    assert not table_exists(first.table)
+    assert lab.leftovers() == []
