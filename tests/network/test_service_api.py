@@ -34,3 +34,17 @@ def test_accepted() -> None:
                               "ports": [{"port": 80, "nodePort": 30080}]})).object["spec"]
     assert spec["ports"][0]["nodePort"] == 30080 and spec["clusterIP"] == "10.96.0.20"
     assert validate(_service({"clusterIP": "None", "ports": [{"port": 80}]})).object["spec"]["clusterIP"] == "None"
+
+
+def test_kubectl_columns_show_the_load_balancer_address_and_node_ports() -> None:
+    from trimaran.api.apps import SERVICE_COLUMNS
+
+    def row(obj: dict) -> list[str]:
+        return [str(c.value(obj)) for c in SERVICE_COLUMNS[:-1]]
+    lb = {"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.20",
+                   "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]}}
+    assert row(lb) == ["LoadBalancer", "10.96.0.20", "<pending>", "80:30080/TCP"]
+    lb["status"] = {"loadBalancer": {"ingress": [{"ip": "10.96.0.200", "ipMode": "VIP"}]}}
+    assert row(lb)[2] == "10.96.0.200"
+    assert row({"spec": {"clusterIP": "10.96.0.21", "ports": [{"port": 53, "protocol": "UDP"}]}}) == [
+        "ClusterIP", "10.96.0.21", "<none>", "53/UDP"]

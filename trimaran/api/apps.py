@@ -47,8 +47,24 @@ def _spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _service_ports(obj: dict[str, Any]) -> str:
+    """kubectl's ``makePortString``: ``80/TCP``, ``80:30080/TCP`` with a node port."""
     ports = (obj.get("spec") or {}).get("ports") or []
-    return ",".join(f"{p.get('port')}/{p.get('protocol') or 'TCP'}" for p in ports) or "<none>"
+    return ",".join(f"{p.get('port')}{':' + str(p['nodePort']) if p.get('nodePort') else ''}/"
+                    f"{p.get('protocol') or 'TCP'}" for p in ports) or "<none>"
+
+
+def _service_external_ip(obj: dict[str, Any]) -> str:
+    """kubectl's ``getServiceExternalIP``: a LoadBalancer's ingress addresses (``<pending>`` until it
+    has one), an ExternalName's name, else the Service's externalIPs."""
+    spec = obj.get("spec") or {}
+    external = list(spec.get("externalIPs") or [])
+    if spec.get("type") == "ExternalName":
+        return spec.get("externalName") or "<none>"
+    if spec.get("type") == "LoadBalancer":
+        ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        found = [i.get("ip") or i.get("hostname") for i in ingress if i.get("ip") or i.get("hostname")] + external
+        return ",".join(found) or "<pending>"
+    return ",".join(external) or "<none>"
 
 
 # kube-apiserver's columns for `kubectl get deployments` and `kubectl get services`.
@@ -70,7 +86,7 @@ ENDPOINTS_COLUMNS = (
 SERVICE_COLUMNS = (
     PrinterColumn("Type", value=lambda o: (o.get("spec") or {}).get("type", "ClusterIP")),
     PrinterColumn("Cluster-IP", value=lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>"),
-    PrinterColumn("External-IP", value=lambda o: "<none>"),
+    PrinterColumn("External-IP", value=_service_external_ip),
     PrinterColumn("Port(s)", value=_service_ports),
     AGE)
 
