@@ -330,6 +330,9 @@ class ServiceReconciler(Reconciler):
                 addresses[a["ip"]] = a.get("hostname")
         proxied = None
         if ip != "None":
+            # Also in the pods' /etc/hosts, as off the pod network: names resolve even where a pod's
+            # resolv.conf does not lead to the cluster DNS (hostNetwork pods, dnsPolicy Default).
+            self._publish_names(key, ip)
             affinity = spec.get("sessionAffinity") == "ClientIP"
             timeout = ((spec.get("sessionAffinityConfig") or {}).get("clientIP") or {}).get("timeoutSeconds", 10800)
             lb = [i["ip"] for i in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
