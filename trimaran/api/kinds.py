@@ -36,6 +36,8 @@ from trimaran.api.jobset import JOBSET_NAME_KEY, JobSet
 from trimaran.api.meta import Resource
 from trimaran.api.monitoring import API_VERSION as MONITORING_V1
 from trimaran.api.monitoring import PodMonitor, ServiceMonitor
+from trimaran.api.networking import API_VERSION as NETWORKING_V1
+from trimaran.api.networking import NETWORKPOLICY_COLUMNS, NetworkPolicy
 from trimaran.api.pipelines import (
     KFP_API_VERSION,
     TRIMARAN_API_VERSION,
@@ -416,6 +418,8 @@ for _info in (
              REPLICASET_COLUMNS),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,
              status_subresource=False),
+    KindInfo("NetworkPolicy", NETWORKING_V1, "networking.k8s.io", "v1", "networkpolicies", ("netpol",), True,
+             NetworkPolicy, printer_columns=NETWORKPOLICY_COLUMNS, status_subresource=False),
     KindInfo("ServiceMonitor", MONITORING_V1, "monitoring.coreos.com", "v1", "servicemonitors", ("smon",), True,
              ServiceMonitor, ("prometheus-operator",), status_subresource=False),
     KindInfo("PodMonitor", MONITORING_V1, "monitoring.coreos.com", "v1", "podmonitors", ("pmon",), True,
