@@ -229,6 +229,9 @@ class KindInfo:
     # A label every pod of an object carries with the object's name as its value, where its pods
     # come from child Jobs rather than being owned by it (a JobSet's, and a TrainJob's JobSet's).
     pods_label: str | None = None
+    # A delete that ends at once answers with the deleted object rather than a Status (the
+    # registry's ReturnDeletedObject: Services among the built-in kinds).
+    returns_deleted: bool = False
 
     @property
     def singular(self) -> str:
@@ -408,7 +411,8 @@ for _info in (
     KindInfo("Deployment", APPS_V1, "apps", "v1", "deployments", ("deploy",), True, Deployment, ("all",),
              DEPLOYMENT_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
              pod_templates=_job_template),
-    KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS),
+    KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS,
+             returns_deleted=True),
     KindInfo("HorizontalPodAutoscaler", AUTOSCALING_V2, "autoscaling", "v2", "horizontalpodautoscalers", ("hpa",),
              True, HorizontalPodAutoscaler, ("all",), HPA_COLUMNS),
     # v2 first: `hpa` finds it, and discovery prefers it, as kube-apiserver does.

@@ -690,6 +690,8 @@ class KubeAPI:
             raise StatusError(422, "Invalid", str(exc)) from None
         if remaining is not None:
             return _json_response(remaining, 200)
+        if info.returns_deleted:
+            return _json_response(current, 200)
         meta = current["metadata"]
         return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                "details": {"name": meta["name"], "group": info.group, "kind": info.plural,
