@@ -1,0 +1,234 @@
+"""The node's side of ``kubectl exec``: a command run inside a running container.
+
+As containerd's exec, the command joins the container's namespaces (user, mount, pid, network,
+IPC, UTS), its root and working directory, its environment and its user, by ``nsenter`` (util-linux)
+pointed at the container's first process. That process is found from the shim's ``<container>.pid``
+record: the recorded process (bubblewrap, or an OCI runtime's) is an ancestor of the container's,
+which is the first descendant in a pid namespace of its own (past bubblewrap's pid 1, which is
+only its reaper). Both bubblewrap and crun containers are entered the same way.
+
+The process gets the container's ids but not its seccomp filter or capability bounding set:
+nsenter runs on the host, where no such tool as ``setpriv`` can be relied on inside the image.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import termios
+from dataclasses import dataclass, field
+
+from trimaran.runtime import shim as _shim
+
+__all__ = ["ContainerNotFound", "ExecProcess", "container_process", "start_exec"]
+
+_NAMESPACES = (("user", "--user"), ("mnt", "--mount"), ("pid", "--pid"), ("net", "--net"), ("ipc", "--ipc"),
+               ("uts", "--uts"))
+
+
+class ContainerNotFound(LookupError):
+    """No running container of that name: the kubelet's words, which kubectl prints after
+    ``unable to upgrade connection:``."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f'container not found ("{name}")')
+
+
+@dataclass
+class ExecProcess:
+    """A command running in a container. ``stdin``/``stdout``/``stderr`` are this side's ends
+    (non-blocking; ``None`` where not asked for); with a TTY, ``stdout`` is the terminal's master,
+    which also takes stdin, and ``stderr`` is ``None`` (a terminal merges them, as upstream)."""
+
+    proc: subprocess.Popen
+    stdin: int | None
+    stdout: int | None
+    stderr: int | None
+    tty: bool
+    _closed: set[int] = field(default_factory=set)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def resize(self, width: int, height: int) -> None:
+        """Set the terminal's size (``TIOCSWINSZ``; the foreground program gets SIGWINCH)."""
+        if self.tty and self.stdout is not None and self.stdout not in self._closed:
+            fcntl.ioctl(self.stdout, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+
+    def close_stdin(self) -> None:
+        """End of the caller's input: EOF for the command (a TTY gets ^D, as a terminal would)."""
+        if self.tty:
+            if self.stdout is not None and self.stdout not in self._closed:
+                try:
+                    os.write(self.stdout, b"\x04")
+                except OSError:
+                    pass
+        elif self.stdin is not None:
+            self.close(self.stdin)
+
+    def close(self, fd: int) -> None:
+        if fd not in self._closed:
+            self._closed.add(fd)
+            os.close(fd)
+
+    def kill(self) -> None:
+        """End the command and whatever it started in its session (the caller went away)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def release(self) -> None:
+        for fd in (self.stdin, self.stdout, self.stderr):
+            if fd is not None:
+                self.close(fd)
+
+
+def _ns(pid: int | str, kind: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+            return [int(p) for p in handle.read().split()]
+    except OSError:
+        return []
+
+
+def container_process(pid: int) -> int:
+    """The container's own first process under ``pid`` (the runtime's process the shim recorded):
+    the first process, breadth first, in a pid namespace other than ``pid``'s, past bubblewrap's
+    init; ``pid`` itself where nothing below it is (a container without a pid namespace)."""
+    outer = _ns(pid, "pid")
+    queue = [pid]
+    while queue:
+        current = queue.pop(0)
+        if current != pid and _ns(current, "pid") != outer:
+            children = _children(current)
+            if _comm(current) == "bwrap" and children:
+                return children[0]
+            return current
+        queue.extend(_children(current))
+    return pid
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        raw = handle.read()
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            env[os.fsdecode(name)] = os.fsdecode(value)
+    return env
+
+
+def _inside(host_id: int, map_path: str) -> int:
+    """``host_id`` as the container's user namespace numbers it (its ``uid_map``/``gid_map``)."""
+    try:
+        with open(map_path, encoding="ascii") as handle:
+            for line in handle:
+                inside, outside, count = (int(v) for v in line.split())
+                if outside <= host_id < outside + count:
+                    return inside + host_id - outside
+    except (OSError, ValueError):
+        pass
+    return host_id
+
+
+def _ids(pid: int, in_userns: bool) -> tuple[int, int]:
+    uid = gid = 0
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("Uid:"):
+                uid = int(line.split()[1])
+            elif line.startswith("Gid:"):
+                gid = int(line.split()[1])
+    if in_userns:
+        return _inside(uid, f"/proc/{pid}/uid_map"), _inside(gid, f"/proc/{pid}/gid_map")
+    return uid, gid
+
+
+def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *, tty: bool, stdin: bool,
+               stdout: bool, stderr: bool) -> ExecProcess:
+    """Run ``argv`` in the container whose runtime process is ``pid`` (started at ``start_ticks``).
+
+    Raises ``ContainerNotFound`` when that process is gone, and ``FileNotFoundError`` when this
+    machine has no ``nsenter``."""
+    if not _shim.process_alive(pid, start_ticks):
+        raise ContainerNotFound(name)
+    target = container_process(pid)
+    nsenter = shutil.which("nsenter")
+    if nsenter is None:
+        raise FileNotFoundError("nsenter (util-linux) is not installed on this node")
+    try:
+        env = _environ(target)
+        own_userns = _ns(target, "user") != _ns("self", "user")
+        uid, gid = _ids(target, own_userns)
+        flags = [flag for kind, flag in _NAMESPACES if _ns(target, kind) != _ns("self", kind)]
+    except OSError:
+        raise ContainerNotFound(name) from None
+    if tty:
+        env.setdefault("TERM", "xterm")  # as containerd sets for a terminal
+    command = [nsenter, f"--target={target}", *flags, "--root", "--wd", f"--setuid={uid}", f"--setgid={gid}",
+               "--", *argv]
+    ours: list[int] = []
+    theirs: list[int] = []
+    try:
+        if tty:
+            master, slave = os.openpty()
+            ours.append(master)
+            theirs.append(slave)
+            # setsid -c: a session of its own with the terminal as its controlling one, so ^C
+            # reaches the foreground program and a hang-up ends the session.
+            command = ["setsid", "-c", *command]
+            child_in = child_out = child_err = slave
+            mine_in, mine_out, mine_err = (master if stdin else None), master, None
+        else:
+            child_in: int | None = subprocess.DEVNULL  # type: ignore[no-redef]
+            mine_in = mine_out = mine_err = None
+            if stdin:
+                r, w = os.pipe2(os.O_CLOEXEC)
+                ours.append(w)
+                theirs.append(r)
+                child_in, mine_in = r, w
+            child_out = child_err = subprocess.DEVNULL  # type: ignore[assignment]
+            if stdout:
+                r, w = os.pipe2(os.O_CLOEXEC)
+                ours.append(r)
+                theirs.append(w)
+                child_out, mine_out = w, r
+            if stderr:
+                r, w = os.pipe2(os.O_CLOEXEC)
+                ours.append(r)
+                theirs.append(w)
+                child_err, mine_err = w, r
+        proc = subprocess.Popen(command, stdin=child_in, stdout=child_out, stderr=child_err, env=env,
+                                start_new_session=not tty, close_fds=True)
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+    for fd in {mine_in, mine_out, mine_err} - {None}:
+        os.set_blocking(fd, False)  # type: ignore[arg-type]
+    return ExecProcess(proc, mine_in if not tty else (master if stdin else None), mine_out, mine_err, tty)
