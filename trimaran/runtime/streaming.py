@@ -20,6 +20,7 @@ import signal
 import struct
 import subprocess
 import termios
+import time
 from dataclasses import dataclass, field
 
 from trimaran.runtime import shim as _shim
@@ -121,6 +122,23 @@ def container_process(pid: int) -> int:
     return pid
 
 
+_RUNTIMES = frozenset({"bwrap", "crun", "runc", "runc:[2:INIT]"})
+
+
+def _started(pid: int, timeout: float = 5.0) -> int | None:
+    """:func:`container_process` once it runs the container's program: a container recorded as
+    started may still be its runtime setting up its root (a moment, then it execs)."""
+    deadline = time.monotonic() + timeout
+    while _shim.proc_stat(pid) is not None:
+        target = container_process(pid)
+        if target != pid and _comm(target) not in _RUNTIMES:
+            return target
+        if time.monotonic() > deadline:
+            return target
+        time.sleep(0.01)
+    return None
+
+
 def _comm(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
@@ -174,7 +192,9 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
     machine has no ``nsenter``."""
     if not _shim.process_alive(pid, start_ticks):
         raise ContainerNotFound(name)
-    target = container_process(pid)
+    target = _started(pid)
+    if target is None:
+        raise ContainerNotFound(name)
     nsenter = shutil.which("nsenter")
     if nsenter is None:
         raise FileNotFoundError("nsenter (util-linux) is not installed on this node")

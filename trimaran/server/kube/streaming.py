@@ -496,7 +496,7 @@ def _full_name(pod: dict) -> str:
 
 def _forward_error(pod: dict, port: int, exc: OSError) -> str:
     host = _pod_ip(pod)
-    why = exc.strerror.lower() if exc.strerror else str(exc)
+    why = os.strerror(exc.errno).lower() if exc.errno else str(exc)  # asyncio's own words name no errno
     return (f"error forwarding port {port} to pod {_full_name(pod)}, uid : failed to connect to {host}:{port} "
             f"inside the pod's network: dial tcp4 {host}:{port}: connect: {why}")
 
