@@ -617,7 +617,7 @@ async def _portforward(request: Request, pod: dict, takeover: Callable, websocke
         spdy = _SpdyForwards(pod, flow, ended.set)
         if protocol == _PF_TUNNEL:
             ws = WebSocket(lambda op, data: spdy.session.feed(data), spdy.end)
-            spdy.session = SpdySession(lambda data: ws.send(data, OP_BINARY), spdy.on_stream, spdy.end)
+            spdy.session = SpdySession(ws.send_parts, spdy.on_stream, spdy.end)
             flow.hook(ws)
             takeover(_ws_response(request, protocol), ws)
             closer: Callable[[], None] = ws.close

@@ -18,6 +18,7 @@ import hashlib
 import struct
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 from trimaran.server.connections import TakenConnection
 
@@ -33,13 +34,31 @@ def websocket_accept(key: str) -> str:
     return base64.b64encode(hashlib.sha1(key.encode() + _GUID).digest()).decode()
 
 
+_numpy: Any = None  # numpy where installed (the serve extra), imported at the first large frame
+
+
 def _unmask(data: bytes | bytearray, mask: bytes) -> bytes:
-    # One big-integer XOR: a Python loop over bytes would hold port-forward to a few MB/s.
+    """A client's frame unmasked. numpy XORs 8 bytes at a time at ~9 GB/s; without it one big-integer
+    XOR does ~0.6 GB/s (a Python loop over bytes would hold port-forward to a few MB/s)."""
+    global _numpy
     n = len(data)
     if n == 0:
         return b""
-    key = (mask * (n // 4 + 1))[:n]
-    return (int.from_bytes(data, "little") ^ int.from_bytes(key, "little")).to_bytes(n, "little")
+    if n >= 4096:
+        if _numpy is None:
+            try:
+                import numpy
+                _numpy = numpy
+            except ImportError:
+                _numpy = False
+        if _numpy:
+            whole = n - n % 8
+            words = _numpy.frombuffer(data, dtype=_numpy.uint64, count=whole // 8)
+            key = _numpy.frombuffer(mask * 2, dtype=_numpy.uint64)[0]
+            head = (words ^ key).tobytes()
+            return head + bytes(b ^ mask[i % 4] for i, b in enumerate(data[whole:]))
+    key_bytes = (mask * (n // 4 + 1))[:n]
+    return (int.from_bytes(data, "little") ^ int.from_bytes(key_bytes, "little")).to_bytes(n, "little")
 
 
 def _frame_header(opcode: int, length: int) -> bytes:
@@ -161,6 +180,11 @@ class WebSocket(_Writer):
         if not self._sent_close:
             self._write(opcode, payload)
 
+    def send_parts(self, head: bytes, payload: bytes) -> None:
+        """One binary message of ``head + payload``, without joining them first."""
+        if not self._sent_close and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines((_frame_header(OP_BINARY, len(head) + len(payload)), head, payload))
+
     def close(self, code: int = 1000) -> None:
         """Send a close frame (once) and close the connection once it is written."""
         if not self._sent_close:
@@ -204,7 +228,7 @@ SPDY_DICTIONARY = b"".join(len(n).to_bytes(4, "big") + n.encode() for n in _DICT
 _SYN_STREAM, _SYN_REPLY, _RST_STREAM, _SETTINGS, _PING, _GOAWAY, _HEADERS, _WINDOW_UPDATE = 1, 2, 3, 4, 6, 7, 8, 9
 _FLAG_FIN = 0x01
 RST_CANCEL = 5
-_MAX_DATA = 32 * 1024  # bytes per data frame (spdystream reads frames of any size)
+_MAX_DATA = 1024 * 1024  # bytes per data frame (spdystream reads any up to 16 MiB; reads are 256 KiB)
 
 
 def spdy_headers(block: bytes) -> dict[str, str]:
@@ -258,14 +282,15 @@ class SpdyStream:
     def write(self, data: bytes, fin: bool = False) -> None:
         if self.finished:
             return
-        view = memoryview(data)
-        for start in range(0, len(data), _MAX_DATA):
-            chunk = view[start:start + _MAX_DATA]
-            last = fin and start + _MAX_DATA >= len(data)
-            self.session.write_data(self.id, bytes(chunk), last)
+        if len(data) <= _MAX_DATA:
+            if data or fin:
+                self.session.write_data(self.id, data, fin)
+        else:
+            view = memoryview(data)
+            for start in range(0, len(data), _MAX_DATA):
+                last = fin and start + _MAX_DATA >= len(data)
+                self.session.write_data(self.id, bytes(view[start:start + _MAX_DATA]), last)
         if fin:
-            if not data:
-                self.session.write_data(self.id, b"", True)
             self.finished = True
 
     def close(self) -> None:
@@ -282,9 +307,9 @@ class SpdySession:
     """A SPDY/3.1 server session over bytes: ``feed`` what arrives, ``write`` what it sends.
     ``on_stream(stream)`` is called for each stream the client opens, after it was answered."""
 
-    def __init__(self, write: Callable[[bytes], None], on_stream: Callable[[SpdyStream], None],
+    def __init__(self, write: Callable[[bytes, bytes], None], on_stream: Callable[[SpdyStream], None],
                  on_end: Callable[[], None]) -> None:
-        self._write = write
+        self._write = write  # (frame header, payload): written as one, without joining them here
         self.on_stream = on_stream
         self.on_end = on_end
         self.streams: dict[int, SpdyStream] = {}
@@ -342,11 +367,11 @@ class SpdySession:
 
     def write_control(self, kind: int, flags: int, payload: bytes) -> None:
         if not self._ended:
-            self._write(struct.pack("!HHI", 0x8003, kind, (flags << 24) | len(payload)) + payload)
+            self._write(struct.pack("!HHI", 0x8003, kind, (flags << 24) | len(payload)), payload)
 
     def write_data(self, stream_id: int, data: bytes, fin: bool) -> None:
         if not self._ended:
-            self._write(struct.pack("!II", stream_id, ((_FLAG_FIN if fin else 0) << 24) | len(data)) + data)
+            self._write(struct.pack("!II", stream_id, ((_FLAG_FIN if fin else 0) << 24) | len(data)), data)
 
     def goaway(self) -> None:
         self.write_control(_GOAWAY, 0, struct.pack("!II", max(self.streams, default=0), 0))
@@ -366,9 +391,9 @@ class SpdyConnection(_Writer):
         super().__init__()
         self.session = SpdySession(self._send, on_stream, on_end)
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, head: bytes, payload: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+            self.transport.writelines((head, payload))
 
     def data_received(self, data: bytes) -> None:
         self.session.feed(data)
