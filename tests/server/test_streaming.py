@@ -214,6 +214,19 @@ def test_exec_runs_in_the_container_as_its_user_with_its_env(kubectl, sleeper) -
     assert out[3] == "/"
 
 
+def test_exec_joins_the_containers_cgroups(kubectl) -> None:  # noqa: ANN001
+    pod = _pod("limited", ["sleep", "3600"])
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"memory": "64Mi"}}
+    _apply(kubectl, pod)
+    _running(kubectl, "limited")
+    # The container's first process (pid 1 in its namespace) is in the container's cgroups from
+    # its start; what exec runs must count against the same limits.
+    out = kubectl("exec", "limited", "--", "sh", "-c", "cat /proc/self/cgroup; echo --; cat /proc/1/cgroup").stdout
+    mine, first = out.split("--\n")
+    assert mine == first
+    kubectl("delete", "pod", "limited", "--wait=false")
+
+
 class Terminal:
     """A program on a terminal of its own (24x80 at first), as a user at a keyboard runs it."""
 

@@ -147,6 +147,53 @@ def _comm(pid: int) -> str:
         return ""
 
 
+def _cgroup_lines(pid: int | str) -> dict[str, str]:
+    """``/proc/PID/cgroup`` as {controllers (``""`` for cgroup v2): path}."""
+    lines: dict[str, str] = {}
+    with open(f"/proc/{pid}/cgroup", encoding="utf-8") as handle:
+        for line in handle:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            lines[controllers] = path
+    return lines
+
+
+def _cgroup_mounts() -> dict[str, tuple[str, str]]:
+    """Each cgroup hierarchy's {controllers (``""`` for v2): (mount point, root within it)}."""
+    mounts: dict[str, tuple[str, str]] = {}
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            dash = fields.index("-")
+            fstype, options = fields[dash + 1], fields[dash + 3].split(",")
+            if fstype == "cgroup2":
+                mounts.setdefault("", (fields[4], fields[3]))
+            elif fstype == "cgroup":
+                names = [o for o in options if o not in ("rw", "ro") and not o.startswith(("clone_children",
+                                                                                           "release_agent"))]
+                mounts.setdefault(",".join(sorted(names)), (fields[4], fields[3]))
+    return mounts
+
+
+def _container_cgroups(target: int) -> list[str]:
+    """The ``cgroup.procs`` files of ``target``'s cgroups that are not ours: an exec'd command joins
+    them, so it counts against the container's limits as the kubelet's exec does."""
+    try:
+        theirs, ours, mounts = _cgroup_lines(target), _cgroup_lines("self"), _cgroup_mounts()
+    except (OSError, ValueError):
+        return []
+    files = []
+    for controllers, path in theirs.items():
+        if ours.get(controllers) == path:
+            continue
+        mount = mounts.get(",".join(sorted(controllers.split(","))) if controllers else "")
+        if mount is None or not path.startswith(mount[1]):
+            continue
+        procs = os.path.join(mount[0], path[len(mount[1]):].lstrip("/"), "cgroup.procs")
+        if os.access(procs, os.W_OK):
+            files.append(procs)
+    return files
+
+
 def _environ(pid: int) -> dict[str, str]:
     with open(f"/proc/{pid}/environ", "rb") as handle:
         raw = handle.read()
@@ -209,6 +256,12 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
         env.setdefault("TERM", "xterm")  # as containerd sets for a terminal
     command = [nsenter, f"--target={target}", *flags, "--root", "--wd", f"--setuid={uid}", f"--setgid={gid}",
                "--", *argv]
+    cgroups = _container_cgroups(target)
+    if cgroups:
+        # Into the container's cgroups before nsenter forks the command (Popen has no such option,
+        # and a preexec function is unsafe in this threaded process): a shell's echo, then exec.
+        command = ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done; shift; '
+                   'exec "$@"', "sh", *cgroups, "--", *command]
     ours: list[int] = []
     theirs: list[int] = []
     try:
