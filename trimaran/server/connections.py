@@ -36,6 +36,12 @@ class TakenConnection(asyncio.Protocol):
     """A protocol that takes a connection over from HTTP; ``released`` is called once it is lost."""
 
     released: Callable[[], None] | None = None
+    transport: asyncio.BaseTransport | None = None
+
+    def shutdown(self) -> None:
+        """The server stops: end the connection (a protocol says goodbye in its own words first)."""
+        if self.transport is not None:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.released is not None:
@@ -104,7 +110,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """A stopping server ends an idle kept-alive connection at once: a TLS close waits for the
         client's close_notify, which an idle client never sends, and the stop would wait with it."""
         if self._taken is not None:
-            self.transport.close()
+            self._taken.shutdown()
         elif self.cycle is None or self.cycle.response_complete:
             self._disarm()
             self.transport.abort()

@@ -199,6 +199,9 @@ class WebSocket(_Writer):
             self._ended = True
             self.on_end()
 
+    def shutdown(self) -> None:
+        self.close(1001)  # going away
+
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._end()
