@@ -502,11 +502,21 @@ def _forward_error(pod: dict, port: int, exc: OSError) -> str:
 
 
 class _PodSide(asyncio.Protocol):
-    """The connection to the pod's port; what it reads goes to ``send``, its end to ``ended``."""
+    """The connection to the pod's port; what it reads goes to ``send``, its end to ``ended``; while
+    the pod does not take what the client sends, ``full(True)`` (the client's reads pause)."""
 
-    def __init__(self, send: Callable[[bytes], None], ended: Callable[[], None]) -> None:
-        self.send, self.ended = send, ended
+    def __init__(self, send: Callable[[bytes], None], ended: Callable[[], None], full: Callable[[bool], None]) -> None:
+        self.send, self.ended, self.full = send, ended, full
         self.transport: asyncio.Transport | None = None
+        self.paused = False
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.full(True)
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.full(False)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -519,6 +529,8 @@ class _PodSide(asyncio.Protocol):
         return True  # the client may still be sending: keep our half open
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.paused:
+            self.resume_writing()
         self.ended()
 
 
@@ -527,9 +539,9 @@ class _Forward:
     The outer connection's back-pressure pauses the pod's reads (``paused``)."""
 
     def __init__(self, pod: dict, port: int, send: Callable[[bytes], None], fail: Callable[[str], None],
-                 ended: Callable[[], None]) -> None:
+                 ended: Callable[[], None], flow: _Flow) -> None:
         self.pod, self.port = pod, port
-        self.send, self.fail, self.ended = send, fail, ended
+        self.send, self.fail, self.ended, self.flow = send, fail, ended, flow
         self.side: _PodSide | None = None
         self.pending: list[bytes | None] = []
         self.done = False
@@ -537,8 +549,8 @@ class _Forward:
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            _, side = await loop.create_connection(lambda: _PodSide(self.send, self._end), _pod_ip(self.pod),
-                                                   self.port)
+            _, side = await loop.create_connection(lambda: _PodSide(self.send, self._end, self.flow.pod_full),
+                                                   _pod_ip(self.pod), self.port)
         except OSError as exc:
             self.fail(_forward_error(self.pod, self.port, exc))
             self._end()
@@ -583,8 +595,18 @@ class _Flow:
 
     def __init__(self) -> None:
         self.forwards: set[_Forward] = set()
+        self.conn: Any = None
+        self.full_pods = 0
+
+    def pod_full(self, full: bool) -> None:
+        """A pod's connection cannot take more (or can again): the client's reads wait for it."""
+        self.full_pods += 1 if full else -1
+        transport = self.conn.transport if self.conn is not None else None
+        if transport is not None and not transport.is_closing():
+            (transport.pause_reading if self.full_pods > 0 else transport.resume_reading)()
 
     def hook(self, conn: Any) -> None:
+        self.conn = conn
         pause, resume = conn.pause_writing, conn.resume_writing
 
         def paused() -> None:
@@ -616,7 +638,7 @@ async def _portforward(request: Request, pod: dict, takeover: Callable, websocke
     if protocol in (_PF_TUNNEL, _PF_SPDY):
         spdy = _SpdyForwards(pod, flow, ended.set)
         if protocol == _PF_TUNNEL:
-            ws = WebSocket(lambda op, data: spdy.session.feed(data), spdy.end)
+            ws = WebSocket(lambda op, data: spdy.session.feed(data), spdy.end, stream=True)
             spdy.session = SpdySession(ws.send_parts, spdy.on_stream, spdy.end)
             flow.hook(ws)
             takeover(_ws_response(request, protocol), ws)
@@ -698,7 +720,7 @@ class _SpdyForwards:
         def fail(message: str) -> None:
             error.write(message.encode())
 
-        forward = _Forward(self.pod, port, data.write, fail, ended)
+        forward = _Forward(self.pod, port, data.write, fail, ended, self.flow)
         self.flow.forwards.add(forward)
         self.forwards.append(forward)
         data.listen(forward.from_client)
@@ -737,7 +759,7 @@ class _NativeForwards:
                     self.end()
 
             forward = _Forward(self.pod, port, lambda data, ch=2 * i: self._send(ch, data),
-                               lambda message, ch=2 * i + 1: self._send(ch, message.encode()), ended)
+                               lambda message, ch=2 * i + 1: self._send(ch, message.encode()), ended, self.flow)
             self.flow.forwards.add(forward)
             self.forwards.append(forward)
         await asyncio.gather(*(f.open() for f in self.forwards))
