@@ -457,3 +457,77 @@ def test_exec_without_an_upgrade_is_refused(plane, sleeper) -> None:  # noqa: AN
         urllib.request.urlopen(request, context=context, timeout=30)
     assert raised.value.code == 400
     assert json.loads(raised.value.read())["message"] == "Upgrade request required"
+
+
+@pytest.mark.parametrize("protocol", ["v4.channel.k8s.io", "base64.v4.channel.k8s.io", "channel.k8s.io"])
+def test_older_websocket_protocols(plane, kubectl, sleeper, protocol) -> None:  # noqa: ANN001
+    """What older clients ask for: v4 (the Python client before v36) ends with a Status carrying
+    the exit code; base64 sends text frames both ways; v1 says only that the command failed."""
+    import base64
+
+    import websocket
+
+    _running(kubectl, sleeper)
+    server, token, context = plane.endpoint()
+    command = ("sh", "-c", "read line%3B echo got %24line%3B exit 4")
+    query = "&".join(f"command={c.replace(' ', '%20')}" for c in command) + "&stdin=true&stdout=true&stderr=true"
+    url = server.replace("https://", "wss://") + f"/api/v1/namespaces/default/pods/{sleeper}/exec?{query}"
+    ws = websocket.create_connection(url, header=[f"Authorization: Bearer {token}"], subprotocols=[protocol],
+                                     sslopt={"context": context}, timeout=60)
+    text = protocol.startswith("base64.")
+    channels: dict[int, bytes] = {}
+    try:
+        assert ws.subprotocol == protocol
+        if text:
+            ws.send("0" + base64.b64encode(b"hello\n").decode())
+        else:
+            ws.send_binary(b"\0hello\n")
+        while True:
+            try:
+                frame = ws.recv()
+            except websocket.WebSocketConnectionClosedException:
+                break
+            if not frame:
+                break
+            if text:
+                assert isinstance(frame, str)
+                channel, data = int(frame[0]), base64.b64decode(frame[1:])
+            else:
+                assert isinstance(frame, bytes)
+                channel, data = frame[0], frame[1:]
+            channels[channel] = channels.get(channel, b"") + data
+    finally:
+        ws.close()
+    assert channels.get(1) == b"got hello\n"
+    if protocol == "channel.k8s.io":
+        assert channels.get(3) == b"command terminated with non-zero exit code: exit status 4"
+    else:
+        status = json.loads(channels[3])
+        assert status["status"] == "Failure" and status["reason"] == "NonZeroExitCode"
+        assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "4"}]
+
+
+def _processes_running(argv: list[str]) -> list[int]:
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/cmdline").read_bytes() == wanted:
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_client_that_goes_away_leaves_no_command_behind(kubectl, sleeper) -> None:  # noqa: ANN001
+    _running(kubectl, sleeper)
+    marker = ["sleep", f"{os.getpid()}.25"]  # a duration no other test runs
+    client = subprocess.Popen([KUBECTL, "exec", sleeper, "--", *marker], env=kubectl.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        poll(lambda: _processes_running(marker), timeout=30, interval=0.1, what="the exec'd command to run")
+    finally:
+        client.kill()
+        client.wait()
+    poll(lambda: not _processes_running(marker), timeout=30, interval=0.1, what="the command to end with its client")
