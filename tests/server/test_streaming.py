@@ -221,7 +221,10 @@ def test_exec_joins_the_containers_cgroups(kubectl) -> None:  # noqa: ANN001
     _running(kubectl, "limited")
     # The container's first process (pid 1 in its namespace) is in the container's cgroups from
     # its start; what exec runs must count against the same limits.
-    out = kubectl("exec", "limited", "--", "sh", "-c", "cat /proc/self/cgroup; echo --; cat /proc/1/cgroup").stdout
+    done = kubectl("exec", "limited", "--", "sh", "-c", "cat /proc/self/cgroup; echo --; cat /proc/1/cgroup",
+                   check=False)
+    assert done.returncode == 0, (done.stderr, kubectl("get", "pod", "limited", "-o", "json").stdout)
+    out = done.stdout
     mine, first = out.split("--\n")
     assert mine == first
     kubectl("delete", "pod", "limited", "--wait=false")
@@ -264,7 +267,10 @@ class Terminal:
         os.write(self.fd, text)
 
     def wait(self) -> int:
-        self.read_until(None)
+        try:
+            self.read_until(None)
+        except AssertionError:
+            os.kill(self.pid, signal.SIGKILL)  # it did not end: the test has failed already
         _, status = os.waitpid(self.pid, 0)
         os.close(self.fd)
         return os.waitstatus_to_exitcode(status)

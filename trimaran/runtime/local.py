@@ -838,14 +838,15 @@ class LocalRuntime:
         return None
 
     def exec(self, pod_uid: str, container: str, argv: list[str], *, tty: bool, stdin: bool, stdout: bool,
-             stderr: bool) -> _streaming.ExecProcess:
+             stderr: bool, size: tuple[int, int] | None = None) -> _streaming.ExecProcess:
         """Run ``argv`` in the pod's running ``container``, as ``kubectl exec`` does (see
-        ``runtime/streaming.py``). Raises ``streaming.ContainerNotFound`` when it is not running."""
+        ``runtime/streaming.py``), on a terminal of ``size`` (width, height) with ``tty``. Raises
+        ``streaming.ContainerNotFound`` when it is not running."""
         found = self.container_pid(pod_uid, container)
         if found is None:
             raise _streaming.ContainerNotFound(container)
         return _streaming.start_exec(found[0], found[1], container, argv, tty=tty, stdin=stdin, stdout=stdout,
-                                     stderr=stderr)
+                                     stderr=stderr, size=size)
 
     def delete_logs(self, namespace: str, pod_name: str) -> None:
         """Forget a deleted pod's logs."""

@@ -232,7 +232,7 @@ def _ids(pid: int, in_userns: bool) -> tuple[int, int]:
 
 
 def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *, tty: bool, stdin: bool,
-               stdout: bool, stderr: bool) -> ExecProcess:
+               stdout: bool, stderr: bool, size: tuple[int, int] | None = None) -> ExecProcess:
     """Run ``argv`` in the container whose runtime process is ``pid`` (started at ``start_ticks``).
 
     Raises ``ContainerNotFound`` when that process is gone, and ``FileNotFoundError`` when this
@@ -269,6 +269,8 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
             master, slave = os.openpty()
             ours.append(master)
             theirs.append(slave)
+            if size and size[0] > 0 and size[1] > 0:
+                fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
             # setsid -c: a session of its own with the terminal as its controlling one, so ^C
             # reaches the foreground program and a hang-up ends the session.
             command = ["setsid", "-c", *command]

@@ -34,6 +34,7 @@ import asyncio
 import base64
 import contextlib
 import errno
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -74,6 +75,7 @@ _STDIN, _STDOUT, _STDERR, _ERROR, _RESIZE, _CLOSE = 0, 1, 2, 3, 4, 255
 _STREAM_CREATION_TIMEOUT = 30.0  # the kubelet's streamCreationTimeout
 _QUEUED_LIMIT = 4 * 1024 * 1024  # client bytes held for a slow reader before the connection pauses
 _READ = 256 * 1024
+_FIRST_SIZE_WAIT = 1.0  # how long a terminal's command waits for the client to say its size
 
 
 def authorize(principal: Principal, namespace: str | None, name: str | None, sub: str) -> None:
@@ -151,6 +153,13 @@ async def serve(request: Request, pod: dict, sub: str, node: LocalRuntime) -> Re
         if node.container_pid(uid, container) is None:
             return _plain(404, str(ContainerNotFound(container)))
         source: Any = _Attach(node, pod, container)
+    elif tty:
+        # A terminal's command starts once the client has said its size (or a moment passed), so
+        # it starts at that size rather than 0x0: the process comes after the upgrade.
+        if node.container_pid(uid, container) is None:
+            return _plain(404, str(ContainerNotFound(container)))
+        source = functools.partial(node.exec, uid, container, argv, tty=True, stdin=stdin, stdout=stdout,
+                                   stderr=False)
     else:
         try:
             source = await asyncio.to_thread(node.exec, uid, container, argv, tty=tty, stdin=stdin, stdout=stdout,
@@ -271,9 +280,11 @@ class _Attach:
 class _ExecSession:
     """One exec or attach: the process's ends on one side, a WebSocket or SPDY session on the other."""
 
-    def __init__(self, source: ExecProcess | _Attach, protocol: str, argv: list[str], *, stdin: bool, stdout: bool,
-                 stderr: bool, tty: bool) -> None:
-        self.source = source
+    def __init__(self, source: ExecProcess | _Attach | Callable[..., ExecProcess], protocol: str, argv: list[str], *,
+                 stdin: bool, stdout: bool, stderr: bool, tty: bool) -> None:
+        self.source = source  # a callable: starts the command (with the terminal's first size)
+        self.first_size = asyncio.Event()
+        self.size: tuple[int, int] | None = None
         self.protocol = protocol
         self.argv = argv
         self.base64 = protocol.startswith("base64.")
@@ -350,9 +361,12 @@ class _ExecSession:
             except ValueError:
                 return
             self.resize_buffer = self.resize_buffer.lstrip()[end:]
-            if isinstance(self.source, ExecProcess) and isinstance(size, dict):
+            if isinstance(size, dict):
                 with contextlib.suppress(OSError, TypeError, ValueError):
-                    self.source.resize(int(size.get("Width") or 0), int(size.get("Height") or 0))
+                    self.size = (int(size.get("Width") or 0), int(size.get("Height") or 0))
+                    self.first_size.set()
+                    if isinstance(self.source, ExecProcess):
+                        self.source.resize(*self.size)
 
     async def _out(self, channel: int, data: bytes) -> None:
         if self.ws is not None:
@@ -377,6 +391,14 @@ class _ExecSession:
                 return
             if self.gone.is_set():
                 return
+            if callable(self.source) and not isinstance(self.source, _Attach):
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._until(self.first_size), _FIRST_SIZE_WAIT)
+                try:
+                    self.source = await asyncio.to_thread(self.source, size=self.size)
+                except (ContainerNotFound, OSError) as exc:
+                    await self._failed(str(exc))
+                    return
             code = await self._run_attach() if isinstance(self.source, _Attach) else await self._run_exec()
             if code is None:
                 return
@@ -468,6 +490,14 @@ class _ExecSession:
             os.close(pidfd)
         code = proc.proc.returncode
         return 128 - code if code < 0 else code
+
+    async def _failed(self, message: str) -> None:
+        """The command could not start after the upgrade: a Failure Status (v4+) or the message."""
+        if self.version in (_V5, _V4):
+            status = {"metadata": {}, "status": "Failure", "reason": "InternalError", "message": message}
+            await self._out(_ERROR, json.dumps(status).encode())
+        else:
+            await self._out(_ERROR, message.encode())
 
     async def _finish(self, code: int) -> None:
         if self.version in (_V5, _V4):
