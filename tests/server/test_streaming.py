@@ -208,10 +208,13 @@ def test_exec_runs_in_the_container_as_its_user_with_its_env(kubectl, sleeper) -
     out = kubectl("exec", sleeper, "--", "sh", "-c", "hostname; echo $TRIMARAN_POD_UID; id -u; pwd; "
                                                       "readlink /proc/1/exe").stdout.split("\n")
     pod = json.loads(kubectl("get", "pod", sleeper, "-o", "json").stdout)
-    assert out[0] == sleeper
-    assert out[1] == pod["metadata"]["uid"]
-    assert out[2] == "0"  # the container's root, a mapped id on the host
-    assert out[3] == "/"
+    # uid 0: the container's root, a mapped id on the host
+    assert out[:4] == [sleeper, pod["metadata"]["uid"], "0", "/"], out
+    # As the kubelet's exec: the container's capability bounding set (the host's setpriv is there).
+    script = ('grep CapBnd /proc/self/status; for p in /proc/[0-9]*; do '
+              '[ "$(tr "\\0" " " < $p/cmdline)" = "sleep 3600 " ] && grep CapBnd $p/status; done; true')
+    lines = kubectl("exec", sleeper, "--", "sh", "-c", script).stdout.split("\n")
+    assert lines[0].startswith("CapBnd:") and lines[0] == lines[1], lines
 
 
 def test_exec_joins_the_containers_cgroups(kubectl) -> None:  # noqa: ANN001

@@ -7,8 +7,12 @@ record: the recorded process (bubblewrap, or an OCI runtime's) is an ancestor of
 which is the first descendant in a pid namespace of its own (past bubblewrap's pid 1, which is
 only its reaper). Both bubblewrap and crun containers are entered the same way.
 
-The process gets the container's ids but not its seccomp filter or capability bounding set:
-nsenter runs on the host, where no such tool as ``setpriv`` can be relied on inside the image.
+Entering a user namespace gives a process every capability in it, and the container's seccomp
+filter cannot be loaded before nsenter (it forbids nsenter's own setns). Where the container sees
+the host's ``/usr/bin/setpriv`` (host-process pods, whose root is the host's read-only
+directories), the command runs under it with the container's capability bounding set and
+no_new_privs; an image without it gets the user namespace root's full set. Neither gets the
+seccomp filter.
 """
 
 from __future__ import annotations
@@ -194,6 +198,32 @@ def _container_cgroups(target: int) -> list[str]:
     return files
 
 
+# capabilities(7) by number, as setpriv names them.
+_CAPS = ("chown dac_override dac_read_search fowner fsetid kill setgid setuid setpcap linux_immutable "
+         "net_bind_service net_broadcast net_admin net_raw ipc_lock ipc_owner sys_module sys_rawio sys_chroot "
+         "sys_ptrace sys_pacct sys_admin sys_boot sys_nice sys_resource sys_time sys_tty_config mknod lease "
+         "audit_write audit_control setfcap mac_override mac_admin syslog wake_alarm block_suspend audit_read "
+         "perfmon bpf checkpoint_restore").split()
+
+
+def _confinement(target: int) -> list[str]:
+    """``setpriv`` arguments that give the command the container's capability bounding set and
+    no_new_privs, where the container has the host's setpriv; else nothing."""
+    if not os.path.exists(f"/proc/{target}/root/usr/bin/setpriv"):
+        return []
+    fields: dict[str, str] = {}
+    with open(f"/proc/{target}/status", encoding="ascii") as handle:
+        for line in handle:
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+    bounding = int(fields.get("CapBnd", "0"), 16)
+    kept = [name for bit, name in enumerate(_CAPS) if bounding >> bit & 1]
+    argv = ["/usr/bin/setpriv", "--bounding-set=" + ",".join(["-all", *("+" + c for c in kept)]), "--inh-caps=-all"]
+    if fields.get("NoNewPrivs") == "1":
+        argv.append("--no-new-privs")
+    return [*argv, "--"]
+
+
 def _environ(pid: int) -> dict[str, str]:
     with open(f"/proc/{pid}/environ", "rb") as handle:
         raw = handle.read()
@@ -250,12 +280,13 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
         own_userns = _ns(target, "user") != _ns("self", "user")
         uid, gid = _ids(target, own_userns)
         flags = [flag for kind, flag in _NAMESPACES if _ns(target, kind) != _ns("self", kind)]
+        confinement = _confinement(target) if own_userns else []
     except OSError:
         raise ContainerNotFound(name) from None
     if tty:
         env.setdefault("TERM", "xterm")  # as containerd sets for a terminal
     command = [nsenter, f"--target={target}", *flags, "--root", "--wd", f"--setuid={uid}", f"--setgid={gid}",
-               "--", *argv]
+               "--", *confinement, *argv]
     cgroups = _container_cgroups(target)
     if cgroups:
         # Into the container's cgroups before nsenter forks the command (Popen has no such option,
