@@ -540,3 +540,28 @@ def test_a_client_that_goes_away_leaves_no_command_behind(kubectl, sleeper) -> N
         client.kill()
         client.wait()
     poll(lambda: not _processes_running(marker), timeout=30, interval=0.1, what="the command to end with its client")
+
+
+def test_open_sessions_are_counted_as_long_running_requests(plane, kubectl, sleeper) -> None:  # noqa: ANN001
+    _running(kubectl, sleeper)
+    server, token, context = plane.endpoint()
+
+    def gauge() -> float:
+        request = urllib.request.Request(f"{server}/metrics", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            text = answer.read().decode()
+        found = re.search(r'apiserver_longrunning_requests\{subresource="exec",verb="CONNECT"\} (\S+)', text)
+        assert found, text
+        return float(found.group(1))
+
+    before = gauge()
+    marker = ["sleep", f"{os.getpid()}.5"]
+    client = subprocess.Popen([KUBECTL, "exec", sleeper, "--", *marker], env=kubectl.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        poll(lambda: _processes_running(marker), timeout=30, interval=0.1, what="the exec'd command to run")
+        assert gauge() == before + 1
+    finally:
+        client.kill()
+        client.wait()
+    poll(lambda: gauge() == before, timeout=30, interval=0.1, what="the session to be released")

@@ -179,7 +179,12 @@ class KubeAPI:
         sub = target.subresource
         info = target.info
         if sub in STREAMING and info.kind == "Pod" and target.name is not None and self.node is not None:
-            return await streaming.serve(request, await self._get(target), sub, self.node)
+            pod = await self._get(target)
+            release = self.hub.streams.hold_for(request, sub)  # long-running, counted as watches are
+            try:
+                return await streaming.serve(request, pod, sub, self.node)
+            finally:
+                release()
         if sub not in (None, "status", "scale", "log") or (sub == "log" and info.kind != "Pod") or \
                 (sub == "status" and not info.status_subresource) or (sub == "scale" and info.scale is None):
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
