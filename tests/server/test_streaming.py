@@ -444,6 +444,11 @@ while True:
 s.close()
 result["forwarded"] = data.split(b"\r\n\r\n", 1)[1].decode()
 result["error"] = pf.error(port)
+refused = portforward(api.connect_get_namespaced_pod_portforward, "web", "default", ports=sys.argv[3])
+s = refused.socket(int(sys.argv[3]))
+s.setblocking(True)
+result["refused_read"] = s.recv(100).decode()
+result["refused"] = refused.error(int(sys.argv[3]))
 print(json.dumps(result))
 '''
 
@@ -452,10 +457,11 @@ def test_the_python_client_stream_and_portforward(plane, kubectl, sleeper, web, 
     _running(kubectl, sleeper)
     _running(kubectl, web)
     PortForward(kubectl, "pod/web", WEB_PORT).get("/ready")  # the server listens
-    out = run_client(sys.executable, plane, PYTHON_CLIENT, tmp_path, sleeper, str(WEB_PORT))
+    out = run_client(sys.executable, plane, PYTHON_CLIENT, tmp_path, sleeper, str(WEB_PORT), str(_free_port()))
     assert out["whole"] == "out\nerr\n"
     assert out["stdout"] == "abc\n" and out["code"] == 7
     assert out["forwarded"] == "hello from /from-python" and out["error"] is None
+    assert out["refused_read"] == "" and "connection refused" in out["refused"], out
 
 
 def test_exec_without_an_upgrade_is_refused(plane, sleeper) -> None:  # noqa: ANN001
