@@ -168,7 +168,7 @@ async def serve(request: Request, pod: dict, sub: str, node: LocalRuntime) -> Re
             return _plain(404, str(exc))
         except OSError as exc:
             return _plain(500, f"failed to exec in container: {exc}")
-    session = _ExecSession(source, protocol, argv, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty)
+    session = _ExecSession(source, protocol, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty)
     if websocket:
         ws = WebSocket(session.from_websocket, session.client_gone)
         takeover(_ws_response(request, protocol), ws)
@@ -246,9 +246,6 @@ def _status(code: int) -> dict:
 class _Attach:
     """What attach streams: the container's output, read from its log as it grows, and its end."""
 
-    tty = False
-    stdin = stderr = None
-
     def __init__(self, node: LocalRuntime, pod: dict, container: str) -> None:
         self.node, self.pod, self.container = node, pod, container
         meta = pod["metadata"]
@@ -280,13 +277,11 @@ class _Attach:
 class _ExecSession:
     """One exec or attach: the process's ends on one side, a WebSocket or SPDY session on the other."""
 
-    def __init__(self, source: ExecProcess | _Attach | Callable[..., ExecProcess], protocol: str, argv: list[str], *,
+    def __init__(self, source: ExecProcess | _Attach | Callable[..., ExecProcess], protocol: str, *,
                  stdin: bool, stdout: bool, stderr: bool, tty: bool) -> None:
         self.source = source  # a callable: starts the command (with the terminal's first size)
         self.first_size = asyncio.Event()
         self.size: tuple[int, int] | None = None
-        self.protocol = protocol
-        self.argv = argv
         self.base64 = protocol.startswith("base64.")
         self.version = protocol.removeprefix("base64.")
         self.wants = {"error"} | {name for name, on in (("stdin", stdin), ("stdout", stdout), ("stderr", stderr),

@@ -22,7 +22,7 @@ from typing import Any
 
 from trimaran.server.connections import TakenConnection
 
-__all__ = ["SpdySession", "SpdyStream", "WebSocket", "spdy_headers", "websocket_accept"]
+__all__ = ["SpdyConnection", "SpdySession", "SpdyStream", "WebSocket", "websocket_accept"]
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
@@ -254,7 +254,6 @@ SPDY_DICTIONARY = b"".join(len(n).to_bytes(4, "big") + n.encode() for n in _DICT
 
 _SYN_STREAM, _SYN_REPLY, _RST_STREAM, _SETTINGS, _PING, _GOAWAY, _HEADERS, _WINDOW_UPDATE = 1, 2, 3, 4, 6, 7, 8, 9
 _FLAG_FIN = 0x01
-RST_CANCEL = 5
 _MAX_DATA = 1024 * 1024  # bytes per data frame (spdystream reads any up to 16 MiB; reads are 256 KiB)
 
 
@@ -291,8 +290,7 @@ class SpdyStream:
         self.headers = headers
         self.on_data: Callable[[bytes | None], None] | None = None
         self.pending: list[bytes | None] = [None] if remote_fin else []
-        self.finished = False  # our side sent FIN (or the stream was reset)
-        self.reset = False
+        self.finished = False  # our side sent FIN (or the client reset the stream)
 
     def deliver(self, data: bytes | None) -> None:
         if self.on_data is None:
@@ -323,11 +321,6 @@ class SpdyStream:
     def close(self) -> None:
         """Our half: FIN (the client's reader sees EOF)."""
         self.write(b"", fin=True)
-
-    def cancel(self) -> None:
-        if not self.finished:
-            self.finished = True
-            self.session.write_control(_RST_STREAM, 0, struct.pack("!II", self.id, RST_CANCEL))
 
 
 class SpdySession:
@@ -391,7 +384,7 @@ class SpdySession:
             stream_id = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
             stream = self.streams.pop(stream_id, None)
             if stream is not None:
-                stream.reset = stream.finished = True
+                stream.finished = True
                 stream.deliver(None)
         elif kind == _PING:
             self.write_control(_PING, 0, payload[:4])
@@ -406,9 +399,6 @@ class SpdySession:
     def write_data(self, stream_id: int, data: bytes, fin: bool) -> None:
         if not self._ended:
             self._write(struct.pack("!II", stream_id, ((_FLAG_FIN if fin else 0) << 24) | len(data)), data)
-
-    def goaway(self) -> None:
-        self.write_control(_GOAWAY, 0, struct.pack("!II", max(self.streams, default=0), 0))
 
     def end(self) -> None:
         if not self._ended:
