@@ -343,8 +343,21 @@ def test_attach_follows_the_output_until_the_container_ends(kubectl) -> None:  #
         out, err = attach.communicate(timeout=60)
     finally:
         attach.kill()
-    assert attach.returncode == 2, err
-    assert out.endswith(b"last\n") and b"command terminated with exit code 2" in err
+    assert attach.returncode == 0, err  # as the kubelet's attach: the exit code is the pod's status
+    assert out.endswith(b"last\n"), out
+    status = json.loads(kubectl("get", "pod", "ticker", "-o", "json").stdout)["status"]
+    assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 2
+
+
+def test_kubectl_run_it_shows_the_output_of_a_pod_just_started(kubectl) -> None:  # noqa: ANN001
+    """``kubectl run -it`` attaches as soon as its pod is Running, which may be before the
+    container runs: the attach waits for it rather than answering "container not found"."""
+    term = Terminal([KUBECTL, "run", "quick-run", "-it", "--rm", "--restart=Never", "--image=python", "--command",
+                     "--", "sh", "-c", "sleep 1; echo from the run; exit 3"], kubectl.env)
+    code = term.wait()
+    assert b"from the run" in term.out and b"couldn't attach" not in term.out, term.out
+    assert b'pod "quick-run" deleted' in term.out
+    assert code == 3, term.out  # kubectl exits with the container's code, read from the pod's status
 
 
 # -- cp --------------------------------------------------------------------------------------------

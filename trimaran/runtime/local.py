@@ -837,6 +837,17 @@ class LocalRuntime:
             return record["pid"], record.get("startTicks")
         return None
 
+    def container_starting(self, pod_uid: str, container: str) -> bool:
+        """Whether ``container`` is about to run: its pod's latest run is alive and has neither
+        started nor ended it yet (a pod may be Running a moment before each container is)."""
+        runs = self._runs(pod_uid)
+        if not runs or not self._run_alive(runs[-1]):
+            return False
+        spec = _shim.read_json(str(runs[-1] / "spec.json")) or {}
+        names = {c["name"] for c in (spec.get("init_containers") or []) + (spec.get("containers") or [])}
+        return container in names and not (runs[-1] / f"{container}.pid").exists() \
+            and not (runs[-1] / f"{container}.exit.json").exists()
+
     def exec(self, pod_uid: str, container: str, argv: list[str], *, tty: bool, stdin: bool, stdout: bool,
              stderr: bool, size: tuple[int, int] | None = None) -> _streaming.ExecProcess:
         """Run ``argv`` in the pod's running ``container``, as ``kubectl exec`` does (see

@@ -25,7 +25,8 @@ error stream. Exec runs through the node (``LocalRuntime.exec``: nsenter into th
 port-forward connects to the pod's ``status.podIP``.
 
 Attach: containers have no stdin here (the shim gives them /dev/null), so attach follows the
-container's output (its log file) until it ends, with its exit code as exec's.
+container's output (its log file) until it ends, then answers Success as the kubelet's attach does
+(the container's exit code is in the pod's status).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ _STREAM_CREATION_TIMEOUT = 30.0  # the kubelet's streamCreationTimeout
 _QUEUED_LIMIT = 4 * 1024 * 1024  # client bytes held for a slow reader before the connection pauses
 _READ = 256 * 1024
 _FIRST_SIZE_WAIT = 1.0  # how long a terminal's command waits for the client to say its size
+_START_WAIT = 10.0  # how long a request waits for a container that is about to start
 
 
 def authorize(principal: Principal, namespace: str | None, name: str | None, sub: str) -> None:
@@ -149,6 +151,7 @@ async def serve(request: Request, pod: dict, sub: str, node: LocalRuntime) -> Re
         return _plain(403, f"unable to upgrade: unable to negotiate protocol: client supports {offered}, server "
                            f"supports {list(_EXEC_WS if websocket else _EXEC_SPDY)}")
     uid = pod["metadata"]["uid"]
+    await _started(node, uid, container)
     if sub == "attach":
         if node.container_pid(uid, container) is None:
             return _plain(404, str(ContainerNotFound(container)))
@@ -179,6 +182,15 @@ async def serve(request: Request, pod: dict, sub: str, node: LocalRuntime) -> Re
         session.use_spdy(conn)
     await session.run()
     return Response(status_code=101)  # never sent: the connection was taken over
+
+
+async def _started(node: LocalRuntime, uid: str, container: str) -> None:
+    """Wait (a while) for a container that is about to start: ``kubectl run -it`` attaches as soon as
+    its pod is Running, which may be a moment before its container runs."""
+    deadline = asyncio.get_running_loop().time() + _START_WAIT
+    while asyncio.get_running_loop().time() < deadline and await asyncio.to_thread(node.container_starting, uid,
+                                                                                   container):
+        await asyncio.sleep(0.05)
 
 
 def _ws_response(request: Request, protocol: str) -> bytes:
@@ -269,9 +281,7 @@ class _Attach:
                 await asyncio.sleep(0.1)  # a log grows on its own time; the kubelet's follow polls too
         finally:
             handle.close()
-        status = await asyncio.to_thread(self.node.pod_status, uid)
-        state = status.containers.get(self.container)
-        return int(getattr(state, "exit_code", 0) or 0)
+        return 0  # as the kubelet's attach: the streams end, the exit code is the pod's status to say
 
 
 class _ExecSession:
