@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import shared_plane
+from tests.e2e.test_escape import escape_plane  # noqa: F401 (fixture: root's and ordinary users' planes)
 from tests.helpers import poll
 from tests.imagekit import registry, test_images  # noqa: F401 (fixtures)
 from tests.server.sdk import run_client
@@ -584,3 +585,24 @@ def test_open_sessions_are_counted_as_long_running_requests(plane, kubectl, slee
         client.kill()
         client.wait()
     poll(lambda: gauge() == before, timeout=30, interval=0.1, what="the session to be released")
+
+
+def test_exec_on_every_kind_of_control_plane(escape_plane, tmp_path) -> None:  # noqa: ANN001, F811
+    """Root's, and an ordinary user's (uid 65534) with and without a subordinate id range: exec
+    enters the container (as that user, nsenter enters only the user namespace it owns) and cp works."""
+    env = _env(escape_plane, tmp_path)
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([KUBECTL, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert not check or done.returncode == 0, (args, done.stdout, done.stderr)
+        return done
+
+    subprocess.run([KUBECTL, "apply", "-f", "-"], input=json.dumps(_pod("anyone", ["sleep", "3600"])), env=env,
+                   check=True, capture_output=True, text=True)
+    _running(lambda *a, **k: run(*a), "anyone")
+    done = run("exec", "anyone", "--", "sh", "-c", "hostname; id -u; exit 6", check=False)
+    assert done.returncode == 6 and done.stdout.split("\n")[:2] == ["anyone", "0"], (done.stdout, done.stderr)
+    (tmp_path / "f.txt").write_text("both ways\n")
+    run("cp", str(tmp_path / "f.txt"), "anyone:/tmp/f.txt")
+    run("cp", "anyone:/tmp/f.txt", str(tmp_path / "g.txt"))
+    assert (tmp_path / "g.txt").read_text() == "both ways\n"

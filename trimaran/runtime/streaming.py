@@ -261,6 +261,18 @@ def _ids(pid: int, in_userns: bool) -> tuple[int, int]:
     return uid, gid
 
 
+def _setgroups_denied(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/setgroups", encoding="ascii") as handle:
+            return handle.read().strip() == "deny"
+    except OSError:
+        return False
+
+
+def _host_uid(pid: int) -> int:
+    return os.stat(f"/proc/{pid}").st_uid
+
+
 def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *, tty: bool, stdin: bool,
                stdout: bool, stderr: bool, size: tuple[int, int] | None = None) -> ExecProcess:
     """Run ``argv`` in the container whose runtime process is ``pid`` (started at ``start_ticks``).
@@ -279,14 +291,18 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
         env = _environ(target)
         own_userns = _ns(target, "user") != _ns("self", "user")
         uid, gid = _ids(target, own_userns)
+        credentials = [f"--setuid={uid}", f"--setgid={gid}"]
+        if own_userns and _setgroups_denied(target) and _host_uid(target) == os.geteuid():
+            # An unprivileged user's namespace (setgroups denied, so nsenter could not set ids):
+            # the container runs as this user, whose ids it keeps.
+            credentials = ["--preserve-credentials"]
         flags = [flag for kind, flag in _NAMESPACES if _ns(target, kind) != _ns("self", kind)]
         confinement = _confinement(target) if own_userns else []
     except OSError:
         raise ContainerNotFound(name) from None
     if tty:
         env.setdefault("TERM", "xterm")  # as containerd sets for a terminal
-    command = [nsenter, f"--target={target}", *flags, "--root", "--wd", f"--setuid={uid}", f"--setgid={gid}",
-               "--", *confinement, *argv]
+    command = [nsenter, f"--target={target}", *flags, "--root", "--wd", *credentials, "--", *confinement, *argv]
     cgroups = _container_cgroups(target)
     if cgroups:
         # Into the container's cgroups before nsenter forks the command (Popen has no such option,
