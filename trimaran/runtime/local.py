@@ -53,6 +53,7 @@ from trimaran.api.meta import pod_hostname
 from trimaran.api.quantity import QuantityError, parse_memory
 from trimaran.runtime import cgroups
 from trimaran.runtime import shim as _shim
+from trimaran.runtime import streaming as _streaming
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
 from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, pods_range
@@ -863,6 +864,42 @@ class LocalRuntime:
             return sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
         except FileNotFoundError:
             return []
+
+    # -- streaming (kubectl exec) ------------------------------------------------------------
+
+    def container_pid(self, pod_uid: str, container: str) -> tuple[int, int | None] | None:
+        """``(pid, start ticks)`` of the runtime process the shim recorded for ``container``'s
+        running attempt, or None when it has none (not started, ended, or its shim is gone)."""
+        for run_dir in reversed(self._runs(pod_uid)):
+            record = _shim.read_json(str(run_dir / f"{container}.pid"))
+            if record is None:
+                continue
+            if (run_dir / f"{container}.exit.json").exists() or not self._run_alive(run_dir):
+                return None
+            return record["pid"], record.get("startTicks")
+        return None
+
+    def container_starting(self, pod_uid: str, container: str) -> bool:
+        """Whether ``container`` is about to run: its pod's latest run is alive and has neither
+        started nor ended it yet (a pod may be Running a moment before each container is)."""
+        runs = self._runs(pod_uid)
+        if not runs or not self._run_alive(runs[-1]):
+            return False
+        spec = _shim.read_json(str(runs[-1] / "spec.json")) or {}
+        names = {c["name"] for c in (spec.get("init_containers") or []) + (spec.get("containers") or [])}
+        return container in names and not (runs[-1] / f"{container}.pid").exists() \
+            and not (runs[-1] / f"{container}.exit.json").exists()
+
+    def exec(self, pod_uid: str, container: str, argv: list[str], *, tty: bool, stdin: bool, stdout: bool,
+             stderr: bool, size: tuple[int, int] | None = None) -> _streaming.ExecProcess:
+        """Run ``argv`` in the pod's running ``container``, as ``kubectl exec`` does (see
+        ``runtime/streaming.py``), on a terminal of ``size`` (width, height) with ``tty``. Raises
+        ``streaming.ContainerNotFound`` when it is not running."""
+        found = self.container_pid(pod_uid, container)
+        if found is None:
+            raise _streaming.ContainerNotFound(container)
+        return _streaming.start_exec(found[0], found[1], container, argv, tty=tty, stdin=stdin, stdout=stdout,
+                                     stderr=stderr, size=size)
 
     def delete_logs(self, namespace: str, pod_name: str) -> None:
         """Forget a deleted pod's logs."""

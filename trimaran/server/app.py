@@ -92,7 +92,8 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     store = plane.store
     app = FastAPI(title="Trimaran control plane", version="0.1.0", openapi_url=None, docs_url=None,
                   redoc_url=None)
-    kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path, Policy.default(plane.pod_security))
+    kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path, Policy.default(plane.pod_security),
+                   node=plane.kubelet.runtime)
 
     app.add_middleware(TokenMiddleware, tokens=tokens)
     app.add_middleware(_ClientDisconnects)
