@@ -144,7 +144,7 @@ def affinity(*terms: list[dict]) -> dict:
         "nodeSelectorTerms": [{"matchExpressions": list(t)} for t in terms]}}}
 
 
-MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+MISMATCH = "1 node(s) didn't match Pod's node affinity/selector."
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ MISMATCH = "node(s) didn't match Pod's node affinity/selector"
         ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchFields": [
                 {"key": "metadata.name", "operator": "In", "values": ["box"]}]}]}}}}, None),
-        ({"nodeName": "elsewhere"}, "node(s) didn't match the requested node name"),
+        ({"nodeName": "elsewhere"}, "1 node(s) didn't match the requested node name."),
     ],
 )
 def test_selector_and_affinity(spec: dict, reason: str | None) -> None:
@@ -191,7 +191,7 @@ def test_selector_and_affinity(spec: dict, reason: str | None) -> None:
 def test_taints_and_tolerations(tolerations: list[dict], tolerated: bool) -> None:
     n = node(TRIMARAN_NODE_TAINTS="dedicated=ml:NoSchedule,soft=x:PreferNoSchedule")
     result = n.check_constraints({"tolerations": tolerations})
-    assert result == (None if tolerated else "node(s) had untolerated taint {dedicated: ml}")
+    assert result == (None if tolerated else "1 node(s) had untolerated taint {dedicated: ml}.")
 
 
 def test_admission_reports_constraint_failures() -> None:

@@ -33,6 +33,7 @@ from trimaran.server.kube import protobuf
 from trimaran.server.kube.admission import PodSecurityAdmission
 from trimaran.server.kube.bodies import load_json, load_yaml
 from trimaran.server.kube.errors import StatusError
+from trimaran.server.kube.eviction import evict
 from trimaran.server.kube.logs import LogOptions, pod_log
 from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from trimaran.server.kube.table import table, wants_table
@@ -170,9 +171,16 @@ class KubeAPI:
     async def _serve(self, request: Request, target: Target, verb: str) -> Response:
         sub = target.subresource
         info = target.info
-        if sub not in (None, "status", "scale", "log") or (sub == "log" and info.kind != "Pod") or \
-                (sub == "status" and not info.status_subresource) or (sub == "scale" and info.scale is None):
+        if sub not in (None, "status", "scale", "log", "eviction") or (sub in ("log", "eviction") and
+                                                                        info.kind != "Pod") \
+                or (sub == "status" and not info.status_subresource) or (sub == "scale" and info.scale is None):
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        if sub == "eviction":
+            if verb != "create":
+                raise StatusError.method_not_allowed()
+            body = _decode(await _read_body(request), request)
+            return _json_response(await asyncio.to_thread(evict, self.store, target.namespace or "",
+                                                          target.name or "", body), 201)
         if info is EVENT and verb not in ("get", "list", "watch"):
             raise StatusError.method_not_allowed("events are written by Trimaran's controllers only")
         if target.name is None and verb in ("create",) and target.namespace is None and info.namespaced:
