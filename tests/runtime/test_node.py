@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trimaran.runtime.node import Admission, Node, Resources, parse_taints, pod_requests
+from trimaran.runtime.node import Admission, Node, Resources, no_execute_wait, parse_taints, pod_requests
 
 from .helpers import make_pod
 
@@ -217,3 +217,15 @@ def test_pods_beyond_max_pods_wait_whatever_they_request() -> None:
     assert n.admit("huge", [pod(f"h-{i}", cpu="0") for i in range(4)]) == \
         "0/1 nodes are available: 1 Too many pods (the gang has 4 pods, the node runs at most 3)"
     assert isinstance(n.admit("c", [pod("c-0", cpu="0")]), Admission)
+
+
+def test_no_execute_wait_counts_toleration_seconds_from_the_taint() -> None:
+    taint = {"key": "k", "value": "v", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
+    added = 1767225600.0  # 2026-01-01T00:00:00Z
+    assert no_execute_wait([], [taint], added) == 0.0
+    assert no_execute_wait([], [{"key": "k", "effect": "NoSchedule"}], added) is None
+    forever = {"key": "k", "operator": "Exists", "effect": "NoExecute"}
+    assert no_execute_wait([forever], [taint], added + 1e6) is None
+    bounded = {**forever, "tolerationSeconds": 30}
+    assert no_execute_wait([bounded], [taint], added + 10) == 20.0
+    assert no_execute_wait([bounded, forever], [taint], added + 40) == 0.0

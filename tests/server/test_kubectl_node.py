@@ -150,23 +150,32 @@ def test_cordon_holds_new_pods_until_uncordon(plane, kubectl) -> None:  # noqa: 
     kubectl("delete", "pod", "waiter", "tolerant", timeout=120)
 
 
-def test_taints_are_honoured_against_tolerations(plane, kubectl) -> None:  # noqa: ANN001, F811
+def test_no_execute_taints_evict_running_pods_and_hold_new_ones(plane, kubectl) -> None:  # noqa: ANN001, F811
     node = _node_name(kubectl)
     kubectl = in_namespace(kubectl, "tainted")
+    kubectl("apply", "-f", "-", input=_pod("plain"))
+    kubectl("apply", "-f", "-", input=_pod("ml", [{"key": "dedicated", "value": "ml", "effect": "NoExecute"}]))
+    for name in ("plain", "ml"):
+        poll(lambda name=name: _phase(plane, "tainted", name) == "Running", timeout=120, interval=0.2,
+             what=f"pod {name} to run")
     kubectl("taint", "node", node, "dedicated=ml:NoExecute")
     try:
-        kubectl("apply", "-f", "-", input=_pod("plain"))
-        kubectl("apply", "-f", "-", input=_pod("ml", [{"key": "dedicated", "value": "ml", "effect": "NoExecute"}]))
-        message = poll(lambda: _unschedulable_message(plane, "tainted", "plain"), timeout=60, interval=0.2,
+        # The taint manager deletes the running pod that does not tolerate it; the other stays.
+        poll(lambda: kubectl("get", "pod", "plain", check=False).returncode != 0, timeout=120, interval=0.5,
+             what="the untolerating pod to be evicted")
+        assert _phase(plane, "tainted", "ml") == "Running"
+        taint = next(t for t in json.loads(kubectl("get", "node", node, "-o", "json").stdout)["spec"]["taints"]
+                     if t["key"] == "dedicated")
+        assert taint["effect"] == "NoExecute" and taint["timeAdded"]
+        kubectl("apply", "-f", "-", input=_pod("later"))
+        message = poll(lambda: _unschedulable_message(plane, "tainted", "later"), timeout=60, interval=0.2,
                        what="the scheduler's reason")
         assert message == "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: ml}."
-        poll(lambda: _phase(plane, "tainted", "ml") == "Running", timeout=120, interval=0.2,
-             what="the tolerating pod to run")
     finally:
         kubectl("taint", "node", node, "dedicated-")
-    poll(lambda: _phase(plane, "tainted", "plain") == "Running", timeout=120, interval=0.2,
+    poll(lambda: _phase(plane, "tainted", "later") == "Running", timeout=120, interval=0.2,
          what="the pod to run once the taint is gone")
-    kubectl("delete", "pod", "plain", "ml", timeout=120)
+    kubectl("delete", "pod", "ml", "later", timeout=120)
 
 
 def test_drain_evicts_and_the_deployment_waits_for_uncordon(plane, kubectl) -> None:  # noqa: ANN001, F811

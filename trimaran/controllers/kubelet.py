@@ -446,14 +446,25 @@ class Kubelet(Reconciler):
         """Bind an admitted pod to this node (``spec.nodeName``), as the scheduler's binding does, so
         that ``kubectl get pods -o wide``, ``describe node`` and ``drain`` find it; False when the
         pod changed or went meanwhile."""
-        if pod["spec"].get("nodeName") == self.node.name:
-            return True
-        pod["spec"]["nodeName"] = self.node.name
-        try:
-            pod.update(self.store.update(pod))
-        except (Conflict, NotFound):
-            return False
-        return True
+        for _ in range(5):  # a write meanwhile (a label, an annotation): bind the fresh pod
+            if pod["spec"].get("nodeName") == self.node.name:
+                return True
+            pod["spec"]["nodeName"] = self.node.name
+            try:
+                pod.update(self.store.update(pod))
+                return True
+            except Conflict:
+                try:
+                    fresh = self.store.get("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                except NotFound:
+                    return False
+                if fresh["metadata"]["uid"] != pod["metadata"]["uid"] or is_terminating(fresh):
+                    return False
+                pod.clear()
+                pod.update(fresh)
+            except NotFound:
+                return False
+        return False
 
     def _add_storage_initializer(self, pod: dict, uris: dict[str, str]) -> bool:
         """Give a pod with object-storage CSI volumes its ``storage-initializer`` init container

@@ -28,8 +28,11 @@ from datetime import datetime, timezone
 from trimaran.api.coordination import API_VERSION as COORDINATION_V1
 from trimaran.api.coordination import NODE_LEASE_NAMESPACE
 from trimaran.controllers.base import CONFLICT_RETRY_SECONDS, Key, Reconciler
-from trimaran.controllers.conditions import now_rfc3339
+from trimaran.controllers.conditions import now_rfc3339, set_condition
+from trimaran.controllers.gc import request_delete
+from trimaran.controllers.pods import is_terminating, phase
 from trimaran.runtime import Node
+from trimaran.runtime.node import no_execute_wait
 from trimaran.store import Conflict, DiskFull, NotFound, Store
 
 __all__ = ["NodeController", "LEASE_DURATION_SECONDS"]
@@ -123,7 +126,46 @@ class NodeController(Reconciler):
             return CONFLICT_RETRY_SECONDS  # written meanwhile (a cordon): read it again
         except NotFound:
             return CONFLICT_RETRY_SECONDS  # deleted by hand: register again
-        return STATUS_UPDATE_SECONDS
+        wait = self._evict_untolerating()
+        return STATUS_UPDATE_SECONDS if wait is None else min(STATUS_UPDATE_SECONDS, max(wait, 0.1))
+
+    def _evict_untolerating(self) -> float | None:
+        """The taint manager: delete this node's running pods that do not tolerate one of its
+        ``NoExecute`` taints (at once, or once their ``tolerationSeconds`` have passed), with the
+        ``DisruptionTarget`` condition and event upstream gives them; their controllers make new
+        ones, which admission holds back while the taint stays. Returns the seconds until the next
+        pod is due, if any is."""
+        taints = [t for t in self.node.current_taints() if t.get("effect") == "NoExecute"]
+        if not taints:
+            return None
+        soonest: float | None = None
+        now = time.time()
+        for pod in self.store.list("Pod"):
+            if pod["spec"].get("nodeName") != self.node.name or is_terminating(pod) or \
+                    phase(pod) in ("Succeeded", "Failed"):
+                continue
+            wait = no_execute_wait(pod["spec"].get("tolerations") or [], taints, now)
+            if wait is None:
+                continue
+            if wait > 0:
+                soonest = wait if soonest is None else min(soonest, wait)
+                continue
+            meta = pod["metadata"]
+            status = dict(pod.get("status") or {})
+            if set_condition(status, "DisruptionTarget", "True", "DeletionByTaintManager",
+                             "Taint manager: deleting due to NoExecute taint"):
+                pod["status"] = status
+                try:
+                    pod = self.store.update_status(pod)
+                except (Conflict, NotFound):
+                    continue  # changed or gone meanwhile: the next pass sees it again
+            self.store.record_event(pod, "Normal", "TaintManagerEviction",
+                                    f"Marking for deletion Pod {meta['namespace']}/{meta['name']}")
+            try:
+                request_delete(self.store, pod)
+            except (Conflict, NotFound):
+                continue
+        return soonest
 
     def _register(self) -> dict:
         wanted = self.node.to_k8s(heartbeat=now_rfc3339())
@@ -147,6 +189,9 @@ class NodeController(Reconciler):
         before = {(t.get("key"), t.get("value"), t.get("effect")): t for t in spec.get("taints") or []}
         taints = [before.get((t.get("key"), t.get("value"), t.get("effect")), t)
                   for t in wanted["spec"].get("taints") or []]
+        # A NoExecute taint's tolerationSeconds count from when it was added: stamp one that came without.
+        taints = [{**t, "timeAdded": now_rfc3339()} if t.get("effect") == "NoExecute" and not t.get("timeAdded")
+                  else t for t in taints]
         labels = wanted["metadata"]["labels"]
         if taints:
             spec["taints"] = taints

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import trimaran
@@ -56,6 +57,7 @@ __all__ = [
     "ephemeral_storage_violation",
     "disk_pressure_message",
     "node_info",
+    "no_execute_wait",
 ]
 
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -274,6 +276,31 @@ def _tolerates(toleration: Mapping[str, object], taint: Mapping[str, str]) -> bo
     if operator == "Equal":
         return (toleration.get("value") or "") == (taint.get("value") or "")
     return False
+
+
+def no_execute_wait(tolerations: list[Mapping[str, object]], taints: list[Mapping[str, str]], now: float
+                    ) -> float | None:
+    """Seconds until a running pod with ``tolerations`` must leave a node with ``taints``, as the
+    taint manager counts: only ``NoExecute`` taints matter; one the pod does not tolerate means
+    now (0); else the smallest ``tolerationSeconds`` of the tolerations used, counted from the
+    newest such taint's ``timeAdded`` (``now`` when it has none); None when none limits it."""
+    taints = [t for t in taints if t.get("effect") == "NoExecute"]
+    used: list[Mapping[str, object]] = []
+    for taint in taints:
+        matching = [t for t in tolerations if _tolerates(t, taint)]
+        if not matching:
+            return 0.0
+        used += matching
+    limits = [float(t["tolerationSeconds"]) for t in used if t.get("tolerationSeconds") is not None]  # type: ignore[arg-type]
+    if not limits:
+        return None
+    added = [_epoch(t["timeAdded"]) for t in taints if t.get("timeAdded")]
+    since = max(added) if added else now
+    return max(0.0, min(limits) - (now - since))
+
+
+def _epoch(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
 def _match_expression(expression: Mapping[str, object], value: str | None) -> bool:
@@ -652,6 +679,11 @@ class Node:
             self.taints = kept + self.managed_taints()
             self.labels = dict(labels)
             return before != (self.labels, self.taints, self.unschedulable)
+
+    def current_taints(self) -> list[dict[str, str]]:
+        """A copy of the node's taints now (config, stored, managed)."""
+        with self._lock:
+            return [dict(t) for t in self.taints]
 
     def reference(self) -> dict:
         """The node as its events' involved object: the kubelet's reference, whose uid is the
