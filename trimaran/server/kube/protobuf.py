@@ -114,24 +114,17 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
     "OwnerReference": [("kind", 1, _STRING, False), ("name", 3, _STRING, False), ("uid", 4, _STRING, False),
                        ("apiVersion", 5, _STRING, False), ("controller", 6, _BOOL, False),
                        ("blockOwnerDeletion", 7, _BOOL, False)],
-    # policy/v1 Eviction (kubectl drain's POST to pods/eviction) and the DeleteOptions it carries.
-    "Eviction": [("metadata", 1, "ObjectMeta", False), ("deleteOptions", 2, "DeleteOptions", False)],
-    "DeleteOptions": [("gracePeriodSeconds", 1, _INT64, False), ("preconditions", 2, "Preconditions", False),
-                      ("orphanDependents", 3, _BOOL, False), ("propagationPolicy", 4, _STRING, False),
-                      ("dryRun", 5, _STRING, True)],
-    "Preconditions": [("uid", 1, _STRING, False), ("resourceVersion", 2, _STRING, False)],
 }
 # Go encodes a non-pointer scalar even when it is zero, and its JSON leaves zero out (omitempty):
 # zeros are dropped but for these pointer fields, where zero is a value ("0 replicas").
 _ZERO_MEANS_ZERO = {("DeploymentSpec", "replicas"), ("JobSpec", "parallelism"), ("JobSpec", "completions"),
                     ("JobSpec", "backoffLimit"), ("JobSpec", "ttlSecondsAfterFinished"),
-                    ("HorizontalPodAutoscalerSpec", "minReplicas"), ("DeleteOptions", "gracePeriodSeconds")}
+                    ("HorizontalPodAutoscalerSpec", "minReplicas")}
 # The kinds a body may carry: (apiVersion, kind) -> message.
 _KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "ServiceAccount", "Service", "Pod")}
 _KINDS["autoscaling/v1", "HorizontalPodAutoscaler"] = "HorizontalPodAutoscaler"
 _KINDS["apps/v1", "Deployment"] = "Deployment"
 _KINDS["batch/v1", "Job"] = "Job"
-_KINDS["policy/v1", "Eviction"] = "Eviction"
 
 
 class ProtobufError(ValueError):
