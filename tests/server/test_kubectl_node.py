@@ -230,3 +230,53 @@ def test_eviction_subresource_answers_as_kube_apiserver(plane, kubectl) -> None:
                               capture_output=True, timeout=60).returncode != 0
 
     poll(gone, timeout=120, interval=0.5, what="the evicted pod to go")
+
+
+def test_gpus_and_mig_profiles_are_capacity_with_product_labels(plane_with, tmp_path) -> None:  # noqa: ANN001
+    gpus = plane_with(TRIMARAN_GPUS="NVIDIA-A100-SXM4-40GB:1,mig-1g.5gb:2")
+    env = dict(gpus.env, KUBECONFIG=str(gpus.home / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "kcache"),
+               HOME=str(tmp_path))
+
+    def described() -> str | None:
+        out = subprocess.run([KUBECTL, "describe", "node"], env=env, capture_output=True, text=True, timeout=60)
+        return out.stdout if "nvidia.com/gpu.product" in out.stdout else None
+
+    text = poll(described, timeout=60, interval=0.5, what="the node's GPUs")
+    assert "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB" in text
+    node = json.loads(subprocess.run([KUBECTL, "get", "nodes", "-o", "json"], env=env, capture_output=True,
+                                     text=True, timeout=60, check=True).stdout)["items"][0]
+    for part in ("capacity", "allocatable"):
+        assert node["status"][part]["nvidia.com/gpu"] == "1"
+        assert node["status"][part]["nvidia.com/mig-1g.5gb"] == "2"
+    assert node["metadata"]["labels"]["nvidia.com/mig.strategy"] == "mixed"
+
+
+def test_a_cordon_outlives_a_control_plane_restart(plane_with, tmp_path) -> None:  # noqa: ANN001
+    from trimaran.server.daemon import start_server, stop_server
+
+    own = plane_with()
+    env = dict(own.env, KUBECONFIG=str(own.home / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "kcache"),
+               HOME=str(tmp_path))
+
+    def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([KUBECTL, *args], env=env, input=input, capture_output=True, text=True, timeout=120,
+                              check=True)
+
+    node = _node_name(run)
+    run("cordon", node)
+    run("apply", "-f", "-", input=_pod("held"))
+
+    def refusals() -> int:
+        events = json.loads(run("get", "events", "--field-selector", "involvedObject.name=held,reason=FailedScheduling",
+                                "-o", "json").stdout)["items"]
+        return sum(e.get("count") or 1 for e in events)
+
+    before = poll(refusals, timeout=60, interval=0.2, what="the pod to be refused")
+    stop_server(own.home)
+    start_server(home=own.home)
+    # The restarted kubelet looks at the pending pod again and still refuses it: the cordon held from the start.
+    poll(lambda: refusals() > before, timeout=60, interval=0.5, what="the restarted kubelet's refusal")
+    assert _unschedulable_message(own, "default", "held") == UNSCHEDULABLE
+    assert "nodeName" not in own.get("pods", "held")["spec"]
+    run("uncordon", node)
+    poll(lambda: _phase(own, "default", "held") == "Running", timeout=120, interval=0.2, what="the pod to run")

@@ -71,6 +71,14 @@ class NodeController(Reconciler):
         self.lease_key = Key("Lease", NODE_LEASE_NAMESPACE, node.name)
         self._registered = False
         self._posted_at = 0.0  # monotonic time of the last status post
+        try:
+            # Before any admission: a node cordoned (or tainted) before a restart stays so from the start.
+            stored = store.get("Node", "", node.name)
+            spec = stored.get("spec") or {}
+            node.apply_spec({**(stored["metadata"].get("labels") or {}), **node.labels}, spec.get("taints") or [],
+                            bool(spec.get("unschedulable")))
+        except NotFound:
+            pass  # registered at the first pass
 
     def initial_keys(self) -> Iterable[Key]:
         yield self.key
