@@ -221,9 +221,13 @@ def test_eviction_subresource_answers_as_kube_apiserver(plane, kubectl) -> None:
         api.request("POST", "/api/v1/namespaces/evicted/pods/target/eviction", body=eviction, timeout=30)
     assert mismatch.value.status == 400 and "does not match" in str(mismatch.value)
     poll(lambda: _phase(plane, "evicted", "target") == "Running", timeout=120, interval=0.2, what="the pod to run")
-    answer = api.request("POST", "/api/v1/namespaces/evicted/pods/target/eviction", timeout=30, body={
-        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "target"}})
-    assert answer.status == 201 and json.loads(answer.read())["status"] == "Success"
+    # The kubernetes client's create_namespaced_pod_eviction sends an Eviction without apiVersion and kind.
+    from kubernetes import client, config
+
+    answer = client.CoreV1Api(config.new_client_from_config(str(plane.home / "kubeconfig"))) \
+        .create_namespaced_pod_eviction("target", "evicted", client.V1Eviction(
+            metadata=client.V1ObjectMeta(name="target", namespace="evicted")))
+    assert answer.kind == "Status"  # this client reads the answer into its V1Eviction model
 
     def gone() -> bool:
         return subprocess.run([KUBECTL, "-n", "evicted", "get", "pod", "target"], env=kubectl.env,

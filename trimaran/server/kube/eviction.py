@@ -29,7 +29,10 @@ def evict(store: Store, namespace: str, name: str, body: Any) -> dict[str, Any]:
         StatusError: the body is not an Eviction of this pod (400), the pod is not found (404), or a
             precondition does not hold (409).
     """
-    if not isinstance(body, dict) or body.get("kind") != "Eviction" or body.get("apiVersion") not in _VERSIONS:
+    # A body without apiVersion and kind is read as the Eviction the path expects, as kube-apiserver
+    # decodes it (the Python client sends one).
+    if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction" or \
+            body.get("apiVersion", "policy/v1") not in _VERSIONS:
         raise StatusError.bad_request("the body of an eviction must be a policy/v1 Eviction")
     named = (body.get("metadata") or {}).get("name")
     if named and named != name:
