@@ -100,7 +100,7 @@ def test_describe_node_lists_its_pods_and_what_they_request(plane, kubectl) -> N
     for section in ("Labels:", "Taints:             <none>", "Unschedulable:      false", "Lease:",
                     f"HolderIdentity:  {node}", "Conditions:", "KubeletReady", "Addresses:", "InternalIP:",
                     "Capacity:", "Allocatable:", "System Info:", "Boot ID:", "Kubelet Version:",
-                    "Non-terminated Pods:", "Allocated resources:"):
+                    "Non-terminated Pods:", "Allocated resources:", "Starting kubelet."):
         assert section in described, section
     row = next(line for line in described.splitlines() if "sleeper" in line)
     assert row.split()[:4] == ["described", "sleeper", "10m", "(0%)"]

@@ -70,13 +70,14 @@ class NodeController(Reconciler):
         self.key = Key("Node", "", node.name)
         self.lease_key = Key("Lease", NODE_LEASE_NAMESPACE, node.name)
         self._registered = False
+        self._own_labels = dict(node.labels)  # well-known, GPU and configured: written over the stored ones
         self._posted_at = 0.0  # monotonic time of the last status post
         try:
             # Before any admission: a node cordoned (or tainted) before a restart stays so from the start.
             stored = store.get("Node", "", node.name)
             spec = stored.get("spec") or {}
-            node.apply_spec({**(stored["metadata"].get("labels") or {}), **node.labels}, spec.get("taints") or [],
-                            bool(spec.get("unschedulable")))
+            node.apply_spec({**(stored["metadata"].get("labels") or {}), **self._own_labels},
+                            spec.get("taints") or [], bool(spec.get("unschedulable")))
         except NotFound:
             pass  # registered at the first pass
 
@@ -116,8 +117,7 @@ class NodeController(Reconciler):
         labels = stored["metadata"].get("labels") or {}
         if not self._registered:
             # The node's own labels over the stored ones, once per start (kubelet's updateDefaultLabels).
-            labels = {**labels, **self.node.labels}
-            self._registered = True
+            labels = {**labels, **self._own_labels}
         spec = stored.get("spec") or {}
         was_unschedulable = self.node.unschedulable
         if self.node.apply_spec(labels, spec.get("taints") or [], bool(spec.get("unschedulable"))):
@@ -129,6 +129,9 @@ class NodeController(Reconciler):
         wanted = self.node.to_k8s(heartbeat=now_rfc3339())
         try:
             stored = self._write_spec(stored, wanted)
+            if not self._registered:
+                self._registered = True
+                self.store.record_event(self.node.reference(), "Normal", "Starting", "Starting kubelet.")
             self._post_status(stored, wanted["status"])
         except Conflict:
             return CONFLICT_RETRY_SECONDS  # written meanwhile (a cordon): read it again
@@ -185,7 +188,6 @@ class NodeController(Reconciler):
         stored["status"] = status
         stored = self.write_status(stored)
         self._posted_at = time.monotonic()
-        self.store.record_event(self.node.reference(), "Normal", "Starting", "Starting kubelet.")
         self.store.record_event(self.node.reference(), "Normal", "NodeReady",
                                 f"Node {self.node.name} status is now: NodeReady")
         return stored
