@@ -171,16 +171,15 @@ class KubeAPI:
     async def _serve(self, request: Request, target: Target, verb: str) -> Response:
         sub = target.subresource
         info = target.info
-        if sub not in (None, "status", "scale", "log", "eviction") or (sub in ("log", "eviction") and
-                                                                        info.kind != "Pod") \
-                or (sub == "status" and not info.status_subresource) or (sub == "scale" and info.scale is None):
-            raise StatusError(404, "NotFound", "the server could not find the requested resource")
-        if sub == "eviction":
+        if sub == "eviction" and info.kind == "Pod":  # policy/v1 Eviction: kubectl drain (eviction.py)
             if verb != "create":
                 raise StatusError.method_not_allowed()
             body = _decode(await _read_body(request), request)
             return _json_response(await asyncio.to_thread(evict, self.store, target.namespace or "",
                                                           target.name or "", body), 201)
+        if sub not in (None, "status", "scale", "log") or (sub == "log" and info.kind != "Pod") or \
+                (sub == "status" and not info.status_subresource) or (sub == "scale" and info.scale is None):
+            raise StatusError(404, "NotFound", "the server could not find the requested resource")
         if info is EVENT and verb not in ("get", "list", "watch"):
             raise StatusError.method_not_allowed("events are written by Trimaran's controllers only")
         if target.name is None and verb in ("create",) and target.namespace is None and info.namespaced:
