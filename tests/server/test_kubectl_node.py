@@ -120,6 +120,22 @@ def test_the_node_lease_is_renewed(kubectl) -> None:  # noqa: ANN001, F811
     # Renewed every 10 s: a changed renewTime within a few periods on a busy machine.
     poll(lambda: lease()["spec"]["renewTime"] != first, timeout=45, interval=1.0, what="the lease to be renewed")
     assert "leases" in kubectl("api-resources", "--api-group=coordination.k8s.io").stdout
+    # A Node deleted by hand is registered again, and its Lease follows the new one.
+    old = json.loads(kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["uid"]
+    kubectl("delete", "node", node)
+
+    def registered() -> str | None:
+        found = kubectl("get", "node", node, "-o", "jsonpath={.metadata.uid}", check=False).stdout
+        return found if found and found != old else None
+
+    uid = poll(registered, timeout=60, interval=0.5, what="the node to register again")
+
+    def owner() -> str | None:  # the old Lease may be collected (its owner is gone) and made again
+        found = kubectl("-n", "kube-node-lease", "get", "lease", node, "-o",
+                        "jsonpath={.metadata.ownerReferences[0].uid}", check=False)
+        return found.stdout if found.returncode == 0 else None
+
+    poll(lambda: owner() == uid, timeout=45, interval=1.0, what="the lease to be owned by the new Node")
 
 
 def test_cordon_holds_new_pods_until_uncordon(plane, kubectl) -> None:  # noqa: ANN001, F811

@@ -225,32 +225,29 @@ class NodeController(Reconciler):
 
     # -- the Lease -----------------------------------------------------------------------------
     def _renew_lease(self) -> None:
-        """Renew (or take) ``kube-node-lease/<node>``: the kubelet's heartbeat, every 10 s."""
-        now = _micro_time()
+        """Renew (or take) ``kube-node-lease/<node>``: the kubelet's heartbeat, every 10 s. It is
+        owned by the Node, as the kubelet's (a Node registered again is its new owner)."""
+        try:
+            owners = [{"apiVersion": "v1", "kind": "Node", "name": self.node.name,
+                       "uid": self.store.get("Node", "", self.node.name)["metadata"]["uid"]}]
+        except NotFound:
+            owners = []  # not registered yet: owned once it is
         try:
             lease = self.store.get("Lease", NODE_LEASE_NAMESPACE, self.node.name)
         except NotFound:
             self.store.ensure_namespace(NODE_LEASE_NAMESPACE)
             lease = {"apiVersion": COORDINATION_V1, "kind": "Lease",
-                     "metadata": {"name": self.node.name, "namespace": NODE_LEASE_NAMESPACE},
-                     "spec": {"holderIdentity": self.node.name, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
-                              "renewTime": now}}
-            try:
-                node = self.store.get("Node", "", self.node.name)
-                # Owned by the Node, as the kubelet's: deleting the Node collects it.
-                lease["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.node.name,
-                                                         "uid": node["metadata"]["uid"]}]
-            except NotFound:
-                pass
-            try:
-                self.store.create(lease)
-            except Conflict:
-                pass  # created meanwhile: renewed at the next pass
-            return
+                     "metadata": {"name": self.node.name, "namespace": NODE_LEASE_NAMESPACE}}
         spec = dict(lease.get("spec") or {})
-        spec.update(holderIdentity=self.node.name, leaseDurationSeconds=LEASE_DURATION_SECONDS, renewTime=now)
+        spec.update(holderIdentity=self.node.name, leaseDurationSeconds=LEASE_DURATION_SECONDS,
+                    renewTime=_micro_time())
         lease["spec"] = spec
+        if owners:
+            lease["metadata"]["ownerReferences"] = owners
         try:
-            self.store.update(lease)
+            if lease["metadata"].get("uid"):
+                self.store.update(lease)
+            else:
+                self.store.create(lease)
         except (Conflict, NotFound):
-            pass  # changed or removed meanwhile: the next pass renews or recreates it
+            pass  # changed, created or removed meanwhile: the next pass renews it
