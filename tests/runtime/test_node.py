@@ -229,3 +229,22 @@ def test_no_execute_wait_counts_toleration_seconds_from_the_taint() -> None:
     bounded = {**forever, "tolerationSeconds": 30}
     assert no_execute_wait([bounded], [taint], added + 10) == 20.0
     assert no_execute_wait([bounded, forever], [taint], added + 40) == 0.0
+
+
+def test_a_cordon_holds_pods_but_those_bound_here_or_tolerating_it() -> None:
+    n = node()
+    n.apply_spec(n.labels, [{"key": "team", "value": "a", "effect": "NoSchedule"}], unschedulable=True)
+    assert {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"} in n.taints
+    assert n.check_constraints({}) == "1 node(s) were unschedulable."
+    cordon = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+    assert n.check_constraints({"tolerations": [cordon]}) == "1 node(s) had untolerated taint {team: a}."
+    # Bound by its creator: no scheduler, so neither the cordon nor NoSchedule taints hold it.
+    assert n.check_constraints({"nodeName": "box"}) is None
+    n.apply_spec(n.labels, [{"key": "team", "value": "a", "effect": "NoExecute"}], unschedulable=False)
+    assert n.check_constraints({"nodeName": "box"}) == "1 node(s) had untolerated taint {team: a}."
+    n.apply_spec(n.labels, [], unschedulable=False)
+    assert n.observe_memory(available=50 * 1024 * 1024) and n.memory_pressure
+    assert n.check_constraints({"nodeName": "box"}) == \
+        "1 node(s) had untolerated taint {node.kubernetes.io/memory-pressure: }."
+    assert n.to_k8s()["status"]["conditions"][0]["reason"] == "KubeletHasInsufficientMemory"
+    assert n.observe_memory(available=1 << 30) and n.taints == [] and n.check_constraints({}) is None

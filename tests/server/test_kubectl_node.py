@@ -26,9 +26,10 @@ plane = shared_plane("kubectl-node")
 UNSCHEDULABLE = "0/1 nodes are available: 1 node(s) were unschedulable."
 
 
-def _pod(name: str, tolerations: list | None = None) -> str:
+def _pod(name: str, tolerations: list | None = None, node: str | None = None) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
         "restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "tolerations": tolerations or [],
+        **({"nodeName": node} if node else {}),
         "containers": [{"name": "main", "image": "python", "command": ["python", "-c", "import time; time.sleep(600)"],
                         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}})
 
@@ -153,8 +154,11 @@ def test_cordon_holds_new_pods_until_uncordon(plane, kubectl) -> None:  # noqa: 
         message = poll(lambda: _unschedulable_message(plane, "cordoned", "waiter"), timeout=60, interval=0.2,
                        what="the scheduler's reason")
         assert message == UNSCHEDULABLE
-        poll(lambda: _phase(plane, "cordoned", "tolerant") == "Running", timeout=120, interval=0.2,
-             what="the tolerating pod to run")
+        # So do pods their creator bound to the node: they bypass the scheduler, as on a cluster.
+        kubectl("apply", "-f", "-", input=_pod("bound", node=node))
+        for name in ("tolerant", "bound"):
+            poll(lambda name=name: _phase(plane, "cordoned", name) == "Running", timeout=120, interval=0.2,
+                 what=f"pod {name} to run")
         assert _phase(plane, "cordoned", "waiter") == "Pending" and "nodeName" not in \
             plane.get("pods", "waiter", "cordoned")["spec"]
         assert "FailedScheduling" in kubectl("describe", "pod", "waiter").stdout
@@ -163,7 +167,7 @@ def test_cordon_holds_new_pods_until_uncordon(plane, kubectl) -> None:  # noqa: 
     poll(lambda: _phase(plane, "cordoned", "waiter") == "Running", timeout=120, interval=0.2,
          what="the held pod to run after uncordon")
     assert "taints" not in json.loads(kubectl("get", "node", node, "-o", "json").stdout)["spec"]
-    kubectl("delete", "pod", "waiter", "tolerant", timeout=120)
+    kubectl("delete", "pod", "waiter", "tolerant", "bound", timeout=120)
 
 
 def test_no_execute_taints_evict_running_pods_and_hold_new_ones(plane, kubectl) -> None:  # noqa: ANN001, F811

@@ -652,15 +652,22 @@ class Node:
         node_name = pod_spec.get("nodeName")
         if node_name and node_name != self.name:
             return "1 node(s) didn't match the requested node name."
+        # A pod its creator bound here (spec.nodeName) bypasses the scheduler, as on a cluster: a
+        # cordon and NoSchedule taints do not hold it, but NoExecute ones (the kubelet's admission)
+        # and the node's pressure taints (its eviction manager's) still do.
+        bound = node_name == self.name
         tolerations = pod_spec.get("tolerations") or []
         with self._lock:
             taints = list(self.taints)
-            unschedulable = self.unschedulable
+            unschedulable = self.unschedulable and not bound
         cordon = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
         if unschedulable and not any(_tolerates(t, cordon) for t in tolerations):  # type: ignore[union-attr]
             return "1 node(s) were unschedulable."
         for taint in taints:
             if taint.get("effect") not in _SCHEDULING_EFFECTS:
+                continue
+            if bound and taint.get("effect") == "NoSchedule" and taint.get("key") not in (
+                    DISK_PRESSURE_TAINT, MEMORY_PRESSURE_TAINT):
                 continue
             if not any(_tolerates(t, taint) for t in tolerations):  # type: ignore[union-attr]
                 return f"1 node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}."
