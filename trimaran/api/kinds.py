@@ -27,6 +27,8 @@ from trimaran.api.autoscaling import API_VERSION as AUTOSCALING_V2
 from trimaran.api.autoscaling import API_VERSION_V1 as AUTOSCALING_V1
 from trimaran.api.autoscaling import HPA_COLUMNS, HorizontalPodAutoscaler, HorizontalPodAutoscalerV1
 from trimaran.api.batch import Job
+from trimaran.api.coordination import API_VERSION as COORDINATION_V1
+from trimaran.api.coordination import LEASE_COLUMNS, Lease
 from trimaran.api.core import ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
@@ -348,6 +350,8 @@ for _info in (
     KindInfo("Namespace", "v1", "", "v1", "namespaces", ("ns",), False, Namespace,
              printer_columns=printers.NAMESPACE),
     KindInfo("Node", "v1", "", "v1", "nodes", ("no",), False, Node, printer_columns=printers.NODE),
+    KindInfo("Lease", COORDINATION_V1, "coordination.k8s.io", "v1", "leases", (), True, Lease,
+             printer_columns=LEASE_COLUMNS, status_subresource=False),
     KindInfo("PersistentVolumeClaim", "v1", "", "v1", "persistentvolumeclaims", ("pvc",), True, PersistentVolumeClaim,
              printer_columns=printers.PVC),
     KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job, ("all",), printers.JOB,

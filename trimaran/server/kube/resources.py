@@ -33,6 +33,7 @@ from trimaran.server.kube import protobuf, streaming
 from trimaran.server.kube.admission import PodSecurityAdmission
 from trimaran.server.kube.bodies import load_json, load_yaml
 from trimaran.server.kube.errors import StatusError
+from trimaran.server.kube.eviction import evict
 from trimaran.server.kube.logs import LogOptions, pod_log
 from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 from trimaran.server.kube.streaming import STREAMING
@@ -185,6 +186,12 @@ class KubeAPI:
                 return await streaming.serve(request, pod, sub, self.node)
             finally:
                 release()
+        if sub == "eviction" and info.kind == "Pod":  # policy/v1 Eviction: kubectl drain (eviction.py)
+            if verb != "create":
+                raise StatusError.method_not_allowed()
+            body = _decode(await _read_body(request), request)
+            return _json_response(await asyncio.to_thread(evict, self.store, target.namespace or "",
+                                                          target.name or "", body), 201)
         if sub not in (None, "status", "scale", "log") or (sub == "log" and info.kind != "Pod") or \
                 (sub == "status" and not info.status_subresource) or (sub == "scale" and info.scale is None):
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
