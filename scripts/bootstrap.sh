@@ -26,6 +26,10 @@ command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 # grep reads to the end (no -q): under pipefail, ldconfig killed by SIGPIPE after an early match would
 # count as missing.
+# The pod network's Services and NetworkPolicies are nftables rules; cluster DNS is a dnsmasq per home
+# (trimaran/runtime/network).
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
+command -v dnsmasq >/dev/null 2>&1 || need_apt+=(dnsmasq-base)
 ldconfig -p 2>/dev/null | grep 'libseccomp\.so\.2 ' >/dev/null || need_apt+=(libseccomp2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -70,5 +70,10 @@ export TRIMARAN_RESTART_BACKOFF=${TRIMARAN_RESTART_BACKOFF:-0.2}
 # keep the suite under 20 minutes.
 .venv/bin/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=30 "$@"
 rc=$?
+# The kubernetes client's own e2e suite (not on PyPI: a checkout of kubernetes-client/python named
+# by TRIMARAN_K8S_E2E_SUITE), reported per test; it does not pass whole yet (README, compatibility).
+if [ -n "${TRIMARAN_K8S_E2E_SUITE:-}" ]; then
+  .venv/bin/python -m tests.k8s_client_e2e --suite "$TRIMARAN_K8S_E2E_SUITE" || echo "k8s client e2e: not all pass"
+fi
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi
 exit "$rc"

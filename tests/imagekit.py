@@ -506,8 +506,10 @@ class TokenServer:
         self._http.server_close()
 
 
-def start_registry(directory: Path, token_server: TokenServer | None = None, deadline: float = 30.0) -> Registry:
-    """A ``docker-registry`` serving plain HTTP on a free loopback port, its storage in ``directory``."""
+def start_registry(directory: Path, token_server: TokenServer | None = None, deadline: float = 30.0,
+                   tls: tuple[Path, Path] | None = None) -> Registry:
+    """A ``docker-registry`` serving plain HTTP on a free loopback port, its storage in ``directory``;
+    HTTPS with ``tls`` (certificate, key)."""
     directory.mkdir(parents=True, exist_ok=True)
     binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     if not Path(binary).exists():
@@ -521,6 +523,8 @@ def start_registry(directory: Path, token_server: TokenServer | None = None, dea
             "storage": {"filesystem": {"rootdirectory": str(directory / "storage")}, "delete": {"enabled": True}},
             "http": {"addr": f"127.0.0.1:{port}", "secret": os.urandom(16).hex()},
         }
+        if tls is not None:
+            config["http"]["tls"] = {"certificate": str(tls[0]), "key": str(tls[1])}
         if token_server is not None:
             config["auth"] = {"token": {"realm": token_server.realm, "service": token_server.service,
                                         "issuer": token_server.issuer,

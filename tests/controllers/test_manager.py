@@ -52,3 +52,19 @@ def test_own_status_write_does_not_wake_the_writer_but_others_writes_do(tmp_path
     finally:
         manager.stop()
         store.close()
+
+
+def test_a_key_has_one_pending_delayed_add_the_earliest() -> None:
+    """As client-go's delaying queue: a periodic key requeued again by an event or a resync does not
+    start a second chain of passes (they multiplied, one more per resync)."""
+    from trimaran.controllers.base import _Queue
+
+    queue = _Queue()
+    key = Key("Node", "", "box")
+    for after in (5.0, 0.05, 0.1, 10.0):
+        queue.add(key, after)
+    stop = threading.Event()
+    assert queue.get(stop) == key  # at the earliest, 0.05 s
+    queue.done(key)
+    threading.Timer(0.4, stop.set).start()  # past the later adds, had they been kept
+    assert queue.get(stop) is None

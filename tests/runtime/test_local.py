@@ -253,7 +253,8 @@ def test_memory_limit_is_reported_oomkilled(tmp_path: Path, use_cgroups: bool) -
         assert enforcement["memoryEnforcement"] in ("cgroup-v1", "cgroup-v2", "rlimit")
         if enforcement["memoryEnforcement"] != "rlimit":
             assert status.exit_code == 137
-            assert not os.path.exists(enforcement["cgroup"])  # removed with the container
+            assert enforcement["cgroupDirs"]
+            assert not any(os.path.exists(p) for p in enforcement["cgroupDirs"])  # removed with the container
     else:
         assert enforcement["memoryEnforcement"] == "rlimit"
 

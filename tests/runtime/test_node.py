@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trimaran.runtime.node import Admission, Node, Resources, parse_taints, pod_requests
+from trimaran.runtime.node import Admission, Node, Resources, no_execute_wait, parse_taints, pod_requests
 
 from .helpers import make_pod
 
@@ -144,7 +144,7 @@ def affinity(*terms: list[dict]) -> dict:
         "nodeSelectorTerms": [{"matchExpressions": list(t)} for t in terms]}}}
 
 
-MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+MISMATCH = "1 node(s) didn't match Pod's node affinity/selector."
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ MISMATCH = "node(s) didn't match Pod's node affinity/selector"
         ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchFields": [
                 {"key": "metadata.name", "operator": "In", "values": ["box"]}]}]}}}}, None),
-        ({"nodeName": "elsewhere"}, "node(s) didn't match the requested node name"),
+        ({"nodeName": "elsewhere"}, "1 node(s) didn't match the requested node name."),
     ],
 )
 def test_selector_and_affinity(spec: dict, reason: str | None) -> None:
@@ -191,7 +191,7 @@ def test_selector_and_affinity(spec: dict, reason: str | None) -> None:
 def test_taints_and_tolerations(tolerations: list[dict], tolerated: bool) -> None:
     n = node(TRIMARAN_NODE_TAINTS="dedicated=ml:NoSchedule,soft=x:PreferNoSchedule")
     result = n.check_constraints({"tolerations": tolerations})
-    assert result == (None if tolerated else "node(s) had untolerated taint {dedicated: ml}")
+    assert result == (None if tolerated else "1 node(s) had untolerated taint {dedicated: ml}.")
 
 
 def test_admission_reports_constraint_failures() -> None:
@@ -217,3 +217,34 @@ def test_pods_beyond_max_pods_wait_whatever_they_request() -> None:
     assert n.admit("huge", [pod(f"h-{i}", cpu="0") for i in range(4)]) == \
         "0/1 nodes are available: 1 Too many pods (the gang has 4 pods, the node runs at most 3)"
     assert isinstance(n.admit("c", [pod("c-0", cpu="0")]), Admission)
+
+
+def test_no_execute_wait_counts_toleration_seconds_from_the_taint() -> None:
+    taint = {"key": "k", "value": "v", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
+    added = 1767225600.0  # 2026-01-01T00:00:00Z
+    assert no_execute_wait([], [taint], added) == 0.0
+    assert no_execute_wait([], [{"key": "k", "effect": "NoSchedule"}], added) is None
+    forever = {"key": "k", "operator": "Exists", "effect": "NoExecute"}
+    assert no_execute_wait([forever], [taint], added + 1e6) is None
+    bounded = {**forever, "tolerationSeconds": 30}
+    assert no_execute_wait([bounded], [taint], added + 10) == 20.0
+    assert no_execute_wait([bounded, forever], [taint], added + 40) == 0.0
+
+
+def test_a_cordon_holds_pods_but_those_bound_here_or_tolerating_it() -> None:
+    n = node()
+    n.apply_spec(n.labels, [{"key": "team", "value": "a", "effect": "NoSchedule"}], unschedulable=True)
+    assert {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"} in n.taints
+    assert n.check_constraints({}) == "1 node(s) were unschedulable."
+    cordon = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+    assert n.check_constraints({"tolerations": [cordon]}) == "1 node(s) had untolerated taint {team: a}."
+    # Bound by its creator: no scheduler, so neither the cordon nor NoSchedule taints hold it.
+    assert n.check_constraints({"nodeName": "box"}) is None
+    n.apply_spec(n.labels, [{"key": "team", "value": "a", "effect": "NoExecute"}], unschedulable=False)
+    assert n.check_constraints({"nodeName": "box"}) == "1 node(s) had untolerated taint {team: a}."
+    n.apply_spec(n.labels, [], unschedulable=False)
+    assert n.observe_memory(available=50 * 1024 * 1024) and n.memory_pressure
+    assert n.check_constraints({"nodeName": "box"}) == \
+        "1 node(s) had untolerated taint {node.kubernetes.io/memory-pressure: }."
+    assert n.to_k8s()["status"]["conditions"][0]["reason"] == "KubeletHasInsufficientMemory"
+    assert n.observe_memory(available=1 << 30) and n.taints == [] and n.check_constraints({}) is None

@@ -102,3 +102,16 @@ def test_an_update_moves_the_fields_it_changed_to_its_manager() -> None:
     assert owners == {"alice": {"f:spec": {"f:y": {}}}, "kubectl-edit": {"f:spec": {"f:x": {}}}}
     with pytest.raises(StatusError):
         server_side_apply(new, _obj({"x": 1, "y": 1}), "alice", force=False)
+
+
+def test_a_services_ports_merge_by_port_and_a_containers_by_container_port() -> None:
+    service = {"spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080},
+                                  {"name": "metrics", "port": 9090}]}}
+    patched = strategic_merge_patch(service, {"spec": {"ports": [{"port": 80, "targetPort": 8081}]}})
+    assert patched["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": 8081},
+                                        {"name": "metrics", "port": 9090}]
+    pod = {"spec": {"containers": [{"name": "a", "ports": [{"containerPort": 80, "name": "web"}]}]}}
+    patched = strategic_merge_patch(pod, {"spec": {"containers": [{"name": "a", "ports": [
+        {"containerPort": 80, "protocol": "TCP"}, {"containerPort": 81}]}]}})
+    assert patched["spec"]["containers"][0]["ports"] == [{"containerPort": 80, "name": "web", "protocol": "TCP"},
+                                                         {"containerPort": 81}]

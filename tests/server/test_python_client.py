@@ -177,6 +177,12 @@ while not (batch.read_namespaced_job_status("once", "typed").status.succeeded or
     assert time.monotonic() < deadline, "the job did not succeed"
     time.sleep(0.1)
 finished = batch.read_namespaced_job("once", "typed")
+# A new pod is stored Pending; a deleted Service comes back as the object, as kube-apiserver answers.
+pod = core.create_namespaced_pod("typed", client.V1Pod(metadata=meta(name="idle"), spec=client.V1PodSpec(
+    containers=[client.V1Container(name="main", image="python:3.11", command=["sleep", "60"])])))
+core.create_namespaced_service("typed", client.V1Service(metadata=meta(name="front"), spec=client.V1ServiceSpec(
+    selector={"app": "none"}, ports=[client.V1ServicePort(port=80)])))
+gone = core.delete_namespaced_service("front", "typed")
 try:
     api.create_namespaced_custom_object("kubeflow.org", "v1", "typed", "pytorchjobs",
                                         {"metadata": {"name": "kindless"}, "spec": {}})
@@ -191,8 +197,11 @@ print(json.dumps({
             "conditions": [c.type for c in finished.status.conditions]},
     "job_pods": [p.metadata.name.startswith("once-")
                  for p in core.list_namespaced_pod("typed", label_selector="batch.kubernetes.io/job-name=once").items],
-    "log": core.read_namespaced_pod_log(core.list_namespaced_pod("typed").items[0].metadata.name, "typed"),
+    "log": core.read_namespaced_pod_log(core.list_namespaced_pod(
+        "typed", label_selector="batch.kubernetes.io/job-name=once").items[0].metadata.name, "typed"),
     "kindless": kindless,
+    "new_pod_phase": pod.status.phase,
+    "deleted_service": [type(gone).__name__, gone.metadata.name],
 }))
 '''
 
@@ -251,3 +260,5 @@ def test_typed_builtins_without_api_version_or_kind(plane: ControlPlaneHandle, t
     assert out["job_pods"] == [True]
     assert out["log"] == "done\n"
     assert out["kindless"] == 400  # a custom resource must say what it is, as on a cluster
+    assert out["new_pod_phase"] == "Pending"
+    assert out["deleted_service"] == ["V1Service", "front"]

@@ -63,7 +63,8 @@ class Api:
         for line in text.splitlines():
             if line.startswith("apiserver_longrunning_requests{"):
                 labels, value = line.rsplit(" ", 1)
-                found["log" if 'subresource="log"' in labels else "watch"] = float(value)
+                if 'subresource="log"' in labels or 'verb="WATCH"' in labels:  # not exec's CONNECT series
+                    found["log" if 'subresource="log"' in labels else "watch"] = float(value)
         return found
 
 

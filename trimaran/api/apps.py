@@ -10,6 +10,7 @@ Containers that say ``--port=$(PORT)`` get a port of their own per pod (see
 
 # Annotations are evaluated eagerly (no `from __future__ import annotations`), as in batch.py.
 
+import ipaddress
 import re
 from typing import Any, Literal
 
@@ -46,8 +47,24 @@ def _spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _service_ports(obj: dict[str, Any]) -> str:
+    """kubectl's ``makePortString``: ``80/TCP``, ``80:30080/TCP`` with a node port."""
     ports = (obj.get("spec") or {}).get("ports") or []
-    return ",".join(f"{p.get('port')}/{p.get('protocol') or 'TCP'}" for p in ports) or "<none>"
+    return ",".join(f"{p.get('port')}{':' + str(p['nodePort']) if p.get('nodePort') else ''}/"
+                    f"{p.get('protocol') or 'TCP'}" for p in ports) or "<none>"
+
+
+def _service_external_ip(obj: dict[str, Any]) -> str:
+    """kubectl's ``getServiceExternalIP``: a LoadBalancer's ingress addresses (``<pending>`` until it
+    has one), an ExternalName's name, else the Service's externalIPs."""
+    spec = obj.get("spec") or {}
+    external = list(spec.get("externalIPs") or [])
+    if spec.get("type") == "ExternalName":
+        return spec.get("externalName") or "<none>"
+    if spec.get("type") == "LoadBalancer":
+        ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        found = [i.get("ip") or i.get("hostname") for i in ingress if i.get("ip") or i.get("hostname")] + external
+        return ",".join(found) or "<pending>"
+    return ",".join(external) or "<none>"
 
 
 # kube-apiserver's columns for `kubectl get deployments` and `kubectl get services`.
@@ -69,7 +86,7 @@ ENDPOINTS_COLUMNS = (
 SERVICE_COLUMNS = (
     PrinterColumn("Type", value=lambda o: (o.get("spec") or {}).get("type", "ClusterIP")),
     PrinterColumn("Cluster-IP", value=lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>"),
-    PrinterColumn("External-IP", value=lambda o: "<none>"),
+    PrinterColumn("External-IP", value=_service_external_ip),
     PrinterColumn("Port(s)", value=_service_ports),
     AGE)
 
@@ -90,6 +107,18 @@ def fixed_ports(pod_spec: dict[str, Any]) -> list[tuple[str, int]]:
     """(container, port) of every declared containerPort a container binds as written."""
     return [(str(c.get("name")), int(p["containerPort"])) for c in pod_spec.get("containers") or []
             if not reads_port_from_env(c) for p in c.get("ports") or [] if p.get("containerPort")]
+
+
+# kube-apiserver's default --service-node-port-range.
+NODE_PORT_MIN, NODE_PORT_MAX = 30000, 32767
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def percent_or_int(value: int | str, total: int, round_up: bool) -> int:
@@ -322,6 +351,9 @@ class Service(Resource):
             return errs
         if not spec.ports:
             errs.append(FieldError.required("spec.ports"))
+        if spec.cluster_ip not in (None, "", "None") and not _is_ip(spec.cluster_ip):
+            errs.append(FieldError.invalid("spec.clusterIP", spec.cluster_ip,
+                                           "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
         names: set[str] = set()
         for i, port in enumerate(spec.ports or []):
             path = join_path("spec", "ports", i)
@@ -347,6 +379,15 @@ class Service(Resource):
                             for m in is_valid_port_name(target))
             if port.protocol not in (None, "TCP"):
                 errs.append(FieldError.not_supported(join_path(path, "protocol"), port.protocol, ("TCP",)))
+            if port.node_port is not None:
+                if spec.type not in ("NodePort", "LoadBalancer"):
+                    errs.append(FieldError.forbidden(join_path(path, "nodePort"),
+                                                     f"may not be used when `type` is '{spec.type}'"))
+                elif not NODE_PORT_MIN <= port.node_port <= NODE_PORT_MAX:
+                    errs.append(FieldError.invalid(
+                        join_path(path, "nodePort"), port.node_port,
+                        f"provided port is not in the valid range. The range of valid ports is "
+                        f"{NODE_PORT_MIN}-{NODE_PORT_MAX}"))
         return errs
 
     @classmethod

@@ -959,7 +959,10 @@ class Pod(Resource):
     status: PodStatus | None = None
 
     def set_defaults(self) -> None:
-        """Kubernetes' pod defaults: restartPolicy Always, 30 s grace, requests from limits."""
+        """Kubernetes' pod defaults: restartPolicy Always, 30 s grace, requests from limits; a new
+        pod is Pending, as kube-apiserver's create strategy stores it."""
+        if self.status is None or self.status.phase is None:
+            self.status = (self.status or PodStatus()).model_copy(update={"phase": "Pending"})
         if self.spec.restart_policy is None:
             self.spec.restart_policy = "Always"
         if self.spec.termination_grace_period_seconds is None:

@@ -27,6 +27,8 @@ from trimaran.api.autoscaling import API_VERSION as AUTOSCALING_V2
 from trimaran.api.autoscaling import API_VERSION_V1 as AUTOSCALING_V1
 from trimaran.api.autoscaling import HPA_COLUMNS, HorizontalPodAutoscaler, HorizontalPodAutoscalerV1
 from trimaran.api.batch import Job
+from trimaran.api.coordination import API_VERSION as COORDINATION_V1
+from trimaran.api.coordination import LEASE_COLUMNS, Lease
 from trimaran.api.core import ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
@@ -36,6 +38,8 @@ from trimaran.api.jobset import JOBSET_NAME_KEY, JobSet
 from trimaran.api.meta import Resource
 from trimaran.api.monitoring import API_VERSION as MONITORING_V1
 from trimaran.api.monitoring import PodMonitor, ServiceMonitor
+from trimaran.api.networking import API_VERSION as NETWORKING_V1
+from trimaran.api.networking import NETWORKPOLICY_COLUMNS, NetworkPolicy
 from trimaran.api.pipelines import (
     KFP_API_VERSION,
     TRIMARAN_API_VERSION,
@@ -227,6 +231,9 @@ class KindInfo:
     # A label every pod of an object carries with the object's name as its value, where its pods
     # come from child Jobs rather than being owned by it (a JobSet's, and a TrainJob's JobSet's).
     pods_label: str | None = None
+    # A delete that ends at once answers with the deleted object rather than a Status (the
+    # registry's ReturnDeletedObject: Services among the built-in kinds).
+    returns_deleted: bool = False
 
     @property
     def singular(self) -> str:
@@ -343,6 +350,8 @@ for _info in (
     KindInfo("Namespace", "v1", "", "v1", "namespaces", ("ns",), False, Namespace,
              printer_columns=printers.NAMESPACE),
     KindInfo("Node", "v1", "", "v1", "nodes", ("no",), False, Node, printer_columns=printers.NODE),
+    KindInfo("Lease", COORDINATION_V1, "coordination.k8s.io", "v1", "leases", (), True, Lease,
+             printer_columns=LEASE_COLUMNS, status_subresource=False),
     KindInfo("PersistentVolumeClaim", "v1", "", "v1", "persistentvolumeclaims", ("pvc",), True, PersistentVolumeClaim,
              printer_columns=printers.PVC),
     KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job, ("all",), printers.JOB,
@@ -406,7 +415,8 @@ for _info in (
     KindInfo("Deployment", APPS_V1, "apps", "v1", "deployments", ("deploy",), True, Deployment, ("all",),
              DEPLOYMENT_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
              pod_templates=_job_template),
-    KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS),
+    KindInfo("Service", "v1", "", "v1", "services", ("svc",), True, Service, ("all",), SERVICE_COLUMNS,
+             returns_deleted=True),
     KindInfo("HorizontalPodAutoscaler", AUTOSCALING_V2, "autoscaling", "v2", "horizontalpodautoscalers", ("hpa",),
              True, HorizontalPodAutoscaler, ("all",), HPA_COLUMNS),
     # v2 first: `hpa` finds it, and discovery prefers it, as kube-apiserver does.
@@ -416,6 +426,8 @@ for _info in (
              REPLICASET_COLUMNS),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,
              status_subresource=False),
+    KindInfo("NetworkPolicy", NETWORKING_V1, "networking.k8s.io", "v1", "networkpolicies", ("netpol",), True,
+             NetworkPolicy, printer_columns=NETWORKPOLICY_COLUMNS, status_subresource=False),
     KindInfo("ServiceMonitor", MONITORING_V1, "monitoring.coreos.com", "v1", "servicemonitors", ("smon",), True,
              ServiceMonitor, ("prometheus-operator",), status_subresource=False),
     KindInfo("PodMonitor", MONITORING_V1, "monitoring.coreos.com", "v1", "podmonitors", ("pmon",), True,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 __all__ = ["AGE", "CONFIGMAP", "EVENT", "JOB", "NAMESPACE", "NODE", "POD", "PVC", "SECRET", "PrinterColumn", "age",
-           "duration", "elapsed", "job_status", "node_status", "pod_ready", "pod_restarts", "pod_status",
+           "duration", "elapsed", "job_status", "node_roles", "node_status", "pod_ready", "pod_restarts", "pod_status",
            "short_duration"]
 
 
@@ -166,9 +166,35 @@ def node_status(node: dict) -> str:
     return text + (",SchedulingDisabled" if _spec(node).get("unschedulable") else "")
 
 
+def node_roles(node: dict) -> str:
+    """kubectl's ROLES of a node: the names of its ``node-role.kubernetes.io/NAME`` labels and the
+    value of ``kubernetes.io/role``, sorted, else ``<none>``."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    roles = {k.removeprefix("node-role.kubernetes.io/") for k in labels if k.startswith("node-role.kubernetes.io/")}
+    if labels.get("kubernetes.io/role"):
+        roles.add(labels["kubernetes.io/role"])
+    return ",".join(sorted(r for r in roles if r)) or "<none>"
+
+
+def _node_address(kind: str) -> Callable[[dict], str]:
+    def address(node: dict) -> str:
+        found = [a.get("address", "") for a in _status(node).get("addresses") or [] if a.get("type") == kind]
+        return ",".join(found) or "<none>"
+    return address
+
+
+def _node_info(field_name: str, default: str = "") -> Callable[[dict], str]:
+    return lambda node: (_status(node).get("nodeInfo") or {}).get(field_name) or default
+
+
 NODE = (PrinterColumn("Status", value=node_status),
-        PrinterColumn("Roles", value=lambda o: "<none>"), AGE,
-        PrinterColumn("Version", value=lambda o: (_status(o).get("nodeInfo") or {}).get("kubeletVersion", "")))
+        PrinterColumn("Roles", value=node_roles), AGE,
+        PrinterColumn("Version", value=_node_info("kubeletVersion")),
+        PrinterColumn("Internal-IP", priority=1, value=_node_address("InternalIP")),
+        PrinterColumn("External-IP", priority=1, value=_node_address("ExternalIP")),
+        PrinterColumn("OS-Image", priority=1, value=_node_info("osImage", "<unknown>")),
+        PrinterColumn("Kernel-Version", priority=1, value=_node_info("kernelVersion", "<unknown>")),
+        PrinterColumn("Container-Runtime", priority=1, value=_node_info("containerRuntimeVersion", "<unknown>")))
 PVC = (PrinterColumn("Status", value=lambda o: _status(o).get("phase", "Pending")),
        PrinterColumn("Volume", value=lambda o: _spec(o).get("volumeName", "")),
        PrinterColumn("Capacity", value=lambda o: (_status(o).get("capacity") or {}).get("storage", "")),

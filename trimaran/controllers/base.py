@@ -146,13 +146,20 @@ class _Queue:
         self._ready: list[Key] = []
         self._queued: set[Key] = set()
         self._delayed: list[tuple[float, Key]] = []
+        # Each key's one pending delayed add (its earliest), as client-go's delaying queue keeps it:
+        # without it every resync and event that requeues a periodic key would start one more chain.
+        self._due: dict[Key, float] = {}
         self._processing: set[Key] = set()
         self._dirty_while_processing: set[Key] = set()
 
     def add(self, key: Key, after: float = 0.0) -> None:
         with self._cond:
             if after > 0:
-                heapq.heappush(self._delayed, (time.monotonic() + after, key))
+                due = time.monotonic() + after
+                if self._due.get(key, float("inf")) <= due:
+                    return  # already due as soon
+                self._due[key] = due
+                heapq.heappush(self._delayed, (due, key))
             elif key in self._processing:
                 self._dirty_while_processing.add(key)
             elif key not in self._queued:
@@ -170,7 +177,10 @@ class _Queue:
             while not stop.is_set():
                 now = time.monotonic()
                 while self._delayed and self._delayed[0][0] <= now:
-                    _, key = heapq.heappop(self._delayed)
+                    due, key = heapq.heappop(self._delayed)
+                    if self._due.get(key) != due:
+                        continue  # replaced by an earlier add of the same key
+                    del self._due[key]
                     if key not in self._queued and key not in self._processing:
                         self._queued.add(key)
                         self._ready.append(key)

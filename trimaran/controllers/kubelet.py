@@ -81,10 +81,12 @@ from trimaran.runtime.images import (
     ImageReference,
     ImageStore,
     InvalidImageName,
+    RegistryConfig,
     credentials_from_secrets,
     parse_reference,
 )
 from trimaran.runtime.node import StorageUsage, disk_pressure_message, ephemeral_storage_violation
+from trimaran.runtime.qos import qos_class
 from trimaran.runtime.volumes import STORAGE_INITIALIZER, storage_volume_uris
 from trimaran.serving.storage import credential_env, initializer_container
 from trimaran.store import Conflict, DiskFull, NotFound, Store
@@ -168,7 +170,8 @@ class Kubelet(Reconciler):
         if self.image_policy not in IMAGE_POLICIES:
             raise ValueError(f"image policy must be one of {', '.join(IMAGE_POLICIES)}, not {self.image_policy!r}")
         insecure = [r for r in os.environ.get("TRIMARAN_INSECURE_REGISTRIES", "").split(",") if r]
-        self.images = ImageStore(runtime.home / "images", insecure_registries=insecure)
+        self.images = ImageStore(runtime.home / "images", insecure_registries=insecure,
+                                 registries=RegistryConfig.for_home(runtime.home))
         self._preparing: dict[str, _Preparing] = {}  # pod uid -> its pulls
         self._puller = ThreadPoolExecutor(max_workers=3, thread_name_prefix="image-pull")
         self._lock = threading.RLock()
@@ -177,7 +180,8 @@ class Kubelet(Reconciler):
         self._stopping: set[str] = set()
         self._stopper = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pod-stop")
         self.prober = Prober(store, runtime, lambda key: self.wake(key))
-        self._node_reported = False
+        # Called when a node condition changed (controllers/node.py reports it), set by the control plane.
+        self.node_changed: Callable[[], None] = lambda: None
         # Names every pod of a namespace resolves beside its own gang's (the Services'), set by the control plane.
         self.namespace_hosts: Callable[[str], dict[str, str]] = lambda namespace: {}
         self._adopt()
@@ -191,6 +195,8 @@ class Kubelet(Reconciler):
                 log.info("stopping orphaned pod process %s", uid)
                 self.runtime.stop_pod(uid, grace_seconds=2.0)
                 self.runtime.remove_pod(uid)
+        for uid in self.runtime.sweep_cgroups():
+            log.info("removed the cgroups of pod %s, which no longer runs", uid)
         for pod in pods:
             uid = pod["metadata"]["uid"]
             if phase(pod) == "Running":
@@ -359,6 +365,7 @@ class Kubelet(Reconciler):
                     if prior_init.get(c["name"], {}).get("lastState") else {})}
                 for c in inits
             ]
+        status["qosClass"] = qos_class(pod)  # as kube-apiserver sets it; the pod's cgroup sits under it
         _set_readiness(status)
         pod["status"] = status
         self._write_status(pod)
@@ -413,6 +420,9 @@ class Kubelet(Reconciler):
     def _prepare(self, pod: dict, gpu_env: dict[str, str], gpus: list[str]) -> None:
         """Start an admitted pod, once the images its containers run are on this node."""
         uid = pod["metadata"]["uid"]
+        if not self._bind(pod):
+            self.node.release(uid)  # the pod changed meanwhile: admitted again on the next pass
+            return
         needs = self._needs_or_report(pod)
         if needs is None:
             return
@@ -437,6 +447,30 @@ class Kubelet(Reconciler):
         pod["status"] = status
         self._write_status(pod)
         self._submit_pull(pod, prep, wanted)
+
+    def _bind(self, pod: dict) -> bool:
+        """Bind an admitted pod to this node (``spec.nodeName``), as the scheduler's binding does, so
+        that ``kubectl get pods -o wide``, ``describe node`` and ``drain`` find it; False when the
+        pod changed or went meanwhile."""
+        for _ in range(5):  # a write meanwhile (a label, an annotation): bind the fresh pod
+            if pod["spec"].get("nodeName") == self.node.name:
+                return True
+            pod["spec"]["nodeName"] = self.node.name
+            try:
+                pod.update(self.store.update(pod))
+                return True
+            except Conflict:
+                try:
+                    fresh = self.store.get("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                except NotFound:
+                    return False
+                if fresh["metadata"]["uid"] != pod["metadata"]["uid"] or is_terminating(fresh):
+                    return False
+                pod.clear()
+                pod.update(fresh)
+            except NotFound:
+                return False
+        return False
 
     def _add_storage_initializer(self, pod: dict, uris: dict[str, str]) -> bool:
         """Give a pod with object-storage CSI volumes its ``storage-initializer`` init container
@@ -772,15 +806,13 @@ class Kubelet(Reconciler):
 
     # -- local storage: the eviction manager and the Node object ------------------------------
     def _housekeeping(self) -> float:
-        changed = self.node.observe_disk()
-        if changed or not self._node_reported:
-            self._report_node()
-            if changed:
-                reason = "NodeHasDiskPressure" if self.node.disk_pressure else "NodeHasNoDiskPressure"
-                self.store.record_event(self.node.to_k8s(), "Normal", reason,
-                                        f"Node {self.node.name} status is now: {reason}")
-                if not self.node.disk_pressure:
-                    self.wake(SCHEDULE_KEY)  # pods held back by the taint may start now
+        if self.node.observe_disk():
+            self.node_changed()
+            reason = "NodeHasDiskPressure" if self.node.disk_pressure else "NodeHasNoDiskPressure"
+            self.store.record_event(self.node.reference(), "Normal", reason,
+                                    f"Node {self.node.name} status is now: {reason}")
+            if not self.node.disk_pressure:
+                self.wake(SCHEDULE_KEY)  # pods held back by the taint may start now
         with self._lock:
             running = {uid: key for uid, key in self._started.items() if uid not in self._stopping}
         pods = [p for p in self.store.list("Pod", shared=True)
@@ -802,28 +834,6 @@ class Kubelet(Reconciler):
             threshold, floor, available = signal
             self._evict(pod, disk_pressure_message(pod, usage, format_memory(floor), format_memory(available)))
         return HOUSEKEEPING_SECONDS
-
-    def _report_node(self) -> None:
-        """Write this node's Node object (taints in its spec, conditions in its status); a full
-        disk leaves it for the next pass."""
-        wanted = self.node.to_k8s()
-        try:
-            try:
-                current = self.store.get("Node", "", self.node.name)
-            except NotFound:
-                current = self.store.create(wanted)
-            labels = wanted["metadata"]["labels"]
-            if current.get("spec") != wanted["spec"] or current["metadata"].get("labels") != labels:
-                current["spec"] = wanted["spec"]
-                current["metadata"]["labels"] = wanted["metadata"]["labels"]
-                current = self.store.update(current)
-            current["status"] = wanted["status"]
-            self.store.update_status(current)
-        except (DiskFull, Conflict) as exc:
-            log.warning("reporting node %s: %s", self.node.name, exc)
-            self._node_reported = False
-            return
-        self._node_reported = True
 
     def _evict(self, pod: dict, message: str) -> None:
         """Evict as the kubelet does: kill the pod's processes at once, fail it with reason Evicted,

@@ -56,12 +56,14 @@ from pathlib import Path, PurePosixPath
 
 from trimaran.api.meta import pod_hostname
 from trimaran.api.quantity import QuantityError, parse_memory
-from trimaran.runtime import oci
+from trimaran.runtime import cgroups, oci
 from trimaran.runtime import shim as _shim
+from trimaran.runtime import streaming as _streaming
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
 from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, pods_range
 from trimaran.runtime.node import Node, StorageUsage, container_requests
+from trimaran.runtime.qos import container_resources, pod_cgroup, pod_pids_limit_from_env
 from trimaran.runtime.sandbox import (
     SandboxUnavailable,
     build_argv,
@@ -74,6 +76,7 @@ from trimaran.runtime.sandbox import (
 )
 from trimaran.runtime.security import ContainerSecurity, container_security, seccomp_program
 from trimaran.runtime.serviceaccount import MOUNT_PATH, ServiceAccountAccess, automounts_token, write_service_account
+from trimaran.runtime.stats import NodeUsage, collect
 from trimaran.runtime.volumes import Mount, Owner, container_mounts, prepare_volumes
 
 __all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user",
@@ -254,14 +257,18 @@ class LocalRuntime:
     runtimes on the same home (one at a time in practice) see the same pods."""
 
     def __init__(self, home: Path, *, node: Node | None = None, use_cgroups: bool = True,
-                 log_rotation: tuple[int, int] | None = None) -> None:
+                 log_rotation: tuple[int, int] | None = None, pids_limit: int | None = None) -> None:
         """``node`` supplies the node name and the capacity that unset ``resourceFieldRef``
-        limits report (the host's without it). ``use_cgroups=False`` enforces memory limits
-        with RLIMIT_AS even where cgroups are writable. ``log_rotation`` is
-        ``(containerLogMaxSize, containerLogMaxFiles)``, by default :func:`log_rotation_from_env`'s."""
+        limits report (the host's without it). ``use_cgroups=False`` runs pods without cgroups
+        (memory limits by RLIMIT_AS) even where they are writable. ``log_rotation`` is
+        ``(containerLogMaxSize, containerLogMaxFiles)``, by default :func:`log_rotation_from_env`'s;
+        ``pids_limit`` each pod's (-1: unlimited), by default ``TRIMARAN_POD_PIDS_LIMIT``'s."""
         self.home = Path(home)
         self.node = node
-        self.use_cgroups = use_cgroups
+        self.cgroups = cgroups.detect(str(self.home)) if use_cgroups else None
+        if pids_limit is None:
+            pids_limit = pod_pids_limit_from_env()
+        self.pids_limit = None if pids_limit == -1 else pids_limit
         self.log_max_size, self.log_max_files = log_rotation or log_rotation_from_env()
         # Set by the control plane once it serves: pods then get the in-cluster configuration
         # (service env, token files). None runs pods without it.
@@ -343,6 +350,7 @@ class LocalRuntime:
         for old_run in self._runs(uid):
             if not self._run_alive(old_run):
                 _shim.release_overlays_under(str(old_run))
+                self._remove_cgroups(old_run)
         if run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
@@ -516,7 +524,7 @@ class LocalRuntime:
                 "log_max_size": self.log_max_size,
                 "log_max_files": self.log_max_files,
                 "memory_limit": memory_limit,
-                "use_cgroups": self.use_cgroups,
+                "resources": container_resources(container),
                 "termination_log": str(termination_log),
                 "termination_message_policy": container.get("terminationMessagePolicy") or "File",
                 **({"overlay": overlay} if overlay else {}),
@@ -536,6 +544,7 @@ class LocalRuntime:
             "name": name,
             "attempt": attempt,
             "grace_seconds": float(30 if grace is None else grace),
+            "cgroups": pod_cgroup(pod, self.cgroups, self.pids_limit) if self.cgroups else None,
             "init_containers": [container_spec(c, i, True) for i, c in enumerate(init)],
             "containers": [container_spec(c, i, False) for i, c in app],
         }
@@ -758,9 +767,9 @@ class LocalRuntime:
                 _signal(record["pid"], signal.SIGKILL)
                 doomed += _shim.descendants(record["pid"])
         for run_dir in runs:
-            for container in self._container_records(run_dir):
-                if container.get("cgroup"):
-                    _shim.kill_cgroup(container["cgroup"])
+            self._remove_cgroups(run_dir)
+        if self.cgroups is not None:
+            cgroups.remove_pod(self.cgroups, pod_uid)
         deadline = time.monotonic() + _STOP_SLACK_S
         while True:
             left = [(p, t) for p, t in doomed if _shim.process_alive(p, t)]
@@ -774,6 +783,37 @@ class LocalRuntime:
                 _signal(pid, signal.SIGKILL)
             time.sleep(_POLL_S)
 
+    def _remove_cgroups(self, run_dir: Path) -> None:
+        """Kill and remove what a run's containers left in their cgroups (its shim is gone). Found
+        by the run's spec, not the containers' records: a shim killed while it started a container
+        wrote no record, and what it had started (waiting for it, forever) is in the cgroup."""
+        spec = _shim.read_json(str(run_dir / "spec.json")) or {}
+        pod = spec.get("cgroups")
+        if not pod:
+            return
+        hierarchy = cgroups.Hierarchy.from_json(pod["hierarchy"])
+        for container in (spec.get("init_containers") or []) + (spec.get("containers") or []):
+            cgroups.remove(hierarchy, f"{pod['pod']}/{container['name']}-{spec['attempt']}")
+
+    def sweep_cgroups(self) -> list[str]:
+        """Remove the cgroups of this home's pods that no longer run (their processes were killed
+        with their shim, or the pod was removed while the control plane was down); return their uids."""
+        if self.cgroups is None:
+            return []
+        swept = [uid for uid in cgroups.pod_uids(self.cgroups) if not self.is_alive(uid)]
+        for uid in swept:
+            cgroups.remove_pod(self.cgroups, uid)
+        return swept
+
+    def release_cgroups(self) -> None:
+        """Kill and remove every cgroup of this home (its control plane and pods have stopped)."""
+        if self.cgroups is not None:
+            cgroups.remove_home(self.cgroups)
+
+    def stats(self) -> NodeUsage:
+        """The node's counters and those of every running container (see `trimaran.runtime.stats`)."""
+        return collect(self.cgroups)
+
     def _shim_alive(self, record: dict) -> bool:
         self._reap()
         return _shim.process_alive(record["pid"], record.get("startTicks"))
@@ -783,6 +823,8 @@ class LocalRuntime:
         stay until ``delete_logs``; PVC volumes stay."""
         if self.is_alive(pod_uid):
             self.stop_pod(pod_uid, grace_seconds=0)
+        if self.cgroups is not None:
+            cgroups.remove_pod(self.cgroups, pod_uid)
         # Never delete through a mounted overlay (its writes would land in nothing).
         _shim.release_overlays_under(str(self._pod_dir(pod_uid)))
         shutil.rmtree(self._pod_dir(pod_uid), ignore_errors=True)
@@ -852,6 +894,42 @@ class LocalRuntime:
             return sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
         except FileNotFoundError:
             return []
+
+    # -- streaming (kubectl exec) ------------------------------------------------------------
+
+    def container_pid(self, pod_uid: str, container: str) -> tuple[int, int | None] | None:
+        """``(pid, start ticks)`` of the runtime process the shim recorded for ``container``'s
+        running attempt, or None when it has none (not started, ended, or its shim is gone)."""
+        for run_dir in reversed(self._runs(pod_uid)):
+            record = _shim.read_json(str(run_dir / f"{container}.pid"))
+            if record is None:
+                continue
+            if (run_dir / f"{container}.exit.json").exists() or not self._run_alive(run_dir):
+                return None
+            return record["pid"], record.get("startTicks")
+        return None
+
+    def container_starting(self, pod_uid: str, container: str) -> bool:
+        """Whether ``container`` is about to run: its pod's latest run is alive and has neither
+        started nor ended it yet (a pod may be Running a moment before each container is)."""
+        runs = self._runs(pod_uid)
+        if not runs or not self._run_alive(runs[-1]):
+            return False
+        spec = _shim.read_json(str(runs[-1] / "spec.json")) or {}
+        names = {c["name"] for c in (spec.get("init_containers") or []) + (spec.get("containers") or [])}
+        return container in names and not (runs[-1] / f"{container}.pid").exists() \
+            and not (runs[-1] / f"{container}.exit.json").exists()
+
+    def exec(self, pod_uid: str, container: str, argv: list[str], *, tty: bool, stdin: bool, stdout: bool,
+             stderr: bool, size: tuple[int, int] | None = None) -> _streaming.ExecProcess:
+        """Run ``argv`` in the pod's running ``container``, as ``kubectl exec`` does (see
+        ``runtime/streaming.py``), on a terminal of ``size`` (width, height) with ``tty``. Raises
+        ``streaming.ContainerNotFound`` when it is not running."""
+        found = self.container_pid(pod_uid, container)
+        if found is None:
+            raise _streaming.ContainerNotFound(container)
+        return _streaming.start_exec(found[0], found[1], container, argv, tty=tty, stdin=stdin, stdout=stdout,
+                                     stderr=stderr, size=size)
 
     def delete_logs(self, namespace: str, pod_name: str) -> None:
         """Forget a deleted pod's logs."""

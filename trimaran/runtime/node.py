@@ -23,8 +23,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
+import trimaran
 from trimaran.api.quantity import format_cpu, format_memory, parse_cpu, parse_memory, parse_quantity
 from trimaran.runtime.gpus import (
     GPUAllocator,
@@ -48,9 +50,14 @@ __all__ = [
     "DiskThreshold",
     "parse_eviction_hard",
     "DISK_PRESSURE_TAINT",
+    "MEMORY_PRESSURE_TAINT",
+    "UNSCHEDULABLE_TAINT",
+    "MANAGED_TAINTS",
     "StorageUsage",
     "ephemeral_storage_violation",
     "disk_pressure_message",
+    "node_info",
+    "no_execute_wait",
 ]
 
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -60,6 +67,13 @@ _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # extended resource, counted in whole units.
 _UNTRACKED = ("storage", "pods")
 DISK_PRESSURE_TAINT = "node.kubernetes.io/disk-pressure"
+MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+# The taints the node's own conditions and spec.unschedulable stand for (the node lifecycle
+# controller's): added and removed with them, never by hand.
+MANAGED_TAINTS = (DISK_PRESSURE_TAINT, MEMORY_PRESSURE_TAINT, UNSCHEDULABLE_TAINT)
+# The kubelet's default hard eviction threshold for memory (memory.available<100Mi).
+MEMORY_AVAILABLE_FLOOR = 100 * 1024 * 1024
 DEFAULT_EVICTION_HARD = "nodefs.available<10%"
 # evictionPressureTransitionPeriod: how long a pressure condition stays after its signal clears,
 # so that the node does not flap. The kubelet's is 5 min; a workstation's user who just freed
@@ -264,6 +278,31 @@ def _tolerates(toleration: Mapping[str, object], taint: Mapping[str, str]) -> bo
     return False
 
 
+def no_execute_wait(tolerations: list[Mapping[str, object]], taints: list[Mapping[str, str]], now: float
+                    ) -> float | None:
+    """Seconds until a running pod with ``tolerations`` must leave a node with ``taints``, as the
+    taint manager counts: only ``NoExecute`` taints matter; one the pod does not tolerate means
+    now (0); else the smallest ``tolerationSeconds`` of the tolerations used, counted from the
+    newest such taint's ``timeAdded`` (``now`` when it has none); None when none limits it."""
+    taints = [t for t in taints if t.get("effect") == "NoExecute"]
+    used: list[Mapping[str, object]] = []
+    for taint in taints:
+        matching = [t for t in tolerations if _tolerates(t, taint)]
+        if not matching:
+            return 0.0
+        used += matching
+    limits = [float(t["tolerationSeconds"]) for t in used if t.get("tolerationSeconds") is not None]  # type: ignore[arg-type]
+    if not limits:
+        return None
+    added = [_epoch(t["timeAdded"]) for t in taints if t.get("timeAdded")]
+    since = max(added) if added else now
+    return max(0.0, min(limits) - (now - since))
+
+
+def _epoch(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
+
 def _match_expression(expression: Mapping[str, object], value: str | None) -> bool:
     operator = expression.get("operator")
     values = [str(v) for v in (expression.get("values") or [])]  # type: ignore[union-attr]
@@ -432,15 +471,28 @@ class Node:
         self.disk_pressure = False
         self.disk_pressure_message = ""
         self._disk_transition = self.started_at
+        self.memory_pressure = False
+        self._memory_transition = self.started_at
+        self.unschedulable = False  # spec.unschedulable of the stored Node (kubectl cordon)
         self._pressure_seen = 0.0  # monotonic time a threshold was last crossed
         self.labels: dict[str, str] = {
             "kubernetes.io/hostname": name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": _ARCH.get(platform.machine().lower(), platform.machine().lower()),
+            "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": _ARCH.get(platform.machine().lower(), platform.machine().lower()),
+            # This machine runs the control plane too (kubeadm's label, without its taint, as a
+            # single-node cluster's).
+            "node-role.kubernetes.io/control-plane": "",
             **gpu_labels(self.gpu_allocator.devices),
             **(labels or {}),
         }
         self.taints: list[dict[str, str]] = list(taints or [])
+        self.internal_ip = _internal_ip()
+        # The kubelet's version follows the API's (server/kube/discovery.py: v1.32), as a kubelet
+        # within the supported skew.
+        self.node_info = node_info(self.labels["kubernetes.io/arch"], f"v1.32.0-trimaran.{trimaran.__version__}",
+                                   f"trimaran-shim://{trimaran.__version__}")
         self._allocations: dict[str, Allocation] = {}
         self._lock = threading.Lock()
 
@@ -591,21 +643,71 @@ class Node:
     # -- constraints --------------------------------------------------------------------
 
     def check_constraints(self, pod_spec: Mapping[str, object]) -> str | None:
-        """``None`` when the pod may run here, else the scheduler's reason: a different
-        ``nodeName``, an untolerated ``NoSchedule``/``NoExecute`` taint, or a ``nodeSelector``
-        / required node affinity that the node's labels do not satisfy."""
+        """``None`` when the pod may run here, else the scheduler's reason for this one node, in
+        its words (``1 node(s) were unschedulable.``): a different ``nodeName``, a cordoned node
+        (``spec.unschedulable``) the pod does not tolerate, an untolerated ``NoSchedule`` /
+        ``NoExecute`` taint, or a ``nodeSelector`` / required node affinity that the node's
+        labels do not satisfy. The filters run in kube-scheduler's order; the first failing
+        one is the reason."""
         node_name = pod_spec.get("nodeName")
         if node_name and node_name != self.name:
-            return "node(s) didn't match the requested node name"
+            return "1 node(s) didn't match the requested node name."
+        # A pod its creator bound here (spec.nodeName) bypasses the scheduler, as on a cluster: a
+        # cordon and NoSchedule taints do not hold it, but NoExecute ones (the kubelet's admission)
+        # and the node's pressure taints (its eviction manager's) still do.
+        bound = node_name == self.name
         tolerations = pod_spec.get("tolerations") or []
-        for taint in self.taints:
+        with self._lock:
+            taints = list(self.taints)
+            unschedulable = self.unschedulable and not bound
+        cordon = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+        if unschedulable and not any(_tolerates(t, cordon) for t in tolerations):  # type: ignore[union-attr]
+            return "1 node(s) were unschedulable."
+        for taint in taints:
             if taint.get("effect") not in _SCHEDULING_EFFECTS:
                 continue
+            if bound and taint.get("effect") == "NoSchedule" and taint.get("key") not in (
+                    DISK_PRESSURE_TAINT, MEMORY_PRESSURE_TAINT):
+                continue
             if not any(_tolerates(t, taint) for t in tolerations):  # type: ignore[union-attr]
-                return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
+                return f"1 node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}."
         if not self._matches_selector(pod_spec):
-            return "node(s) didn't match Pod's node affinity/selector"
+            return "1 node(s) didn't match Pod's node affinity/selector."
         return None
+
+    def apply_spec(self, labels: Mapping[str, str], taints: list[dict[str, str]], unschedulable: bool) -> bool:
+        """Take the stored Node's labels, taints and ``spec.unschedulable`` (what ``kubectl label``,
+        ``taint`` and ``cordon`` change) as the node's, with the managed taints its conditions
+        stand for in place of any stored ones; True when admission may now differ."""
+        with self._lock:
+            before = (self.labels, self.taints, self.unschedulable)
+            self.unschedulable = unschedulable
+            kept = [dict(t) for t in taints if t.get("key") not in MANAGED_TAINTS]
+            self.taints = kept + self.managed_taints()
+            self.labels = dict(labels)
+            return before != (self.labels, self.taints, self.unschedulable)
+
+    def current_taints(self) -> list[dict[str, str]]:
+        """A copy of the node's taints now (config, stored, managed)."""
+        with self._lock:
+            return [dict(t) for t in self.taints]
+
+    def reference(self) -> dict:
+        """The node as its events' involved object: the kubelet's reference, whose uid is the
+        node's name (``kubectl describe node`` looks its events up by both)."""
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self.name}}
+
+    def managed_taints(self) -> list[dict[str, str]]:
+        """The taints the node's conditions and ``spec.unschedulable`` stand for, as the node
+        lifecycle controller adds them (``timeAdded`` is the condition's transition)."""
+        found = []
+        if self.unschedulable:
+            found.append({"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"})
+        if self.memory_pressure:
+            found.append({"key": MEMORY_PRESSURE_TAINT, "effect": "NoSchedule", "timeAdded": self._memory_transition})
+        if self.disk_pressure:
+            found.append({"key": DISK_PRESSURE_TAINT, "effect": "NoSchedule", "timeAdded": self._disk_transition})
+        return found
 
     def _matches_selector(self, pod_spec: Mapping[str, object]) -> bool:
         selector = pod_spec.get("nodeSelector") or {}
@@ -660,17 +762,35 @@ class Node:
         if pressure == self.disk_pressure:
             return False
         self.disk_pressure = pressure
-        self._disk_transition = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        with self._lock:
-            self.taints = [t for t in self.taints if t.get("key") != DISK_PRESSURE_TAINT]
-            if pressure:
-                self.taints.append({"key": DISK_PRESSURE_TAINT, "effect": "NoSchedule",
-                                    "timeAdded": self._disk_transition})
+        self._disk_transition = _now()
+        self._set_taint(DISK_PRESSURE_TAINT, pressure, self._disk_transition)
         return True
 
-    def to_k8s(self) -> dict:
-        """The node as a Kubernetes ``v1/Node`` object (for ``get nodes`` / ``describe``): capacity,
-        allocatable (ephemeral storage less the eviction threshold), taints, the kubelet's conditions."""
+    def observe_memory(self, available: int | None = None) -> bool:
+        """Compare the host's available memory (``MemAvailable``) with the kubelet's default hard
+        threshold ``memory.available<100Mi`` and update ``memory_pressure`` (with its taint); True
+        when it changed."""
+        available = _mem_available() if available is None else available
+        pressure = available is not None and available < MEMORY_AVAILABLE_FLOOR
+        if pressure == self.memory_pressure:
+            return False
+        self.memory_pressure = pressure
+        self._memory_transition = _now()
+        self._set_taint(MEMORY_PRESSURE_TAINT, pressure, self._memory_transition)
+        return True
+
+    def _set_taint(self, key: str, present: bool, since: str) -> None:
+        # At once, so admission honours the condition before the stored Node says so.
+        with self._lock:
+            self.taints = [t for t in self.taints if t.get("key") != key]
+            if present:
+                self.taints.append({"key": key, "effect": "NoSchedule", "timeAdded": since})
+
+    def to_k8s(self, heartbeat: str | None = None) -> dict:
+        """The node as the kubelet registers and reports it (``v1/Node``): labels, taints,
+        capacity and allocatable (ephemeral storage less the eviction threshold), the kubelet's
+        conditions (``lastHeartbeatTime`` is ``heartbeat``, else the condition's transition),
+        addresses, the kubelet endpoint and ``nodeInfo``."""
         capacity = self.capacity.to_quantities()
         allocatable = dict(capacity)
         if self.storage is not None:
@@ -679,7 +799,7 @@ class Node:
 
         def condition(kind: str, status: str, reason: str, message: str, since: str) -> dict:
             return {"type": kind, "status": status, "reason": reason, "message": message,
-                    "lastHeartbeatTime": since, "lastTransitionTime": since}
+                    "lastHeartbeatTime": heartbeat or since, "lastTransitionTime": since}
 
         if self.disk_pressure:
             disk = condition("DiskPressure", "True", "KubeletHasDiskPressure",
@@ -687,29 +807,91 @@ class Node:
         else:
             disk = condition("DiskPressure", "False", "KubeletHasNoDiskPressure",
                              "kubelet has no disk pressure", self._disk_transition)
+        if self.memory_pressure:
+            memory = condition("MemoryPressure", "True", "KubeletHasInsufficientMemory",
+                               "kubelet has insufficient memory available", self._memory_transition)
+        else:
+            memory = condition("MemoryPressure", "False", "KubeletHasSufficientMemory",
+                               "kubelet has sufficient memory available", self._memory_transition)
+        with self._lock:
+            labels, taints, unschedulable = dict(self.labels), [dict(t) for t in self.taints], self.unschedulable
+        spec: dict = {}
+        if unschedulable:
+            spec["unschedulable"] = True
+        if taints:
+            spec["taints"] = taints
         return {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": self.name, "labels": dict(self.labels)},
-            "spec": {"taints": [dict(t) for t in self.taints]} if self.taints else {},
+            "metadata": {"name": self.name, "labels": labels},
+            "spec": spec,
             "status": {
                 "capacity": capacity,
                 "allocatable": allocatable,
                 "conditions": [
-                    condition("MemoryPressure", "False", "KubeletHasSufficientMemory",
-                              "kubelet has sufficient memory available", self.started_at),
+                    memory,
                     disk,
                     condition("PIDPressure", "False", "KubeletHasSufficientPID",
                               "kubelet has sufficient PID available", self.started_at),
                     condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", self.started_at),
                 ],
-                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                "addresses": [{"type": "InternalIP", "address": self.internal_ip},
                               {"type": "Hostname", "address": self.name}],
-                "nodeInfo": {"operatingSystem": "linux", "architecture": self.labels["kubernetes.io/arch"],
-                             "kernelVersion": platform.release(), "kubeletVersion": "trimaran",
-                             "containerRuntimeVersion": "trimaran-shim"},
+                # Where kube-apiserver would dial the kubelet; here the API serves logs and exec itself.
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+                "nodeInfo": self.node_info,
             },
         }
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _mem_available() -> int | None:
+    """``MemAvailable`` of /proc/meminfo in bytes (the kubelet's ``memory.available`` signal)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""  # absent or root-only (product_uuid): the field stays empty, as in a container
+
+
+def _os_image() -> str:
+    for line in _read("/etc/os-release").splitlines():
+        key, _, value = line.partition("=")
+        if key == "PRETTY_NAME":
+            return value.strip().strip('"')
+    return platform.system()
+
+
+def _internal_ip() -> str:
+    """The address of the interface the default route leaves by (what the kubelet reports as
+    ``InternalIP``); loopback on a machine with no route. A UDP connect sends nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: never answered, only routed
+            return probe.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def node_info(arch: str, kubelet_version: str, runtime_version: str) -> dict[str, str]:
+    """The ``status.nodeInfo`` of this machine, read once: ids, kernel, OS, versions."""
+    return {"machineID": _read("/etc/machine-id"), "systemUUID": _read("/sys/class/dmi/id/product_uuid"),
+            "bootID": _read("/proc/sys/kernel/random/boot_id"), "kernelVersion": platform.release(),
+            "osImage": _os_image(), "containerRuntimeVersion": runtime_version, "kubeletVersion": kubelet_version,
+            "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": arch}
 
 
 def _pod_uid(pod: Mapping[str, object]) -> str:

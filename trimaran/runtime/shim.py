@@ -7,10 +7,11 @@ the control plane, once restarted, re-adopts the pod by reading the files below.
 It reads ``<state_dir>/spec.json``::
 
     {"uid": str, "namespace": str, "name": str, "attempt": int, "grace_seconds": float,
+     "cgroups": {"hierarchy": H, "pod": str, "limits": L} | null,
      "init_containers": [C, ...], "containers": [C, ...]}
     C = {"name": str, "argv": [str], "env": {str: str}, "log": path,
          "log_max_size": int, "log_max_files": int,
-         "memory_limit": int | null, "use_cgroups": bool, "seccomp": path | null,
+         "memory_limit": int | null, "resources": L, "seccomp": path | null,
          "termination_log": path | null, "termination_message_policy": "File" | ...}
 
     C may also hold ``"overlay": {"lower", "upper", "work", "merged"}`` (a container that runs
@@ -41,7 +42,8 @@ containers together, each with stdout and stderr appended to its ``log``, and wr
 
 - ``shim.pid``: ``{"pid", "startTicks"}`` (start time in clock ticks since boot, to tell the
   process from a later one with the same pid);
-- ``<container>.pid``: ``{"pid", "startTicks", "startedAt", "cgroup", "memoryEnforcement"}``;
+- ``<container>.pid``: ``{"pid", "startTicks", "startedAt", "cgroup", "cgroupDirs",
+  "memoryEnforcement"}``;
 - ``<container>.exit.json``: ``{"exitCode", "signal", "reason", "message", "startedAt",
   "finishedAt"}`` with ``reason`` one of Completed, Error, OOMKilled, StartError;
 - ``shim.done`` when it exits on its own terms (so a shim that vanished without it was lost).
@@ -66,13 +68,16 @@ the containers' processes (never to bubblewrap, which would die at once and take
 container down with SIGKILL, skipping its grace period), then SIGKILL to everything after the
 grace period (``stop.json``'s ``graceSeconds``, else the spec's ``grace_seconds``).
 
-Memory limits use a cgroup per container: cgroup v2 (``memory.max``; OOM from
-``memory.events``), else the v1 memory controller (``memory.limit_in_bytes``; OOM from
-``memory.oom_control``'s ``oom_kill``), whichever is writable. Without either, ``RLIMIT_AS``
-caps the address space instead; a failing allocation then raises in the program rather than
-waking the OOM killer, so OOMKilled is inferred when the container exits non-zero and its log
-ends with MemoryError, "Cannot allocate memory" or std::bad_alloc. RLIMIT_AS counts virtual
-memory, which runtimes such as PyTorch reserve generously: a cgroup is much to be preferred.
+Each container runs in a cgroup of its own inside its pod's (``trimaran.runtime.cgroups``: ``H``
+is its ``Hierarchy.to_json()``, ``pod`` the pod's cgroup, ``L`` the ``cpu_shares``, ``cpu_quota``,
+``memory`` and ``pids`` to write), created when it starts and joined by its first process before
+it execs; its CPU quota and weight, memory limit (an OOM kill in it makes the exit
+``OOMKilled``) and the pod's pids limit apply there. Without cgroups (``"cgroups": null``),
+``RLIMIT_AS`` caps a container's address space to its ``memory_limit`` instead; a failing
+allocation then raises in the program rather than waking the OOM killer, so OOMKilled is
+inferred when the container exits non-zero and its log ends with MemoryError, "Cannot allocate
+memory" or std::bad_alloc. RLIMIT_AS counts virtual memory, which runtimes such as PyTorch
+reserve generously: a cgroup is much to be preferred.
 """
 
 from __future__ import annotations
@@ -89,6 +94,15 @@ import subprocess
 import sys
 import time
 
+try:
+    from . import cgroups  # imported by the runtime, as part of its package
+except ImportError:
+    # Run as the shim (see _LAUNCH), or as a script under -I, which leaves its directory off the
+    # path: the module beside it.
+    if os.path.dirname(os.path.realpath(__file__)) not in sys.path:
+        sys.path.append(os.path.dirname(os.path.realpath(__file__)))
+    import cgroups
+
 __all__ = [
     "STOP_SIGNALS",
     "proc_stat",
@@ -103,8 +117,6 @@ __all__ = [
     "DEFAULT_LOG_MAX_SIZE",
     "DEFAULT_LOG_MAX_FILES",
     "utc_now",
-    "cgroup_procs",
-    "kill_cgroup",
     "mount_overlay",
     "unmount_overlay",
     "overlay_mounts_under",
@@ -403,39 +415,6 @@ def descendants(pid: int) -> list[tuple[int, int]]:
             found.append(child)
             queue.append(child[0])
     return found
-
-
-def cgroup_procs(path: str) -> list[int]:
-    """The pids in a cgroup directory (none when it is gone)."""
-    try:
-        with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as handle:
-            return [int(line) for line in handle if line.strip()]
-    except OSError:
-        return []
-
-
-def kill_cgroup(path: str, deadline_s: float = 5.0) -> None:
-    """SIGKILL everything in a cgroup and remove it (processes may be forking meanwhile)."""
-    kill_file = os.path.join(path, "cgroup.kill")
-    end = time.monotonic() + deadline_s
-    while os.path.isdir(path) and time.monotonic() < end:
-        if os.path.exists(kill_file):
-            _write(kill_file, "1")
-        for pid in cgroup_procs(path):
-            _signal(pid, signal.SIGKILL)
-        try:
-            os.rmdir(path)
-        except OSError:
-            time.sleep(0.01)
-
-
-def _write(path: str, text: str) -> bool:
-    try:
-        with open(path, "w", encoding="ascii") as handle:
-            handle.write(text)
-        return True
-    except OSError:
-        return False
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -846,92 +825,6 @@ def spawn_mapped(argv: list[str], idmap: dict, *, before_exec: object = None,
     return proc
 
 
-# -- cgroups ------------------------------------------------------------------------------
-
-
-def _mounts() -> list[tuple[str, str, list[str]]]:
-    out = []
-    with open("/proc/self/mounts", encoding="utf-8") as handle:
-        for line in handle:
-            parts = line.split()
-            if len(parts) >= 4:
-                out.append((parts[1], parts[2], parts[3].split(",")))
-    return out
-
-
-def _own_cgroup(controller: str) -> str:
-    with open("/proc/self/cgroup", encoding="utf-8") as handle:
-        for line in handle:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            if controller in controllers.split(","):
-                return path
-    return "/"
-
-
-def _create_v2(name: str, limit: int) -> str | None:
-    for mountpoint, fstype, _ in _mounts():
-        if fstype != "cgroup2":
-            continue
-        try:
-            with open(os.path.join(mountpoint, "cgroup.controllers"), encoding="ascii") as f:
-                if "memory" not in f.read().split():
-                    continue
-        except OSError:
-            continue
-        # Processes may only sit in leaves once a cgroup delegates controllers, so the pods'
-        # cgroups hang off a "trimaran" child of the root, which is exempt from that rule.
-        base = os.path.join(mountpoint, "trimaran")
-        _write(os.path.join(mountpoint, "cgroup.subtree_control"), "+memory")
-        try:
-            os.makedirs(base, exist_ok=True)
-        except OSError:
-            continue
-        _write(os.path.join(base, "cgroup.subtree_control"), "+memory")
-        path = os.path.join(base, name)
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError:
-            continue
-        if _write(os.path.join(path, "memory.max"), str(limit)):
-            # Swap would let the container exceed its limit unnoticed.
-            _write(os.path.join(path, "memory.swap.max"), "0")
-            return path
-        kill_cgroup(path)
-    return None
-
-
-def _create_v1(name: str, limit: int) -> str | None:
-    for mountpoint, fstype, options in _mounts():
-        if fstype != "cgroup" or "memory" not in options:
-            continue
-        # Under our own cgroup first, so that limits on the control plane cover its pods.
-        own = _own_cgroup("memory").lstrip("/")
-        for base in (os.path.join(mountpoint, own, "trimaran"), os.path.join(mountpoint, "trimaran")):
-            path = os.path.join(base, name)
-            try:
-                os.makedirs(path, exist_ok=True)
-            except OSError:
-                continue
-            if _write(os.path.join(path, "memory.limit_in_bytes"), str(limit)):
-                _write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(limit))
-                return path
-            kill_cgroup(path)
-    return None
-
-
-def _oom_kills(path: str) -> int:
-    for filename in ("memory.events", "memory.oom_control"):
-        try:
-            with open(os.path.join(path, filename), encoding="ascii") as handle:
-                for line in handle:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
-        except OSError:
-            continue
-    return 0
-
-
 # -- the supervisor -----------------------------------------------------------------------
 
 
@@ -968,14 +861,16 @@ def _prepare_bundle(oci: dict, before_exec: object) -> object:
 
 
 class _Container:
-    def __init__(self, spec: dict, state_dir: str, uid: str, attempt: int) -> None:
+    def __init__(self, spec: dict, state_dir: str, attempt: int, pod_cgroup: dict | None) -> None:
         self.spec = spec
         self.name: str = spec["name"]
         self.state_dir = state_dir
-        self.cgroup_name = f"{uid}-{attempt}-{self.name}"
+        self.attempt = attempt
+        self.pod_cgroup = pod_cgroup
+        self.hierarchy = cgroups.Hierarchy.from_json(pod_cgroup["hierarchy"]) if pod_cgroup else None
         self.proc: subprocess.Popen | None = None
         self.pidfd: int | None = None
-        self.cgroup: str | None = None
+        self.cgroup: str | None = None  # relative to the home's parent cgroup
         self.enforcement: str | None = None
         self.started_at = ""
         self.log: LogWriter | None = None
@@ -988,12 +883,15 @@ class _Container:
 
     def start(self) -> None:
         limit = self.spec.get("memory_limit")
-        if limit and self.spec.get("use_cgroups", True):
-            self.cgroup = _create_v2(self.cgroup_name, limit)
-            self.enforcement = "cgroup-v2"
-            if self.cgroup is None:
-                self.cgroup = _create_v1(self.cgroup_name, limit)
-                self.enforcement = "cgroup-v1"
+        hierarchy, pod = self.hierarchy, self.pod_cgroup
+        if hierarchy is not None and pod is not None:
+            try:
+                # Named by container and attempt, as the runtime finds it again when this shim is gone.
+                self.cgroup = cgroups.create(hierarchy, pod["pod"], pod["limits"], f"{self.name}-{self.attempt}",
+                                             self.spec.get("resources") or {})
+                self.enforcement = f"cgroup-v{hierarchy.version}" if limit else None
+            except OSError as exc:
+                print(f"shim: no cgroup for {self.name}: {exc}", file=sys.stderr)
         if limit and self.cgroup is None:
             self.enforcement = "rlimit"
         cgroup, rlimit = self.cgroup, (limit if self.enforcement == "rlimit" else None)
@@ -1004,8 +902,7 @@ class _Container:
             # container is counted from its first instruction.
             os.setpgid(0, 0)
             if cgroup is not None:
-                with open(os.path.join(cgroup, "cgroup.procs"), "w", encoding="ascii") as f:
-                    f.write(str(os.getpid()))
+                cgroups.join(hierarchy, cgroup)
             if rlimit is not None:
                 resource.setrlimit(resource.RLIMIT_AS, (rlimit, rlimit))
 
@@ -1064,6 +961,7 @@ class _Container:
                 "startTicks": stat[3] if stat else None,
                 "startedAt": self.started_at,
                 "cgroup": self.cgroup,
+                "cgroupDirs": self.hierarchy.dirs(self.cgroup) if self.hierarchy and self.cgroup else [],
                 "memoryEnforcement": self.enforcement,
             })
         except OSError as exc:
@@ -1093,8 +991,8 @@ class _Container:
     def _processes(self) -> list[int]:
         assert self.proc is not None
         pids = {self.proc.pid, *(p for p, _ in descendants(self.proc.pid))}
-        if self.cgroup:
-            pids.update(cgroup_procs(self.cgroup))
+        if self.hierarchy and self.cgroup:
+            pids.update(cgroups.procs(self.hierarchy.dirs(self.cgroup)[0]))
         return sorted(pids)
 
     def terminate(self) -> None:
@@ -1139,9 +1037,9 @@ class _Container:
         except (ProcessLookupError, PermissionError):
             pass
         oom = False
-        if self.cgroup:
-            oom = _oom_kills(self.cgroup) > 0
-            kill_cgroup(self.cgroup)
+        if self.hierarchy and self.cgroup:
+            oom = cgroups.oom_kills(self.hierarchy, self.cgroup) > 0
+            cgroups.remove(self.hierarchy, self.cgroup)
         # Its last words, before they are read for the exit's reason. A process that slipped out
         # of the group and cgroup and kept the pipe open is not waited for: the read stops when
         # the pipe is empty, and closing it ends that process's writes.
@@ -1269,7 +1167,7 @@ class _Shim:
 
     def _containers(self, key: str) -> list[_Container]:
         return [
-            _Container(c, self.state_dir, self.spec["uid"], self.spec["attempt"])
+            _Container(c, self.state_dir, self.spec["attempt"], self.spec.get("cgroups"))
             for c in self.spec.get(key) or []
         ]
 

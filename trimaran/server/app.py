@@ -37,6 +37,7 @@ from trimaran.server.controlplane import ControlPlane
 from trimaran.server.dashboard import dashboard_router
 from trimaran.server.kfp import kfp_routes
 from trimaran.server.kube import KubeAPI, StatusError, WatchHub, principal_of, routes, status_response
+from trimaran.server.kube.metrics import metrics_routes
 from trimaran.server.kube.watch import metrics_exposition
 from trimaran.server.monitoring import ControlPlaneCollector, monitoring_router
 from trimaran.server.observations import add_pushed_observations
@@ -91,7 +92,8 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     store = plane.store
     app = FastAPI(title="Trimaran control plane", version="0.1.0", openapi_url=None, docs_url=None,
                   redoc_url=None)
-    kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path, Policy.default(plane.pod_security))
+    kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path, Policy.default(plane.pod_security),
+                   node=plane.kubelet.runtime)
 
     app.add_middleware(TokenMiddleware, tokens=tokens)
     app.add_middleware(_ClientDisconnects)
@@ -136,6 +138,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
 
     # KFP's /apis/v2beta1 first: the Kubernetes API's /apis/{group} would take it.
     app.router.routes.extend(kfp_routes(store))
+    app.router.routes.extend(metrics_routes(store, plane.kubelet.runtime.stats, plane.kubelet.node))
     app.router.routes.extend(routes(kube, server_address, started))
     app.include_router(dashboard_router(plane))
     app.include_router(monitoring_router(store))

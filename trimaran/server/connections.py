@@ -7,21 +7,46 @@ headers), a request's headers must arrive within ``HEADER_TIMEOUT`` seconds of t
 the request's first byte, in at most ``MAX_HEADER_BYTES``; the connection is closed otherwise (431
 first when they are too large). Idle kept-alive connections are closed by uvicorn's own timeout, and at
 once when the server stops.
+
+A request that asks to upgrade its connection (``kubectl exec``'s WebSocket or SPDY) finds
+``scope["extensions"][TAKEOVER]``: the API checks it as any request and, to accept, hands the
+connection to a protocol of its own (``server/kube/streaming.py``), which uvicorn has no part in
+afterwards (it knows no SPDY, and WebSocket would need a library per protocol).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HEADER_TIMEOUT", "MAX_HEADER_BYTES", "GuardedHttpProtocol"]
+__all__ = ["HEADER_TIMEOUT", "MAX_HEADER_BYTES", "TAKEOVER", "GuardedHttpProtocol", "TakenConnection"]
+
+TAKEOVER = "trimaran.takeover"
 
 HEADER_TIMEOUT = 32.0
 MAX_HEADER_BYTES = 1024 * 1024
 
 _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
               b"connection: close\r\ncontent-length: 32\r\n\r\nrequest header fields too large\n")
+
+
+class TakenConnection(asyncio.Protocol):
+    """A protocol that takes a connection over from HTTP; ``released`` is called once it is lost."""
+
+    released: Callable[[], None] | None = None
+    transport: asyncio.BaseTransport | None = None
+
+    def shutdown(self) -> None:
+        """The server stops: end the connection (a protocol says goodbye in its own words first)."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.released is not None:
+            self.released()
+            self.released = None
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -31,6 +56,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._header_bytes = 0
         self._in_headers = True
+        self._taken: TakenConnection | None = None
         super().connection_made(transport)
         self._arm()
 
@@ -58,12 +84,34 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_headers = False
         self._disarm()
+        if self._get_upgrade() is not None:
+            self.scope.setdefault("extensions", {})[TAKEOVER] = self._take_over  # type: ignore[index]
         super().on_headers_complete()
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """An upgrade is the API's to accept or refuse (see the module's docstring), not a warning."""
+
+    def _take_over(self, response: bytes, protocol: TakenConnection) -> asyncio.Transport:
+        """Write ``response`` (a ``101 Switching Protocols``) and hand the connection to ``protocol``;
+        the request's ASGI cycle then sends nothing more."""
+        cycle = self.cycle
+        assert cycle is not None
+        cycle.response_started = cycle.response_complete = cycle.disconnected = True
+        self._unset_keepalive_if_required()
+        self.transport.write(response)
+        self.transport.set_protocol(protocol)
+        self._taken = protocol
+        protocol.released = lambda: self.connections.discard(self)
+        protocol.connection_made(self.transport)
+        self.flow.resume_reading()
+        return self.transport
 
     def shutdown(self) -> None:
         """A stopping server ends an idle kept-alive connection at once: a TLS close waits for the
         client's close_notify, which an idle client never sends, and the stop would wait with it."""
-        if self.cycle is None or self.cycle.response_complete:
+        if self._taken is not None:
+            self._taken.shutdown()
+        elif self.cycle is None or self.cycle.response_complete:
             self._disarm()
             self.transport.abort()
         else:

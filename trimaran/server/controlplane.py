@@ -21,7 +21,8 @@ from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
 from trimaran.controllers.gc import GarbageCollector
 from trimaran.controllers.jobset import JobSetReconciler
-from trimaran.controllers.kubelet import Kubelet
+from trimaran.controllers.kubelet import SCHEDULE_KEY, Kubelet
+from trimaran.controllers.node import NodeController
 from trimaran.controllers.pipelines.recurring import RecurringRunReconciler
 from trimaran.controllers.pipelines.run import RunReconciler
 from trimaran.controllers.ports import PortAllocator
@@ -99,6 +100,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     node = Node.from_env(storage=home)
     runtime = LocalRuntime(home, node=node)
     kubelet = Kubelet(store, runtime, node)
+    node_controller = NodeController(store, node, on_change=lambda: kubelet.wake(SCHEDULE_KEY))
+    kubelet.node_changed = node_controller.changed
     trials = TrialReconciler(store, runtime)
     ports = PortAllocator()  # one allocator: training replicas and serving replicas share loopback
     services = ServiceReconciler(store, runtime)
@@ -108,7 +111,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         TrainingJobReconciler(store, ports, runtime), BatchJobReconciler(store), JobSetReconciler(store),
         trainjobs, ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
-        SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet,
+        SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet, node_controller,
         DeploymentReconciler(store, ports), services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
         GarbageCollector(store)])

@@ -268,6 +268,7 @@ def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
     # At once rather than one by one: each may take its grace period.
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(uids)))) as pool:
         list(pool.map(lambda uid: runtime.stop_pod(uid, grace_seconds=grace_seconds), uids))
+    runtime.release_cgroups()  # finished pods' too: nothing of the home stays in the hierarchy
     return len(uids)
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from trimaran.controllers.serving.seldon import SpecProblem, autoscaler_for, predictor_service
+from trimaran.controllers.serving.seldon import (
+    SpecProblem,
+    UnitsPending,
+    autoscaler_for,
+    image_units,
+    predictor_service,
+    unit_deployment,
+)
 
 
 def _sdep(*predictors: dict, **spec: object) -> dict:
@@ -94,6 +101,39 @@ def test_missing_local_model_or_class_is_a_problem_naming_the_unit(tmp_path: Pat
     with pytest.raises(SpecProblem, match="unit 'clf': modelUri .*nowhere does not exist"):
         predictor_service(_sdep(missing), missing, tmp_path)
     nameless = {"name": "p", "traffic": 100, "graph": {"name": "clf", "type": "MODEL"},
-                "componentSpecs": [{"spec": {"containers": [{"name": "clf", "image": "seldonio/mock:1.3"}]}}]}
-    with pytest.raises(SpecProblem, match=r"container 'clf' \(image seldonio/mock:1.3\) names no class"):
+                "componentSpecs": [{"spec": {"containers": [{"name": "clf"}]}}]}
+    with pytest.raises(SpecProblem, match=r"container 'clf' names no class and no image"):
         predictor_service(_sdep(nameless), nameless, tmp_path)
+
+
+def test_an_image_unit_is_a_deployment_of_its_own_called_at_its_pods(tmp_path: Path) -> None:
+    """Seed 000's unit: an image serving Seldon's microservice API, in pods of its own."""
+    predictor = {"name": "example", "traffic": 100,
+                 "graph": {"name": "classifier", "type": "MODEL", "children": [],
+                           "parameters": [{"name": "intValue", "type": "INT", "value": "1"}]},
+                 "componentSpecs": [{"hpaSpec": {"maxReplicas": 3, "minReplicas": 1}, "spec": {
+                     "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "classifier", "image": "seldonio/mock_classifier_rest:1.3",
+                                     "imagePullPolicy": "IfNotPresent",
+                                     "resources": {"requests": {"cpu": "0.5"}}}]}}]}
+    sdep = _sdep(predictor)
+    assert set(image_units(predictor)) == {"classifier"}
+    with pytest.raises(UnitsPending, match="image unit.s. classifier"):
+        predictor_service(sdep, predictor, tmp_path)
+    deployment = unit_deployment(sdep, predictor, "classifier")
+    assert deployment["metadata"]["name"] == f"{sdep['metadata']['name']}-example-classifier"
+    assert deployment["metadata"]["ownerReferences"][0]["uid"] == sdep["metadata"]["uid"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 1 and len(pod["containers"]) == 1
+    container = pod["containers"][0]
+    assert container["image"] == "seldonio/mock_classifier_rest:1.3"
+    assert container["ports"][0] == {"name": "http", "containerPort": 9000, "protocol": "TCP"}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["PREDICTIVE_UNIT_HTTP_SERVICE_PORT"] == "$(PORT)" and env["PREDICTIVE_UNIT_ID"] == "classifier"
+    assert json.loads(env["PREDICTIVE_UNIT_PARAMETERS"]) == predictor["graph"]["parameters"]
+    assert deployment["spec"]["selector"]["matchLabels"]["seldon.io/unit"] == "classifier"
+    urls = {"classifier": ["http://10.224.0.5:9000", "http://10.224.0.6:9000"]}
+    service = predictor_service(sdep, predictor, tmp_path, urls)
+    main = service["spec"]["predictor"]["containers"][0]
+    config = json.loads(next(e["value"] for e in main["env"] if e["name"] == "SELDON_GRAPH_CONFIG"))
+    assert config["sources"] == {"classifier": {"urls": urls["classifier"]}}

@@ -14,7 +14,12 @@ the executor with `trimaran.serving.storage.fetch`; a unit named after a compone
 that container's Python class: ``MODEL_NAME`` in its env or the argument after
 ``seldon-core-microservice``, found in its ``workingDir`` or volume mounts (a ConfigMap, a claim), whose
 volumes, mounts and env the executor's container takes over; a unit with ``endpoint.service_host`` is a
-Seldon microservice running there (a Service's name, say), called over HTTP. With ``protocol: v2`` a
+Seldon microservice running there (a Service's name, say), called over HTTP. A unit whose container is an
+image naming no class (``seldonio/mock_classifier_rest:1.3``, say) is that image, as Seldon's operator
+runs it: a Deployment of its own (``S-P-<unit>``, owned by ``S``, its pods labelled with the unit) serving
+Seldon's microservice API on port 9000 (``PREDICTIVE_UNIT_HTTP_SERVICE_PORT``), which the executor calls at
+its ready pods' ``status.podIP`` (round robin); the InferenceService waits for them, and follows their
+addresses when they change. With ``protocol: v2`` a
 lone prepackaged MODEL is served by the model server itself (V2 REST, named after the unit).
 
 Replicas follow Seldon's precedence (`trimaran.api.seldon.predictor_replicas`). A componentSpec's
@@ -41,6 +46,7 @@ from trimaran.api.seldon import PREPACKAGED_SERVERS, predictor_replicas
 from trimaran.api.serving import StorageUriError, parse_storage_uri, resolve_storage_uri
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.pods import owner_reference
+from trimaran.controllers.probes import resolve_port
 from trimaran.controllers.serving.reconciler import (
     INGRESS_PATH_ANNOTATION,
     INGRESS_WEIGHT_ANNOTATION,
@@ -49,27 +55,41 @@ from trimaran.controllers.serving.reconciler import (
 )
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
-__all__ = ["SeldonDeploymentReconciler", "autoscaler_for", "predictor_service"]
+__all__ = ["SeldonDeploymentReconciler", "autoscaler_for", "image_units", "predictor_service", "unit_deployment"]
 
 SDEP_LABEL = "seldon-deployment-id"
 PREDICTOR_LABEL = "seldon.io/predictor"
+UNIT_LABEL = "seldon.io/unit"
 MODEL_MOUNT = "/mnt/seldon"
 RECHECK_SECONDS = 1.0
+#: Seldon's microservice port (REST), and the name a unit's pod declares it under.
+UNIT_PORT, UNIT_PORT_NAME = 9000, "http"
 
 
 class SpecProblem(ValueError):
     """A predictor this machine cannot run (a model directory outside the allowed roots, say)."""
 
 
-def predictor_service(sdep: dict, predictor: dict, home: Path) -> dict:
-    """The InferenceService that runs ``predictor`` of ``sdep``. Raises SpecProblem."""
+class UnitsPending(Exception):
+    """Image units whose pods are not ready yet: the executor has no address to call them at."""
+
+
+def _replicas(sdep: dict, predictor: dict) -> int:
+    spec = sdep["spec"]
+    if spec.get("replicas") is not None and any(c.get("hpaSpec") for c in predictor.get("componentSpecs") or []):
+        return int(spec["replicas"])  # what the HPA last wrote through the scale subresource
+    return predictor_replicas(spec, predictor)
+
+
+def predictor_service(sdep: dict, predictor: dict, home: Path, unit_urls: dict[str, list[str]] | None = None) -> dict:
+    """The InferenceService that runs ``predictor`` of ``sdep``; ``unit_urls`` are the image units'
+    ready pods' addresses (see :func:`image_units`). Raises SpecProblem, or UnitsPending when an
+    image unit has none."""
     name, ns = sdep["metadata"]["name"], sdep["metadata"]["namespace"]
     spec = sdep["spec"]
     protocol = spec.get("protocol") or "seldon"
     graph = predictor["graph"]
-    replicas = predictor_replicas(spec, predictor)
-    if spec.get("replicas") is not None and any(c.get("hpaSpec") for c in predictor.get("componentSpecs") or []):
-        replicas = int(spec["replicas"])  # what the HPA last wrote through the scale subresource
+    replicas = _replicas(sdep, predictor)
     component = {"minReplicas": replicas, "maxReplicas": max(replicas, 1),
                  "labels": {SDEP_LABEL: name, PREDICTOR_LABEL: predictor["name"]}}
     lone = not graph.get("children") and graph.get("implementation") in PREPACKAGED_SERVERS
@@ -85,7 +105,7 @@ def predictor_service(sdep: dict, predictor: dict, home: Path) -> dict:
     elif protocol in ("v2", "kfserving") and lone:
         component.update(_triton(graph, sdep["metadata"]["namespace"], home))
     else:
-        component.update(_executor(sdep, predictor, protocol, home))
+        component.update(_executor(sdep, predictor, protocol, home, unit_urls or {}))
     annotations = {INGRESS_PATH_ANNOTATION: f"/seldon/{ns}/{name}/",
                    INGRESS_WEIGHT_ANNOTATION: str(predictor.get("traffic") or 0)}
     if predictor.get("shadow"):
@@ -143,7 +163,7 @@ def _v2_metric(metric: dict) -> dict:
         else metric
 
 
-def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
+def _executor(sdep: dict, predictor: dict, protocol: str, home: Path, unit_urls: dict[str, list[str]]) -> dict:
     """The predictor's pod: one container running the graph, with what its units need mounted."""
     ns = sdep["metadata"]["namespace"]
     containers = {c["name"]: (j, c) for j, cs in enumerate(predictor.get("componentSpecs") or [])
@@ -153,6 +173,10 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
     env: list[dict] = []
     sources: dict[str, dict] = {}
     pod_fields: dict[str, Any] = {}
+    images = image_units(predictor)
+    pending = [unit for unit in images if not unit_urls.get(unit)]
+    if pending:
+        raise UnitsPending(f"waiting for the pods of image unit(s) {', '.join(pending)}")
     for unit in _walk(predictor["graph"]):
         impl = unit.get("implementation")
         if impl in PREPACKAGED_SERVERS:
@@ -163,6 +187,8 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
             endpoint = unit["endpoint"]
             port = endpoint.get("service_port") or endpoint.get("httpPort") or 9000
             sources[unit["name"]] = {"url": f"http://{endpoint['service_host']}:{port}"}
+        elif unit["name"] in images:
+            sources[unit["name"]] = {"urls": unit_urls[unit["name"]]}
         elif unit["name"] in containers:
             j, container = containers[unit["name"]]
             pod_spec = (predictor["componentSpecs"][j].get("spec") or {})
@@ -178,7 +204,13 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path) -> dict:
                 mounts.append({**mount, "name": renamed.get(mount["name"], mount["name"])})
                 paths.append(mount["mountPath"])
             env += [e for e in container.get("env") or [] if e.get("name") != "MODEL_NAME"]
-            sources[unit["name"]] = {"class": _class_name(container, unit["name"]), "paths": paths}
+            class_name = _class_name(container)
+            if class_name is None:
+                raise SpecProblem(f"unit {unit['name']!r}: container {container['name']!r} names no class and no "
+                                  "image: set MODEL_NAME in its env or run seldon-core-microservice CLASS, with "
+                                  "the class's file in its workingDir or a volume, or give it an image that "
+                                  "serves Seldon's microservice API")
+            sources[unit["name"]] = {"class": class_name, "paths": paths}
     config = {"name": sdep["metadata"]["name"], "namespace": ns, "predictor": predictor["name"], "protocol": protocol,
               "graph": predictor["graph"], "sources": sources}
     main = {"name": "kserve-container", "command": ["python", "-m", "trimaran.serving.seldon"],
@@ -234,7 +266,7 @@ def _model_source(unit: dict, namespace: str, home: Path, volumes: list[dict], m
     return {"modelDir": where}
 
 
-def _class_name(container: dict, unit: str) -> str:
+def _class_name(container: dict) -> str | None:
     """The class ``seldon-core-microservice`` would load: its first argument, else ``MODEL_NAME``."""
     argv = list(container.get("command") or []) + list(container.get("args") or [])
     if len(argv) == 1 and " " in argv[0]:
@@ -245,10 +277,62 @@ def _class_name(container: dict, unit: str) -> str:
     for var in container.get("env") or []:
         if var.get("name") == "MODEL_NAME" and var.get("value"):
             return str(var["value"])
-    image = f" (image {container['image']})" if container.get("image") else ""
-    raise SpecProblem(f"unit {unit!r}: container {container['name']!r}{image} names no class: units run as Python "
-                      "classes in the predictor's executor here; set MODEL_NAME in its env or run "
-                      "seldon-core-microservice CLASS, with the class's file in its workingDir or a volume")
+    return None
+
+
+def image_units(predictor: dict) -> dict[str, tuple[int, dict]]:
+    """The graph's units that are an image of their own (a container naming no class, with an
+    image): unit name -> (its componentSpec's index, its container)."""
+    containers = {c["name"]: (j, c) for j, cs in enumerate(predictor.get("componentSpecs") or [])
+                  for c in (cs.get("spec") or {}).get("containers") or []}
+    out = {}
+    for unit in _walk(predictor["graph"]):
+        found = containers.get(unit["name"])
+        if found is None or unit.get("implementation") in PREPACKAGED_SERVERS:
+            continue
+        if found[1].get("image") and _class_name(found[1]) is None:
+            out[unit["name"]] = found
+    return out
+
+
+def _unit_parameters(predictor: dict, unit_name: str) -> list[dict]:
+    return next((u.get("parameters") or [] for u in _walk(predictor["graph"]) if u["name"] == unit_name), [])
+
+
+def unit_deployment(sdep: dict, predictor: dict, unit: str) -> dict:
+    """The Deployment that runs image unit ``unit`` of ``predictor`` as Seldon's operator runs it:
+    its componentSpec's pod with that container alone, Seldon's variables set, the microservice's
+    port 9000 declared as ``http`` and read from ``$(PORT)`` (a port of its own per pod where pods
+    share the host's network), ready once it accepts connections there."""
+    name, ns = sdep["metadata"]["name"], sdep["metadata"]["namespace"]
+    index, container = image_units(predictor)[unit]
+    pod_spec = copy.deepcopy(predictor["componentSpecs"][index].get("spec") or {})
+    container = copy.deepcopy(container)
+    seldon_env = {
+        "PREDICTIVE_UNIT_SERVICE_PORT": "$(PORT)", "PREDICTIVE_UNIT_HTTP_SERVICE_PORT": "$(PORT)",
+        "PREDICTIVE_UNIT_ID": unit, "PREDICTOR_ID": predictor["name"], "SELDON_DEPLOYMENT_ID": name,
+        "PREDICTIVE_UNIT_PARAMETERS": json.dumps(_unit_parameters(predictor, unit)),
+    }
+    container["env"] = [*({"name": k, "value": v} for k, v in seldon_env.items()),
+                        *(e for e in container.get("env") or [] if e.get("name") not in seldon_env)]
+    container["ports"] = [{"name": UNIT_PORT_NAME, "containerPort": UNIT_PORT, "protocol": "TCP"},
+                          *(p for p in container.get("ports") or [] if p.get("containerPort") != UNIT_PORT)]
+    container.setdefault("readinessProbe", {"tcpSocket": {"port": UNIT_PORT_NAME}, "periodSeconds": 1,
+                                            "failureThreshold": 3})
+    used = {m["name"] for m in container.get("volumeMounts") or []}
+    pod_spec["containers"] = [container]
+    pod_spec["volumes"] = [v for v in pod_spec.get("volumes") or [] if v["name"] in used]
+    if not pod_spec["volumes"]:
+        del pod_spec["volumes"]
+    labels = {SDEP_LABEL: name, PREDICTOR_LABEL: predictor["name"], UNIT_LABEL: unit}
+    deployment = f"{name}-{predictor['name']}-{unit}"
+    if len(deployment) > 63:
+        deployment = "seldon-" + hashlib.md5(deployment.encode()).hexdigest()
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": deployment, "namespace": ns, "labels": labels,
+                         "ownerReferences": [owner_reference(sdep)]},
+            "spec": {"replicas": _replicas(sdep, predictor), "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
 
 
 def _walk(unit: dict) -> list[dict]:
@@ -267,7 +351,7 @@ class SeldonDeploymentReconciler(Reconciler):
 
     name = "seldon"
     kinds = ("SeldonDeployment",)
-    watches = ("InferenceService", "HorizontalPodAutoscaler")
+    watches = ("InferenceService", "HorizontalPodAutoscaler", "Deployment")
 
     def __init__(self, store: Store, home: Path) -> None:
         super().__init__(store)
@@ -284,13 +368,25 @@ class SeldonDeploymentReconciler(Reconciler):
         before = copy.deepcopy(status)
         wanted: dict[str, dict] = {}
         problems: list[str] = []
-        for predictor in obj["spec"]["predictors"]:
-            try:
-                wanted[predictor["name"]] = predictor_service(obj, predictor, self.home)
-            except SpecProblem as exc:
-                problems.append(f"predictor {predictor['name']!r}: {exc}")
+        waiting: list[str] = []
+        try:
+            units = self._image_units(obj)
+        except SpecProblem as exc:
+            problems.append(str(exc))
+            units = {}
         owned = {o["metadata"]["name"]: o for o in self.store.list("InferenceService", key.namespace,
                                                                    owner_uid=obj["metadata"]["uid"])}
+        for predictor in obj["spec"]["predictors"]:
+            try:
+                wanted[predictor["name"]] = predictor_service(obj, predictor, self.home, units.get(predictor["name"]))
+            except SpecProblem as exc:
+                problems.append(f"predictor {predictor['name']!r}: {exc}")
+            except UnitsPending as exc:
+                waiting.append(f"predictor {predictor['name']!r}: {exc}")
+                # Its InferenceService, if any, stays as it is until the units' pods are back.
+                name = f"{obj['metadata']['name']}-{predictor['name']}"
+                if name in owned:
+                    owned.pop(name)
         for child in wanted.values():
             self._apply(child, owned.get(child["metadata"]["name"]))
         for stale in set(owned) - {c["metadata"]["name"] for c in wanted.values()}:
@@ -299,7 +395,7 @@ class SeldonDeploymentReconciler(Reconciler):
             except NotFound:
                 pass
         problems += self._autoscaler(obj)
-        self._status(obj, status, wanted, problems)
+        self._status(obj, status, wanted, problems, waiting)
         if status != before:
             obj["status"] = status
             try:
@@ -309,6 +405,48 @@ class SeldonDeploymentReconciler(Reconciler):
             except NotFound:
                 return None
         return None if status.get("state") == "Available" else RECHECK_SECONDS
+
+    def _image_units(self, sdep: dict) -> dict[str, dict[str, list[str]]]:
+        """Keep a Deployment per image unit (none for units gone); per predictor, each unit's ready
+        pods' addresses (``http://<status.podIP>:<its http port>``)."""
+        ns, uid = sdep["metadata"]["namespace"], sdep["metadata"]["uid"]
+        existing = {d["metadata"]["name"]: d for d in self.store.list("Deployment", ns, owner_uid=uid)}
+        urls: dict[str, dict[str, list[str]]] = {}
+        keep = set()
+        for predictor in sdep["spec"]["predictors"]:
+            for unit in image_units(predictor):
+                try:
+                    want = validate(unit_deployment(sdep, predictor, unit)).object  # as the API stores it
+                except ManifestError as exc:
+                    raise SpecProblem(f"unit {unit!r}: its Deployment: {'; '.join(exc.problems)}") from None
+                name = want["metadata"]["name"]
+                keep.add(name)
+                current = existing.get(name)
+                try:
+                    if current is None:
+                        current = self.store.create(want)
+                    elif current["spec"] != want["spec"]:
+                        current = self.store.update({**current, "spec": want["spec"]})
+                except (AlreadyExists, Conflict, NotFound):
+                    self.wake(key_of(sdep))
+                    continue
+                urls.setdefault(predictor["name"], {})[unit] = self._ready_urls(ns, current)
+        for name in set(existing) - keep:
+            try:
+                self.store.delete("Deployment", ns, name)
+            except NotFound:
+                pass
+        return urls
+
+    def _ready_urls(self, namespace: str, deployment: dict) -> list[str]:
+        out = []
+        for pod in self.store.list("Pod", namespace, owner_uid=deployment["metadata"]["uid"]):
+            status = pod.get("status") or {}
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+            port = resolve_port(pod, UNIT_PORT_NAME)
+            if ready and status.get("podIP") and port and not is_being_deleted(pod):
+                out.append(f"http://{status['podIP']}:{port}")
+        return sorted(out)
 
     def _apply(self, child: dict, current: dict | None) -> None:
         if current is None:
@@ -356,10 +494,11 @@ class SeldonDeploymentReconciler(Reconciler):
             self.wake(key_of(sdep))  # decided again from fresh state on the next pass
         return problems
 
-    def _status(self, obj: dict, status: dict, wanted: dict[str, dict], problems: list[str]) -> None:
+    def _status(self, obj: dict, status: dict, wanted: dict[str, dict], problems: list[str],
+                waiting: list[str]) -> None:
         name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
         deployment: dict[str, dict] = {}
-        ready_all = not problems
+        ready_all = not problems and not waiting
         failures = list(problems)
         replicas = 0
         for predictor, child in wanted.items():
@@ -389,7 +528,8 @@ class SeldonDeploymentReconciler(Reconciler):
         elif ready_all:
             status["state"], status["description"] = "Available", ""
         else:
-            status["state"], status["description"] = "Creating", "waiting for the predictors' replicas"
+            status["state"], status["description"] = "Creating", "; ".join(waiting) or \
+                "waiting for the predictors' replicas"
 
     def _ingress_port(self) -> int:
         try:

@@ -15,6 +15,10 @@ binds the Service's port itself (``port`` = ``targetPort``, a port fixed in its 
 already answers on the Service's address through its wildcard bind, and the proxy stays out of
 its way (binding there would take the port from the pod). A Service with no ready endpoint refuses
 connections, as kube-proxy's reject rule does.
+
+When the home has a pod network (podnet's plan: a ``ClusterNetwork`` is given), none of the above:
+Services get addresses from the service CIDR, node ports and LoadBalancer addresses, and are
+forwarded by nftables to ready pods' IPs, with cluster DNS for their names (see `network`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.pods import LOOPBACK, is_terminating, owner_reference, phase
 from trimaran.controllers.probes import resolve_port
 from trimaran.controllers.workloads.deployment import is_available
+from trimaran.controllers.workloads.network import ClusterNetwork
 from trimaran.controllers.workloads.proxy import Address, ServiceProxy
 from trimaran.runtime import LocalRuntime
+from trimaran.runtime.network import DnsService, ProxiedService, ServicePort
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.store.base import WatchEvent
 
@@ -62,20 +68,28 @@ class ServiceReconciler(Reconciler):
     kinds = ("Service",)
     watches = ("Pod",)
 
-    def __init__(self, store: Store, runtime: LocalRuntime) -> None:
+    def __init__(self, store: Store, runtime: LocalRuntime, network: ClusterNetwork | None = None) -> None:
         super().__init__(store)
         self.runtime = runtime
+        self.network = network
+        if network is not None:  # a Service without a selector forwards to the Endpoints its owner writes
+            self.watches = ("Pod", "Endpoints")
         self.proxy = ServiceProxy()
         self._listening: dict[Key, set[Address]] = {}
         self._names: dict[Key, str] = {}  # the Services whose names are published, and their address
         self._said_empty: set[Key] = set()
+        self._unsynced: set[Key | None] | None = None  # stored Services not yet seen since start
         # Each Service's selector, kept from the watch: pod events are many, and mapping each to its
         # Services must not cost the watch thread a store query.
         self._selectors: dict[Key, dict[str, str]] = {}
 
     def initial_keys(self) -> list[Key]:
+        if self.network is not None:
+            self.network.start()
         services = self.store.list("Service", shared=True)
         self._selectors = {key_of(s): (s.get("spec") or {}).get("selector") or {} for s in services}
+        self._unsynced = set(self._selectors)
+        self._seen(None)
         return list(self._selectors)
 
     def keys_for_event(self, event: WatchEvent) -> list[Key]:
@@ -87,6 +101,9 @@ class ServiceReconciler(Reconciler):
                 self._selectors[key_of(obj)] = (obj.get("spec") or {}).get("selector") or {}
             return [key_of(obj)]
         namespace = obj["metadata"].get("namespace")
+        if obj["kind"] == "Endpoints":
+            key = Key("Service", namespace, obj["metadata"]["name"])
+            return [key] if self._selectors.get(key) == {} else []
         labels = obj["metadata"].get("labels") or {}
         return [key for key, selector in list(self._selectors.items())
                 if key.namespace == namespace and selector and selector_matches({"matchLabels": selector}, labels)]
@@ -96,11 +113,29 @@ class ServiceReconciler(Reconciler):
             svc = self.store.get("Service", key.namespace, key.name)
         except NotFound:
             self._forget(key)
+            self._seen(key)
             return None
+        try:
+            return self._reconcile(key, svc)
+        finally:
+            self._seen(key)
+
+    def _seen(self, key: Key | None) -> None:
+        """On the pod network: tell it once every Service stored at start has had its pass."""
+        if self.network is None or self._unsynced is None:
+            return
+        self._unsynced.discard(key)
+        if not self._unsynced:
+            self._unsynced = None
+            self.network.synced()
+
+    def _reconcile(self, key: Key, svc: dict) -> float | None:
         spec = svc.get("spec") or {}
         if spec.get("type") == "ExternalName":
             self._forget(key)
             return None
+        if self.network is not None:
+            return self._reconcile_on_network(key, svc)
         ip = spec.get("clusterIP")
         if not ip:
             ip = self._assign_ip(svc)
@@ -152,6 +187,14 @@ class ServiceReconciler(Reconciler):
             meta = pod["metadata"]
             address = {"ip": LOOPBACK, "hostname": meta["name"], "nodeName": "localhost", "targetRef": {
                 "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}}
+            if self.network is not None:  # the pod's own address; a hostname only as upstream gives one
+                pod_spec = pod.get("spec") or {}
+                address["ip"] = (pod.get("status") or {}).get("podIP")
+                if not address["ip"]:
+                    continue
+                address.pop("hostname")
+                if pod_spec.get("hostname") and pod_spec.get("subdomain") == svc["metadata"]["name"]:
+                    address["hostname"] = pod_spec["hostname"]
             ready = spec.get("publishNotReadyAddresses") or is_available(pod)
             group = groups.setdefault(ports, {"addresses": [], "notReadyAddresses": []})
             group["addresses" if ready else "notReadyAddresses"].append(address)
@@ -226,6 +269,8 @@ class ServiceReconciler(Reconciler):
         self._rewrite_hosts()
 
     def _forget(self, key: Key) -> None:
+        if self.network is not None:
+            self.network.drop_service(key)
         for address in self._listening.pop(key, set()):
             self.proxy.drop(address)
         self._said_empty.discard(key)
@@ -251,6 +296,99 @@ class ServiceReconciler(Reconciler):
 
     def shutdown(self) -> None:
         self.proxy.close()
+        if self.network is not None:
+            self.network.stop()
+
+    # -- on the pod network -----------------------------------------------------------------------
+    def _reconcile_on_network(self, key: Key, svc: dict) -> float | None:
+        spec = svc["spec"]
+        if self._allocate(svc):
+            return None  # the write's event brings the Service back
+        ip = spec["clusterIP"]
+        selector = spec.get("selector")
+        ports = spec.get("ports") or []
+        # Per Service port: the ready endpoints; and every ready address (with its hostname) for DNS.
+        targets: list[tuple[tuple[str, int], ...]] = []
+        addresses: dict[str, str | None] = {}
+        if selector:
+            pods = [p for p in self.store.list("Pod", key.namespace, shared=True)
+                    if selector_matches({"matchLabels": selector}, p["metadata"].get("labels"))
+                    and not is_terminating(p)]
+            self._say_if_empty(svc, selector, pods)
+            self._write_endpoints(svc, pods)
+        subsets = self._endpoint_subsets(key)
+        for port in ports:
+            found = set()
+            for subset in subsets:
+                for sport in subset.get("ports") or []:
+                    if sport.get("name") == port.get("name") and sport.get("protocol", "TCP") == port.get(
+                            "protocol", "TCP"):
+                        found |= {(a["ip"], int(sport["port"])) for a in subset.get("addresses") or []}
+            targets.append(tuple(sorted(found)))
+        for subset in subsets:
+            for a in subset.get("addresses") or []:
+                addresses[a["ip"]] = a.get("hostname")
+        proxied = None
+        if ip != "None":
+            # Also in the pods' /etc/hosts, as off the pod network: names resolve even where a pod's
+            # resolv.conf does not lead to the cluster DNS (hostNetwork pods, dnsPolicy Default).
+            self._publish_names(key, ip)
+            affinity = spec.get("sessionAffinity") == "ClientIP"
+            timeout = ((spec.get("sessionAffinityConfig") or {}).get("clientIP") or {}).get("timeoutSeconds", 10800)
+            lb = [i["ip"] for i in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+                  if i.get("ip")]
+            proxied = ProxiedService(key.namespace, key.name, ip, tuple(
+                ServicePort(int(p["port"]), p.get("protocol", "TCP"), p.get("nodePort"), t)
+                for p, t in zip(ports, targets, strict=True)), tuple(lb), timeout if affinity else None)
+        dns = DnsService(key.namespace, key.name, None if ip == "None" else ip,
+                         tuple(sorted(addresses.items(), key=lambda a: a[0])))
+        self.network.set_service(key, proxied, dns)
+        return None
+
+    def _endpoint_subsets(self, key: Key) -> list[dict]:
+        try:
+            return self.store.get("Endpoints", key.namespace, key.name).get("subsets") or []
+        except NotFound:
+            return []
+
+    def _allocate(self, svc: dict) -> bool:
+        """Give the Service what kube-apiserver would have at its creation: a ClusterIP from the
+        service CIDR, node ports for NodePort and LoadBalancer; and a LoadBalancer its address in
+        the status, as a cloud provider does. Whether the spec was written (and so comes back)."""
+        spec, meta = svc["spec"], svc["metadata"]
+        network = self.network
+        changed = False
+        if not spec.get("clusterIP"):
+            taken = {(s.get("spec") or {}).get("clusterIP") for s in self.store.list("Service", shared=True)}
+            ip = network.cluster_ip(meta["namespace"], meta["name"], taken)
+            spec["clusterIP"], spec["clusterIPs"] = ip, [ip]
+            changed = True
+        if spec.get("type") in ("NodePort", "LoadBalancer") and any(not p.get("nodePort") for p in spec["ports"]):
+            taken_ports = {p.get("nodePort") for s in self.store.list("Service", shared=True)
+                           for p in (s.get("spec") or {}).get("ports") or []}
+            for port in spec["ports"]:
+                if not port.get("nodePort"):
+                    port["nodePort"] = network.node_port(meta["namespace"], meta["name"], port["port"], taken_ports)
+                    taken_ports.add(port["nodePort"])
+            changed = True
+        if changed:
+            try:
+                self.store.update(svc)
+            except (Conflict, NotFound):
+                pass  # changed or gone meanwhile: its event brings it back
+            return True
+        status = svc.get("status") or {}
+        if spec.get("type") == "LoadBalancer" and not (status.get("loadBalancer") or {}).get("ingress"):
+            taken = {i.get("ip") for s in self.store.list("Service", shared=True)
+                     for i in (((s.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [])}
+            taken |= {(s.get("spec") or {}).get("clusterIP") for s in self.store.list("Service", shared=True)}
+            lb_ip = network.load_balancer_ip(meta["namespace"], meta["name"], taken)
+            svc["status"] = {**status, "loadBalancer": {"ingress": [{"ip": lb_ip, "ipMode": "VIP"}]}}
+            try:
+                svc.update(self.write_status(svc))
+            except (Conflict, NotFound):
+                return True
+        return False
 
 
 def _listen_failure(svc: dict, address: Address, exc: OSError) -> str:

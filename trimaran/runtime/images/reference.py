@@ -7,7 +7,7 @@ named ``localhost`` is a registry; a digest pins the content and a tag beside it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_REGISTRY = "docker.io"
 DEFAULT_TAG = "latest"
@@ -38,6 +38,9 @@ class ImageReference:
     repository: str
     tag: str | None
     digest: str | None
+    #: Written without a registry (``busybox``): registries.conf's unqualified-search-registries
+    #: may look for it elsewhere than Docker Hub. Not part of the name.
+    short: bool = field(default=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -96,9 +99,10 @@ def parse_reference(image: str) -> ImageReference:
         if not _TAG.fullmatch(tag):
             raise _invalid(image, f"tag {tag!r} must be 1-128 letters, digits, '_', '.' or '-', "
                                   "not starting with '.' or '-'")
-    registry, path = DEFAULT_REGISTRY, rest
+    registry, path, short = DEFAULT_REGISTRY, rest, True
     first, sep, remainder = rest.partition("/")
     if sep and (any(c in first for c in ".:") or first == "localhost" or first != first.lower()):
+        short = False
         if not _DOMAIN.fullmatch(first):
             raise _invalid(image, f"registry {first!r} is not a host name with an optional port")
         registry, path = first, remainder
@@ -118,4 +122,4 @@ def parse_reference(image: str) -> ImageReference:
         raise _invalid(image, f"repository name must not be longer than {_MAX_NAME_LENGTH} characters")
     if tag is None and digest is None:
         tag = DEFAULT_TAG
-    return ImageReference(registry, path, tag, digest)
+    return ImageReference(registry, path, tag, digest, short)

@@ -38,6 +38,7 @@ from typing import Any
 from trimaran.runtime import shim
 from trimaran.runtime.idmap import container_idmap, pods_range
 from trimaran.runtime.images.credentials import RegistryCredential
+from trimaran.runtime.images.mirrors import MirrorConfigError, PullPlan, RegistryConfig, RegistryEndpoint
 from trimaran.runtime.images.reference import ImageReference
 from trimaran.runtime.sandbox import build_tool_argv, userns_available
 
@@ -124,6 +125,19 @@ def _describe_failure(stderr: str, ref: ImageReference, had_credentials: bool) -
     return f"{prefix}: {detail or 'skopeo failed without a message'}"
 
 
+def _all_failed(ref: ImageReference, failures: list[tuple[RegistryEndpoint, str]]) -> str:
+    """One host's failure as it is; several, each named after its host, in the order tried."""
+    if len(failures) == 1 and not failures[0][0].mirror:
+        return failures[0][1]
+    prefix = f'failed to pull image "{ref}"'
+    parts = []
+    for endpoint, message in failures:
+        detail = message.split('": ', 1)[1] if message.startswith('failed to pull image "') else message
+        parts.append(f"{endpoint.label}: {detail}")
+    return f"{prefix}: every host tried failed: " + "; ".join(parts) if parts else \
+        f"{prefix}: no registry host may serve it (check the mirrors' capabilities)"
+
+
 class ImageStore:
     """A content-addressed cache of images unpacked for containers.
 
@@ -134,11 +148,14 @@ class ImageStore:
     ``insecure_registries`` may be plain HTTP or have certificates skopeo cannot verify, besides the
     loopback registries (127.0.0.0/8, ``::1``, ``localhost``) that always may. ``timeout`` bounds each
     skopeo or umoci run in seconds. ``platform`` is the ``(os, architecture)`` picked from an index.
+    ``registries`` says which hosts serve a registry's images (mirrors first; see :mod:`.mirrors`),
+    read at each pull; without it each image comes from its own registry.
     """
 
     def __init__(self, root: Path, insecure_registries: Iterable[str] = (), *, timeout: float = 1800.0,
-                 platform: tuple[str, str] | None = None) -> None:
+                 platform: tuple[str, str] | None = None, registries: RegistryConfig | None = None) -> None:
         self.root = Path(root)
+        self.registries = registries or RegistryConfig()
         self.insecure_registries = frozenset(insecure_registries)
         self.timeout = timeout
         self.platform = platform or host_platform()
@@ -240,9 +257,12 @@ class ImageStore:
     def _pull(self, ref: ImageReference, credentials: Sequence[RegistryCredential], progress: Progress) -> Image:
         if ref.digest is not None and (image := self.lookup(ref)) is not None:
             return image  # content named by digest cannot change
+        try:
+            plans = self.registries.plans(ref)
+        except MirrorConfigError as error:
+            raise ImagePullError(f'failed to pull image "{ref}": registry mirror configuration: {error}') from None
         with self._workspace() as work:
-            matching = [c for c in credentials if c.matches(ref)]
-            raw, credential = self._resolve(ref, matching, work)
+            raw, found, credential, plan = self._resolve(ref, plans, credentials, work)
             digest = "sha256:" + hashlib.sha256(raw).hexdigest()
             if ref.digest is not None and ref.digest != digest:
                 raise ImagePullError(f'failed to pull image "{ref}": the registry sent a manifest whose digest is '
@@ -254,7 +274,11 @@ class ImageStore:
                 if image is not None:
                     self._record(ref, digest, known)
                     return image
-            image = self._fetch(ref, digest, manifest, credential, work, progress)
+            # The content, by digest, from the hosts that may serve content (``pull``), in order, as
+            # containerd fetches: a pull-only mirror (a content cache) serves what the upstream
+            # resolved, and a pinned digest is verified wherever it comes from.
+            sources = [e for e in plan.endpoints if e.pull and e.serves != "tag-only"] or [found]
+            image = self._fetch(ref, digest, manifest, sources, found, credential, credentials, work, progress)
             self._record(ref, digest, image.id)
             return image
 
@@ -300,10 +324,28 @@ class ImageStore:
             _remove_tree(other)
             os.close(fd)
 
-    def _tls_flags(self, ref: ImageReference, option: str) -> list[str]:
-        if ref.is_loopback or ref.registry in self.insecure_registries:
-            return [f"{option}=false"]
-        return []
+    def _tls_flags(self, endpoint: RegistryEndpoint, prefix: str, work: Path) -> list[str]:
+        """skopeo's TLS options for ``endpoint`` (``prefix``: ``""`` for inspect, ``"src-"`` for copy):
+        no verification for insecure or plain-HTTP hosts, nor for loopback ones unless given a CA or
+        client certificate (which asks for it), else its CA and client files."""
+        lenient = ImageReference(endpoint.host, "x", None, None).is_loopback and not (endpoint.ca or endpoint.client)
+        if not endpoint.tls_verify or lenient or endpoint.host in self.insecure_registries:
+            return [f"--{prefix}tls-verify=false"]
+        if not endpoint.ca and not endpoint.client:
+            return []
+        # skopeo reads a directory: *.crt are CAs, NAME.cert with NAME.key a client pair.
+        certs = Path(tempfile.mkdtemp(prefix="certs-", dir=work))
+        try:
+            for index, ca in enumerate(endpoint.ca):
+                shutil.copyfile(ca, certs / f"ca-{index}.crt")
+            for index, (cert, key) in enumerate(endpoint.client):
+                shutil.copyfile(cert, certs / f"client-{index}.cert")
+                if key is not None:
+                    shutil.copyfile(key, certs / f"client-{index}.key")
+        except OSError as error:
+            raise ImagePullError(f"registry {endpoint.host}: a certificate in {endpoint.source} cannot be read: "
+                                 f"{error.filename}: {error.strerror}") from None
+        return [f"--{prefix}cert-dir", str(certs)]
 
     def _authfile(self, work: Path, credential: RegistryCredential | None) -> Path:
         """A docker config.json with only ``credential``: the node's own logins stay out of pods' pulls."""
@@ -319,7 +361,11 @@ class ImageStore:
         return path
 
     def _run(self, argv: list[str], work: Path, what: str) -> subprocess.CompletedProcess[bytes]:
-        env = {**os.environ, "TMPDIR": str(work)}
+        # The system's registries.conf would send skopeo to mirrors of its own; the hosts come from
+        # this node's configuration (``mirrors``) alone, so an empty one is skopeo's.
+        empty = work / "registries.conf"
+        empty.touch()
+        env = {**os.environ, "TMPDIR": str(work), "CONTAINERS_REGISTRIES_CONF": str(empty)}
         try:
             return subprocess.run(argv, capture_output=True, timeout=self.timeout, env=env, check=False)
         except FileNotFoundError as error:
@@ -328,21 +374,31 @@ class ImageStore:
         except subprocess.TimeoutExpired as error:
             raise ImagePullError(f"cannot {what}: {Path(argv[0]).name} ran past {self.timeout:g} s") from error
 
-    def _resolve(self, ref: ImageReference, matching: list[RegistryCredential],
-                 work: Path) -> tuple[bytes, RegistryCredential | None]:
-        """The raw manifest (or index) ``ref`` names, and the credential the registry took."""
-        attempts: list[RegistryCredential | None] = [*matching] or [None]
-        failure = ""
-        for credential in attempts:
-            argv = [self._skopeo, "inspect", "--raw", "--authfile", str(self._authfile(work, credential)),
-                    *self._tls_flags(ref, "--tls-verify"), f"docker://{ref}"]
-            result = self._run(argv, work, f'resolve "{ref}"')
-            if result.returncode == 0:
-                return result.stdout, credential
-            failure = _describe_failure(result.stderr.decode(errors="replace"), ref, credential is not None)
-            if "unauthorized" not in failure:
-                break
-        raise ImagePullError(failure)
+    def _resolve(self, ref: ImageReference, plans: list[PullPlan], credentials: Sequence[RegistryCredential],
+                 work: Path) -> tuple[bytes, RegistryEndpoint, RegistryCredential | None, PullPlan]:
+        """The raw manifest (or index) ``ref`` names, from the first host that answers (mirrors in
+        order, then the upstream, for each candidate name), the host, the credential it took, and
+        its plan. A failure names every host tried, as containerd's does."""
+        failures: list[tuple[RegistryEndpoint, str]] = []
+        for plan in plans:
+            for endpoint in plan.endpoints:
+                if not endpoint.may_serve(plan.ref):
+                    continue
+                target = endpoint.reference(plan.ref)
+                attempts: list[RegistryCredential | None] = [c for c in credentials if c.matches(target)] or [None]
+                failure = ""
+                for credential in attempts:
+                    argv = [self._skopeo, "inspect", "--raw", "--authfile", str(self._authfile(work, credential)),
+                            *self._tls_flags(endpoint, "", work), f"docker://{target}"]
+                    result = self._run(argv, work, f'resolve "{ref}"')
+                    if result.returncode == 0:
+                        return result.stdout, endpoint, credential, plan
+                    failure = _describe_failure(result.stderr.decode(errors="replace"), target,
+                                                credential is not None)
+                    if "unauthorized" not in failure:
+                        break
+                failures.append((endpoint, failure))
+        raise ImagePullError(_all_failed(ref, failures))
 
     def _platform_manifest(self, ref: ImageReference, raw: bytes, digest: str) -> dict[str, Any]:
         """The descriptor to copy: ``digest`` itself, or the index entry for this node's platform."""
@@ -373,22 +429,31 @@ class ImageStore:
         except OSError:
             return None
 
-    def _fetch(self, ref: ImageReference, digest: str, descriptor: dict[str, Any],
-               credential: RegistryCredential | None, work: Path, progress: Progress) -> Image:
+    def _fetch(self, ref: ImageReference, digest: str, descriptor: dict[str, Any], sources: list[RegistryEndpoint],
+               resolved_by: RegistryEndpoint, credential: RegistryCredential | None,
+               credentials: Sequence[RegistryCredential], work: Path, progress: Progress) -> Image:
         layout = work / "layout"
         layout.mkdir()
         # umoci reads blobs from the layout's own blobs/; pointing it at the shared directory lets
         # skopeo's shared-blob copy and umoci meet without copying a byte.
         (layout / "blobs").symlink_to(self.blobs.resolve())
-        pinned = ref.with_digest(descriptor["digest"])
-        progress(f"Copying {pinned}")
-        argv = [self._skopeo, "--insecure-policy", "copy", "--quiet",
-                "--authfile", str(self._authfile(work, credential)),
-                *self._tls_flags(ref, "--src-tls-verify"), "--dest-shared-blob-dir", str(self.blobs),
-                f"docker://{pinned}", f"oci:{layout}:{_LAYOUT_TAG}"]
-        result = self._run(argv, work, f'pull "{ref}"')
-        if result.returncode != 0:
-            raise ImagePullError(_describe_failure(result.stderr.decode(errors="replace"), ref, credential is not None))
+        failures: list[tuple[RegistryEndpoint, str]] = []
+        for endpoint in sources:
+            pinned = endpoint.reference(ref.with_digest(descriptor["digest"]))
+            # The host that resolved the tag took ``credential``; another takes its own first match.
+            use = credential if endpoint == resolved_by else next((c for c in credentials if c.matches(pinned)), None)
+            progress(f"Copying {pinned}")
+            argv = [self._skopeo, "--insecure-policy", "copy", "--quiet",
+                    "--authfile", str(self._authfile(work, use)),
+                    *self._tls_flags(endpoint, "src-", work), "--dest-shared-blob-dir", str(self.blobs),
+                    f"docker://{pinned}", f"oci:{layout}:{_LAYOUT_TAG}"]
+            result = self._run(argv, work, f'pull "{ref}"')
+            if result.returncode == 0:
+                break
+            failures.append((endpoint, _describe_failure(result.stderr.decode(errors="replace"), pinned,
+                                                         use is not None)))
+        else:
+            raise ImagePullError(_all_failed(ref, failures))
         manifest = self._layout_manifest(layout)
         size = sum(int(layer.get("size", 0)) for layer in manifest.get("layers") or [])
         if any(layer.get("mediaType", "").endswith("+zstd") for layer in manifest.get("layers") or []):

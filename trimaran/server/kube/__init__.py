@@ -14,9 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from trimaran.server.kube import discovery, openapi
+from trimaran.server.kube import discovery, metrics, openapi
 from trimaran.server.kube.errors import StatusError, status_response
 from trimaran.server.kube.resources import EVENT, KubeAPI, Target
+from trimaran.server.kube.streaming import STREAMING, authorize
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import WatchHub
 from trimaran.server.tokens import Principal
@@ -62,7 +63,9 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
 
     async def groups(request: Request) -> Response:
         principal_of(request)
-        return _json(discovery.api_group_list(served))
+        listed = discovery.api_group_list(served)
+        listed["groups"].append(metrics.api_group())  # served by metrics.metrics_routes, mounted by the app
+        return _json(listed)
 
     async def openapi_root(request: Request) -> Response:
         principal_of(request)
@@ -100,7 +103,10 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
             return _crds(request, segments)
         target = api.resolve(group, version, segments)
         verb = api.verb(request, target)
-        guard(request, verb, target.scope, group, target.info.plural)
+        if target.subresource in STREAMING and group == "":
+            authorize(principal_of(request), target.scope, target.name, target.subresource)
+        else:
+            guard(request, verb, target.scope, group, target.info.plural)
         return await api.serve(request, target, verb)
 
     def _crds(request: Request, segments: list[str]) -> Response:

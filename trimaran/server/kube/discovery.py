@@ -83,6 +83,8 @@ def api_resource_list(group: str, version: str, served: list[KindInfo]) -> dict[
         if info.kind == "Pod":
             resources.append({"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod",
                               "verbs": ["get"]})
+            resources.append({"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
+                              "version": "v1", "kind": "Eviction", "verbs": ["create"]})
     if not resources:
         return None
     group_version = f"{group}/{version}" if group else version
@@ -100,7 +102,7 @@ def crd_objects(served: list[KindInfo], created: str) -> list[dict[str, Any]]:
     """One ``CustomResourceDefinition`` per custom (non-core) kind, its versions merged."""
     by_name: dict[str, dict[str, Any]] = {}
     for info in served:
-        if info.group in ("", "batch", "apiextensions.k8s.io") or info.model is None:
+        if info.group in ("", "batch", "coordination.k8s.io", "apiextensions.k8s.io") or info.model is None:
             continue
         name = f"{info.plural}.{info.group}"
         crd = by_name.get(name)

@@ -35,6 +35,19 @@ MERGE_KEYS: dict[str, str] = {
     "imagePullSecrets": "name", "ownerReferences": "uid", "conditions": "type", "hostAliases": "ip",
     "resourceClaims": "name", "replicatedJobs": "name", "dependsOn": "name",
 }
+# A Service's ports share the field name with a container's but merge by ``port`` (ServiceSpec's
+# patchMergeKey); an item is told apart by the key it carries.
+_SERVICE_PORT_KEY = "port"
+
+
+def _merge_key(field: str, items: list) -> str | None:
+    key = MERGE_KEYS.get(field)
+    if field == "ports" and any(isinstance(i, dict) and "containerPort" not in i and _SERVICE_PORT_KEY in i
+                                for i in items):
+        return _SERVICE_PORT_KEY
+    return key
+
+
 # Primitive lists merged as sets by strategic merge patch.
 SET_LISTS = frozenset({"finalizers"})
 
@@ -103,7 +116,7 @@ def _merge_list(field: str, current: Any, patch: list) -> list:
     current = current if isinstance(current, list) else []
     if field in SET_LISTS:
         return current + [v for v in patch if v not in current]
-    key = MERGE_KEYS.get(field)
+    key = _merge_key(field, patch)
     if not key or not all(isinstance(item, dict) for item in patch):
         return copy.deepcopy(patch)
     out = [copy.deepcopy(item) for item in current]
@@ -145,7 +158,7 @@ Path = tuple[str, ...]
 
 
 def _item_element(field: str, item: dict) -> str | None:
-    key = MERGE_KEYS.get(field)
+    key = _merge_key(field, [item])
     if not key or key not in item:
         return None
     return "k:" + json.dumps({key: item[key]}, separators=(",", ":"))
@@ -252,7 +265,7 @@ def _deep_apply(live: Any, applied: Any, field: str = "") -> Any:
         return out
     if isinstance(applied, list) and isinstance(live, list) and applied and \
             all(isinstance(i, dict) and _item_element(field, i) for i in applied):
-        key = MERGE_KEYS[field]
+        key = _merge_key(field, applied)
         out = [copy.deepcopy(i) for i in live]
         for item in applied:
             index = next((n for n, c in enumerate(out) if isinstance(c, dict) and c.get(key) == item[key]), None)

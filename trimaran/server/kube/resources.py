@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import Request
@@ -29,18 +29,23 @@ from trimaran.api.kinds import KindInfo
 from trimaran.api.podsecurity import Policy
 from trimaran.controllers.gc import request_delete
 from trimaran.server.kube import patch as patching
-from trimaran.server.kube import protobuf
+from trimaran.server.kube import protobuf, streaming
 from trimaran.server.kube.admission import PodSecurityAdmission
 from trimaran.server.kube.bodies import load_json, load_yaml
 from trimaran.server.kube.errors import StatusError
+from trimaran.server.kube.eviction import evict
 from trimaran.server.kube.logs import LogOptions, pod_log
 from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+from trimaran.server.kube.streaming import STREAMING
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, WatchHub
 from trimaran.store import AlreadyExists, Conflict, DiskFull, NotFound, Store
 from trimaran.store._objects import generated_name
 from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired, Invalid
+
+if TYPE_CHECKING:
+    from trimaran.runtime.local import LocalRuntime
 
 __all__ = ["EVENT", "KubeAPI", "MAX_BODY_BYTES", "Target"]
 
@@ -97,7 +102,9 @@ def _json_response(data: Any, status: int = 200, headers: dict[str, str] | None 
 class KubeAPI:
     """The resource handlers of one control plane."""
 
-    def __init__(self, store: Store, hub: WatchHub, log_path: Callable[..., Any], pod_security: Policy) -> None:
+    def __init__(self, store: Store, hub: WatchHub, log_path: Callable[..., Any], pod_security: Policy,
+                 node: LocalRuntime | None = None) -> None:
+        self.node = node  # exec, attach and port-forward reach pods through it (streaming.py)
         self.store = store
         self.pod_security = PodSecurityAdmission(store, pod_security)
         self.hub = hub
@@ -144,6 +151,8 @@ class KubeAPI:
     @staticmethod
     def verb(request: Request, target: Target) -> str:
         method = request.method
+        if target.subresource in STREAMING:
+            return "create"  # a WebSocket upgrade is a GET, authorised as the write it is (kube-apiserver 1.35)
         if method in ("GET", "HEAD"):
             if target.name is None:
                 watching = _flag(request.query_params.get("watch")) or "/watch/" in request.url.path
@@ -170,6 +179,19 @@ class KubeAPI:
     async def _serve(self, request: Request, target: Target, verb: str) -> Response:
         sub = target.subresource
         info = target.info
+        if sub in STREAMING and info.kind == "Pod" and target.name is not None and self.node is not None:
+            pod = await self._get(target)
+            release = self.hub.streams.hold_for(request, sub)  # long-running, counted as watches are
+            try:
+                return await streaming.serve(request, pod, sub, self.node)
+            finally:
+                release()
+        if sub == "eviction" and info.kind == "Pod":  # policy/v1 Eviction: kubectl drain (eviction.py)
+            if verb != "create":
+                raise StatusError.method_not_allowed()
+            body = _decode(await _read_body(request), request)
+            return _json_response(await asyncio.to_thread(evict, self.store, target.namespace or "",
+                                                          target.name or "", body), 201)
         if sub not in (None, "status", "scale", "log") or (sub == "log" and info.kind != "Pod") or \
                 (sub == "status" and not info.status_subresource) or (sub == "scale" and info.scale is None):
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
@@ -690,6 +712,8 @@ class KubeAPI:
             raise StatusError(422, "Invalid", str(exc)) from None
         if remaining is not None:
             return _json_response(remaining, 200)
+        if info.returns_deleted:
+            return _json_response(current, 200)
         meta = current["metadata"]
         return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                "details": {"name": meta["name"], "group": info.group, "kind": info.plural,

@@ -144,7 +144,10 @@ _BY_KIND: dict[str, tuple[str, ...]] = {
     "Secret": ("type",),
     "Job": ("status.successful",),
     "Namespace": ("status.phase",),
+    "Node": ("spec.unschedulable",),
 }
+# What a field left out reads as (Go's zero value of a non-pointer field).
+_UNSET = {"spec.unschedulable": "false"}
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,8 @@ class FieldSelector:
     terms: tuple[tuple[str, bool, str], ...] = ()  # (field, equal?, value)
 
     def matches(self, obj: dict) -> bool:
-        return all((_path(obj, field) == value) == equal for field, equal, value in self.terms)
+        return all(((_path(obj, field) or _UNSET.get(field, "")) == value) == equal
+                   for field, equal, value in self.terms)
 
     def value_of(self, field: str) -> str | None:
         """The value an equality term requires of ``field`` (to narrow a store query)."""

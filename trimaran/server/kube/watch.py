@@ -292,6 +292,8 @@ class _Collector:
                                   "requests broken out by verb and subresource.", labels=["verb", "subresource"])
         gauge.add_metric(["WATCH", ""], self.hub.streams.open["watch"])
         gauge.add_metric(["GET", "log"], self.hub.streams.open["log"])
+        for sub in ("exec", "attach", "portforward"):  # kube-apiserver counts these as CONNECT
+            gauge.add_metric(["CONNECT", sub], self.hub.streams.open[sub])
         yield gauge
         yield GaugeMetricFamily("trimaran_watch_hub_watchers", "Watches the watch hub hands changes to.",
                                 value=self.hub.watchers)

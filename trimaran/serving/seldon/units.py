@@ -289,33 +289,39 @@ class UserUnit(Unit):
 
 
 class RemoteUnit(Unit):
-    """A Seldon microservice at ``url`` (e.g. ``seldon-core-microservice`` behind a Service), called over
+    """A Seldon microservice at ``urls`` (e.g. ``seldon-core-microservice`` behind a Service, or an image
+    unit's pods, in turn), called over
     Seldon's internal REST API: ``/predict``, ``/transform-input``, ``/transform-output``, ``/route``,
     ``/aggregate`` and ``/send-feedback``, each a SeldonMessage (list) as JSON."""
 
     TIMEOUT_SECONDS = 60.0
 
-    def __init__(self, *args: Any, url: str) -> None:
+    def __init__(self, *args: Any, urls: list[str]) -> None:
         super().__init__(*args)
-        parsed = urllib.parse.urlsplit(url)
-        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
-        self._conn: http.client.HTTPConnection | None = None
+        # Several: the ready pods of an image unit, called in turn (one kept-alive connection each).
+        self._targets = [(p.hostname or "127.0.0.1", p.port or 80) for p in map(urllib.parse.urlsplit, urls)]
+        self._conns: list[http.client.HTTPConnection | None] = [None] * len(self._targets)
+        self._turn = 0
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         data = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+        index = self._turn % len(self._targets)
+        self._turn += 1
+        host, port = self._targets[index]
         for attempt in (1, 2):  # a kept-alive connection the service closed is opened again once
-            if self._conn is None:
-                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.TIMEOUT_SECONDS)
+            conn = self._conns[index]
+            if conn is None:
+                conn = self._conns[index] = http.client.HTTPConnection(host, port, timeout=self.TIMEOUT_SECONDS)
             try:
-                self._conn.request("POST", path, data, {"content-type": "application/json"})
-                response = self._conn.getresponse()
+                conn.request("POST", path, data, {"content-type": "application/json"})
+                response = conn.getresponse()
                 payload = response.read()
                 break
             except (OSError, http.client.HTTPException) as exc:
-                self._conn.close()
-                self._conn = None
+                conn.close()
+                self._conns[index] = None
                 if attempt == 2:
-                    raise self.error(f"cannot reach http://{self.host}:{self.port}{path}: {exc}", 502,
+                    raise self.error(f"cannot reach http://{host}:{port}{path}: {exc}", 502,
                                      "MICROSERVICE_UNREACHABLE") from None
         try:
             answer = orjson.loads(payload)
@@ -420,8 +426,8 @@ def make_unit(graph: dict[str, Any], sources: dict[str, dict[str, Any]]) -> Unit
         return AverageCombiner(*args)
     if impl in PREPACKAGED_SERVERS:
         return PrepackagedModel(*args, model_dir=Path(source["modelDir"]), parameters=params)
-    if source.get("url"):
-        return RemoteUnit(*args, url=source["url"])
+    if source.get("url") or source.get("urls"):
+        return RemoteUnit(*args, urls=source.get("urls") or [source["url"]])
     cls = load_user_class(source["class"], list(source.get("paths") or []))
     instance = cls(**params)
     if hasattr(instance, "load"):
