@@ -42,8 +42,8 @@ class Listeners:
     """The control plane's listening sockets (duplicates of the keeper's)."""
 
     api: socket.socket  # where users reach the API (``--host``/``--port``)
-    pods: socket.socket  # where pods reach it, on 127.0.0.1 (``api`` itself when that is loopback)
-    katib: socket.socket  # Katib's DB manager, ``127.x.y.z:6789``
+    pods: socket.socket  # where pods reach it: 127.0.0.1 or the pod network's gateway (``api`` when the same)
+    katib: socket.socket  # Katib's DB manager, ``127.x.y.z:6789`` or ``gateway:6789``
     # Addresses pods were given before that this control plane does not serve: "the API at 127.0.0.1:N".
     lost: list[str] = field(default_factory=list)
     # Names the keeper holds that this control plane does not use: dropped once no pod was given them.
@@ -71,9 +71,11 @@ def record_given(home: Path, listeners: Listeners) -> None:
     os.replace(tmp, path)
 
 
-def take_listeners(keeper: SocketKeeper, home: Path, host: str, port: int) -> Listeners:
+def take_listeners(keeper: SocketKeeper, home: Path, host: str, port: int, pod_host: str = "127.0.0.1") -> Listeners:
     """The sockets of this control plane: those the keeper holds where they still fit ``host`` and
     ``port`` (0: any), else new ones bound by the keeper, at the addresses pods were given when free.
+    ``pod_host`` is where pods reach the API and Katib's DB manager: loopback when they share the
+    host's network, the bridge's gateway on the pod network (:mod:`trimaran.runtime.network`).
 
     Raises:
         OSError: ``port`` was asked for and another process has it.
@@ -101,11 +103,17 @@ def take_listeners(keeper: SocketKeeper, home: Path, host: str, port: int) -> Li
             return keeper.listen(name, host, 0)
 
     api = keep("api", host, port)
-    pods = api if host == "127.0.0.1" else keep("pods", "127.0.0.1", 0)
+    pods = api if host == pod_host else keep("pods", pod_host, 0)
     katib = held.pop("katib", None)
+    if katib is not None and (katib.getsockname()[0] == pod_host) != (pod_host != "127.0.0.1"):
+        katib.close()  # the pod network was turned on or off: pods now reach Katib elsewhere
+        katib = None
     if katib is None:
         was = given.get("katib")
-        candidates = ([was[0]] if was else []) + list(islice(loopback_candidates(home), _KATIB_ATTEMPTS))
+        if pod_host != "127.0.0.1":
+            candidates = [pod_host]  # the home's own gateway: no other home's DB manager is there
+        else:
+            candidates = ([was[0]] if was else []) + list(islice(loopback_candidates(home), _KATIB_ATTEMPTS))
         for candidate in dict.fromkeys(candidates):
             try:
                 katib = keeper.listen("katib", candidate, KATIB_PORT)

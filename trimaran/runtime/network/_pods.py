@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trimaran.runtime.network._cni import CNI_VERSION, CniError, find_plugin, run_list, run_plugin
-from trimaran.runtime.network._plan import NetworkPlan, home_digest, release_plan, reserve_plan
+from trimaran.runtime.network._plan import PLAN_FILE, NetworkPlan, home_digest, release_plan, reserve_plan
 
 __all__ = ["NetworkError", "PodAddress", "PodNetwork", "NETNS_DIR", "DEFAULT_CNI_PATH"]
 
@@ -54,18 +54,20 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 class PodNetwork:
     """The pod network of one home. The kubelet (through the runtime) is its only caller."""
 
-    def __init__(self, home: Path, plan: NetworkPlan, cni_path: Sequence[str]) -> None:
+    def __init__(self, home: Path, plan: NetworkPlan, cni_path: Sequence[str], *, ensure: bool = True) -> None:
         self.home = Path(home)
         self.plan = plan
         self.cni_path = list(cni_path)
         self.dir = self.home / "network"
         self.netns_prefix = f"trm-{home_digest(self.home)}-"
         self._lock = threading.Lock()
-        (self.dir / "pods").mkdir(parents=True, exist_ok=True)
+        self._setting_up: dict[str, threading.Lock] = {}
         self.conflist = self._conflist()
-        conf_path = self.dir / f"{_NETWORK_NAME}.conflist"
-        conf_path.write_text(json.dumps(self.conflist, indent=1) + "\n")
-        self._ensure_bridge()
+        if ensure:
+            (self.dir / "pods").mkdir(parents=True, exist_ok=True)
+            conf_path = self.dir / f"{_NETWORK_NAME}.conflist"
+            conf_path.write_text(json.dumps(self.conflist, indent=1) + "\n")
+            self._ensure_bridge()
 
     # -- construction -----------------------------------------------------------------------------
     @classmethod
@@ -89,6 +91,22 @@ class PodNetwork:
             log.info("pods share the host's network: no %s", ", ".join(missing))
             return None
         return cls(home, reserve_plan(home), cni_path)
+
+    @classmethod
+    def remove_home(cls, home: Path, env: Mapping[str, str] | None = None) -> bool:
+        """Remove every pod network of ``home`` and its bridge (its control plane stopped, its pods'
+        processes too: ``trimaran server stop --pods``); False when the home has none."""
+        env = os.environ if env is None else env
+        try:
+            data = json.loads((Path(home) / PLAN_FILE).read_text())
+            plan = NetworkPlan(**{k: data[k] for k in NetworkPlan.__dataclass_fields__})
+        except (OSError, ValueError, TypeError, KeyError):
+            return False
+        cni_path = [p for p in (env.get("TRIMARAN_CNI_PATH") or "").split(":") if p] or list(DEFAULT_CNI_PATH)
+        network = cls(home, plan, cni_path, ensure=False)
+        network.sweep(())
+        _ip("link", "delete", plan.bridge, check=False)
+        return True
 
     def _conflist(self) -> dict:
         plan = self.plan
@@ -131,6 +149,20 @@ class PodNetwork:
             return None
         return PodAddress(ip=data["ip"], netns=data["netns"])
 
+    def pod_at(self, ip: str) -> tuple[str, str] | None:
+        """``(namespace, name)`` of the pod that has ``ip`` now, or None. A pod cannot take another's
+        address: its users are not root of its netns's user namespace."""
+        if ip == self.plan.gateway:
+            return None
+        for record in (self.dir / "pods").glob("*.json"):
+            try:
+                data = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue
+            if data.get("ip") == ip:
+                return str(data["namespace"]), str(data["name"])
+        return None
+
     def setup(self, pod_uid: str, namespace: str, name: str, host_network: bool = False,
               port_mappings: Iterable[Mapping] = ()) -> PodAddress:
         """The pod's address: its own netns and IP, made now or kept from an earlier run of the pod
@@ -141,6 +173,16 @@ class PodNetwork:
         """
         if host_network:
             return PodAddress(ip=self.plan.gateway, netns=None)
+        with self._lock:
+            uid_lock = self._setting_up.setdefault(pod_uid, threading.Lock())
+        try:
+            with uid_lock:  # a gang's pods set up their peers too: one setup of a pod at a time
+                return self._setup(pod_uid, namespace, name, port_mappings)
+        finally:
+            with self._lock:
+                self._setting_up.pop(pod_uid, None)
+
+    def _setup(self, pod_uid: str, namespace: str, name: str, port_mappings: Iterable[Mapping]) -> PodAddress:
         existing = self.address(pod_uid)
         if existing is not None:
             return existing
