@@ -1,0 +1,224 @@
+"""The pod network: a network namespace and an IP per pod by the CNI plugins (trimaran.runtime.network).
+
+Real plugins (/usr/lib/cni), real network namespaces, real control planes; the machine must allow
+them (root, the plugins, ip, nft, iptables), else the file is skipped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import poll
+from trimaran.runtime.network import NETNS_DIR, NetworkPlan, PodNetwork, home_digest
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/lib/cni/bridge").exists(),
+    reason="the pod network needs root and the CNI plugins (containernetworking-plugins)")
+
+# Answers GET with the pod's name and the address it was reached at.
+SERVER = textwrap.dedent("""
+    import http.server, os
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = (os.environ["POD_NAME"] + " " + self.connection.getsockname()[0]).encode()
+            self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body)
+        def log_message(self, *args):
+            pass
+    http.server.ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
+""")
+POD_NAME_ENV = {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+
+
+def _apply(plane, tmp_path: Path, obj: dict) -> None:
+    path = tmp_path / f"{obj['kind']}-{obj['metadata']['name']}.json"
+    path.write_text(json.dumps(obj))
+    plane.cli("apply", "-f", str(path))
+
+
+def _server_pod(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "web", "image": "python", "command": ["python", "-c", SERVER],
+                                     "env": [POD_NAME_ENV], "ports": [{"containerPort": 8080}],
+                                     "readinessProbe": {"httpGet": {"port": 8080}, "periodSeconds": 1}}]}}
+
+
+def _get(ip: str, port: int = 8080) -> str:
+    with urllib.request.urlopen(f"http://{ip}:{port}/", timeout=5) as answer:
+        return answer.read().decode()
+
+
+def _answers(ip: str) -> str | None:
+    try:
+        return _get(ip)
+    except OSError:
+        return None
+
+
+def _plan(plane) -> dict:
+    return json.loads((plane.home / "network.json").read_text())
+
+
+def _left_behind(home: Path) -> list[str]:
+    """Whatever of the home's pod network is on the machine: netns, veths on its bridge, IPAM entries."""
+    plan = json.loads((home / "network.json").read_text())
+    prefix = f"trm-{home_digest(home)}-"
+    left = [f"netns {n}" for n in os.listdir(NETNS_DIR) if n.startswith(prefix)] if NETNS_DIR.exists() else []
+    links = json.loads(subprocess.run(["ip", "-j", "link", "show", "master", plan["bridge"]],
+                                      capture_output=True, text=True).stdout or "[]")
+    left += [f"veth {link['ifname']}" for link in links]
+    ipam = home / "network" / "ipam" / "trimaran"
+    left += [f"IPAM {p.name}" for p in ipam.glob("*") if p.name[0].isdigit()] if ipam.exists() else []
+    left += [f"record {p.name}" for p in (home / "network" / "pods").glob("*.json")]
+    return left
+
+
+def _running(plane, name: str, namespace: str = "default") -> dict:
+    def ready() -> dict | None:
+        pod = plane.get("Pod", name, namespace)
+        status = pod.get("status") or {}
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        return pod if status.get("phase") == "Running" and conditions.get("Ready") == "True" else None
+    return poll(ready, timeout=60, what=f"pod {name} Running and Ready")
+
+
+def test_two_pods_bind_the_same_port_each_at_its_own_ip(plane, tmp_path):
+    for name in ("web-a", "web-b"):
+        _apply(plane, tmp_path, _server_pod(name))
+    pods = [_running(plane, name) for name in ("web-a", "web-b")]
+    plan = _plan(plane)
+    ips = [p["status"]["podIP"] for p in pods]
+    assert len(set(ips)) == 2
+    for pod, ip in zip(pods, ips, strict=True):
+        assert ipaddress.ip_address(ip) in ipaddress.ip_network(plan["pod_cidr"])
+        assert pod["status"]["podIPs"] == [{"ip": ip}]
+        assert pod["status"]["hostIP"] == plan["gateway"]
+        # Both bound 0.0.0.0:8080 at once; each answers at its own address.
+        assert _get(ip) == f"{pod['metadata']['name']} {ip}"
+    # A pod's /etc/hosts names its own hostname at its own IP.
+    hosts = next((plane.home / "pods" / pods[0]["metadata"]["uid"] / "runs").glob("*/hosts")).read_text()
+    assert f"{ips[0]}\tweb-a" in hosts
+
+    uids = [p["metadata"]["uid"] for p in pods]
+    for name in ("web-a", "web-b"):
+        plane.cli("delete", "pod", name, "--wait", timeout=120)
+    for uid in uids:
+        assert not (NETNS_DIR / f"trm-{home_digest(plane.home)}-{uid}").exists()
+    assert _left_behind(plane.home) == []
+
+
+def test_a_deployment_scales_on_a_fixed_container_port(plane, tmp_path):
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "fixed"},
+              "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "fixed"}},
+                       "template": {"metadata": {"labels": {"app": "fixed"}},
+                                    "spec": _server_pod("x")["spec"]}}}
+    _apply(plane, tmp_path, deploy)
+    plane.cli("wait", "deployment/fixed", "--for=condition=Available", "--timeout=120s")
+
+    def three_ready() -> list[dict] | None:
+        pods = [p for p in plane.client().list("Pod", "default", "app=fixed")
+                if p["status"].get("phase") == "Running" and p["status"].get("podIP")]
+        return pods if len(pods) == 3 else None
+    pods = poll(three_ready, timeout=60, what="3 replicas Running")
+    assert len({p["status"]["podIP"] for p in pods}) == 3
+    for pod in pods:
+        ip = pod["status"]["podIP"]
+        assert poll(lambda ip=ip: _answers(ip), timeout=30, what=f"{ip}:8080") == f"{pod['metadata']['name']} {ip}"
+    plane.cli("delete", "deployment", "fixed")
+    poll(lambda: not plane.client().list("Pod", "default", "app=fixed"), timeout=60, what="the replicas gone")
+    poll(lambda: _left_behind(plane.home) == [], timeout=30, what="nothing of the replicas' networks left")
+
+
+PROBE = textwrap.dedent("""
+    import json, os, socket, ssl, urllib.request
+    def connects(host, port):
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+            return True
+        except OSError as exc:
+            return str(exc)
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], int(os.environ["KUBERNETES_SERVICE_PORT"])
+    sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+    context = ssl.create_default_context(cafile=sa + "/ca.crt")
+    request = urllib.request.Request(f"https://{host}:{port}/version",
+                                     headers={"Authorization": "Bearer " + open(sa + "/token").read()})
+    version = json.load(urllib.request.urlopen(request, context=context, timeout=10))
+    print(json.dumps({"loopback": connects("127.0.0.1", int(os.environ["HOST_PORT"])),
+                      "api_host": host, "version": version.get("gitVersion")}))
+""")
+
+
+def test_a_pod_cannot_reach_host_loopback_and_reaches_the_api(plane, tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    try:
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe"},
+               "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                   {"name": "main", "image": "python", "command": ["python", "-c", PROBE],
+                    "env": [{"name": "HOST_PORT", "value": str(listener.getsockname()[1])}]}]}}}}
+        _apply(plane, tmp_path, job)
+        plane.cli("wait", "job/probe", "--for=condition=Complete", "--timeout=120s")
+    finally:
+        listener.close()
+    pod = plane.client().list("Pod", "default", "batch.kubernetes.io/job-name=probe")[0]
+    out = json.loads(plane.cli("logs", pod["metadata"]["name"]).stdout.strip().splitlines()[-1])
+    assert out["loopback"] is not True and "refused" in out["loopback"]
+    assert out["api_host"] == _plan(plane)["gateway"]
+    assert out["version"]
+
+
+def test_two_homes_get_their_own_bridges_and_ranges(plane_with, tmp_path):
+    first, second = plane_with(), plane_with()
+    plans = [_plan(first), _plan(second)]
+    assert plans[0]["bridge"] != plans[1]["bridge"]
+    ranges = [ipaddress.ip_network(p[k]) for p in plans for k in ("pod_cidr", "service_cidr")]
+    assert all(not a.overlaps(b) for i, a in enumerate(ranges) for b in ranges[i + 1:])
+    for plan in plans:
+        link = subprocess.run(["ip", "-j", "addr", "show", plan["bridge"]], capture_output=True, text=True)
+        assert f'"local":"{plan["gateway"]}"' in link.stdout
+    # Nothing else on the machine in those ranges (eth0's 192.0.2.0/24 among them).
+    for entry in json.loads(subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True).stdout):
+        if entry["ifname"] in (plans[0]["bridge"], plans[1]["bridge"]):
+            continue
+        for info in entry["addr_info"]:
+            net = ipaddress.ip_network(f"{info['local']}/{info['prefixlen']}", strict=False)
+            assert not any(net.overlaps(r) for r in ranges), (entry["ifname"], net)
+
+
+def test_a_missing_plugin_is_the_pods_reason_and_leaves_nothing(plane_with, tmp_path):
+    plugins = tmp_path / "cni"
+    plugins.mkdir()
+    for name in ("bridge", "host-local", "loopback", "portmap", "tuning"):  # no "firewall"
+        (plugins / name).symlink_to(f"/usr/lib/cni/{name}")
+    plane = plane_with(TRIMARAN_CNI_PATH=str(plugins))
+    _apply(plane, tmp_path, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "lonely"},
+                             "spec": {"restartPolicy": "Never", "containers": [
+                                 {"name": "main", "image": "python", "command": ["python", "-c", "pass"]}]}})
+    pod = poll(lambda: (p := plane.get("Pod", "lonely"))["status"].get("phase") == "Failed" and p,
+               timeout=60, what="the pod failed")
+    assert pod["status"]["reason"] == "FailedCreatePodSandBox"
+    assert pod["status"]["message"].startswith("Failed to create pod sandbox: ")
+    assert f'failed to find plugin "firewall" in path [{plugins}]' in pod["status"]["message"]
+    events = plane.cli("get", "events", "-o", "json").stdout
+    assert "FailedCreatePodSandBox" in events
+    assert _left_behind(plane.home) == []
+
+
+def test_the_networks_of_pods_gone_while_the_control_plane_was_down_are_swept(plane, tmp_path):
+    # The home's own plan, as the control plane holds it (a pod it set up, then forgot).
+    network = PodNetwork(plane.home, NetworkPlan(**_plan(plane)), ["/usr/lib/cni"], ensure=False)
+    address = network.setup("00000000-dead-beef-0000-000000000000", "default", "ghost")
+    assert Path(address.netns).exists() and _left_behind(plane.home)
+    plane.cli("server", "stop")
+    plane.cli("server", "start")
+    poll(lambda: _left_behind(plane.home) == [], timeout=30, what="the orphan's network swept")
