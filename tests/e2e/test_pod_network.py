@@ -222,3 +222,29 @@ def test_the_networks_of_pods_gone_while_the_control_plane_was_down_are_swept(pl
     plane.cli("server", "stop")
     plane.cli("server", "start")
     poll(lambda: _left_behind(plane.home) == [], timeout=30, what="the orphan's network swept")
+
+
+DDP = textwrap.dedent("""
+    import os, socket
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    x = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(x)
+    print(f"rank={dist.get_rank()} sum={x.item()} master={os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+          f"at={socket.gethostbyname(os.environ['MASTER_ADDR'])}", flush=True)
+""")
+
+
+def test_a_pytorchjob_rendezvous_on_the_default_master_port(plane, tmp_path):
+    def replica() -> dict:
+        return {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "x", "command": ["python", "-c", DDP]}]}}}
+    _apply(plane, tmp_path, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp"},
+                             "spec": {"pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}})
+    plane.cli("wait", "pytorchjob/ddp", "--for=condition=Succeeded", "--timeout=180s")
+    master_ip = plane.get("Pod", "ddp-master-0")["status"]["podIP"]
+    for rank, pod in enumerate(("ddp-master-0", "ddp-worker-0")):
+        out = plane.cli("logs", pod).stdout
+        assert f"rank={rank} sum=3.0 master=ddp-master-0:23456 at={master_ip}" in out, out
+    plane.cli("delete", "pytorchjob", "ddp", "--wait")
+    poll(lambda: _left_behind(plane.home) == [], timeout=60, what="nothing of the replicas' networks left")
