@@ -69,6 +69,9 @@ class Framework(ABC):
     default_port: int
     operator_name: str
     default_restart_policy: str
+    #: Whether replicas get pod networks of their own when the pod network is on (MPI's do not:
+    #: its launcher reaches workers through abstract Unix sockets, which belong to a network namespace).
+    own_network: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

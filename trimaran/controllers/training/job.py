@@ -334,9 +334,10 @@ class TrainingJobReconciler(Reconciler):
         for rtype, n in wanted.items():
             have = recorded.get(rtype, [])
             if len(have) < n:
-                recorded[rtype] = have + self.ports.for_replicas(fw.default_port, n - len(have))
+                recorded[rtype] = have + (self.ports.for_replicas(fw.default_port, n - len(have)) if fw.own_network
+                                          else self.ports.allocate(n - len(have)))
         ann[PORTS_ANNOTATION] = json.dumps(recorded, separators=(",", ":"))
-        if self.ports.pod_network:
+        if self.ports.pod_network and fw.own_network:
             ann[OWN_NETWORK_ANNOTATION] = "true"  # the operator's ports: none of them reserved here
         try:
             return self.store.update(job)
