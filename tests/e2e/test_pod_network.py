@@ -248,3 +248,32 @@ def test_a_pytorchjob_rendezvous_on_the_default_master_port(plane, tmp_path):
         assert f"rank={rank} sum=3.0 master=ddp-master-0:23456 at={master_ip}" in out, out
     plane.cli("delete", "pytorchjob", "ddp", "--wait")
     poll(lambda: _left_behind(plane.home) == [], timeout=60, what="nothing of the replicas' networks left")
+
+
+KATIB_CALL = textwrap.dedent("""
+    import grpc
+    # Katib's GetObservationLog, its request (trial_name, field 1) encoded by hand: the pod needs grpc only.
+    name = b"nobody-has-it"
+    call = grpc.insecure_channel("katib-db-manager.kubeflow:6789").unary_unary(
+        "/api.v1.beta1.DBManager/GetObservationLog")
+    try:
+        call(b"\\x0a" + bytes([len(name)]) + name, timeout=10)
+        print("answer OK", flush=True)
+    except grpc.RpcError as exc:
+        print("answer", exc.code().name, exc.details(), flush=True)
+""")
+
+
+def test_a_pod_reaches_katibs_db_manager_at_the_gateway_as_itself(plane, tmp_path):
+    _apply(plane, tmp_path, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "katib-caller"},
+                             "spec": {"restartPolicy": "Never", "containers": [
+                                 {"name": "main", "image": "python", "command": ["python", "-c", KATIB_CALL]}]}})
+    pod = poll(lambda: (p := plane.get("Pod", "katib-caller"))["status"].get("phase") in ("Succeeded", "Failed") and p,
+               timeout=60, what="the pod to finish")
+    log = plane.cli("logs", "katib-caller").stdout
+    assert pod["status"]["phase"] == "Succeeded", log
+    # Its name resolves to the gateway, and the DB manager knows the caller by its pod IP (a pod of
+    # "default"), not as an unauthenticated stranger.
+    assert "answer OK" in log, log
+    hosts = next((plane.home / "pods" / pod["metadata"]["uid"] / "runs").glob("*/hosts")).read_text()
+    assert f"{_plan(plane)['gateway']}\tkatib-db-manager.kubeflow" in hosts, hosts
