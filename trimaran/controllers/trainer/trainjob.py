@@ -194,6 +194,13 @@ class TrainJobReconciler(Reconciler):
         refused = self._pod_security_refusal(jobset)
         if refused:
             return refused
+        if self.ports.pod_network and policy.framework() == "mpi":
+            # The launcher execs into nodes through abstract Unix sockets (runtime/podexec.py) and
+            # ranks talk TCP over loopback: MPI's pods stay on the host's network, as without the pod
+            # network. Set by the controller after the namespace's Pod Security check, which judges
+            # what the user asked for.
+            for rjob in jobset["spec"]["replicatedJobs"]:
+                rjob["template"]["spec"]["template"]["spec"]["hostNetwork"] = True
         for child in children:
             try:
                 self.store.create(validate(child).object)
