@@ -697,8 +697,9 @@ class Kubelet(Reconciler):
         self.node.release(pod["metadata"]["uid"])
         if self.runtime.network is not None:
             # The sandbox is stopped for good (the kubelet's StopPodSandbox): its IP goes back to
-            # the range; status.podIP keeps saying what it was.
-            self.runtime.network.teardown(pod["metadata"]["uid"])
+            # the range; status.podIP keeps saying what it was. Off the reconcile loop (CNI DEL
+            # runs a process per plugin), as pod stops are.
+            self._stopper.submit(self.runtime.network.teardown, pod["metadata"]["uid"])
         with self._lock:
             self._started.pop(pod["metadata"]["uid"], None)
 

@@ -191,7 +191,8 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     # listen there meanwhile (trimaran.server.keeper).
     keeper = SocketKeeper.ensure(home)
     try:
-        listeners = take_listeners(keeper, home, host, port, plane.pod_host)
+        listeners = take_listeners(keeper, home, host, port, plane.pod_host,
+                                   network.spare_addresses() if network else ())
     except OSError as exc:
         raise SystemExit(f"trimaran server: cannot listen: {exc}") from None
     if listeners.lost:

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,18 @@ _NETWORK_NAME = "trimaran"
 # namespace, yet bind ports under 1024 (nginx's 80) and ping.
 _SYSCTLS = {"net.ipv4.ip_unprivileged_port_start": "0", "net.ipv4.ping_group_range": "0 2147483647"}
 _REQUIRED = ("bridge", "host-local", "loopback")
+
+
+_SPARES = 32
+
+
+def _spares(plan: NetworkPlan) -> list[str]:
+    top = int(ipaddress.ip_network(plan.pod_cidr).broadcast_address) - 1
+    return [str(ipaddress.ip_address(top - i)) for i in range(_SPARES)]
+
+
+def _range_end(plan: NetworkPlan) -> str:
+    return str(ipaddress.ip_address(int(ipaddress.ip_network(plan.pod_cidr).broadcast_address) - 1 - _SPARES))
 
 
 class NetworkError(RuntimeError):
@@ -116,13 +128,22 @@ class PodNetwork:
             "plugins": [
                 {"type": "bridge", "bridge": plan.bridge, "isGateway": True, "ipMasq": True, "hairpinMode": True,
                  "ipam": {"type": "host-local", "dataDir": str(self.dir / "ipam"),
-                          "ranges": [[{"subnet": plan.pod_cidr, "gateway": plan.gateway}]],
+                          "ranges": [[{"subnet": plan.pod_cidr, "gateway": plan.gateway,
+                                       "rangeEnd": _range_end(plan)}]],
                           "routes": [{"dst": "0.0.0.0/0"}]}},
                 {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
                 {"type": "firewall", "backend": "iptables"},
                 {"type": "tuning", "sysctl": dict(_SYSCTLS)},
             ],
         }
+
+    def spare_addresses(self) -> Iterator[str]:
+        """Addresses of the pod range host-local never hands out (its top :data:`_SPARES`), each put
+        on the bridge as it is yielded: where the control plane serves pods when the gateway's port
+        is taken (Katib's DB manager has a fixed port)."""
+        for ip in _spares(self.plan):
+            _ip("addr", "replace", f"{ip}/32", "dev", self.plan.bridge, check=False)
+            yield ip
 
     def _ensure_bridge(self) -> None:
         """The bridge with the gateway address, before any pod: the control plane listens there."""
