@@ -114,6 +114,11 @@ class Framework(ABC):
         """Last changes to a replica's pod spec, after the environment is added."""
         return None
 
+    def networked(self, job: JobView) -> bool:
+        """Whether the job's replicas each get a network of their own on the pod network (else
+        they stay on the host's, with loopback ports of their own, as without it)."""
+        return self.own_network
+
     def holds_back(self, job: JobView, rtype: str, pods: list[dict]) -> bool:
         """Whether replicas of ``rtype`` wait before being created (``pods``: the job's live ones)."""
         return False

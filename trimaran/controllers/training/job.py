@@ -331,13 +331,14 @@ class TrainingJobReconciler(Reconciler):
         wanted = {rtype: int(r.get("replicas", 1)) for rtype, r in specs.items()}
         if all(len(recorded.get(rt, [])) >= n for rt, n in wanted.items()):
             return job
+        networked = fw.networked(_job_view(job))
         for rtype, n in wanted.items():
             have = recorded.get(rtype, [])
             if len(have) < n:
-                recorded[rtype] = have + (self.ports.for_replicas(fw.default_port, n - len(have)) if fw.own_network
+                recorded[rtype] = have + (self.ports.for_replicas(fw.default_port, n - len(have)) if networked
                                           else self.ports.allocate(n - len(have)))
         ann[PORTS_ANNOTATION] = json.dumps(recorded, separators=(",", ":"))
-        if self.ports.pod_network and fw.own_network:
+        if self.ports.pod_network and networked:
             ann[OWN_NETWORK_ANNOTATION] = "true"  # the operator's ports: none of them reserved here
         try:
             return self.store.update(job)
@@ -397,6 +398,8 @@ class TrainingJobReconciler(Reconciler):
                 else:
                     ports.append({"name": fw.port_name, "containerPort": own.port, "protocol": "TCP"})
         fw.prepare_pod(view, rtype, index, spec)
+        if self.ports.pod_network and not fw.networked(view):
+            spec["hostNetwork"] = True  # the framework's replicas meet on the host's network
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
