@@ -393,17 +393,22 @@ class Kubelet(Reconciler):
         if network is None or not hosts:
             return hosts
         wanted = {name.split(".")[0] for name, ip in hosts.items() if ip == LOOPBACK}
-        ips: dict[str, str] = {}
+        peers = []
         for peer in self.store.list("Pod", pod["metadata"]["namespace"], shared=True):
             meta = peer["metadata"]
             names = {meta["name"], pod_hostname(str(peer["spec"].get("hostname") or meta["name"]))}
-            if not names & wanted or is_terminating(peer) or peer["spec"].get("hostNetwork"):
-                continue
+            if names & wanted and not is_terminating(peer) and not peer["spec"].get("hostNetwork"):
+                peers.append((meta, names))
+
+        def set_up(meta: dict) -> str | None:
             try:
-                address = network.setup(meta["uid"], meta["namespace"], meta["name"])
+                return network.setup(meta["uid"], meta["namespace"], meta["name"]).ip
             except NetworkError:
-                continue  # that pod's own start says why
-            ips.update(dict.fromkeys(names, address.ip))
+                return None  # that pod's own start says why
+        # At once: each setup is a few plugin processes, mostly waiting.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(peers))), thread_name_prefix="pod-network") as pool:
+            found = list(pool.map(set_up, [meta for meta, _ in peers]))
+        ips = {name: ip for (_, names), ip in zip(peers, found, strict=True) if ip for name in names}
         return {name: ips.get(name.split(".")[0], ip) if ip == LOOPBACK else ip for name, ip in hosts.items()}
 
     # -- images ---------------------------------------------------------------------------------

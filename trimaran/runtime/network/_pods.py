@@ -207,8 +207,9 @@ class PodNetwork:
         existing = self.address(pod_uid)
         if existing is not None:
             return existing
-        self.teardown(pod_uid)  # what a crash in an earlier setup left
         netns = self.netns_path(pod_uid)
+        if netns.exists() or self._record(pod_uid).exists():
+            self.teardown(pod_uid)  # what a crash in an earlier setup left
         args = {"K8S_POD_NAMESPACE": namespace, "K8S_POD_NAME": name, "K8S_POD_INFRA_CONTAINER_ID": pod_uid,
                 "K8S_POD_UID": pod_uid}
         try:
@@ -217,8 +218,12 @@ class PodNetwork:
                 raise CniError(f"failed to create network namespace {netns}: {created.stderr.strip()}")
             run_plugin({"cniVersion": CNI_VERSION, "name": "cni-loopback", "type": "loopback"}, "ADD",
                        pod_uid, str(netns), self.cni_path, args, ifname="lo")
-            result = run_list(self.conflist, "ADD", pod_uid, str(netns), self.cni_path, args,
-                              runtime_config={"portMappings": list(port_mappings)})
+            mappings = list(port_mappings)
+            # portmap has nothing to do without hostPorts (and its DEL of nothing is harmless).
+            conflist = self.conflist if mappings else {
+                **self.conflist, "plugins": [p for p in self.conflist["plugins"] if p["type"] != "portmap"]}
+            result = run_list(conflist, "ADD", pod_uid, str(netns), self.cni_path, args,
+                              runtime_config={"portMappings": mappings})
             ips = [str(ipaddress.ip_interface(entry["address"]).ip) for entry in result.get("ips") or []]
             if not ips:
                 raise CniError("the CNI result has no IP address")
