@@ -277,3 +277,36 @@ def test_a_pod_reaches_katibs_db_manager_at_the_gateway_as_itself(plane, tmp_pat
     assert "answer OK" in log, log
     hosts = next((plane.home / "pods" / pod["metadata"]["uid"] / "runs").glob("*/hosts")).read_text()
     assert f"{_plan(plane)['gateway']}\tkatib-db-manager.kubeflow" in hosts, hosts
+
+
+def test_an_exhausted_range_is_cnis_error_and_leaves_nothing(tmp_path):
+    from dataclasses import asdict, replace
+
+    from trimaran.runtime.network import NetworkError
+    from trimaran.runtime.network._plan import release_plan, reserve_plan
+
+    home = tmp_path / "home"
+    home.mkdir()
+    plan = reserve_plan(home)
+    # The home's slot, its pod range cut to a /26: host-local hands out .2 to .30 (the top 32 are spare).
+    small = replace(plan, pod_cidr=str(ipaddress.ip_network(plan.pod_cidr).subnets(new_prefix=26).__next__()))
+    (home / "network.json").write_text(json.dumps(asdict(small)))
+    network = PodNetwork(home, small, ["/usr/lib/cni"])
+    try:
+        uids = [f"pod-{i}" for i in range(29)]
+        ips = {network.setup(uid, "default", uid).ip for uid in uids}
+        assert len(ips) == 29
+        with pytest.raises(NetworkError) as exhausted:
+            network.setup("one-too-many", "default", "one-too-many")
+        assert str(exhausted.value).startswith('failed to setup network for sandbox "one-too-many": '
+                                               'plugin type="bridge" failed (add): ')
+        assert "no IP addresses available in range set" in str(exhausted.value)
+        assert "one-too-many" not in network.known(), "nothing of the failed pod is left"
+        for uid in uids:
+            network.teardown(uid)
+        assert _left_behind(home) == []
+    finally:
+        network.sweep(())
+        network.close()
+        release_plan(plan)
+    assert subprocess.run(["ip", "link", "show", plan.bridge], capture_output=True).returncode != 0
