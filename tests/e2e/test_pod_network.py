@@ -232,6 +232,8 @@ DDP = textwrap.dedent("""
     dist.all_reduce(x)
     print(f"rank={dist.get_rank()} sum={x.item()} master={os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
           f"at={socket.gethostbyname(os.environ['MASTER_ADDR'])}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()  # else gloo's threads may abort the exit ("terminate called ...")
 """)
 
 
