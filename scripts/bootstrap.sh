@@ -24,6 +24,10 @@ command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 # Prometheus, to scrape what ServiceMonitors/PodMonitors select: $TRIMARAN_HOME/prometheus/prometheus.yml.
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+# The pod network (trimaran/runtime/network): Debian's CNI plugins (bridge, host-local, portmap,
+# firewall, tuning, loopback in /usr/lib/cni) and iptables, which the bridge plugin's ipMasq uses.
+[ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] || need_apt+=(containernetworking-plugins)
+command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
 # grep reads to the end (no -q): under pipefail, ldconfig killed by SIGPIPE after an early match would
 # count as missing.
 # The pod network's Services and NetworkPolicies are nftables rules; cluster DNS is a dnsmasq per home

@@ -86,3 +86,8 @@ def small_tmpfs(mount: Path, size: str, mode: str = "0755") -> Iterator[Path]:
     finally:
         if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def pod_network_on(home: Path) -> bool:
+    """Whether the control plane of ``home`` gives pods networks of their own (trimaran.runtime.network)."""
+    return (Path(home) / "network" / "trimaran.conflist").exists()

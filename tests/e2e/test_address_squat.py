@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.helpers import poll
+from tests.helpers import pod_network_on, poll
 from trimaran.server.daemon import read_server_info, start_server
 from trimaran.server.keeper import keeper_pid
 
@@ -89,7 +89,10 @@ def _pod(name: str, script: str, args: list[str], claim: str, restart: str = "Ne
 
 def _addresses(home) -> list[str]:
     info = read_server_info(home)
-    return [f"127.0.0.1:{info['podPort']}", info["katibDBManager"]]
+    # On the pod network pods reach the control plane at the bridge's gateway; a pod's own 127.0.0.1
+    # is its own (a squatting pod may bind it, to no effect).
+    host = json.loads((home / "network.json").read_text())["gateway"] if pod_network_on(home) else "127.0.0.1"
+    return [f"{host}:{info['podPort']}", info["katibDBManager"]]
 
 
 def test_a_pod_squatting_the_addresses_never_gets_them_across_a_kill_minus_nine(plane, tmp_path):

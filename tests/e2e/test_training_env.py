@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from tests.helpers import poll
+from tests.helpers import pod_network_on, poll
 
 DUMP_ENV = textwrap.dedent("""
     import json, os, socket, sys
@@ -72,12 +72,21 @@ def test_tfjob_gets_operator_tf_config(plane, tmp_path):
     hosts = [a.rsplit(":", 1)[0] for a in cluster["worker"]]
     assert hosts == ["envtf-worker-0.default.svc", "envtf-worker-1.default.svc"]
     ports = [int(a.rsplit(":", 1)[1]) for addrs in cluster.values() for a in addrs]
-    assert len(set(ports)) == 3, "each replica listens on its own port"
+    if pod_network_on(plane.home):
+        assert ports == [2222] * 3, "each replica listens on the operator's port at its own pod's address"
+    else:
+        assert len(set(ports)) == 3, "each replica listens on its own port"
     assert configs["envtf-worker-1"]["task"] == {"type": "worker", "index": 1}
     assert configs["envtf-ps-0"]["task"] == {"type": "ps", "index": 0}
     assert all(c["environment"] == "cloud" and c["cluster"] == cluster for c in configs.values())
+    pod_ips = {name: plane.get("Pod", name)["status"]["podIP"] for name in dumps}
     for d in dumps.values():
-        assert all(ip.startswith("127.") for ip in d["resolved"].values()), d["resolved"]
+        if pod_network_on(plane.home):
+            # Each replica name resolves to that replica's pod IP.
+            assert all(ip == pod_ips[host.split(".")[0]] for host, ip in d["resolved"].items()
+                       if host.split(".")[0] in pod_ips), d["resolved"]
+        else:
+            assert all(ip.startswith("127.") for ip in d["resolved"].values()), d["resolved"]
     assert dumps["envtf-worker-0"]["hostname"] == "envtf-worker-0"
     assert dumps["envtf-worker-0"]["env"]["CUDA_VISIBLE_DEVICES"] == ""
 
@@ -119,4 +128,8 @@ def test_pytorchjob_gets_master_rank_world_size(plane, tmp_path):
         assert e["WORLD_SIZE"] == "4" and e["PET_NNODES"] == "4" and e["PET_NPROC_PER_NODE"] == "auto"
         assert e["PYTHONUNBUFFERED"] == "1"
     dump = json.loads((out / "envpt-worker-2.json").read_text())
-    assert dump["resolved"]["MASTER_ADDR"].startswith("127.")
+    if pod_network_on(plane.home):
+        assert ports == {"23456"}, "the operator's MASTER_PORT, at the master pod's own address"
+        assert dump["resolved"]["MASTER_ADDR"] == plane.get("Pod", "envpt-master-0")["status"]["podIP"]
+    else:
+        assert dump["resolved"]["MASTER_ADDR"].startswith("127.")

@@ -369,7 +369,8 @@ def test_deleting_an_experiment_removes_its_trials_jobs_and_processes(fresh_plan
     plane.cli("delete", "experiment", "doomed")
     poll(lambda: not plane.pod_processes(), timeout=60, what="every trial process to stop")
     for kind in ("Trial", "Job", "Pod", "Suggestion"):
-        assert plane.client().list(kind, "default") == [], kind
+        # A pod object goes once its sandbox (processes, then network) is gone.
+        poll(lambda kind=kind: plane.client().list(kind, "default") == [], timeout=30, what=f"every {kind} gone")
     assert plane.client()._json("GET", "/trimaran/v1/namespaces/default/observations")["items"] == []
 
 

@@ -1,7 +1,8 @@
 """apps/v1 Deployment and core v1 Service, defaulted and validated as the Kubernetes API server does.
 
-One local rule beyond upstream: pods share this machine's network, so a containerPort is a port of
-the machine. A Deployment whose container declares ports and does not read its port from
+One local rule beyond upstream, without the pod network (trimaran.runtime.network: then each pod
+has its own address and this rule is off): pods share this machine's network, so a containerPort is a
+port of the machine. A Deployment whose container declares ports and does not read its port from
 ``$(PORT)`` (or ``$(PORT_<NAME>)``) holds those ports fixed, and only one of its pods can run at a
 time: more than one replica is refused with the reason, and such a Deployment rolls as Recreate.
 Containers that say ``--port=$(PORT)`` get a port of their own per pod (see
@@ -31,7 +32,7 @@ from trimaran.api.printers import AGE, PrinterColumn
 
 __all__ = ["APPS_V1", "DEPLOYMENT_COLUMNS", "ENDPOINTS_COLUMNS", "REPLICASET_COLUMNS", "SERVICE_COLUMNS", "Deployment",
            "Endpoints", "ReplicaSet", "Service", "fixed_ports", "percent_or_int", "port_env_name",
-           "reads_port_from_env", "selector_matches"]
+           "reads_port_from_env", "selector_matches", "set_pod_network"]
 
 APPS_V1 = "apps/v1"
 _PORT_REFERENCE = re.compile(r"\$\(PORT(?:_[A-Z0-9_]+)?\)")
@@ -103,8 +104,22 @@ def reads_port_from_env(container: dict[str, Any]) -> bool:
     return any(_PORT_REFERENCE.search(w) for w in words)
 
 
+# Whether pods have network namespaces of their own (trimaran.runtime.network), set once by the
+# control plane: then no containerPort is a port of the machine, and nothing limits replicas.
+_own_pod_network = False
+
+
+def set_pod_network(on: bool) -> None:
+    """Say whether pods have a network of their own (the control plane, at start)."""
+    global _own_pod_network
+    _own_pod_network = on
+
+
 def fixed_ports(pod_spec: dict[str, Any]) -> list[tuple[str, int]]:
-    """(container, port) of every declared containerPort a container binds as written."""
+    """(container, port) of every declared containerPort a container binds as written, and so holds
+    on this machine; none on the pod network, where each pod binds its own address."""
+    if _own_pod_network:
+        return []
     return [(str(c.get("name")), int(p["containerPort"])) for c in pod_spec.get("containers") or []
             if not reads_port_from_env(c) for p in c.get("ports") or [] if p.get("containerPort")]
 

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from trimaran.api.meta import pod_hostname
 from trimaran.api.quantity import format_memory
 from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.conditions import now_rfc3339, set_condition
@@ -85,6 +86,7 @@ from trimaran.runtime.images import (
     credentials_from_secrets,
     parse_reference,
 )
+from trimaran.runtime.network import NetworkError
 from trimaran.runtime.node import StorageUsage, disk_pressure_message, ephemeral_storage_violation
 from trimaran.runtime.qos import qos_class
 from trimaran.runtime.volumes import STORAGE_INITIALIZER, storage_volume_uris
@@ -197,6 +199,10 @@ class Kubelet(Reconciler):
                 self.runtime.remove_pod(uid)
         for uid in self.runtime.sweep_cgroups():
             log.info("removed the cgroups of pod %s, which no longer runs", uid)
+        if self.runtime.network is not None:
+            # Networks of pods the store no longer knows (deleted while the control plane was down,
+            # or a setup cut short): their netns, veth and IP go.
+            self.runtime.network.sweep(by_uid)
         for pod in pods:
             uid = pod["metadata"]["uid"]
             if phase(pod) == "Running":
@@ -325,12 +331,19 @@ class Kubelet(Reconciler):
                images: dict[str, ImageRun]) -> None:
         uid = pod["metadata"]["uid"]
         hosts = {**self.namespace_hosts(pod["metadata"]["namespace"]),
-                 **json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))}
+                 **self._gang_hosts(pod)}
         try:
             env = {**gpu_env, "TRIMARAN_HOME": str(self.runtime.home), "TRIMARAN_POD_UID": uid}
             key = key_of(pod)
-            self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup,
-                                   on_exit=lambda: self.wake(key), images=images)
+            address = self.runtime.start_pod(pod, attempt=attempt, env_extra=env, hosts=hosts, lookup=self._lookup,
+                                             on_exit=lambda: self.wake(key), images=images)
+        except NetworkError as exc:
+            # As the kubelet words a failed RunPodSandbox; nothing of the pod's network is left.
+            self.node.release(uid)
+            message = f"Failed to create pod sandbox: rpc error: code = Unknown desc = {exc}"
+            self._set_waiting(pod, "FailedCreatePodSandBox", message, failed=True)
+            self.store.record_event(pod, "Warning", "FailedCreatePodSandBox", message)
+            return
         except (ConfigError, SandboxUnavailable, VolumeError) as exc:
             self.node.release(uid)
             reason = "SandboxUnavailable" if isinstance(exc, SandboxUnavailable) else "CreateContainerConfigError"
@@ -343,7 +356,12 @@ class Kubelet(Reconciler):
         status = dict(pod.get("status") or {})
         set_condition(status, "PodScheduled", "True", "", "")
         prior = {cs["name"]: cs for cs in status.get("containerStatuses") or []}
-        status.update(phase="Running", podIP=LOOPBACK, hostIP=LOOPBACK, startTime=status.get("startTime") or now,
+        # On the pod network the node's address is its bridge's gateway, where pods reach it.
+        network = self.runtime.network
+        pod_ip = address.ip if address is not None else LOOPBACK
+        host_ip = network.plan.gateway if network is not None else LOOPBACK
+        status.update(phase="Running", podIP=pod_ip, podIPs=[{"ip": pod_ip}], hostIP=host_ip,
+                      hostIPs=[{"ip": host_ip}], startTime=status.get("startTime") or now,
                       allocation={"gpus": gpus, "env": gpu_env})
         inits = pod["spec"].get("initContainers") or []
         initializing = {"state": {"waiting": {"reason": "PodInitializing"}}, "started": False, "ready": False}
@@ -371,6 +389,34 @@ class Kubelet(Reconciler):
         self._write_status(pod)
         self.prober.watch(pod)
         self.store.record_event(pod, "Normal", "Started", f"Started pod {pod['metadata']['name']} (attempt {attempt})")
+
+    def _gang_hosts(self, pod: dict) -> dict[str, str]:
+        """The /etc/hosts entries the pod's controller asked for (its replicas' names). On the pod
+        network each name of a pod of the namespace is that pod's IP: the pods named get their
+        networks now (set up once, kept by their own start), so every replica's file has every
+        peer's address."""
+        hosts = json.loads((pod["metadata"].get("annotations") or {}).get(HOSTS_ANNOTATION, "{}"))
+        network = self.runtime.network
+        if network is None or not hosts:
+            return hosts
+        wanted = {name.split(".")[0] for name, ip in hosts.items() if ip == LOOPBACK}
+        peers = []
+        for peer in self.store.list("Pod", pod["metadata"]["namespace"], shared=True):
+            meta = peer["metadata"]
+            names = {meta["name"], pod_hostname(str(peer["spec"].get("hostname") or meta["name"]))}
+            if names & wanted and not is_terminating(peer) and not peer["spec"].get("hostNetwork"):
+                peers.append((meta, names))
+
+        def set_up(meta: dict) -> str | None:
+            try:
+                return network.setup(meta["uid"], meta["namespace"], meta["name"]).ip
+            except NetworkError:
+                return None  # that pod's own start says why
+        # At once: each setup is a few plugin processes, mostly waiting.
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(peers))), thread_name_prefix="pod-network") as pool:
+            found = list(pool.map(set_up, [meta for meta, _ in peers]))
+        ips = {name: ip for (_, names), ip in zip(peers, found, strict=True) if ip for name in names}
+        return {name: ips.get(name.split(".")[0], ip) if ip == LOOPBACK else ip for name, ip in hosts.items()}
 
     # -- images ---------------------------------------------------------------------------------
     def _wanted_images(self, pod: dict) -> dict[str, tuple[str, ImageReference, str]]:
@@ -688,6 +734,11 @@ class Kubelet(Reconciler):
         _set_readiness(pod["status"])
         self._write_status(pod)
         self.node.release(pod["metadata"]["uid"])
+        if self.runtime.network is not None:
+            # The sandbox is stopped for good (the kubelet's StopPodSandbox): its IP goes back to
+            # the range; status.podIP keeps saying what it was. Off the reconcile loop (CNI DEL
+            # runs a process per plugin), as pod stops are.
+            self._stopper.submit(self.runtime.network.teardown, pod["metadata"]["uid"])
         with self._lock:
             self._started.pop(pod["metadata"]["uid"], None)
 

@@ -1,5 +1,10 @@
 """Loopback ports for replicas, model servers and the router, unique on this machine.
 
+With the pod network on (trimaran.runtime.network), every training replica has its own network
+namespace and keeps its operator's default port (:meth:`PortAllocator.for_replicas`); what follows is
+the compatibility path where pods share the host's network, and the serving data plane's ports
+(model servers and the router stay on the host's network).
+
 Every pod on this machine shares the host network, and TensorFlow's gRPC server and PyTorch's
 TCPStore bind all interfaces, so two replicas (or two jobs) cannot both keep the operator's default
 port. Each replica gets its own free port instead; it is recorded on the job (or the routes file,
@@ -124,9 +129,18 @@ class PortAllocator:
     #: How many ports there are to hand out at all: no job needing more can ever run here.
     capacity = _LAST - _FIRST + 1
 
-    def __init__(self) -> None:
+    def __init__(self, pod_network: bool = False) -> None:
+        """``pod_network``: pods have network namespaces of their own (trimaran.runtime.network),
+        so replicas keep their operators' default ports (:meth:`for_replicas`)."""
         self._reserved: set[int] = set()
         self._next = _FIRST
+        self.pod_network = pod_network
+
+    def for_replicas(self, default: int, count: int) -> list[int]:
+        """Ports for ``count`` replicas that each listen at their own pod's address: the operator's
+        ``default`` for every one on the pod network (nothing to reserve, as on a cluster); else,
+        with every pod on the host's network, loopback ports of their own (:meth:`allocate`)."""
+        return [default] * count if self.pod_network else self.allocate(count)
 
     def reserve(self, ports: list[int]) -> list[int]:
         """Mark ports recorded on existing objects as this home's (after a control-plane restart).

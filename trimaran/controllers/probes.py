@@ -188,14 +188,14 @@ class Prober:
         elif probe.get("tcpSocket"):
             spec = probe["tcpSocket"]
             port = _port(pod, spec.get("port"))
-            host = spec.get("host") or "127.0.0.1"
+            host = spec.get("host") or _pod_host(pod)
             try:
                 _, writer = await asyncio.open_connection(host, port)
             except OSError as exc:
                 raise _ProbeFailed(f"dial tcp {host}:{port}: connect: {_reason(exc)}") from None
             writer.close()
         elif probe.get("grpc"):
-            await _grpc_health(_port(pod, probe["grpc"].get("port")), probe["grpc"])
+            await _grpc_health(_pod_host(pod), _port(pod, probe["grpc"].get("port")), probe["grpc"])
         elif probe.get("exec"):
             await self._exec(pod, container["name"], list(probe["exec"].get("command") or []))
         else:
@@ -287,8 +287,16 @@ def _port(pod: dict, port: int | str | None) -> int:
     return resolved
 
 
+def _pod_host(pod: dict) -> str:
+    """Where the kubelet probes a pod: its ``status.podIP`` (on the pod network, its own address);
+    loopback for a pod on the host's network, whose servers may listen there alone."""
+    if (pod.get("spec") or {}).get("hostNetwork"):
+        return "127.0.0.1"
+    return (pod.get("status") or {}).get("podIP") or "127.0.0.1"
+
+
 async def _http_get(pod: dict, spec: dict) -> None:
-    host = spec.get("host") or "127.0.0.1"
+    host = spec.get("host") or _pod_host(pod)
     port = _port(pod, spec.get("port"))
     path = spec.get("path") or "/"
     scheme = (spec.get("scheme") or "HTTP").lower()
@@ -322,12 +330,12 @@ async def _http_get(pod: dict, spec: dict) -> None:
         raise _ProbeFailed(f"HTTP probe failed with statuscode: {code}")
 
 
-async def _grpc_health(port: int, spec: dict) -> None:
+async def _grpc_health(host: str, port: int, spec: dict) -> None:
     import grpc
 
     service = (spec.get("service") or "").encode()
     request = b"\x0a" + bytes([len(service)]) + service if service else b""
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with grpc.aio.insecure_channel(f"{host}:{port}") as channel:
         check = channel.unary_unary("/grpc.health.v1.Health/Check")
         try:
             answer = await check(request)

@@ -62,6 +62,7 @@ from trimaran.runtime import streaming as _streaming
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
 from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, pods_range
+from trimaran.runtime.network import PodAddress, PodNetwork
 from trimaran.runtime.node import Node, StorageUsage, container_requests
 from trimaran.runtime.qos import container_resources, pod_cgroup, pod_pids_limit_from_env
 from trimaran.runtime.sandbox import (
@@ -109,6 +110,14 @@ def log_rotation_from_env(env: Mapping[str, str] | None = None) -> tuple[int, in
     if files < 2:
         raise ValueError(f"TRIMARAN_CONTAINER_LOG_MAX_FILES must be at least 2, not {files_text}")
     return size, files
+
+
+def _port_mappings(spec: Mapping) -> list[dict]:
+    """The containers' ``hostPort``s as CNI's portmap capability takes them."""
+    return [{"hostPort": int(p["hostPort"]), "containerPort": int(p.get("containerPort") or p["hostPort"]),
+             "protocol": str(p.get("protocol") or "TCP").lower(),
+             **({"hostIP": p["hostIP"]} if p.get("hostIP") else {})}
+            for c in spec.get("containers") or [] for p in c.get("ports") or [] if p.get("hostPort")]
 
 
 def log_files(path: Path) -> list[Path]:
@@ -275,6 +284,9 @@ class LocalRuntime:
         self.service_account: ServiceAccountAccess | None = None
         # Cluster services every pod resolves (name -> address), as cluster DNS would answer.
         self.service_hosts: dict[str, str] = {}
+        # Set by the control plane where pods get a network namespace and IP each (CNI); None
+        # keeps them on the host's network.
+        self.network: PodNetwork | None = None
         self._children: dict[str, subprocess.Popen] = {}  # run dir → shim spawned here
         self._lock = threading.Lock()
 
@@ -307,8 +319,9 @@ class LocalRuntime:
         containers: Sequence[str] | None = None,
         on_exit: Callable[[], None] | None = None,
         images: Mapping[str, ImageRun] | None = None,
-    ) -> None:
-        """Start a run of the pod and return once its shim process exists (milliseconds).
+    ) -> PodAddress | None:
+        """Start a run of the pod and return once its shim process exists (milliseconds); return
+        its address on the pod network (None without one).
 
         ``pod`` is the Pod dict (``metadata.uid`` required). ``attempt`` numbers the run and
         its log files; a restart in place is ``start_pod(pod, attempt=n + 1)`` once the last
@@ -322,8 +335,9 @@ class LocalRuntime:
         (container name → :class:`ImageRun`) names the containers that run their image; the
         others run as host processes.
 
-        Raises ``SandboxUnavailable`` (bubblewrap missing), ``ConfigError`` (env, command)
-        or ``VolumeError`` before anything is started.
+        Raises ``SandboxUnavailable`` (bubblewrap missing), ``ConfigError`` (env, command),
+        ``VolumeError`` or ``NetworkError`` before anything is started. The pod's network is set
+        up before its first run and kept across runs until :meth:`remove_pod`.
         """
         bwrap = find_bwrap()
         if bwrap is None:
@@ -355,10 +369,24 @@ class LocalRuntime:
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
         _shim.write_json(str(pod_dir / "pod.json"), {"namespace": namespace, "name": name, "uid": uid})
+        address = None
+        if self.network is not None:
+            try:
+                address = self.network.setup(uid, namespace, name, bool(spec.get("hostNetwork")),
+                                             _port_mappings(spec))
+            except BaseException:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                raise
+            # What the downward API (status.podIP, status.hostIP) and /etc/hosts read.
+            gateway = self.network.plan.gateway
+            pod = {**pod, "status": {**(pod.get("status") or {}), "podIP": address.ip, "podIPs": [{"ip": address.ip}],
+                                     "hostIP": gateway, "hostIPs": [{"ip": gateway}]}}
         try:
             run_spec = self._run_spec(pod, uid, namespace, name, attempt, run_dir, bwrap,
                                       env_extra or {}, hosts or {}, lookup or _no_lookup, containers,
-                                      images or {})
+                                      images or {}, address.ip if address else None)
+            if address is not None and address.netns:
+                run_spec["netns"] = address.netns  # the shim joins it before starting any container
             log_dir = self._pod_log_dir(namespace, name)
             log_dir.mkdir(parents=True, exist_ok=True)
             _shim.write_json(str(log_dir / "containers.json"),
@@ -372,6 +400,7 @@ class LocalRuntime:
             # No half-made run: pod_status must not report a start that never happened.
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
+        return address
 
     def _run_spec(
         self,
@@ -387,11 +416,12 @@ class LocalRuntime:
         lookup: Lookup,
         only: Sequence[str] | None,
         images: Mapping[str, ImageRun],
+        pod_ip: str | None = None,
     ) -> dict:
         spec: Mapping = pod.get("spec") or {}
         status: Mapping = pod.get("status") or {}
         hostname = pod_hostname(str(spec.get("hostname") or name))
-        pod_ip = str(status.get("podIP") or "127.0.0.1")
+        pod_ip = pod_ip or str(status.get("podIP") or "127.0.0.1")
         access = self.service_account
         all_hosts: dict[str, str] = dict(self.service_hosts)
         if access is not None:
@@ -833,6 +863,8 @@ class LocalRuntime:
             shutil.rmtree(state, ignore_errors=True)
         if self._pod_dir(pod_uid).exists():
             _remove_as_pods(self._pod_dir(pod_uid))
+        if self.network is not None:
+            self.network.teardown(pod_uid)
 
     # -- logs ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy.exc
 
+from trimaran.api.apps import set_pod_network
 from trimaran.api.podsecurity import Policy
 from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
@@ -37,6 +38,7 @@ from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.controllers.workloads import DeploymentReconciler, HorizontalPodAutoscalerReconciler, ServiceReconciler
 from trimaran.runtime import LocalRuntime, Node
+from trimaran.runtime.network import PodNetwork
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import HomeLock, HomeLocked, clear_server_info, home_dir, lock_home, write_server_info
 from trimaran.server.tokens import TokenStore
@@ -70,11 +72,19 @@ class ControlPlane:
 
     def release(self) -> None:
         """Let another control plane have the home (after :meth:`stop`)."""
+        if self.kubelet.runtime.network is not None:
+            self.kubelet.runtime.network.close()
         self.lock.release()
+
+    @property
+    def pod_host(self) -> str:
+        """Where pods reach the control plane: loopback, or the pod network's gateway."""
+        network = self.kubelet.runtime.network
+        return network.plan.gateway if network is not None else "127.0.0.1"
 
     def runtime_service_account(self, pod_port: int, ca_cert: Path, tokens: TokenStore) -> None:
         """Hand pods the in-cluster API: ``KUBERNETES_SERVICE_*`` and their namespace's token."""
-        self.kubelet.runtime.service_account = ServiceAccountAccess("127.0.0.1", pod_port, ca_cert,
+        self.kubelet.runtime.service_account = ServiceAccountAccess(self.pod_host, pod_port, ca_cert,
                                                                     tokens.service_account_token)
 
 
@@ -99,11 +109,15 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     install_builtin_runtimes(store)
     node = Node.from_env(storage=home)
     runtime = LocalRuntime(home, node=node)
+    runtime.network = PodNetwork.from_env(home)
+    set_pod_network(runtime.network is not None)
     kubelet = Kubelet(store, runtime, node)
     node_controller = NodeController(store, node, on_change=lambda: kubelet.wake(SCHEDULE_KEY))
     kubelet.node_changed = node_controller.changed
     trials = TrialReconciler(store, runtime)
-    ports = PortAllocator()  # one allocator: training replicas and serving replicas share loopback
+    # One allocator: training replicas and serving replicas share loopback (training replicas keep
+    # their operators' ports on the pod network).
+    ports = PortAllocator(pod_network=runtime.network is not None)
     services = ServiceReconciler(store, runtime)
     kubelet.namespace_hosts = services.hosts_for
     trainjobs = TrainJobReconciler(store, ports)
@@ -173,13 +187,15 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     home = plane.home
     plane.pod_security = pod_security
     tokens = TokenStore(home)
-    pki = ensure_pki(home, host)
+    network = plane.kubelet.runtime.network
+    pki = ensure_pki(home, host, extra_ips=[network.plan.gateway, network.plan.api_ip] if network else [])
     # The listening sockets are the home's socket keeper's, which outlives this process: pods keep
     # reaching this control plane's successor at the addresses they were given, and nothing else can
     # listen there meanwhile (trimaran.server.keeper).
     keeper = SocketKeeper.ensure(home)
     try:
-        listeners = take_listeners(keeper, home, host, port)
+        listeners = take_listeners(keeper, home, host, port, plane.pod_host,
+                                   network.spare_addresses() if network else ())
     except OSError as exc:
         raise SystemExit(f"trimaran server: cannot listen: {exc}") from None
     if listeners.lost:
@@ -224,7 +240,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
 
     write_kubeconfig(home, url, ensure_user_token(home, tokens), pki.ca_pem())
     write_prometheus_config(home, url, tokens, pki.ca_pem())
-    plane.trials.api_url = f"https://127.0.0.1:{pod_port}"
+    plane.trials.api_url = f"https://{plane.pod_host}:{pod_port}"
     plane.trials.pod_security = Policy.default(pod_security)
     if plane.trainjobs is not None:
         plane.trainjobs.pod_security = Policy.default(pod_security)
@@ -247,7 +263,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
         plane.manager.start()
         write_server_info(home, url=url, pid=os.getpid(), pod_port=pod_port,
                           katib_db_manager=plane.dbmanager.address if plane.dbmanager else None)
-        log.info("control plane listening on %s (pods: 127.0.0.1:%s; home %s)", url, pod_port, home)
+        log.info("control plane listening on %s (pods: %s:%s; home %s)", url, plane.pod_host, pod_port, home)
         try:
             await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, sockets, strict=True)))
         finally:

@@ -262,6 +262,7 @@ def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from trimaran.runtime import LocalRuntime
+    from trimaran.runtime.network import PodNetwork
 
     runtime = LocalRuntime(home or home_dir())
     uids = runtime.running_pods()
@@ -269,6 +270,9 @@ def stop_pods(home: Path | None = None, grace_seconds: float = 5.0) -> int:
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(uids)))) as pool:
         list(pool.map(lambda uid: runtime.stop_pod(uid, grace_seconds=grace_seconds), uids))
     runtime.release_cgroups()  # finished pods' too: nothing of the home stays in the hierarchy
+    # Their network namespaces, addresses and the home's bridge go too: the next start sets up
+    # what its pods need again.
+    PodNetwork.remove_home(home or home_dir())
     return len(uids)
 
 

@@ -16,9 +16,10 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 
 from trimaran.runtime import LocalRuntime
@@ -42,8 +43,8 @@ class Listeners:
     """The control plane's listening sockets (duplicates of the keeper's)."""
 
     api: socket.socket  # where users reach the API (``--host``/``--port``)
-    pods: socket.socket  # where pods reach it, on 127.0.0.1 (``api`` itself when that is loopback)
-    katib: socket.socket  # Katib's DB manager, ``127.x.y.z:6789``
+    pods: socket.socket  # where pods reach it: 127.0.0.1 or the pod network's gateway (``api`` when the same)
+    katib: socket.socket  # Katib's DB manager, ``127.x.y.z:6789`` or ``gateway:6789``
     # Addresses pods were given before that this control plane does not serve: "the API at 127.0.0.1:N".
     lost: list[str] = field(default_factory=list)
     # Names the keeper holds that this control plane does not use: dropped once no pod was given them.
@@ -51,6 +52,14 @@ class Listeners:
 
     def given(self) -> dict[str, list]:
         return {name: list(getattr(self, name).getsockname()[:2]) for name in ("api", "pods", "katib")}
+
+
+def _unique(items: Iterable[str]) -> Iterator[str]:
+    seen: set[str] = set()
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            yield item
 
 
 def _read_given(home: Path) -> dict[str, tuple[str, int]]:
@@ -71,9 +80,13 @@ def record_given(home: Path, listeners: Listeners) -> None:
     os.replace(tmp, path)
 
 
-def take_listeners(keeper: SocketKeeper, home: Path, host: str, port: int) -> Listeners:
+def take_listeners(keeper: SocketKeeper, home: Path, host: str, port: int, pod_host: str = "127.0.0.1",
+                   pod_spares: Iterable[str] = ()) -> Listeners:
     """The sockets of this control plane: those the keeper holds where they still fit ``host`` and
     ``port`` (0: any), else new ones bound by the keeper, at the addresses pods were given when free.
+    ``pod_host`` is where pods reach the API and Katib's DB manager: loopback when they share the
+    host's network, the bridge's gateway on the pod network (:mod:`trimaran.runtime.network`), whose
+    ``pod_spares`` are where Katib's DB manager goes when another process holds the gateway's 6789.
 
     Raises:
         OSError: ``port`` was asked for and another process has it.
@@ -101,19 +114,31 @@ def take_listeners(keeper: SocketKeeper, home: Path, host: str, port: int) -> Li
             return keeper.listen(name, host, 0)
 
     api = keep("api", host, port)
-    pods = api if host == "127.0.0.1" else keep("pods", "127.0.0.1", 0)
+    pods = api if host == pod_host else keep("pods", pod_host, 0)
     katib = held.pop("katib", None)
+    if katib is not None and katib.getsockname()[0].startswith("127.") == (pod_host != "127.0.0.1"):
+        katib.close()  # the pod network was turned on or off: pods now reach Katib elsewhere
+        katib = None
     if katib is None:
         was = given.get("katib")
-        candidates = ([was[0]] if was else []) + list(islice(loopback_candidates(home), _KATIB_ATTEMPTS))
-        for candidate in dict.fromkeys(candidates):
+        candidates: Iterable[str]
+        if pod_host != "127.0.0.1":
+            # Where it was if not loopback, the home's own gateway (no other home's DB manager is
+            # there), else the home's spare pod addresses.
+            kept = [was[0]] if was and not was[0].startswith("127.") else []
+            candidates = chain(kept, [pod_host], islice(pod_spares, _KATIB_ATTEMPTS))
+        else:
+            candidates = ([was[0]] if was else []) + list(islice(loopback_candidates(home), _KATIB_ATTEMPTS))
+        tried = 0
+        for candidate in _unique(candidates):
+            tried += 1
             try:
                 katib = keeper.listen("katib", candidate, KATIB_PORT)
                 break
             except OSError as exc:
                 log.warning("Katib's DB manager cannot listen on %s:%d: %s", candidate, KATIB_PORT, exc)
         else:
-            raise OSError(f"no free loopback address for Katib's DB manager after {len(candidates)} tries")
+            raise OSError(f"no free address for Katib's DB manager after {tried} tries")
     for sock in held.values():
         sock.close()
     listeners = Listeners(api=api, pods=pods, katib=katib, stale=sorted(held))

@@ -12,7 +12,8 @@
 * `ControlPlaneCollector` adds to ``/metrics``: objects by kind and phase, pods by phase,
   reconcile latency and queue depth per reconciler, GPUs allocated, Katib trials created.
 
-Pods share this machine's network, so every target is ``127.0.0.1:<the pod's own port>``: a
+Every target is ``<the pod's IP>:<port>`` (``status.podIP``: its own address on the pod network,
+127.0.0.1 where pods share this machine's network): a
 named or numbered port resolves as a Service's ``targetPort`` does (a Deployment pod's per-pod
 port, an InferenceService replica's HTTP port stand in for the declared number).
 """
@@ -189,7 +190,9 @@ def _pod_monitor_targets(store: Store, monitor: dict, namespaces: list[str]) -> 
                           "__meta_kubernetes_pod_container_port_number": str(number),
                           "container": container, "endpoint": str(wanted),
                           "job": job or f"{meta['namespace']}/{meta['name']}", **_scrape_labels(endpoint)}
-                yield from _group(f"{LOOPBACK}:{number}", labels, endpoint)
+                host = (LOOPBACK if pod["spec"].get("hostNetwork")
+                        else (pod.get("status") or {}).get("podIP") or LOOPBACK)
+                yield from _group(f"{host}:{number}", labels, endpoint)
 
 
 def _service_port_names(service: dict, endpoint: dict) -> set[str]:

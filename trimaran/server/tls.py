@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +32,9 @@ class Pki:
         return self.ca_cert.read_bytes()
 
 
-def _names(host: str) -> tuple[list[str], list[str]]:
+def _names(host: str, extra_ips: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     dns = ["localhost", socket.gethostname(), "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
-    ips = ["127.0.0.1", "::1"]
+    ips = ["127.0.0.1", "::1", *extra_ips]
     try:
         ipaddress.ip_address(host)
         if host not in ("0.0.0.0", "::"):
@@ -43,8 +44,9 @@ def _names(host: str) -> tuple[list[str], list[str]]:
     return sorted(set(dns)), sorted(set(ips))
 
 
-def ensure_pki(home: Path, host: str = "127.0.0.1") -> Pki:
-    """The home's CA and a serving certificate valid for ``host``, made on first use."""
+def ensure_pki(home: Path, host: str = "127.0.0.1", extra_ips: Sequence[str] = ()) -> Pki:
+    """The home's CA and a serving certificate valid for ``host`` (and ``extra_ips``: where pods
+    reach the API on the pod network), made on first use."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -76,7 +78,7 @@ def ensure_pki(home: Path, host: str = "127.0.0.1") -> Pki:
         pki.ca_cert.chmod(0o644)
         names_path.unlink(missing_ok=True)
 
-    dns, ips = _names(host)
+    dns, ips = _names(host, extra_ips)
     wanted = "\n".join(dns + ips)
     if pki.cert.exists() and pki.key.exists() and names_path.exists() and names_path.read_text() == wanted:
         return pki

@@ -54,6 +54,9 @@ def router_pod(routes_dir: Path) -> dict:
         "spec": {
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 5,
+            # The serving data plane stays on the host's network (loopback ports, no bridge hop), as
+            # ingress gateways do on a cluster: the pod network must not slow it down.
+            "hostNetwork": True,
             "containers": [{
                 "name": "router", "image": "trimaran/router",
                 "command": ["python", "-m", "trimaran.serving.router", "--routes", f"{ROUTES_MOUNT}/routes.json"],
@@ -157,7 +160,9 @@ def replica_pod(isvc: dict, component_name: str, revision: dict, index: int, por
     if probe:
         annotations[PROBE_ANNOTATION] = probe
     spec = {k: v for k, v in component.items() if k in _POD_FIELDS}
-    spec.update(containers=containers, restartPolicy="Always", hostname=pod_hostname(revision["name"]))
+    # On the host's network, beside the router that calls it on loopback (see router_pod).
+    spec.update(containers=containers, restartPolicy="Always", hostname=pod_hostname(revision["name"]),
+                hostNetwork=True)
     spec.setdefault("terminationGracePeriodSeconds", 10)
     if initializer is not None:
         spec["initContainers"] = [initializer, *(spec.get("initContainers") or [])]

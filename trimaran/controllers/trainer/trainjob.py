@@ -8,7 +8,8 @@ are ``<job>-node-0-<i>``, reachable as ``<job>-node-0-<i>.<job>``). Each framewo
 upstream's environment (torch ``PET_*``, jax ``JAX_*``, xgboost ``DMLC_*``, MPI ``OMPI_MCA_*``
 with the ``<job>-mpi-hostfile`` ConfigMap).
 
-One deviation: upstream's fixed port 29500 would collide between jobs on one host (every pod
+With the pod network on, every TrainJob uses upstream's 29500 at its own pods' addresses. Without it,
+one deviation: upstream's fixed port 29500 would collide between jobs on one host (every pod
 shares its network), so each TrainJob gets a port of its own from the machine-wide allocator,
 recorded on it (``trimaran.io/trainer-port``) and used in ``PET_MASTER_PORT``,
 ``JAX_COORDINATOR_ADDRESS`` and ``DMLC_TRACKER_PORT``.
@@ -55,6 +56,9 @@ from trimaran.runtime.gpus import is_gpu_resource
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
 PORT_ANNOTATION = "trimaran.io/trainer-port"
+# Upstream's trainer port (constants.ContainerTrainerPort): torchrun's rendezvous, and the JAX
+# coordinator's and XGBoost tracker's port, on the pod network.
+TORCHRUN_PORT = 29500
 TRAINJOB_NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
 INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 WORKSPACE_VOLUME = "initializer"
@@ -190,6 +194,13 @@ class TrainJobReconciler(Reconciler):
         refused = self._pod_security_refusal(jobset)
         if refused:
             return refused
+        if self.ports.pod_network and policy.framework() == "mpi":
+            # The launcher execs into nodes through abstract Unix sockets (runtime/podexec.py) and
+            # ranks talk TCP over loopback: MPI's pods stay on the host's network, as without the pod
+            # network. Set by the controller after the namespace's Pod Security check, which judges
+            # what the user asked for.
+            for rjob in jobset["spec"]["replicatedJobs"]:
+                rjob["template"]["spec"]["template"]["spec"]["hostNetwork"] = True
         for child in children:
             try:
                 self.store.create(validate(child).object)
@@ -246,6 +257,8 @@ class TrainJobReconciler(Reconciler):
             return None
 
     def _port(self, key: Key, job: dict) -> int | None:
+        if self.ports.pod_network:
+            return TORCHRUN_PORT  # each node at its own pod's address, as upstream
         recorded = _recorded_port(job)
         if recorded is not None:
             if key not in self._held:

@@ -52,7 +52,8 @@ def etcd_pod(job: str, namespace: str, port: int) -> dict:
         "kind": "Pod",
         "metadata": {"name": etcd_pod_name(job), "namespace": namespace, "labels": {ETCD_LABEL: job},
                      "annotations": {"trimaran.io/image-policy": "host"}},
-        "spec": {"restartPolicy": "Always",
+        # On the host's loopback, where the job's workers (on the host's network too) meet it.
+        "spec": {"restartPolicy": "Always", "hostNetwork": True,
                  "containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.4.23", "command": command,
                                  "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}]}],
                  "volumes": [{"name": "data", "emptyDir": {}}]},

@@ -69,6 +69,9 @@ class Framework(ABC):
     default_port: int
     operator_name: str
     default_restart_policy: str
+    #: Whether replicas get pod networks of their own when the pod network is on (MPI's do not:
+    #: its launcher reaches workers through abstract Unix sockets, which belong to a network namespace).
+    own_network: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -110,6 +113,11 @@ class Framework(ABC):
     def prepare_pod(self, job: JobView, rtype: str, index: int, pod_spec: dict) -> None:
         """Last changes to a replica's pod spec, after the environment is added."""
         return None
+
+    def networked(self, job: JobView) -> bool:
+        """Whether the job's replicas each get a network of their own on the pod network (else
+        they stay on the host's, with loopback ports of their own, as without it)."""
+        return self.own_network
 
     def holds_back(self, job: JobView, rtype: str, pods: list[dict]) -> bool:
         """Whether replicas of ``rtype`` wait before being created (``pods``: the job's live ones)."""

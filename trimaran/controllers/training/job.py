@@ -58,6 +58,8 @@ from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 log = logging.getLogger(__name__)
 
 PORTS_ANNOTATION = "trimaran.io/replica-ports"
+# Set when the recorded ports are the operator's defaults, each at its own pod's address.
+OWN_NETWORK_ANNOTATION = "trimaran.io/pod-network"
 RECREATIONS_ANNOTATION = "trimaran.io/exitcode-recreations"
 RETRYABLE_EXIT_MIN = 128
 PREREQUISITE_POLL = 0.2
@@ -329,15 +331,19 @@ class TrainingJobReconciler(Reconciler):
         wanted = {rtype: int(r.get("replicas", 1)) for rtype, r in specs.items()}
         if all(len(recorded.get(rt, [])) >= n for rt, n in wanted.items()):
             return job
+        networked = fw.networked(_job_view(job))
         for rtype, n in wanted.items():
             have = recorded.get(rtype, [])
             if len(have) < n:
-                recorded[rtype] = have + self.ports.allocate(n - len(have))
+                recorded[rtype] = have + (self.ports.for_replicas(fw.default_port, n - len(have)) if networked
+                                          else self.ports.allocate(n - len(have)))
         ann[PORTS_ANNOTATION] = json.dumps(recorded, separators=(",", ":"))
+        if self.ports.pod_network and networked:
+            ann[OWN_NETWORK_ANNOTATION] = "true"  # the operator's ports: none of them reserved here
         try:
             return self.store.update(job)
         except Conflict:
-            self.ports.release([p for ps in recorded.values() for p in ps])
+            self.ports.release(_recorded_ports(job))
             return None
 
     def _addresses(self, job: dict, fw: Framework) -> dict[str, list[ReplicaAddress]]:
@@ -392,6 +398,8 @@ class TrainingJobReconciler(Reconciler):
                 else:
                     ports.append({"name": fw.port_name, "containerPort": own.port, "protocol": "TCP"})
         fw.prepare_pod(view, rtype, index, spec)
+        if self.ports.pod_network and not fw.networked(view):
+            spec["hostNetwork"] = True  # the framework's replicas meet on the host's network
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -470,7 +478,9 @@ def _selector(job: dict, fw: Framework, rtype: str) -> str:
 
 
 def _recorded_ports(job: dict) -> list[int]:
-    raw = (job.get("metadata", {}).get("annotations") or {}).get(PORTS_ANNOTATION)
-    if not raw:
+    """The loopback ports the job holds (none when its replicas have pods of their own network)."""
+    annotations = job.get("metadata", {}).get("annotations") or {}
+    raw = annotations.get(PORTS_ANNOTATION)
+    if not raw or annotations.get(OWN_NETWORK_ANNOTATION):
         return []
     return [p for ps in json.loads(raw).values() for p in ps]

@@ -186,6 +186,10 @@ class MPI(Framework):
             out["NVIDIA_DRIVER_CAPABILITIES"] = ""
         return [{"name": k, "value": v} for k, v in out.items()]
 
+    # The launcher execs into workers through abstract Unix sockets (runtime/podexec.py) and ranks
+    # talk TCP over loopback: both need the replicas in one network namespace, the host's.
+    own_network = False
+
     def prepare_pod(self, job: JobView, rtype: str, index: int, pod_spec: dict) -> None:
         containers = pod_spec.get("containers") or []
         if not containers:

@@ -199,6 +199,10 @@ class PyTorch(Framework):
                 request_deletion(store, pod)
         return True
 
+    def networked(self, job: JobView) -> bool:
+        # The job's own etcd and its workers meet on the host's loopback (rdzvHost 127.0.0.1).
+        return (job.spec.get("elasticPolicy") or {}).get("rdzvBackend") not in ("etcd", "etcd-v2")
+
     def _etcd_plan(self, job: JobView, pods: list[dict]) -> tuple[str, int]:
         """Where an etcd rendezvous stands: "none" (not an etcd job), "external" (an etcd with the
         v2 API answers at the endpoint), "start" (the job's own etcd is to be made), "starting",

@@ -299,10 +299,13 @@ class DeploymentReconciler(Reconciler):
             declared = container.get("ports") or []
             if not declared or not reads_port_from_env(container):
                 continue
-            allocated = self.ports.allocate(len(declared))
+            # On the pod network the declared port is the pod's own: nothing to allocate or map.
+            allocated = [int(p["containerPort"]) for p in declared] if self.ports.pod_network \
+                else self.ports.allocate(len(declared))
             env = [e for e in container.get("env") or [] if not e.get("name", "").startswith("PORT")]
             for i, (port, own) in enumerate(zip(declared, allocated, strict=True)):
-                mapping[str(port["containerPort"])] = own
+                if not self.ports.pod_network:
+                    mapping[str(port["containerPort"])] = own
                 port["containerPort"] = own
                 if i == 0:
                     env.append({"name": "PORT", "value": str(own)})

@@ -155,11 +155,11 @@ class ServiceReconciler(Reconciler):
         for port in spec.get("ports") or []:
             address = (ip, int(port["port"]))
             target = port.get("targetPort", port["port"])
-            if any(resolve_port(p, target) == address[1] for p in pods):
+            if any(resolve_port(p, target) == address[1] and _pod_address(p) == LOOPBACK for p in pods):
                 continue  # the pod binds this port itself and answers on every loopback address
             ready = [p for p in pods if phase(p) == "Running" and
                      (spec.get("publishNotReadyAddresses") or is_available(p))]
-            backends = [(LOOPBACK, t) for t in (resolve_port(p, target) for p in ready) if t]
+            backends = [(_pod_address(p), t) for p, t in ((p, resolve_port(p, target)) for p in ready) if t]
             if backends:
                 try:
                     self.proxy.set(address, backends)
@@ -185,7 +185,7 @@ class ServiceReconciler(Reconciler):
             if any(port is None for _, port, _ in ports):
                 continue
             meta = pod["metadata"]
-            address = {"ip": LOOPBACK, "hostname": meta["name"], "nodeName": "localhost", "targetRef": {
+            address = {"ip": _pod_address(pod), "hostname": meta["name"], "nodeName": "localhost", "targetRef": {
                 "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}}
             if self.network is not None:  # the pod's own address; a hostname only as upstream gives one
                 pod_spec = pod.get("spec") or {}
@@ -400,3 +400,10 @@ def _listen_failure(svc: dict, address: Address, exc: OSError) -> str:
     return (f"{ip}:{port}: port {port} is held by another process on this machine (a pod of another "
             f"control plane, or a server listening on every address); a pod that calls "
             f"{svc['metadata']['name']}:{port} reaches that process instead. Give the Service another port.")
+
+
+def _pod_address(pod: dict) -> str:
+    """Where a pod answers: its ``status.podIP`` on the pod network, loopback on the host's."""
+    if (pod.get("spec") or {}).get("hostNetwork"):
+        return LOOPBACK
+    return (pod.get("status") or {}).get("podIP") or LOOPBACK

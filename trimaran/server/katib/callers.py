@@ -121,6 +121,12 @@ class Callers:
         if self.relayed is not None and client in self.relayed[0]:
             client, server = self.relayed[0][client], self.relayed[1]
             peer = f"ipv4:{client[0]}:{client[1]}>{server[0]}:{server[1]}"
+        network = self.runtime.network
+        if network is not None:
+            # On the pod network a pod's connection comes from its own address.
+            owner = network.pod_at(client[0])
+            if owner is not None:
+                return Caller(f"pod {owner[0]}/{owner[1]}", namespace=owner[0])
         with self._lock:
             known = self._by_peer.get(peer)
         # Still the same socket in the same process: then the peer's address is still its.
