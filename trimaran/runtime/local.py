@@ -62,7 +62,7 @@ from trimaran.runtime import streaming as _streaming
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
 from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, pods_range
-from trimaran.runtime.network import PodAddress, PodNetwork
+from trimaran.runtime.network import PodAddress, PodNetwork, resolv_conf
 from trimaran.runtime.node import Node, StorageUsage, container_requests
 from trimaran.runtime.qos import container_resources, pod_cgroup, pod_pids_limit_from_env
 from trimaran.runtime.sandbox import (
@@ -434,6 +434,11 @@ class LocalRuntime:
         hosts_path.write_text(hosts_file(hostname, all_hosts, pod_ip))
         hostname_path = run_dir / "hostname"
         hostname_path.write_text(hostname + "\n")
+        resolv_path = None
+        if self.network is not None and not spec.get("hostNetwork"):
+            # On the pod network names resolve through cluster DNS, as the kubelet writes it (dnsPolicy).
+            resolv_path = run_dir / "resolv.conf"
+            resolv_path.write_text(resolv_conf(dict(spec), namespace, self.network.plan.dns_ip, _host_resolv_conf()))
         spec_security: Mapping = spec.get("securityContext") or {}
         # Where pods' ids map into a range of their own, what the pod is given belongs to its
         # root inside; else to the control plane, which is then the pod's own uid.
@@ -496,7 +501,7 @@ class LocalRuntime:
             if image is None:
                 argv = build_argv(
                     command, mounts=mounts, hostname=hostname, hosts_path=hosts_path,
-                    hostname_path=hostname_path, working_dir=container.get("workingDir"),
+                    hostname_path=hostname_path, resolv_path=resolv_path, working_dir=container.get("workingDir"),
                     devices=gpu_device_paths() if wants_gpu else (),
                     termination_log=(termination_log, log_target), bwrap=bwrap, hidden=hidden,
                     security=security, mapped=idmap is not None,
@@ -517,7 +522,7 @@ class LocalRuntime:
                 try:
                     argv = build_image_argv(
                         command, image_root=image.rootfs, root=layer / "merged", mounts=mounts,
-                        hostname=hostname, hosts_path=hosts_path, hostname_path=hostname_path,
+                        hostname=hostname, hosts_path=hosts_path, hostname_path=hostname_path, resolv_path=resolv_path,
                         working_dir=str(container.get("workingDir") or image.working_dir or "/"),
                         devices=driver.devices if driver else (), read_only_files=driver.files if driver else (),
                         termination_log=(termination_log, log_target), bwrap=bwrap, security=security,
@@ -976,6 +981,13 @@ def _idmap(name: str, security: ContainerSecurity, pods: PodsRange | None) -> Id
         return container_idmap(security.uid, security.gid, security.groups, pods)
     except IdRangeError as exc:
         raise ConfigError(f"container {name!r}: {exc}") from None
+
+
+def _host_resolv_conf() -> str:
+    try:
+        return Path("/etc/resolv.conf").read_text()
+    except OSError:
+        return ""
 
 
 def _give_token(directory: Path, owner: Owner, pod: Mapping, base_uid: int) -> None:

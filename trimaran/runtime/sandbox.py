@@ -367,6 +367,7 @@ def build_argv(
     hostname: str,
     hosts_path: Path,
     hostname_path: Path,
+    resolv_path: Path | None = None,
     working_dir: str | None = None,
     devices: Sequence[str] = (),
     termination_log: tuple[Path, str] | None = None,
@@ -380,7 +381,8 @@ def build_argv(
     """The full argv (bwrap …  -- command) for one container.
 
     ``hosts_path`` / ``hostname_path`` are the generated files bound at /etc/hosts and
-    /etc/hostname; ``devices`` are host device nodes bound in (GPUs); ``termination_log`` is
+    /etc/hostname, ``resolv_path`` the pod's own /etc/resolv.conf (cluster DNS, on the pod
+    network; else the host's is seen); ``devices`` are host device nodes bound in (GPUs); ``termination_log`` is
     (host file, path in the sandbox) for the container's termination message. Raises
     :class:`SandboxUnavailable` when bwrap is missing. ``keep_visible`` are the host
     directories bound read-only besides the system's (default: :func:`interpreter_paths`).
@@ -435,6 +437,8 @@ def build_argv(
         args += ["--size", str(DEFAULT_SHM_SIZE), "--perms", "1777", "--tmpfs", "/dev/shm"]
     args += ["--ro-bind", str(hosts_path), "/etc/hosts"]
     args += ["--ro-bind", str(hostname_path), "/etc/hostname"]
+    if resolv_path is not None:
+        args += ["--ro-bind", str(resolv_path), "/etc/resolv.conf"]
     if termination_log:
         args += ["--bind", str(termination_log[0]), termination_log[1]]
     if not os.path.lexists(cwd) or _tree_of(cwd, trees) is None or any(_under(cwd, t) for t in targets):
@@ -489,6 +493,7 @@ def build_image_argv(
     hostname: str,
     hosts_path: Path,
     hostname_path: Path,
+    resolv_path: Path | None = None,
     working_dir: str = "/",
     devices: Sequence[str] = (),
     read_only_files: Sequence[tuple[str, str]] = (),
@@ -539,7 +544,10 @@ def build_image_argv(
         args += ["--size", str(DEFAULT_SHM_SIZE), "--perms", "1777", "--tmpfs", "/dev/shm"]
     args += ["--ro-bind", str(hosts_path), inside("/etc/hosts")]
     args += ["--ro-bind", str(hostname_path), inside("/etc/hostname")]
-    args += ["--ro-bind-try", "/etc/resolv.conf", inside("/etc/resolv.conf")]
+    if resolv_path is not None:
+        args += ["--ro-bind", str(resolv_path), inside("/etc/resolv.conf")]
+    else:
+        args += ["--ro-bind-try", "/etc/resolv.conf", inside("/etc/resolv.conf")]
     if termination_log:
         args += ["--bind", str(termination_log[0]), inside(termination_log[1])]
     args += ["--dir", cwd]

@@ -37,6 +37,7 @@ from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.controllers.workloads import DeploymentReconciler, HorizontalPodAutoscalerReconciler, ServiceReconciler
+from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.network import PodNetwork
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
@@ -63,16 +64,21 @@ class ControlPlane:
     # The Pod Security level enforced in namespaces without a pod-security.kubernetes.io/enforce label.
     pod_security: str = "baseline"
     trainjobs: TrainJobReconciler | None = None
+    cluster_network: ClusterNetwork | None = None  # Services, DNS, NetworkPolicy on the pod network
 
     def stop(self) -> None:
         self.manager.stop()
         self.kubelet.shutdown()
+        if self.cluster_network is not None:
+            self.cluster_network.stop()  # cluster DNS goes with the control plane; the rules stay for the pods
         if self.dbmanager is not None:
             self.dbmanager.stop()
 
     def release(self) -> None:
         """Let another control plane have the home (after :meth:`stop`)."""
         if self.kubelet.runtime.network is not None:
+            if self.cluster_network is not None and not self.kubelet.runtime.network.known():
+                self.cluster_network.remove()  # the range goes back: no rule may outlive it
             self.kubelet.runtime.network.close()
         self.lock.release()
 
@@ -83,9 +89,13 @@ class ControlPlane:
         return network.plan.gateway if network is not None else "127.0.0.1"
 
     def runtime_service_account(self, pod_port: int, ca_cert: Path, tokens: TokenStore) -> None:
-        """Hand pods the in-cluster API: ``KUBERNETES_SERVICE_*`` and their namespace's token."""
-        self.kubelet.runtime.service_account = ServiceAccountAccess(self.pod_host, pod_port, ca_cert,
-                                                                    tokens.service_account_token)
+        """Hand pods the in-cluster API: ``KUBERNETES_SERVICE_*`` and their namespace's token. On the
+        pod network that is the ``kubernetes`` Service's ClusterIP on 443, as on a cluster (its
+        rule forwards to the API's listener on the gateway); else the pods' listener itself."""
+        host, port = self.pod_host, pod_port
+        if self.cluster_network is not None:
+            host, port = self.cluster_network.plan.api_ip, 443
+        self.kubelet.runtime.service_account = ServiceAccountAccess(host, port, ca_cert, tokens.service_account_token)
 
 
 def build_control_plane(home: Path | None = None) -> ControlPlane:
@@ -118,7 +128,9 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     # One allocator: training replicas and serving replicas share loopback (training replicas keep
     # their operators' ports on the pod network).
     ports = PortAllocator(pod_network=runtime.network is not None)
-    services = ServiceReconciler(store, runtime)
+    # Services, cluster DNS and NetworkPolicy over the pod network (kube-proxy, CoreDNS, a policy agent).
+    cluster_network = ClusterNetwork(home, runtime.network.plan) if runtime.network is not None else None
+    services = ServiceReconciler(store, runtime, cluster_network)
     kubelet.namespace_hosts = services.hosts_for
     trainjobs = TrainJobReconciler(store, ports)
     manager = ControllerManager(store, [
@@ -128,9 +140,10 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet, node_controller,
         DeploymentReconciler(store, ports), services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
-        GarbageCollector(store)])
+        GarbageCollector(store),
+        *([NetworkPolicyReconciler(store, cluster_network)] if cluster_network is not None else [])])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
-                        trainjobs=trainjobs)
+                        trainjobs=trainjobs, cluster_network=cluster_network)
 
 
 
@@ -245,6 +258,8 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     if plane.trainjobs is not None:
         plane.trainjobs.pod_security = Policy.default(pod_security)
     plane.runtime_service_account(pod_port, pki.ca_cert, tokens)
+    if plane.cluster_network is not None:  # `kubernetes` at api_ip:443 → the gateway's pod_port; kube-dns
+        ensure_system_services(plane.store, plane.cluster_network, pod_port)
     # Katib's SDK pushes metrics to its DB manager's gRPC API (report_metrics); before the
     # controllers start, so the first pods already resolve its name.
     plane.dbmanager = serve_dbmanager(plane.store, listeners.katib, tokens=tokens, runtime=plane.kubelet.runtime)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trimaran.runtime.network._cni import CNI_VERSION, CniError, find_plugin, run_list, run_plugin
+from trimaran.runtime.network._nft import delete_table, table_name
 from trimaran.runtime.network._plan import PLAN_FILE, NetworkPlan, home_digest, release_plan, reserve_plan
 
 __all__ = ["NetworkError", "PodAddress", "PodNetwork", "NETNS_DIR", "DEFAULT_CNI_PATH"]
@@ -118,6 +119,7 @@ class PodNetwork:
         network = cls(home, plan, cni_path, ensure=False)
         network.sweep(())
         _ip("link", "delete", plan.bridge, check=False)
+        delete_table(table_name(str(home)))  # its Services and NetworkPolicies (_proxy, _policy)
         return True
 
     def _conflist(self) -> dict:
