@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -91,3 +92,15 @@ def small_tmpfs(mount: Path, size: str, mode: str = "0755") -> Iterator[Path]:
 def pod_network_on(home: Path) -> bool:
     """Whether the control plane of ``home`` gives pods networks of their own (trimaran.runtime.network)."""
     return (Path(home) / "network" / "trimaran.conflist").exists()
+
+
+def host_ip() -> str:
+    """An address of this machine that its pods reach whatever their network: the source address of
+    its default route (asked of the routing table; nothing is sent), else loopback. A server a test
+    starts for pods (a file server, a package index) binds it: on the pod network the host's
+    loopback is not the pod's."""
+    out = subprocess.run(["ip", "-j", "route", "get", "192.0.2.255"], capture_output=True, text=True, check=False)
+    try:
+        return str(json.loads(out.stdout)[0]["prefsrc"])
+    except (ValueError, LookupError, TypeError):
+        return "127.0.0.1"

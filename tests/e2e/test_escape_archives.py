@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ControlPlaneHandle
-from tests.helpers import poll
+from tests.helpers import host_ip, poll
 from tests.serving.conftest import free_port
 from tests.serving.storage.malicious import add, cve_2025_4517
 from trimaran.runtime import sandbox_available
@@ -31,13 +31,13 @@ ORIGINAL = b"root-owned configuration\n"
 
 @pytest.fixture
 def www(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """``python -m http.server`` on a free loopback port, over a directory: (directory, base URL)."""
+    """``python -m http.server`` on a free port of an address pods reach, over a directory: (directory, base URL)."""
     root = tmp_path / "www"
     root.mkdir()
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(root),
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", host_ip(), "--directory", str(root),
                                str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host_ip()}:{port}"
 
     def answers() -> bool:
         try:

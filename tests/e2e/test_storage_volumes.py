@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import poll
+from tests.helpers import host_ip, poll
 from trimaran.runtime.volumes import VolumeError, storage_volume_uris
 
 
 @pytest.fixture
 def www(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A directory served over HTTP on a free loopback port: (directory, base URL)."""
+    """A directory served over HTTP at an address of this machine pods reach: (directory, base URL)."""
     root = tmp_path / "www"
     root.mkdir()
 
@@ -31,10 +31,10 @@ def www(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer((host_ip(), 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+        yield root, f"http://{server.server_address[0]}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

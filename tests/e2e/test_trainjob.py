@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import shared_plane
-from tests.helpers import pod_network_on, pod_processes_of, poll
+from tests.helpers import host_ip, pod_network_on, pod_processes_of, poll
 
 plane = shared_plane("trainjob")
 
@@ -279,10 +279,10 @@ def test_dataset_initializer_fetches_into_the_workspace_before_the_nodes_start(p
         tar.addfile(info, io.BytesIO(data))
     (tmp_path / "data.tar.gz").write_bytes(archive.getvalue())
     handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = http.server.ThreadingHTTPServer((host_ip(), 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        uri = f"http://127.0.0.1:{server.server_address[1]}/data.tar.gz"
+        uri = f"http://{host_ip()}:{server.server_address[1]}/data.tar.gz"
         read = ["python", "-c", "print(open('/workspace/dataset/digits.csv').read().splitlines()[1])"]
         _apply(plane, tmp_path, _trainjob("init", "torch-distributed", {"command": read},
                                           initializer={"dataset": {"storageUri": uri}}))

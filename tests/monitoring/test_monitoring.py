@@ -60,7 +60,7 @@ def metrics_pod(api: Client) -> dict:
                            "spec": {"containers": [container]}}}])
     poll(lambda: api.get("Pod", NS, "exporter").get("status", {}).get("phase") == "Running", timeout=30,
          what="the exporter pod running")
-    return {"name": "exporter", "port": port}
+    return {"name": "exporter", "port": port, "ip": api.get("Pod", NS, "exporter")["status"]["podIP"]}
 
 
 def _request(plane: ControlPlaneHandle, path: str, token: str | None = None) -> tuple[int, bytes]:
@@ -88,7 +88,7 @@ def test_pod_monitor_selects_a_named_port(plane: ControlPlaneHandle, api: Client
                                           "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_name"],
                                                            "targetLabel": "instance_pod", "regex": "ex(.*)"}]}]}}}])
     [group] = poll(lambda: _groups_of(plane, f"{NS}/exporters"), timeout=10, what="the PodMonitor's target")
-    assert group["targets"] == [f"127.0.0.1:{metrics_pod['port']}"]
+    assert group["targets"] == [f"{metrics_pod['ip']}:{metrics_pod['port']}"]  # the pod's own address
     labels = group["labels"]
     assert {k: labels[k] for k in ("namespace", "pod", "container", "endpoint", "app", "__metrics_path__",
                                    "__scrape_interval__", "__param_format")} == {
@@ -116,7 +116,7 @@ def test_service_monitor_selects_through_a_service(plane: ControlPlaneHandle, ap
                              "endpoints": [{"port": "web", "path": "/metrics"}]}}},
     ])
     [group] = poll(lambda: _groups_of(plane, "exporter-svc"), timeout=15, what="the ServiceMonitor's target")
-    assert group["targets"] == [f"127.0.0.1:{metrics_pod['port']}"]
+    assert group["targets"] == [f"{metrics_pod['ip']}:{metrics_pod['port']}"]  # the pod's own address
     labels = group["labels"]
     assert {k: labels[k] for k in ("service", "namespace", "pod", "endpoint", "team")} == {
         "service": "exporter-svc", "namespace": NS, "pod": "exporter", "endpoint": "web", "team": "ml"}

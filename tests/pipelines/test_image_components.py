@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ControlPlaneHandle, module_plane
-from tests.helpers import poll
+from tests.helpers import host_ip, poll
 from tests.imagekit import ImageSpec, Layer, registry, test_images  # noqa: F401 (fixtures)
 from tests.pipelines.kfp_corpus import compiled
 from trimaran.api.pipelines import TRIMARAN_API_VERSION
@@ -121,10 +121,10 @@ def test_a_package_without_a_local_wheel_fails_the_step_naming_it(plane, api, py
 def test_packages_come_from_an_index_the_component_names_on_loopback(api, python_image, tmp_path):
     write_wheel(tmp_path / "simple" / "trimaran-greeting", "trimaran-greeting", "3.0", "trimaran_greeting",
                 "def greet(name):\n    return f'indexed {name}'\n")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    server = ThreadingHTTPServer((host_ip(), 0), functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        index = f"http://127.0.0.1:{server.server_port}/simple"  # as pip_index_urls=[...] compiles
+        index = f"http://{host_ip()}:{server.server_port}/simple"  # as pip_index_urls=[...] compiles
         run = run_in(api, "from-index", {"write": python_image, "greet": python_image},
                      replace=("'trimaran-greeting==1.0'", f"--index-url {index} 'trimaran-greeting==3.0'"))
     finally:

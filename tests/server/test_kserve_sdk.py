@@ -9,12 +9,14 @@ plane). The model is a scikit-learn file under ``$TRIMARAN_HOME/models``, named 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ControlPlaneHandle
 from tests.e2e.test_serving import constant_model
+from tests.helpers import pod_network_on
 from tests.server.sdk import run_client, venv_python
 from trimaran.runtime import sandbox_available
 
@@ -89,7 +91,9 @@ def test_kserve_client_creates_waits_patches_and_deletes(kserve_python: str, pla
     assert out["created"] == {"kind": "InferenceService", "generation": 1}
     assert out["polled_ready_after"] < 120
     got = out["got"]
-    assert got["url"].startswith("http://127.0.0.1:")
+    # The router's address: loopback, or the pod network's gateway, which the host and its pods both reach.
+    gateway = json.loads((plane.home / "network.json").read_text())["gateway"] if pod_network_on(plane.home) else None
+    assert got["url"].startswith(f"http://{gateway or '127.0.0.1'}:")
     assert got["observed"] == 1
     assert got["conditions"]["Ready"] == "True" and got["conditions"]["PredictorReady"] == "True"
     assert got["latest"] == "const-predictor-00001"

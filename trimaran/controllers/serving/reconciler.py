@@ -108,7 +108,8 @@ class InferenceServiceReconciler(Reconciler):
         self.home = home
         self.ports = ports or PortAllocator()
         self.runtime = runtime
-        self.routes = RoutesFile(home / "serving", self.ports)
+        network = getattr(runtime, "network", None)
+        self.routes = RoutesFile(home / "serving", self.ports, network.plan.gateway if network else "127.0.0.1")
         self.scalers: dict[tuple[str, str, str], RevisionScaler] = {}  # (namespace, isvc, revision)
         self.usage = ResourceSampler(runtime)
         for pod in store.list("Pod"):
@@ -186,7 +187,7 @@ class InferenceServiceReconciler(Reconciler):
             # Once per problem: a port that stays taken (a fixed ingress port) is not an event a second.
             for problem in port_problems:
                 self._event("Warning", "PortInUse", problem)
-        status["url"] = f"http://127.0.0.1:{ports[entry_key]}"
+        status["url"] = f"http://{self.routes.host}:{ports[entry_key]}"
         status["address"] = {"url": f"http://{key.name}.{key.namespace}.{DOMAIN}:{ingress}"}
         status["deploymentMode"] = "Knative"
         status["observedGeneration"] = obj["metadata"].get("generation", 1)
@@ -521,7 +522,7 @@ class InferenceServiceReconciler(Reconciler):
                           grpc_port: int | None) -> None:
         cstatus = status["components"][component]
         r = outcome.rollout
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{self.routes.host}:{port}"
         cstatus.update(url=url, restUrl=url, address={"url": url}, traffic=r.traffic)
         if grpc_port:
             cstatus["grpcUrl"] = f"grpc://127.0.0.1:{grpc_port}"

@@ -26,11 +26,15 @@ DOMAIN = os.environ.get("TRIMARAN_INGRESS_DOMAIN", "example.com")
 class RoutesFile:
     """Read-modify-write of the routes file; one writer (the serving reconciler's thread)."""
 
-    def __init__(self, directory: Path, ports: PortAllocator) -> None:
+    def __init__(self, directory: Path, ports: PortAllocator, host: str = "127.0.0.1") -> None:
         self.directory = directory
         self.path = directory / "routes.json"
         self.ports = ports
         self.data = self._read()
+        # Where the router serves the ingress and the services: loopback, and on the pod network the
+        # bridge's gateway too, so pods reach an InferenceService at its status.url as the host does.
+        self.host = host
+        self.data["listen"] = sorted({"127.0.0.1", host})
         self._written: dict[str, int] = {}  # owner -> the routes version that last changed its services
         reserved = [p for p in (self.data.get("ingressPort"), self.data.get("adminPort")) if p]
         reserved += [s[k] for s in self.data["services"].values() for k in _PORT_FIELDS if s.get(k)]

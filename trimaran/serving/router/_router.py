@@ -201,6 +201,7 @@ class Router:
         self._servers: dict[str, asyncio.base_events.Server] = {}
         self._ports: dict[str, int] = {}
         self.routes_version = 0
+        self.listen_hosts: list[str] = ["127.0.0.1"]  # from the routes file (`listen`)
         self.bind_errors: dict[str, str] = {}
         self._grpc_servers: dict[str, tuple[int, grpc.aio.Server]] = {}
         self.grpc_bind_errors: dict[str, str] = {}
@@ -250,7 +251,10 @@ class Router:
             await self._serve_connection(reader, writer, service if name not in ("ingress", "admin") else None,
                                          admin=name == "admin")
 
-        self._servers[name] = await asyncio.start_server(handle, "127.0.0.1", port, reuse_address=True)
+        # The admin port (stats, the controller's) stays on loopback; what clients call is also served
+        # on the addresses the routes file lists (the pod network's gateway: pods call it there).
+        hosts = ["127.0.0.1"] if name == "admin" else self.listen_hosts
+        self._servers[name] = await asyncio.start_server(handle, hosts, port, reuse_address=True)
         self._ports[name] = port
 
     async def _listen_grpc(self, service: Service) -> None:
@@ -277,6 +281,7 @@ class Router:
         if stamp == self._stamp:
             return
         config = json.loads(self.config_path.read_text())
+        self.listen_hosts = [str(h) for h in config.get("listen") or ["127.0.0.1"]]
         self.routes_version = int(config.get("version", 0))
         self.admin_token = str(config.get("adminToken") or "").encode()
         for name in ("admin", "ingress"):
