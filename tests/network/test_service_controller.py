@@ -5,7 +5,6 @@ through the kubelet here: podnet does that)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import dns.message
@@ -18,24 +17,12 @@ from trimaran.controllers.base import Key
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.controllers.workloads.service import ServiceReconciler
 from trimaran.runtime import LocalRuntime
-from trimaran.runtime.network import apply_table, delete_table
+from trimaran.runtime.network import NetworkPlan, apply_table, delete_table
 from trimaran.runtime.network._nft import list_table, table_exists
 from trimaran.store import SQLiteStore
 from trimaran.store.base import WatchEvent
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for nft, dnsmasq and network namespaces")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The fields of podnet's NetworkPlan, from the lab's addresses."""
-
-    bridge: str
-    pod_cidr: str
-    gateway: str
-    service_cidr: str
-    dns_ip: str
-    api_ip: str
 
 
 def _pod(store: SQLiteStore, lab: Lab, name: str, labels: dict, ready: bool = True, **spec) -> None:
@@ -72,7 +59,8 @@ def test_services_dns_and_policies_on_the_pod_network(tmp_path: Path):
     store = SQLiteStore(tmp_path / "t.db")
     store.ensure_namespace("default")
     store.ensure_namespace("team-a")
-    plan = Plan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1))
+    plan = NetworkPlan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1),
+                       slot=0)
     network = ClusterNetwork(tmp_path / "home", plan)
     services = ServiceReconciler(store, LocalRuntime(tmp_path / "home"), network)
     policies = NetworkPolicyReconciler(store, network)
@@ -187,7 +175,8 @@ def test_a_restarted_control_plane_keeps_the_services_until_it_has_seen_them(tmp
     lab = Lab()
     store = SQLiteStore(tmp_path / "t.db")
     store.ensure_namespace("team-a")
-    plan = Plan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1))
+    plan = NetworkPlan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1),
+                       slot=0)
     first = ClusterNetwork(tmp_path / "home", plan)
     second = ClusterNetwork(tmp_path / "home", plan)
     try:

@@ -119,7 +119,7 @@ def container_process(pid: int) -> int:
         current = queue.pop(0)
         if current != pid and _ns(current, "pid") != outer:
             children = _children(current)
-            if _comm(current) == "bwrap" and children:
+            if _shim._comm(current) == "bwrap" and children:
                 return children[0]
             return current
         queue.extend(_children(current))
@@ -135,20 +135,12 @@ def _started(pid: int, timeout: float = 5.0) -> int | None:
     deadline = time.monotonic() + timeout
     while _shim.proc_stat(pid) is not None:
         target = container_process(pid)
-        if target != pid and _comm(target) not in _RUNTIMES:
+        if target != pid and _shim._comm(target) not in _RUNTIMES:
             return target
         if time.monotonic() > deadline:
             return target
         time.sleep(0.01)
     return None
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
 
 
 def _cgroup_lines(pid: int | str) -> dict[str, str]:

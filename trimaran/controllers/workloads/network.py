@@ -24,13 +24,14 @@ import logging
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from trimaran.api.apps import NODE_PORT_MAX, NODE_PORT_MIN
 from trimaran.controllers.base import Key, Reconciler
 from trimaran.runtime.network import (
     ClusterDns,
     DnsService,
+    NetworkPlan,
     ProxiedService,
     apply_table,
     delete_table,
@@ -44,7 +45,7 @@ from trimaran.runtime.network._nft import stale_tables
 from trimaran.store import AlreadyExists, Conflict, Store
 from trimaran.store.base import WatchEvent
 
-__all__ = ["ClusterNetwork", "NetworkPlanLike", "NetworkPolicyReconciler", "ensure_system_services"]
+__all__ = ["ClusterNetwork", "NetworkPolicyReconciler", "ensure_system_services"]
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +53,12 @@ NODE_PORTS = range(NODE_PORT_MIN, NODE_PORT_MAX + 1)
 _ALL = Key("NetworkPolicy", "", "")
 
 
-class NetworkPlanLike(Protocol):
-    """The fields of podnet's ``NetworkPlan`` this side reads."""
-
-    bridge: str
-    pod_cidr: str
-    gateway: str
-    service_cidr: str
-    dns_ip: str
-    api_ip: str
-
-
 def _digest(*parts: str) -> int:
     return int.from_bytes(hashlib.sha256("\0".join(parts).encode()).digest()[:8], "big")
 
 
 class ClusterNetwork:
-    def __init__(self, home: Path, plan: NetworkPlanLike) -> None:
+    def __init__(self, home: Path, plan: NetworkPlan) -> None:
         self.home, self.plan = Path(home), plan
         self.table = table_name(str(home))
         self.dns = ClusterDns(self.home / "dns", plan.gateway)

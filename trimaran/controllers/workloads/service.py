@@ -185,7 +185,8 @@ class ServiceReconciler(Reconciler):
             if any(port is None for _, port, _ in ports):
                 continue
             meta = pod["metadata"]
-            address = {"ip": _pod_address(pod), "hostname": meta["name"], "nodeName": "localhost", "targetRef": {
+            address = {"ip": _pod_address(pod), "hostname": meta["name"],
+                       "nodeName": (pod.get("spec") or {}).get("nodeName") or "localhost", "targetRef": {
                 "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}}
             if self.network is not None:  # the pod's own address; a hostname only as upstream gives one
                 pod_spec = pod.get("spec") or {}
