@@ -74,6 +74,11 @@ def prepare(job: dict, policy: MLPolicy, template: dict, trainer: dict) -> list[
         "OMPI_MCA_if_base_do_not_resolve": "1",
         "OMPI_MCA_btl_tcp_if_include": "lo",
         "OMPI_MCA_oob_tcp_if_include": "lo",
+        # Every rank's Python as in an image that does not set PYTHONUNBUFFERED (the node's "image"
+        # sets it): mpirun gives ranks a pty, so Python line-buffers and still streams, and a line is
+        # one write. Unbuffered, print writes the text and its newline apart, and mpirun, merging
+        # the ranks' output by the chunk, can join two ranks' lines ("a" "b\n" "\n").
+        "OMPI_MCA_mca_base_env_list": "PYTHONUNBUFFERED=",
         # The sandbox's uid 0 is a user namespace's (upstream's images run as mpiuser).
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -92,7 +97,10 @@ def prepare(job: dict, policy: MLPolicy, template: dict, trainer: dict) -> list[
         main["volumeMounts"] = [*(main.get("volumeMounts") or []), {"name": _VOLUME, "mountPath": CONFIG_DIR}]
         main["env"] = [*(main.get("env") or []), copy.deepcopy(token_env)]
         if rjob_name == LAUNCHER:
-            main["env"] += [{"name": k, "value": v} for k, v in env.items()]
+            own = {e.get("name") for e in main["env"]}
+            # A PYTHONUNBUFFERED or env list the user gives is theirs.
+            skip = {"OMPI_MCA_mca_base_env_list"} if own & {"PYTHONUNBUFFERED", "OMPI_MCA_mca_base_env_list"} else set()
+            main["env"] += [{"name": k, "value": v} for k, v in env.items() if k not in skip]
         elif rjob_name == NODE:
             # The node waits for the launcher's orted as sshd would; the pod's name in the hostfile
             # is its hostname, whose index only the pod itself knows.
