@@ -95,7 +95,7 @@ def test_baseline_by_default_refuses_host_paths_and_privileged_pods_in_upstreams
     assert status["message"] == (
         'pods "x" is forbidden: violates PodSecurity "baseline:latest": hostPath volumes (volume "data"), '
         'privileged (container "c" must not set securityContext.privileged=true)')
-    assert status["details"] == {"name": "x", "group": "", "kind": "pods"}
+    assert status["details"] == {"name": "x", "kind": "pods"}
     absent(api, "/api/v1/namespaces/default/pods/x")
     # A dry run is judged the same way (trimaran apply dry-runs every document first).
     refused(api.post("/api/v1/namespaces/default/pods?dryRun=All", json=pod("x", hostNetwork=True)), 403,

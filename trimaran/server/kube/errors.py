@@ -27,10 +27,14 @@ class StatusError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
+        # Fields in metav1.Status' order, empty ones left out (omitempty), as kube-apiserver writes
+        # them: some clients compare the text.
         out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                               "message": self.message, "reason": self.reason, "code": self.code}
-        if self.details:
-            out["details"] = self.details
+                               "message": self.message, "reason": self.reason}
+        details = {k: v for k, v in (self.details or {}).items() if v not in ("", None, [], {})}
+        if details:
+            out["details"] = details
+        out["code"] = self.code
         return out
 
     # Constructors named as apimachinery's errors package names them. ---------------------
