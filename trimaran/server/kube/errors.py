@@ -111,5 +111,5 @@ class StatusError(Exception):
 
 
 def status_response(error: StatusError) -> Response:
-    return Response(orjson.dumps(error.body()), status_code=error.code, media_type="application/json",
+    return Response(orjson.dumps(error.body()) + b"\n", status_code=error.code, media_type="application/json",
                     headers=error.headers)

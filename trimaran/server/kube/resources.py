@@ -96,7 +96,8 @@ def _int_param(params: Any, name: str) -> int | None:
 
 
 def _json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(data), status_code=status, media_type="application/json", headers=headers)
+    # A newline ends the body, as Go's JSON encoder ends kube-apiserver's (clients compare the text).
+    return Response(orjson.dumps(data) + b"\n", status_code=status, media_type="application/json", headers=headers)
 
 
 class KubeAPI:
