@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import shared_plane
-from tests.helpers import poll
+from tests.helpers import pod_network_on, poll
 from tests.imagekit import free_port, registry, test_images  # noqa: F401 (fixtures)
 from tests.standins import public_mirror, seed_001_manifests, write_mirror_config  # noqa: F401 (fixtures)
 from trimaran.runtime.images import parse_reference
@@ -163,14 +163,21 @@ def test_seed_000s_seldondeployment_calls_its_image_unit_in_pods_of_its_own(plan
 
 def test_seed_001s_tensorflow_serving_deployment_of_3_behind_its_service(plane, mirrored) -> None:
     """Seed 001's row with the stand-in: 3 replicas of ``tensorflow/serving`` behind one Service,
-    every replica answering through it. Pods share the host's network here, so each takes its own
-    port (``--rest_api_port=$(PORT)``); with a pod network, ``seed_001_manifests(fixed_port=True)``."""
-    for obj in seed_001_manifests(3, service_type="ClusterIP"):
+    every replica answering through it. On the pod network, as the seed writes it: all three on
+    8501, behind a ``LoadBalancer`` reached at its ingress address. Without one (pods share the
+    host's network) each replica takes its own port (``--rest_api_port=$(PORT)``) behind a ClusterIP."""
+    on_network = pod_network_on(plane.home)
+    for obj in seed_001_manifests(3, fixed_port=on_network, service_type="LoadBalancer" if on_network else "ClusterIP"):
         apply(plane, obj)
     poll(lambda: plane.get("deployment", "tf-serving").get("status", {}).get("readyReplicas") == 3,
          timeout=180, interval=0.3, what="3 ready replicas")
-    service = plane.get("service", "tf-serving")
-    url = f"http://{service['spec']['clusterIP']}:8501/v1/models/half_plus_two:predict"
+    if on_network:
+        ingress = poll(lambda: (plane.get("service", "tf-serving").get("status", {}).get("loadBalancer", {})
+                                .get("ingress") or [None])[0], timeout=30, what="the LoadBalancer's address")
+        host = ingress["ip"]
+    else:
+        host = plane.get("service", "tf-serving")["spec"]["clusterIP"]
+    url = f"http://{host}:8501/v1/models/half_plus_two:predict"
     seen: set[str] = set()
 
     def every_replica_answered() -> bool:
