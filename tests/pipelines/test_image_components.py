@@ -126,7 +126,8 @@ def test_packages_come_from_an_index_the_component_names_on_loopback(api, python
     try:
         index = f"http://{host_ip()}:{server.server_port}/simple"  # as pip_index_urls=[...] compiles
         run = run_in(api, "from-index", {"write": python_image, "greet": python_image},
-                     replace=("'trimaran-greeting==1.0'", f"--index-url {index} 'trimaran-greeting==3.0'"))
+                     replace=("'trimaran-greeting==1.0'",
+                              f"--index-url {index} --trusted-host {host_ip()} 'trimaran-greeting==3.0'"))
     finally:
         server.shutdown()
         server.server_close()
