@@ -312,3 +312,5 @@ def test_an_exhausted_range_is_cnis_error_and_leaves_nothing(tmp_path):
         network.close()
         release_plan(plan)
     assert subprocess.run(["ip", "link", "show", plan.bridge], capture_output=True).returncode != 0
+    assert f"trimaran-nat-{home_digest(home)}" not in subprocess.run(["nft", "list", "tables"], capture_output=True,
+                                                                   text=True).stdout

@@ -47,7 +47,8 @@ PROBE = textwrap.dedent("""
         "caps": int(status["CapEff"], 16), "bounding": int(status["CapBnd"], 16),
         "no_new_privs": status["NoNewPrivs"].strip(), "seccomp": status["Seccomp"].strip(),
         "mount": errno_of(libc.mount(b"none", b"/dev/shm", b"tmpfs", 0, None)),
-        "write_root": write("/probe"), "write_tmp": write("/tmp/probe"), "write_volume": write("/data/probe-" + os.urandom(4).hex()),  # its own: the containers run at once
+        "write_root": write("/probe"), "write_tmp": write("/tmp/probe"),
+        "write_volume": write("/data/probe-" + os.urandom(4).hex()),  # its own: containers run at once
         "home": os.environ["HOME"],
     }))
 """)
