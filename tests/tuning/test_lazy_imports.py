@@ -73,6 +73,7 @@ for _ in range(3):
     reconciler.reconcile(Key("Experiment", "default", "quad"))
 trials = plane.store.list("Trial", "default")
 plane.stop()
+plane.release()  # its pod network too: the bridge and rules go when no pod has one
 print(json.dumps({
     "names": names,
     "taken": taken,
