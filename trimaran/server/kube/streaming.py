@@ -204,14 +204,16 @@ def _spdy_response(protocol: str) -> bytes:
             f"X-Stream-Protocol-Version: {protocol}\r\n\r\n").encode()
 
 
-async def _readable(fd: int) -> None:
+async def _ready(fd: int, writing: bool = False) -> None:
+    """Until ``fd`` can be read (or, ``writing``, written) without blocking."""
     loop = asyncio.get_running_loop()
+    add, remove = (loop.add_writer, loop.remove_writer) if writing else (loop.add_reader, loop.remove_reader)
     ready = loop.create_future()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    add(fd, lambda: ready.done() or ready.set_result(None))
     try:
         await ready
     finally:
-        loop.remove_reader(fd)
+        remove(fd)
 
 
 async def _read(fd: int) -> bytes:
@@ -221,21 +223,11 @@ async def _read(fd: int) -> bytes:
         try:
             return os.read(fd, _READ)
         except BlockingIOError:
-            await _readable(fd)
+            await _ready(fd)
         except OSError as exc:
             if exc.errno == errno.EIO:
                 return b""
             raise
-
-
-async def _writable(fd: int) -> None:
-    loop = asyncio.get_running_loop()
-    ready = loop.create_future()
-    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
-    try:
-        await ready
-    finally:
-        loop.remove_writer(fd)
 
 
 async def _write_all(fd: int, data: bytes) -> None:
@@ -244,7 +236,7 @@ async def _write_all(fd: int, data: bytes) -> None:
         try:
             view = view[os.write(fd, view):]
         except BlockingIOError:
-            await _writable(fd)
+            await _ready(fd, writing=True)
 
 
 def _status(code: int) -> dict:
@@ -490,7 +482,7 @@ class _ExecSession:
             return await asyncio.to_thread(proc.proc.wait)
         try:
             while proc.proc.poll() is None:
-                await _readable(pidfd)
+                await _ready(pidfd)
         finally:
             os.close(pidfd)
         code = proc.proc.returncode
