@@ -204,6 +204,14 @@ def _spdy_response(protocol: str) -> bytes:
             f"X-Stream-Protocol-Version: {protocol}\r\n\r\n").encode()
 
 
+def _channel_frame(opcode: int, message: bytes, base64_protocol: bool) -> tuple[int, bytes]:
+    """A channel protocol's message as (channel, payload): the first byte names the channel, as
+    an ASCII digit (and the rest base64) in the ``base64.`` protocols' text frames."""
+    if base64_protocol and opcode == OP_TEXT:
+        return message[0] - ord("0"), base64.b64decode(message[1:])
+    return message[0], message[1:]
+
+
 async def _ready(fd: int, writing: bool = False) -> None:
     """Until ``fd`` can be read (or, ``writing``, written) without blocking."""
     loop = asyncio.get_running_loop()
@@ -313,10 +321,7 @@ class _ExecSession:
     def from_websocket(self, opcode: int, message: bytes) -> None:
         if not message:
             return
-        if self.base64 and opcode == OP_TEXT:
-            channel, payload = message[0] - ord("0"), base64.b64decode(message[1:])
-        else:
-            channel, payload = message[0], message[1:]
+        channel, payload = _channel_frame(opcode, message, self.base64)
         if channel == _STDIN:
             self._stdin(payload)
         elif channel == _RESIZE:
@@ -794,10 +799,7 @@ class _NativeForwards:
     def from_client(self, opcode: int, message: bytes) -> None:
         if not message:
             return
-        if self.base64 and opcode == OP_TEXT:
-            channel, payload = message[0] - ord("0"), base64.b64decode(message[1:])
-        else:
-            channel, payload = message[0], message[1:]
+        channel, payload = _channel_frame(opcode, message, self.base64)
         if channel % 2 == 0 and channel // 2 < len(self.forwards) and payload:
             self.forwards[channel // 2].from_client(payload)
 
