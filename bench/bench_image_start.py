@@ -34,7 +34,8 @@ def pod(name: str, command: list[str]) -> dict:
             "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "x", "command": command}]}}
 
 
-def time_start(runtime: LocalRuntime, manifest: dict, images: dict) -> float:
+def time_start(runtime: LocalRuntime, manifest: dict, images: dict | None = None) -> float:
+    """From ``start_pod`` to the pod's first log line ("up")."""
     log = runtime.home / "logs" / "default" / manifest["metadata"]["name"] / "main" / "0.log"
     started = time.perf_counter()
     runtime.start_pod(manifest, attempt=0, images=images)

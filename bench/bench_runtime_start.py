@@ -15,13 +15,13 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.bench_image_start import time_start  # noqa: E402
 from trimaran.runtime import LocalRuntime, oci  # noqa: E402  (oci: the submodule)
 
 
@@ -34,19 +34,6 @@ def pod(name: str) -> dict:
 def use(runtime_name: str) -> None:
     os.environ["TRIMARAN_RUNTIME"] = runtime_name
     oci.oci_available.cache_clear()
-
-
-def time_start(runtime: LocalRuntime, manifest: dict) -> float:
-    log = runtime.home / "logs" / "default" / manifest["metadata"]["name"] / "main" / "0.log"
-    started = time.perf_counter()
-    runtime.start_pod(manifest, attempt=0)
-    while True:
-        try:
-            if log.read_bytes().startswith(b"up"):
-                return time.perf_counter() - started
-        except FileNotFoundError:
-            pass
-        time.sleep(0.0005)
 
 
 def main() -> None:
