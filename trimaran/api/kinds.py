@@ -208,6 +208,11 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
                           f"spec.{component}")
 
 
+#: Kubernetes' own API groups among those served here; every other group is a custom resource's.
+KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "coordination.k8s.io", "networking.k8s.io",
+                               "policy", "apiextensions.k8s.io"})
+
+
 @dataclass(frozen=True)
 class KindInfo:
     """Everything the rest of Trimaran needs to know about a kind."""
@@ -234,6 +239,12 @@ class KindInfo:
     # A delete that ends at once answers with the deleted object rather than a Status (the
     # registry's ReturnDeletedObject: Services among the built-in kinds).
     returns_deleted: bool = False
+
+    @property
+    def builtin(self) -> bool:
+        """A kind of Kubernetes' own API groups (served by kube-apiserver itself: strategic merge
+        patch, types decoded without apiVersion/kind, no CustomResourceDefinition), not a CRD's."""
+        return self.group in KUBERNETES_GROUPS
 
     @property
     def singular(self) -> str:

@@ -102,7 +102,7 @@ def crd_objects(served: list[KindInfo], created: str) -> list[dict[str, Any]]:
     """One ``CustomResourceDefinition`` per custom (non-core) kind, its versions merged."""
     by_name: dict[str, dict[str, Any]] = {}
     for info in served:
-        if info.group in ("", "batch", "coordination.k8s.io", "apiextensions.k8s.io") or info.model is None:
+        if info.builtin or info.model is None:
             continue
         name = f"{info.plural}.{info.group}"
         crd = by_name.get(name)

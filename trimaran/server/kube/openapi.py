@@ -142,7 +142,7 @@ def openapi_document(group: str, version: str, served: list[KindInfo]) -> dict[s
         patch_body = {"required": True, "content": {
             t: {"schema": {"$ref": _REF + "io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}}
             for t in ("application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml")
-            + (("application/strategic-merge-patch+json",) if info.group in ("", "apps", "batch") else ())}}
+            + (("application/strategic-merge-patch+json",) if info.builtin else ())}}
 
         def op(action: str, op_id: str, responses: dict[str, Any], params: list[dict[str, Any]],
                request: dict[str, Any] | None = None, kind: dict[str, Any] = gvk) -> dict[str, Any]:

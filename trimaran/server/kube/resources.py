@@ -486,7 +486,7 @@ class KubeAPI:
             raise StatusError.bad_request("the body of the request must be a JSON object")
         for field, expected in (("apiVersion", info.api_version), ("kind", info.kind)):
             given = obj.get(field)
-            if not given and info.group in ("", "apps", "batch"):
+            if not given and info.builtin:
                 # kube-apiserver decodes a built-in kind with the endpoint's as defaults (the Python
                 # client's typed V1ConfigMap(metadata=...) sends none); a custom resource must name both.
                 given = obj[field] = expected
@@ -662,7 +662,7 @@ class KubeAPI:
             self._check_update(info, live, admitted)
             admitted["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
             return await self._store_update(info, admitted, dry_run, warnings)
-        builtin = info.group in ("", "apps", "batch")
+        builtin = info.builtin
         for _ in range(5):  # a patch is relative to the object: re-read and retry on a racing write
             current = await self._get(target)
             target = self._stored_as(target, current)
