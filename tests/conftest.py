@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import subprocess
@@ -16,6 +17,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.helpers import REPO
+
+# Every control plane of the suite takes a fixed floor of free disk for its node's DiskPressure, not
+# a share of the disk: the default (5% of the home's filesystem) is crossed on a machine whose disk
+# is nearly full before the suite starts, and then every pod waits Pending. The disk tests set
+# their own thresholds on a small tmpfs.
+os.environ.setdefault("TRIMARAN_EVICTION_HARD", "nodefs.available<256Mi")
 
 if TYPE_CHECKING:
     from trimaran.cli.client import Client
@@ -49,6 +56,17 @@ class ControlPlaneHandle:
             for command in argv:
                 shown = self.cli(*command, *scope, check=False, timeout=60)
                 parts.append(f"$ trimaran {' '.join(command)}\n{shown.stdout}{shown.stderr}")
+        # The node's conditions that hold and its taints: pods Pending on a node with DiskPressure
+        # look merely stuck otherwise.
+        nodes = self.cli("get", "nodes", "-o", "json", check=False, timeout=60)
+        try:
+            for node in json.loads(nodes.stdout)["items"]:
+                held = [f"{c['type']} ({c.get('message', '')})" for c in node["status"].get("conditions", [])
+                        if c.get("status") == "True"]
+                parts.append(f"node {node['metadata']['name']}: {'; '.join(held)}; taints "
+                             f"{node['spec'].get('taints') or []}")
+        except (ValueError, LookupError, TypeError):
+            parts.append(f"$ trimaran get nodes\n{nodes.stdout}{nodes.stderr}")
         listed = self.cli("get", "pods", *scope, "-o", "name", check=False, timeout=60).stdout.split()
         for pod in listed[:6]:
             shown = self.cli("logs", pod.removeprefix("pod/"), *scope, check=False, timeout=60)

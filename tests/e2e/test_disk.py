@@ -175,8 +175,11 @@ def small_home(tmp_path: Path) -> Iterator[Path]:
 
 
 def _start(home: Path, **extra_env: str) -> ControlPlaneHandle:
+    from trimaran.runtime.node import DEFAULT_EVICTION_HARD
     from trimaran.server.daemon import start_server
 
+    # The node's own default on the small home, not the suite's fixed floor (tests/conftest.py).
+    extra_env.setdefault("TRIMARAN_EVICTION_HARD", DEFAULT_EVICTION_HARD)
     saved = {k: os.environ.get(k) for k in [*extra_env, "TRIMARAN_HOME"]}
     os.environ.update(extra_env, TRIMARAN_HOME=str(home))
     try:

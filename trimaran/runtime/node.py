@@ -5,8 +5,8 @@ emptyDirs all live there): its size is the node's ``ephemeral-storage`` capacity
 is that less the hard eviction threshold, and pods' ``ephemeral-storage`` requests count
 against it at admission. The kubelet's ``--eviction-hard`` signals ``nodefs.available`` (and
 ``imagefs.available``, the same filesystem here) come from ``TRIMARAN_EVICTION_HARD``
-(``nodefs.available<10%`` by default; a quantity such as ``<64Mi`` too, several joined by
-commas): while one is crossed the node has ``DiskPressure`` and the taint
+(``nodefs.available<5%`` by default, as k3s sets it; a quantity such as ``<64Mi`` too, several
+joined by commas): while one is crossed the node has ``DiskPressure`` and the taint
 ``node.kubernetes.io/disk-pressure:NoSchedule``, so new pods wait.
 
 Everything works on plain Kubernetes dicts (a Pod's ``metadata`` / ``spec``), so this module
@@ -74,7 +74,9 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 MANAGED_TAINTS = (DISK_PRESSURE_TAINT, MEMORY_PRESSURE_TAINT, UNSCHEDULABLE_TAINT)
 # The kubelet's default hard eviction threshold for memory (memory.available<100Mi).
 MEMORY_AVAILABLE_FLOOR = 100 * 1024 * 1024
-DEFAULT_EVICTION_HARD = "nodefs.available<10%"
+# k3s's (its kubelet's --eviction-hard), not the upstream kubelet's 10%: a workstation's disk holds
+# far more than the node's own files, and 10% of a large shared disk is many gigabytes.
+DEFAULT_EVICTION_HARD = "imagefs.available<5%,nodefs.available<5%"
 # evictionPressureTransitionPeriod: how long a pressure condition stays after its signal clears,
 # so that the node does not flap. The kubelet's is 5 min; a workstation's user who just freed
 # space should not wait that long.
@@ -455,7 +457,7 @@ class Node:
         """Extra ``labels`` are added to (and override) the well-known ones; ``max_pods`` is
         the kubelet's ``--max-pods``: pods beyond it wait, whatever they request. ``storage`` is
         the directory whose filesystem is the node's ephemeral storage (none: not tracked), with
-        the hard eviction thresholds ``eviction_hard`` (``nodefs.available<10%`` by default)."""
+        the hard eviction thresholds ``eviction_hard`` (k3s's ``nodefs.available<5%`` by default)."""
         self.name = name
         self.max_pods = max_pods
         self.gpu_allocator = GPUAllocator(gpus or [])
@@ -503,7 +505,7 @@ class Node:
         ``TRIMARAN_NODE_NAME``, ``TRIMARAN_NODE_LABELS`` ("k=v,…"), ``TRIMARAN_NODE_TAINTS``
         ("key=value:NoSchedule,…"), ``TRIMARAN_NODE_MAX_PODS`` (the kubelet's 110 by default);
         ephemeral storage on ``storage``'s filesystem with ``TRIMARAN_EVICTION_HARD`` (the
-        kubelet's ``--eviction-hard``: ``nodefs.available<10%``) and
+        kubelet's ``--eviction-hard``; k3s's ``nodefs.available<5%``) and
         ``TRIMARAN_EVICTION_PRESSURE_TRANSITION_PERIOD`` (seconds, 30)."""
         env = os.environ if env is None else env
         cpu_text = env.get("TRIMARAN_NODE_CPU")
