@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import subprocess
 
-__all__ = ["apply_table", "delete_table", "list_table", "stale_tables", "table_exists", "table_name"]
+__all__ = ["abandoned_tables", "apply_table", "delete_table", "list_table", "stale_tables", "table_exists",
+           "table_name"]
 
 _NFT = "nft"
 
@@ -48,6 +49,16 @@ def stale_tables(comment: str, keep: str) -> list[str]:
              and line.split()[-1].startswith("trimaran-")]
     return [name for name in names if f'comment "{comment}"' in subprocess.run(
         [_NFT, "list", "table", "inet", name], capture_output=True, text=True, check=False).stdout]
+
+
+def abandoned_tables(digest: str) -> list[str]:
+    """The tables of the home whose digest (`home_digest`, 8 hex digits) is ``digest``: its egress
+    NAT (``trimaran-nat-<digest>``) and its Services' and NetworkPolicies' table, named by a longer
+    digest of the same home (`table_name`), so by this prefix."""
+    listed = subprocess.run([_NFT, "list", "tables", "inet"], capture_output=True, text=True, check=False).stdout
+    names = [line.split()[-1] for line in listed.splitlines() if line.split()]
+    return [name for name in names
+            if name == f"trimaran-nat-{digest}" or (name.startswith(f"trimaran-{digest}") and len(name) == 19)]
 
 
 def table_exists(name: str) -> bool:

@@ -18,10 +18,12 @@ import json
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["NetworkPlan", "PlanError", "home_digest", "reserve_plan", "PLAN_FILE"]
+__all__ = ["NetworkPlan", "PlanError", "home_digest", "hold_abandoned", "reserve_plan", "slot_of", "PLAN_FILE"]
 
 PLAN_FILE = "network.json"
 _SPACE = ipaddress.ip_network("10.224.0.0/12")
@@ -105,6 +107,40 @@ def release_plan(plan: NetworkPlan) -> None:
     with _lock:
         if _held_here.pop(plan.slot, None) is not None and _registry_fd is not None:
             fcntl.lockf(_registry_fd, fcntl.LOCK_UN, 1, plan.slot)
+
+
+def slot_of(gateway: str) -> int | None:
+    """The slot whose gateway ``gateway`` is, or None when it is no Trimaran gateway."""
+    try:
+        address = ipaddress.ip_address(gateway)
+    except ValueError:
+        return None
+    if address not in _SPACE:
+        return None
+    slot = (int(address) - int(_SPACE.network_address)) // 2 ** (32 - _SLOT_PREFIX)
+    return slot if NetworkPlan.for_slot(Path("/"), slot).gateway == gateway else None
+
+
+@contextmanager
+def hold_abandoned(slot: int) -> Iterator[bool]:
+    """Hold ``slot`` for the time of the block when no control plane does (True), so that none takes
+    it while what its dead owner left is removed; False when a live one holds it."""
+    with _lock:
+        if slot in _held_here:
+            yield False
+            return
+        fd = _registry()
+        if fd is not None:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
+            except OSError:
+                yield False
+                return
+        try:
+            yield True
+        finally:
+            if fd is not None:
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
 
 
 def _used_networks(own_bridge: str) -> list[ipaddress.IPv4Network]:

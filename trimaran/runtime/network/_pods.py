@@ -21,8 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trimaran.runtime.network._cni import CNI_VERSION, CniError, find_plugin, run_list, run_plugin
-from trimaran.runtime.network._nft import apply_table, delete_table, table_name
-from trimaran.runtime.network._plan import PLAN_FILE, NetworkPlan, home_digest, release_plan, reserve_plan
+from trimaran.runtime.network._nft import abandoned_tables, apply_table, delete_table, table_name
+from trimaran.runtime.network._plan import (
+    PLAN_FILE,
+    NetworkPlan,
+    hold_abandoned,
+    home_digest,
+    release_plan,
+    reserve_plan,
+    slot_of,
+)
 
 __all__ = ["NetworkError", "PodAddress", "PodNetwork", "NETNS_DIR", "DEFAULT_CNI_PATH"]
 
@@ -68,6 +76,47 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
+def _ip_json(*args: str) -> list[dict]:
+    try:
+        return json.loads(_ip("-j", *args, check=False).stdout or "[]")
+    except ValueError:
+        return []
+
+
+def sweep_abandoned(own_bridge: str) -> list[str]:
+    """Remove the pod networks of homes that are gone with everything they ran, and return their
+    bridges: a control plane killed with its whole session (never stopped) leaves its bridge, its
+    pods' network namespaces and its nft tables, and once its home is deleted no restart of it
+    will ever remove them. Another home's bridge is abandoned when no control plane holds its
+    slot (`hold_abandoned`, held meanwhile so that none takes it) and no process is in any of its
+    pods' network namespaces: pods that outlive their control plane keep theirs."""
+    swept = []
+    netns_names = [entry.get("name", "") for entry in _ip_json("netns", "list")]
+    for link in _ip_json("link", "show", "type", "bridge"):
+        bridge = link.get("ifname", "")
+        if not bridge.startswith("trm-") or bridge == own_bridge:
+            continue
+        gateways = [info.get("local") for entry in _ip_json("-4", "addr", "show", "dev", bridge)
+                    for info in entry.get("addr_info", [])]
+        slots = [slot for slot in map(slot_of, gateways) if slot is not None]
+        if not slots:
+            continue
+        digest = bridge.removeprefix("trm-")
+        pods = [name for name in netns_names if name.startswith(f"trm-{digest}-")]
+        with hold_abandoned(slots[0]) as free:
+            if not free or any(_ip("netns", "pids", name, check=False).stdout.strip() for name in pods):
+                continue
+            log.info("removing the pod network of a home gone with its pods: bridge %s, %d netns",
+                     bridge, len(pods))
+            for name in pods:
+                _ip("netns", "delete", name, check=False)
+            _ip("link", "delete", bridge, check=False)
+            for table in abandoned_tables(digest):
+                delete_table(table)
+            swept.append(bridge)
+    return swept
+
+
 class PodNetwork:
     """The pod network of one home. The kubelet (through the runtime) is its only caller."""
 
@@ -84,6 +133,7 @@ class PodNetwork:
             (self.dir / "pods").mkdir(parents=True, exist_ok=True)
             conf_path = self.dir / f"{_NETWORK_NAME}.conflist"
             conf_path.write_text(json.dumps(self.conflist, indent=1) + "\n")
+            sweep_abandoned(plan.bridge)
             self._ensure_bridge()
 
     # -- construction -----------------------------------------------------------------------------
