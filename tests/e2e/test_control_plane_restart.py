@@ -56,6 +56,9 @@ def test_kill_minus_nine_then_restart_readopts_running_pods(plane, tmp_path):
     assert job["status"]["replicaStatuses"]["Worker"]["active"] == 2
     (plane.home / "volumes/default/survivor-state/go").write_text("")
     plane.cli("wait", "tfjob/survivor", "--for=condition=Succeeded", "--timeout=60s")
+    # Worker 0's success is the job's (TF's rule without a chief): worker 1 may still be finishing.
+    plane.cli("wait", "pod/survivor-worker-0", "pod/survivor-worker-1", "--for=jsonpath={.status.phase}=Succeeded",
+              "--timeout=60s")
     pods = {p["metadata"]["name"]: p for p in plane.client().list("Pod", "default")}
     for name in ("survivor-worker-0", "survivor-worker-1"):
         assert pods[name]["status"]["phase"] == "Succeeded"
