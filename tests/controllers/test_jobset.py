@@ -319,3 +319,33 @@ def test_a_restart_ignoring_max_restarts_with_blocking_recreate(api: Client) -> 
     assert js["status"]["terminalState"] == "Completed", js["status"]
     assert js["status"]["restarts"] == 1
     assert js["status"].get("restartsCountTowardsMax", 0) == 0
+
+
+def test_on_the_pod_network_names_come_from_the_headless_service_not_loopback(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    store.ensure_namespace(NS)
+    store.create(validate({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken", "namespace": NS},
+                           "spec": {"selector": {"app": "other"}, "ports": [{"port": 80}]}}).object)
+    host_net = rjob("mpi", completions=2)
+    host_net["template"]["spec"]["template"]["spec"]["hostNetwork"] = True
+    store.create(validate(jobset("own", rjob("a", completions=2), host_net)).object)
+    store.create(validate(jobset("foreign", rjob("a"), network={"subdomain": "taken"})).object)
+    reconciler = JobSetReconciler(store, pod_network=True)
+    for name in ("own", "foreign"):
+        reconciler.reconcile(Key("JobSet", NS, name))
+
+    svc = store.get("Service", NS, "own")
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {"jobset.sigs.k8s.io/jobset-name": "own"}
+    assert [o["uid"] for o in svc["metadata"]["ownerReferences"]] == [store.get("JobSet", NS, "own")["metadata"]["uid"]]
+    pods = {j["metadata"]["name"]: j["spec"]["template"] for j in store.list("Job", NS)}
+    assert {n: t["spec"]["subdomain"] for n, t in pods.items()} == {
+        "own-a-0": "own", "own-mpi-0": "own", "foreign-a-0": "taken"}
+    # Only the template on the host's network is handed loopback names (its resolv.conf is the host's).
+    assert "trimaran.io/hosts" not in pods["own-a-0"]["metadata"]["annotations"]
+    assert json.loads(pods["own-mpi-0"]["metadata"]["annotations"]["trimaran.io/hosts"])["own-a-0-1.own"] == "127.0.0.1"
+
+    taken = store.get("Service", NS, "taken")
+    assert "ownerReferences" not in taken["metadata"] and taken["spec"]["selector"] == {"app": "other"}
+    [event] = [e for e in store.list_events("JobSet", NS, "foreign") if e["reason"] == "HeadlessServiceConflict"]
+    assert event["type"] == "Warning" and "Service taken exists and is not owned by JobSet foreign" in event["message"]
