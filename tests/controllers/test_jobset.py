@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ControlPlaneHandle, shared_plane
-from tests.helpers import poll
+from tests.helpers import pod_network_on, poll
 from trimaran.api import validate
 from trimaran.cli.client import APIError, Client
 from trimaran.controllers.base import Key
@@ -66,8 +66,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_worker_reaches_the_leader_by_its_hostname(api: Client) -> None:
+def test_a_worker_reaches_the_leader_by_its_hostname(api: Client, plane: ControlPlaneHandle) -> None:
     port = free_port()
+    # Another pod's short name is in the pods' /etc/hosts only where pods share the host's network;
+    # on the pod network, as on a cluster, the cluster DNS answers <host>.<subdomain> alone.
+    short = "" if pod_network_on(plane.home) else "socket.gethostbyname('net-leader-0-0')\n"
     leader = ("import socket\n"
               f"s = socket.create_server(('0.0.0.0', {port}))\n"
               "s.settimeout(60)\n"
@@ -77,7 +80,7 @@ def test_a_worker_reaches_the_leader_by_its_hostname(api: Client) -> None:
     worker = ("import os, socket, time\n"
               "idx = os.environ['JOB_COMPLETION_INDEX']\n"
               "host = 'net-leader-0-0.net' if idx == '0' else 'net-leader-0-0.net.default.svc.cluster.local'\n"
-              "socket.gethostbyname('net-leader-0-0')\n"
+              f"{short}"
               "assert socket.gethostname() == 'net-workers-0-' + idx, socket.gethostname()\n"
               "deadline = time.time() + 30\n"
               "while True:\n"
@@ -107,6 +110,14 @@ def test_a_worker_reaches_the_leader_by_its_hostname(api: Client) -> None:
     assert sorted(p["spec"]["hostname"] for p in pods) == ["net-workers-0-0", "net-workers-0-1"]
     assert {p["spec"]["subdomain"] for p in pods} == {"net"}
     assert {p["metadata"]["annotations"]["jobset.sigs.k8s.io/coordinator"] for p in pods} == {"net-leader-0-0.net"}
+    svc = api.get("Service", NS, "net")
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {"jobset.sigs.k8s.io/jobset-name": "net"}
+    assert [o["uid"] for o in svc["metadata"]["ownerReferences"]] == [js["metadata"]["uid"]]
+    # The loopback names are the compatibility path's only.
+    for pod in pods:
+        hosts = json.loads(pod["metadata"]["annotations"].get("trimaran.io/hosts") or "{}")
+        assert ("net-leader-0-0.net" in hosts) is not pod_network_on(plane.home), hosts
     said = sorted(b"".join(api.log(NS, p["metadata"]["name"])).decode().strip() for p in pods)
     assert said == ["hello 0", "hello 1"]
 
@@ -308,3 +319,33 @@ def test_a_restart_ignoring_max_restarts_with_blocking_recreate(api: Client) -> 
     assert js["status"]["terminalState"] == "Completed", js["status"]
     assert js["status"]["restarts"] == 1
     assert js["status"].get("restartsCountTowardsMax", 0) == 0
+
+
+def test_on_the_pod_network_names_come_from_the_headless_service_not_loopback(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    store.ensure_namespace(NS)
+    store.create(validate({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken", "namespace": NS},
+                           "spec": {"selector": {"app": "other"}, "ports": [{"port": 80}]}}).object)
+    host_net = rjob("mpi", completions=2)
+    host_net["template"]["spec"]["template"]["spec"]["hostNetwork"] = True
+    store.create(validate(jobset("own", rjob("a", completions=2), host_net)).object)
+    store.create(validate(jobset("foreign", rjob("a"), network={"subdomain": "taken"})).object)
+    reconciler = JobSetReconciler(store, pod_network=True)
+    for name in ("own", "foreign"):
+        reconciler.reconcile(Key("JobSet", NS, name))
+
+    svc = store.get("Service", NS, "own")
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {"jobset.sigs.k8s.io/jobset-name": "own"}
+    assert [o["uid"] for o in svc["metadata"]["ownerReferences"]] == [store.get("JobSet", NS, "own")["metadata"]["uid"]]
+    pods = {j["metadata"]["name"]: j["spec"]["template"] for j in store.list("Job", NS)}
+    assert {n: t["spec"]["subdomain"] for n, t in pods.items()} == {
+        "own-a-0": "own", "own-mpi-0": "own", "foreign-a-0": "taken"}
+    # Only the template on the host's network is handed loopback names (its resolv.conf is the host's).
+    assert "trimaran.io/hosts" not in pods["own-a-0"]["metadata"]["annotations"]
+    assert json.loads(pods["own-mpi-0"]["metadata"]["annotations"]["trimaran.io/hosts"])["own-a-0-1.own"] == "127.0.0.1"
+
+    taken = store.get("Service", NS, "taken")
+    assert "ownerReferences" not in taken["metadata"] and taken["spec"]["selector"] == {"app": "other"}
+    [event] = [e for e in store.list_events("JobSet", NS, "foreign") if e["reason"] == "HeadlessServiceConflict"]
+    assert event["type"] == "Warning" and "Service taken exists and is not owned by JobSet foreign" in event["message"]

@@ -133,6 +133,11 @@ def test_torch_distributed_trains_ddp_across_two_nodes(plane, tmp_path):
         "PET_NODE_RANK": index}
     if pod_network_on(plane.home):
         assert port == "29500", "upstream's port, at each node's own pod address"
+        # PET_MASTER_ADDR resolved through the cluster DNS: the JobSet's headless Service names node 0.
+        svc = plane.get("Service", "ddp")
+        assert svc["spec"]["clusterIP"] == "None"
+        assert svc["spec"]["selector"] == {"jobset.sigs.k8s.io/jobset-name": "ddp"}
+        assert "ddp-node-0-0.ddp" not in json.loads(pods[1]["metadata"]["annotations"].get("trimaran.io/hosts") or "{}")
     else:
         assert port != "29500" and int(port) >= 20000, "each TrainJob gets a port of its own"
     out = _logs(plane, "ddp")

@@ -2,9 +2,15 @@
 
 Child Jobs are named ``<jobset>-<rjob>-<index>``, owned by the JobSet (so the garbage collector
 removes them with it) and carry JobSet's labels and annotations down to their pods. The JobSet's
-pods find each other by hostname: every child's pod template carries the ``trimaran.io/hosts``
-annotation naming every Indexed pod of the set (short, ``.<subdomain>`` and
-``.<subdomain>.<ns>.svc[.cluster.local]``), which the batch controller passes to its pods.
+pods find each other by hostname (``spec.network.enableDNSHostnames``, on by default): as upstream,
+the JobSet owns a headless Service named ``spec.network.subdomain`` (default: its name) selecting
+its pods, and each pod has its Indexed hostname and that ``subdomain``, so on the pod network the
+cluster DNS answers ``<host>.<subdomain>`` with the pod's IP. Where pods share the host's network
+(no pod network, or a template with ``hostNetwork``) each child's pod template also carries the
+``trimaran.io/hosts`` annotation naming every Indexed pod of the set at loopback (short,
+``.<subdomain>`` and ``.<subdomain>.<ns>.svc[.cluster.local]``), which the batch controller passes
+to its pods: there every pod answers on the host's loopback, and a hostNetwork pod's resolv.conf
+is the host's, not the cluster DNS.
 
 A restart (failure policy) bumps ``status.restarts``; Jobs labelled with an older restart attempt
 are deleted in the foreground and recreated once gone, so an old pod never holds a port a new one
@@ -36,6 +42,7 @@ from trimaran.api.jobset import (
     job_name,
     pod_hostname_of,
 )
+from trimaran.api.meta import is_dns1035_label
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import get_condition, is_true, seconds_since, set_condition
 from trimaran.controllers.gc import request_delete
@@ -59,8 +66,11 @@ class JobSetReconciler(Reconciler):
     kinds = ("JobSet",)
     watches = ("Job",)
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, pod_network: bool = False) -> None:
+        """``pod_network``: pods have network namespaces of their own (trimaran.runtime.network) and
+        resolve each other through the cluster DNS."""
         super().__init__(store)
+        self.pod_network = pod_network
 
     def reconcile(self, key: Key) -> float | None:
         try:
@@ -157,6 +167,9 @@ class JobSetReconciler(Reconciler):
                     waiting = True
                     continue
                 if not hosts_known:
+                    # Once per pass that creates Jobs: a Service deleted meanwhile comes back with
+                    # the next Jobs (a restart's), and a foreign one is said once per pass, not per event.
+                    self._ensure_service(jobset)
                     hosts, hosts_known = self._hosts(jobset), True
                 grouping[JOB_GROUP_INDEX_KEY] = str(first_in_group + index)
                 job = self._build_job(jobset, rjob, index, first_global + index, global_replicas, grouping,
@@ -271,11 +284,52 @@ class JobSetReconciler(Reconciler):
         except (NotFound, Conflict):
             pass
 
+    def _ensure_service(self, jobset: dict) -> None:
+        """Upstream's headless Service ``<subdomain>`` for DNS hostnames, owned by the JobSet (the
+        collector removes it with it); a Service of that name that is not the JobSet's is left alone
+        and an event says so."""
+        network = jobset["spec"].get("network") or {}
+        if not network.get("enableDNSHostnames", True):
+            return
+        name, ns = jobset["metadata"]["name"], jobset["metadata"]["namespace"]
+        subdomain = network.get("subdomain") or name
+        try:
+            existing = self.store.get("Service", ns, subdomain)
+        except NotFound:
+            existing = None
+        if existing is not None:
+            owners = {o.get("uid") for o in existing["metadata"].get("ownerReferences") or []}
+            if jobset["metadata"]["uid"] not in owners:
+                self.store.record_event(jobset, "Warning", "HeadlessServiceConflict",
+                                        f"Service {subdomain} exists and is not owned by JobSet {name}: the pods' "
+                                        f"names <host>.{subdomain} resolve only if that Service selects them")
+            return
+        problems = is_dns1035_label(subdomain)  # a JobSet's own name may have dots; a Service's may not
+        if problems:
+            self.store.record_event(jobset, "Warning", "HeadlessServiceCreationFailed",
+                                    f'Service "{subdomain}" is invalid: metadata.name: ' + "; ".join(problems))
+            return
+        # Stored as written, with the API's defaults: the API's Service check asks for ports, which
+        # kube-apiserver does not of a headless Service, and upstream's has none.
+        svc = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": subdomain, "namespace": ns, "labels": {JOBSET_NAME_KEY: name},
+                            "ownerReferences": [owner_reference(jobset)]},
+               "spec": {"type": "ClusterIP", "clusterIP": "None", "selector": {JOBSET_NAME_KEY: name},
+                        "sessionAffinity": "None", "publishNotReadyAddresses": True}}
+        try:
+            self.store.create(svc)
+        except AlreadyExists:
+            pass  # made meanwhile: the next pass judges it
+
     def _hosts(self, jobset: dict) -> dict[str, str] | None:
-        """Every Indexed pod's hostname in its forms → loopback; None without DNS hostnames."""
+        """Every Indexed pod's hostname in its forms → loopback, for pods that share the host's
+        network; None without DNS hostnames, or on the pod network when no template asks for the
+        host's network (the cluster DNS names them)."""
         spec = jobset["spec"]
         network = spec.get("network") or {}
         if not network.get("enableDNSHostnames", True):
+            return None
+        if self.pod_network and not any(_host_network(r) for r in spec.get("replicatedJobs") or []):
             return None
         name, ns = jobset["metadata"]["name"], jobset["metadata"]["namespace"]
         subdomain = network.get("subdomain") or name
@@ -340,9 +394,10 @@ class JobSetReconciler(Reconciler):
                 if volume in mounted:
                     pod["spec"].setdefault("volumes", []).append(
                         {"name": volume, "persistentVolumeClaim": {"claimName": f"{volume}-{name}"}})
-        if hosts is not None:
+        if network.get("enableDNSHostnames", True):
             pod["spec"]["subdomain"] = subdomain
-            pod_annotations[HOSTS_ANNOTATION] = json.dumps(hosts, separators=(",", ":"))
+            if hosts is not None and (not self.pod_network or _host_network(rjob)):
+                pod_annotations[HOSTS_ANNOTATION] = json.dumps(hosts, separators=(",", ":"))
         pod_meta["annotations"] = pod_annotations
         job = {"apiVersion": "batch/v1", "kind": "Job",
                "metadata": {"name": child, "namespace": ns, "labels": meta["labels"],
@@ -353,6 +408,10 @@ class JobSetReconciler(Reconciler):
         except ManifestError as exc:
             self.store.record_event(jobset, "Warning", "JobCreationFailed", "; ".join(exc.problems))
             return None
+
+
+def _host_network(rjob: dict) -> bool:
+    return bool(rjob["template"]["spec"]["template"].get("spec", {}).get("hostNetwork"))
 
 
 def _attempt(job: dict) -> int:

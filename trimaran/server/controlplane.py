@@ -134,7 +134,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     kubelet.namespace_hosts = services.hosts_for
     trainjobs = TrainJobReconciler(store, ports)
     manager = ControllerManager(store, [
-        TrainingJobReconciler(store, ports, runtime), BatchJobReconciler(store), JobSetReconciler(store),
+        TrainingJobReconciler(store, ports, runtime), BatchJobReconciler(store),
+        JobSetReconciler(store, pod_network=runtime.network is not None),
         trainjobs, ClaimReconciler(store, home),
         ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet, node_controller,
