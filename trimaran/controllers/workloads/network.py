@@ -42,6 +42,7 @@ from trimaran.runtime.network import (
     table_name,
 )
 from trimaran.runtime.network._nft import stale_tables
+from trimaran.runtime.network._proxy import delete_flows, stale_udp_flows
 from trimaran.store import AlreadyExists, Conflict, Store
 from trimaran.store.base import WatchEvent
 
@@ -66,6 +67,7 @@ class ClusterNetwork:
         self._services: dict[Key, tuple[ProxiedService | None, DnsService | None]] = {}
         self._policies = ""
         self._applied: str | None = None
+        self._forwarded: list[ProxiedService] = []  # what the applied table forwards
         self._started = False
         self._synced = False
         # Marks the table as this range's (the range is this home's alone while it holds the plan).
@@ -147,11 +149,15 @@ class ClusterNetwork:
         if not (self._started and self._synced):
             return
         entries = [self._services[k] for k in sorted(self._services, key=str)]
-        body = proxy_rules([p for p, _ in entries if p is not None], bridge=self.plan.bridge,
-                           pod_cidr=self.plan.pod_cidr, service_cidr=self.plan.service_cidr) + self._policies
+        forwarded = [p for p, _ in entries if p is not None]
+        body = proxy_rules(forwarded, bridge=self.plan.bridge, pod_cidr=self.plan.pod_cidr,
+                           service_cidr=self.plan.service_cidr) + self._policies
         if body != self._applied:
             apply_table(self.table, body, self._comment)
             self._applied = body
+            # After the new rules, so a deleted flow's next packet is DNAT'd by them.
+            delete_flows(stale_udp_flows(self._forwarded, forwarded))
+        self._forwarded = forwarded
         self.dns.update(hosts_text(d for _, d in entries if d is not None))
 
     def stop(self) -> None:
