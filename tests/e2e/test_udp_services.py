@@ -2,12 +2,14 @@
 Service's UDP port, asked from another pod by the Service's DNS name (a query of the cluster DNS,
 itself a UDP Service) and by its ClusterIP, from one socket; after the echo pod is replaced the same
 socket reaches the new pod (its flow to the old one is deleted from conntrack, as kube-proxy does).
-Pods run only the stdlib. Skipped where the control plane runs without a pod network."""
+Without the pod network (pods share the host's), a UDP port is served where its pod binds the
+Service's own port number, and any other is a Warning event. Pods run only the stdlib."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -127,3 +129,40 @@ def test_udp_service_echo_survives_the_pod_being_replaced(plane, tmp_path):
         return any(line["dns"] == vip and line.get("by_name") == line.get("by_ip") != first
                    and line["by_ip"].startswith("echo-") for line in _lines(plane))
     _poll_lines(plane, the_new_pod, "answers of the new echo pod, by name and by ClusterIP, on the client's socket")
+
+
+def test_udp_without_the_pod_network_is_served_by_pods_binding_the_port_or_said_not_to_be(plane_with, tmp_path):
+    plane = plane_with(TRIMARAN_POD_NETWORK="off")
+    port = 47653  # a port of this machine: pods share its network
+    echo = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "echo", "namespace": "default"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "echo"}},
+                     "template": {"metadata": {"labels": {"app": "echo"}}, "spec": {"containers": [{
+                         "name": "echo", "image": "python",
+                         # No readiness probe: its TCP listener takes any free port of the machine.
+                         "command": ["python", "-c", ECHO.replace("5353", str(port)).replace("8081", "0")],
+                         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                         "ports": [{"containerPort": port, "protocol": "UDP"}]}]}}}}
+    served = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": "default"},
+              "spec": {"selector": {"app": "echo"}, "ports": [{"port": port, "protocol": "UDP"}]}}
+    unserved = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo-53", "namespace": "default"},
+                "spec": {"selector": {"app": "echo"}, "ports": [{"port": 53, "protocol": "UDP", "targetPort": port}]}}
+    _apply(plane, tmp_path, echo, served, unserved)
+    plane.cli("wait", "deployment/echo", "--for=condition=Available", "--timeout=120s")
+    vip = poll(lambda: plane.get("Service", "echo")["spec"].get("clusterIP"), timeout=30, what="a ClusterIP")
+
+    def echoed() -> str | None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(1)
+            s.sendto(b"hi", (vip, port))
+            try:
+                return s.recv(200).decode()
+            except OSError:
+                return None
+    assert poll(echoed, timeout=30, what=f"an echo at {vip}:{port}").startswith("echo-")
+
+    def warnings(name: str) -> list[str]:
+        return [e["message"] for e in plane.client().events("Service", "default", name)
+                if e["reason"] == "UnsupportedProtocol"]
+    said = poll(lambda: warnings("echo-53"), timeout=30, what="echo-53's UnsupportedProtocol event")
+    assert said[0].startswith("port 53/UDP is not forwarded: without the pod network"), said
+    assert warnings("echo") == []
