@@ -146,6 +146,10 @@ def test_udp_on_the_hosts_network_is_served_only_by_pods_binding_the_port(tmp_pa
         _settle(services, _create(store, "direct", {"selector": {"app": "dns"}, "ports": [
             {"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}))
         assert _warnings(store, "direct") == []
+        # A port name says which number only once pods declare it: nothing to say before.
+        _settle(services, _create(store, "named", {"selector": {"app": "dns"}, "ports": [
+            {"port": 53, "protocol": "UDP", "targetPort": "dns"}]}))
+        assert _warnings(store, "named") == []
     finally:
         services.shutdown()
         store.close()

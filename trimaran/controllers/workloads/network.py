@@ -2,7 +2,8 @@
 
 `ClusterNetwork` holds what the Service and NetworkPolicy reconcilers computed (each Service's
 forwarding and DNS records, the policies' chains) and writes it to the node: the home's nftables
-table, replaced whole when any part changes, and the cluster DNS's hosts file (its dnsmasq is
+table, replaced whole when any part changes (then the UDP flows still DNAT'd to a removed endpoint
+are deleted from conntrack, as kube-proxy does), and the cluster DNS's hosts file (its dnsmasq is
 started with the control plane and stopped with it). The table stays when the control plane
 stops, as kube-proxy's rules do, so pods that outlive it keep their Services; the next control
 plane replaces it from the store, and `ClusterNetwork.remove` takes it away with the network.

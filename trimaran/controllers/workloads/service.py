@@ -163,8 +163,9 @@ class ServiceReconciler(Reconciler):
             protocol = port.get("protocol", "TCP")
             if protocol != "TCP":
                 # The proxy pipes TCP connections; a UDP or SCTP port is served only by pods that
-                # bind the Service's own port number (above, once they run).
-                if target != address[1]:
+                # bind the Service's own port number (above, once they run; a port name says which
+                # number only once there are pods).
+                if target != address[1] and (pods or isinstance(target, int)):
                     unforwarded.append(
                         f"port {address[1]}/{protocol} is not forwarded: without the pod network Services are "
                         f"served by a proxy of the control plane that forwards TCP only; a pod reaches this port "

@@ -27,9 +27,10 @@ needs); `ensure_bridge_netfilter` turns it on.
 TCP, UDP and SCTP ports are forwarded alike. A DNAT is decided on a flow's first packet and kept in
 its conntrack entry, and a UDP client that keeps its socket (a resolver) keeps its flow alive, so
 when a UDP Service loses an endpoint the flows DNAT'd to it are deleted (`stale_udp_flows`,
-`delete_flows`, by Debian's ``conntrack`` tool) as kube-proxy deletes them; TCP and SCTP flows end
-on their own when the pod goes. SCTP is forwarded by netfilter even where the kernel has no SCTP
-sockets (``CONFIG_IP_SCTP``), but then no pod can serve or call it: `sctp_sockets` says which.
+`delete_flows`, by Debian's ``conntrack`` tool) as kube-proxy deletes them; a TCP or SCTP client
+sees its connection fail and connects again, through the new rules (kube-proxy leaves those too).
+SCTP is forwarded by netfilter even where the kernel has no SCTP sockets (``CONFIG_IP_SCTP``), but
+then no pod can serve or call it: `sctp_sockets` says which.
 """
 
 from __future__ import annotations
@@ -197,8 +198,9 @@ def stale_udp_flows(before: Sequence[ProxiedService], after: Sequence[ProxiedSer
     """``conntrack -D`` arguments for the UDP flows that ``before``'s rules DNAT'd to an endpoint
     ``after`` no longer has for that Service port (k8s ``pkg/proxy/conntrack``): one per address of
     the Service (ClusterIP, LoadBalancer addresses) and per node port, matching the endpoint (pod IP
-    and target port) as the reply's source. A port that had no endpoint needs nothing: its packets were rejected, or
-    dropped as a service-range address without a Service, before their flow was confirmed."""
+    and target port) as the reply's source. A port that had no endpoint needs nothing: its packets
+    were rejected, or dropped as a service-range address without a Service, before their flow was
+    confirmed."""
     old, new = _udp_ports(before), _udp_ports(after)
     out: list[tuple[str, ...]] = []
     for key, (addresses, node_port, endpoints) in old.items():
