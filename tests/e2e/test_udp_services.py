@@ -166,3 +166,17 @@ def test_udp_without_the_pod_network_is_served_by_pods_binding_the_port_or_said_
     said = poll(lambda: warnings("echo-53"), timeout=30, what="echo-53's UnsupportedProtocol event")
     assert said[0].startswith("port 53/UDP is not forwarded: without the pod network"), said
     assert warnings("echo") == []
+
+    # Through the API: 53/TCP beside 53/UDP is accepted, 53/UDP twice refused at its field path.
+    dns = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns", "namespace": "default"},
+           "spec": {"selector": {"app": "dns"}, "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
+                                                          {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}}
+    _apply(plane, tmp_path, dns)
+    assert "53/UDP,53/TCP" in plane.cli("get", "svc", "dns").stdout
+    dns["metadata"]["name"] = "dns-twice"
+    dns["spec"]["ports"][1]["protocol"] = "UDP"
+    (tmp_path / "twice.json").write_text(json.dumps(dns))
+    refused = plane.cli("apply", "-f", str(tmp_path / "twice.json"), check=False)
+    assert refused.returncode != 0
+    assert 'spec.ports[1]: Duplicate value: {"Name":"","Protocol":"UDP","AppProtocol":null,"Port":53' in (
+        refused.stderr), refused.stderr
