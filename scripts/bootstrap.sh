@@ -34,6 +34,9 @@ command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
 # (trimaran/runtime/network).
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 command -v dnsmasq >/dev/null 2>&1 || need_apt+=(dnsmasq-base)
+# conntrack deletes the UDP flows still DNAT'd to a removed Service endpoint (as kube-proxy does); without
+# it a client that keeps its socket (a resolver) keeps reaching the old pod until the flow idles out.
+command -v conntrack >/dev/null 2>&1 || need_apt+=(conntrack)
 ldconfig -p 2>/dev/null | grep 'libseccomp\.so\.2 ' >/dev/null || need_apt+=(libseccomp2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

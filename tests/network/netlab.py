@@ -43,6 +43,22 @@ for _ in range(n):
 print(json.dumps(out))
 """
 
+# Sends N datagrams to host:port from one socket (bound to SPORT when not 0, as a resolver keeps its
+# socket) and prints each answer, or the error's name.
+_UDP_CLIENT = r"""
+import json, socket, sys
+host, port, n, timeout, sport = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", sport)); s.connect((host, port)); s.settimeout(timeout)
+out = []
+for _ in range(n):
+    try:
+        s.send(b"?"); out.append(s.recv(200).decode())
+    except OSError as e:
+        out.append(type(e).__name__)
+print(json.dumps(out))
+"""
+
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
@@ -119,6 +135,16 @@ class Lab:
         prefix = [] if source is None else ["ip", "netns", "exec", self.pods[source][0]]
         out = subprocess.run([*prefix, sys.executable, "-c", _CLIENT, host, str(port), str(n), str(timeout)],
                              capture_output=True, text=True, check=True, timeout=60 + n * timeout)
+        return json.loads(out.stdout)
+
+    def ask_udp(self, source: str | None, host: str, port: int, n: int = 1, sport: int = 0,
+                timeout: float = 2.0) -> list[str]:
+        """What ``n`` datagrams from one socket of pod ``source`` (None: the host), from source port
+        ``sport`` (0: any), to host:port got: the servers' names, ``ConnectionRefusedError`` (ICMP
+        port unreachable) or ``TimeoutError``."""
+        prefix = [] if source is None else ["ip", "netns", "exec", self.pods[source][0]]
+        out = subprocess.run([*prefix, sys.executable, "-c", _UDP_CLIENT, host, str(port), str(n), str(timeout),
+                              str(sport)], capture_output=True, text=True, check=True, timeout=60 + n * timeout)
         return json.loads(out.stdout)
 
     def exec(self, source: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:

@@ -48,3 +48,34 @@ def test_kubectl_columns_show_the_load_balancer_address_and_node_ports() -> None
     assert row(lb)[2] == "10.96.0.200"
     assert row({"spec": {"clusterIP": "10.96.0.21", "ports": [{"port": 53, "protocol": "UDP"}]}}) == [
         "ClusterIP", "10.96.0.21", "<none>", "53/UDP"]
+
+
+def test_one_port_number_serves_tcp_and_udp() -> None:
+    ports = validate(_service({"ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
+                                         {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+                                         {"name": "sig", "port": 3868, "protocol": "SCTP"}]})).object["spec"]["ports"]
+    assert [(p["port"], p["protocol"], p["targetPort"]) for p in ports] == [(53, "UDP", 53), (53, "TCP", 53),
+                                                                           (3868, "SCTP", 3868)]
+
+
+@pytest.mark.parametrize(("ports", "message"), [
+    ([{"name": "a", "port": 53, "protocol": "UDP"}, {"name": "b", "port": 53, "protocol": "UDP"}],
+     'spec.ports[1]: Duplicate value: {"Name":"","Protocol":"UDP","AppProtocol":null,"Port":53,"TargetPort":0,'
+     '"NodePort":0}'),
+    # An unset protocol is TCP.
+    ([{"name": "a", "port": 80}, {"name": "b", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+     'spec.ports[1]: Duplicate value: {"Name":"","Protocol":"TCP"'),
+    ([{"port": 53, "protocol": "ICMP"}],
+     'spec.ports[0].protocol: Unsupported value: "ICMP": supported values: "SCTP", "TCP", "UDP"'),
+])
+def test_duplicate_or_unknown_protocol_port_refused(ports: list, message: str) -> None:
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        validate(_service({"ports": ports}))
+
+
+def test_node_port_repeats_only_across_protocols() -> None:
+    both = [{"name": "a", "port": 53, "protocol": "UDP", "nodePort": 30053},
+            {"name": "b", "port": 53, "protocol": "TCP", "nodePort": 30053}]
+    assert validate(_service({"type": "NodePort", "ports": both}))
+    with pytest.raises(ManifestError, match=re.escape("spec.ports[1].nodePort: Duplicate value: 30053")):
+        validate(_service({"type": "NodePort", "ports": [both[0], {**both[1], "protocol": "UDP", "port": 54}]}))

@@ -12,7 +12,9 @@ Containers that say ``--port=$(PORT)`` get a port of their own per pod (see
 # Annotations are evaluated eagerly (no `from __future__ import annotations`), as in batch.py.
 
 import ipaddress
+import json
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
@@ -306,9 +308,18 @@ class Deployment(Resource):
 _SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
 
 
+@dataclass(frozen=True)
+class _DuplicatePort(FieldError):
+    """A repeated (protocol, port) pair, written as kube-apiserver writes it: its key, an internal
+    ``core.ServicePort`` with only those two fields set, as JSON in Go's field order."""
+
+    def __str__(self) -> str:
+        return f"{self.path}: Duplicate value: {json.dumps(self.value, separators=(',', ':'))}"
+
+
 class ServicePort(ApiModel):
     name: str | None = None
-    protocol: Literal["TCP", "UDP", "SCTP"] | None = None
+    protocol: Literal["SCTP", "TCP", "UDP"] | None = None  # kube-apiserver's, in its message's (sorted) order
     app_protocol: str | None = None
     port: int
     target_port: int | str | None = None
@@ -392,8 +403,6 @@ class Service(Resource):
             elif isinstance(target, str):
                 errs.extend(FieldError.invalid(join_path(path, "targetPort"), target, m)
                             for m in is_valid_port_name(target))
-            if port.protocol not in (None, "TCP"):
-                errs.append(FieldError.not_supported(join_path(path, "protocol"), port.protocol, ("TCP",)))
             if port.node_port is not None:
                 if spec.type not in ("NodePort", "LoadBalancer"):
                     errs.append(FieldError.forbidden(join_path(path, "nodePort"),
@@ -403,6 +412,22 @@ class Service(Resource):
                         join_path(path, "nodePort"), port.node_port,
                         f"provided port is not in the valid range. The range of valid ports is "
                         f"{NODE_PORT_MIN}-{NODE_PORT_MAX}"))
+        # One port number may serve several protocols (53/TCP and 53/UDP), but a (protocol, port)
+        # pair, or a node port of one protocol, only once: each is one forwarding rule.
+        node_ports: set[tuple[str, int]] = set()
+        pairs: set[tuple[str, int]] = set()
+        for i, port in enumerate(spec.ports or []):
+            path = join_path("spec", "ports", i)
+            protocol = port.protocol or "TCP"
+            if port.node_port:
+                if (protocol, port.node_port) in node_ports:
+                    errs.append(FieldError.duplicate(join_path(path, "nodePort"), port.node_port))
+                node_ports.add((protocol, port.node_port))
+            if (protocol, port.port) in pairs:
+                errs.append(_DuplicatePort(path, "Duplicate", value={
+                    "Name": "", "Protocol": protocol, "AppProtocol": None, "Port": port.port, "TargetPort": 0,
+                    "NodePort": 0}))
+            pairs.add((protocol, port.port))
         return errs
 
     @classmethod

@@ -2,7 +2,8 @@
 
 `ClusterNetwork` holds what the Service and NetworkPolicy reconcilers computed (each Service's
 forwarding and DNS records, the policies' chains) and writes it to the node: the home's nftables
-table, replaced whole when any part changes, and the cluster DNS's hosts file (its dnsmasq is
+table, replaced whole when any part changes (then the UDP flows still DNAT'd to a removed endpoint
+are deleted from conntrack, as kube-proxy does), and the cluster DNS's hosts file (its dnsmasq is
 started with the control plane and stopped with it). The table stays when the control plane
 stops, as kube-proxy's rules do, so pods that outlive it keep their Services; the next control
 plane replaces it from the store, and `ClusterNetwork.remove` takes it away with the network.
@@ -42,6 +43,7 @@ from trimaran.runtime.network import (
     table_name,
 )
 from trimaran.runtime.network._nft import stale_tables
+from trimaran.runtime.network._proxy import delete_flows, stale_udp_flows
 from trimaran.store import AlreadyExists, Conflict, Store
 from trimaran.store.base import WatchEvent
 
@@ -66,6 +68,7 @@ class ClusterNetwork:
         self._services: dict[Key, tuple[ProxiedService | None, DnsService | None]] = {}
         self._policies = ""
         self._applied: str | None = None
+        self._forwarded: list[ProxiedService] = []  # what the applied table forwards
         self._started = False
         self._synced = False
         # Marks the table as this range's (the range is this home's alone while it holds the plan).
@@ -147,11 +150,15 @@ class ClusterNetwork:
         if not (self._started and self._synced):
             return
         entries = [self._services[k] for k in sorted(self._services, key=str)]
-        body = proxy_rules([p for p, _ in entries if p is not None], bridge=self.plan.bridge,
-                           pod_cidr=self.plan.pod_cidr, service_cidr=self.plan.service_cidr) + self._policies
+        forwarded = [p for p, _ in entries if p is not None]
+        body = proxy_rules(forwarded, bridge=self.plan.bridge, pod_cidr=self.plan.pod_cidr,
+                           service_cidr=self.plan.service_cidr) + self._policies
         if body != self._applied:
             apply_table(self.table, body, self._comment)
             self._applied = body
+            # After the new rules, so a deleted flow's next packet is DNAT'd by them.
+            delete_flows(stale_udp_flows(self._forwarded, forwarded))
+        self._forwarded = forwarded
         self.dns.update(hosts_text(d for _, d in entries if d is not None))
 
     def stop(self) -> None:

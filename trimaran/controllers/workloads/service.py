@@ -37,6 +37,7 @@ from trimaran.controllers.workloads.network import ClusterNetwork
 from trimaran.controllers.workloads.proxy import Address, ServiceProxy
 from trimaran.runtime import LocalRuntime
 from trimaran.runtime.network import DnsService, ProxiedService, ServicePort
+from trimaran.runtime.network._proxy import sctp_sockets
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.store.base import WatchEvent
 
@@ -78,6 +79,7 @@ class ServiceReconciler(Reconciler):
         self._listening: dict[Key, set[Address]] = {}
         self._names: dict[Key, str] = {}  # the Services whose names are published, and their address
         self._said_empty: set[Key] = set()
+        self._said_protocols: dict[Key, str] = {}
         self._unsynced: set[Key | None] | None = None  # stored Services not yet seen since start
         # Each Service's selector, kept from the watch: pod events are many, and mapping each to its
         # Services must not cost the watch thread a store query.
@@ -152,11 +154,24 @@ class ServiceReconciler(Reconciler):
         self._say_if_empty(svc, selector, pods)
         self._write_endpoints(svc, pods)
         wanted: set[Address] = set()
+        unforwarded: list[str] = []
         for port in spec.get("ports") or []:
             address = (ip, int(port["port"]))
             target = port.get("targetPort", port["port"])
             if any(resolve_port(p, target) == address[1] and _pod_address(p) == LOOPBACK for p in pods):
                 continue  # the pod binds this port itself and answers on every loopback address
+            protocol = port.get("protocol", "TCP")
+            if protocol != "TCP":
+                # The proxy pipes TCP connections; a UDP or SCTP port is served only by pods that
+                # bind the Service's own port number (above, once they run; a port name says which
+                # number only once there are pods).
+                if target != address[1] and (pods or isinstance(target, int)):
+                    unforwarded.append(
+                        f"port {address[1]}/{protocol} is not forwarded: without the pod network Services are "
+                        f"served by a proxy of the control plane that forwards TCP only; a pod reaches this port "
+                        f"only where the Service's pods bind port {address[1]} themselves (targetPort = port), "
+                        f"or on the pod network (a root control plane with the CNI plugins)")
+                continue
             ready = [p for p in pods if phase(p) == "Running" and
                      (spec.get("publishNotReadyAddresses") or is_available(p))]
             backends = [(_pod_address(p), t) for p, t in ((p, resolve_port(p, target)) for p in ready) if t]
@@ -170,6 +185,7 @@ class ServiceReconciler(Reconciler):
         for address in self._listening.get(key, set()) - wanted:
             self.proxy.drop(address)
         self._listening[key] = wanted
+        self._say_protocols(svc, unforwarded + _sctp_notes(spec))
         return None
 
     def _write_endpoints(self, svc: dict, pods: list[dict]) -> None:
@@ -241,6 +257,15 @@ class ServiceReconciler(Reconciler):
             return None
         return ip
 
+    def _say_protocols(self, svc: dict, notes: list[str]) -> None:
+        """A Warning event for ports this node cannot serve, once per change of what it says."""
+        key, message = key_of(svc), "; ".join(notes)
+        if self._said_protocols.get(key, "") == message:
+            return
+        self._said_protocols[key] = message
+        if message:
+            self.store.record_event(svc, "Warning", "UnsupportedProtocol", message)
+
     def _say_if_empty(self, svc: dict, selector: dict[str, str], pods: list[dict]) -> None:
         key = key_of(svc)
         if pods:
@@ -275,6 +300,7 @@ class ServiceReconciler(Reconciler):
         for address in self._listening.pop(key, set()):
             self.proxy.drop(address)
         self._said_empty.discard(key)
+        self._said_protocols.pop(key, None)
         if self._names.pop(key, None):
             self._rewrite_hosts()
 
@@ -344,6 +370,7 @@ class ServiceReconciler(Reconciler):
         dns = DnsService(key.namespace, key.name, None if ip == "None" else ip,
                          tuple(sorted(addresses.items(), key=lambda a: a[0])))
         self.network.set_service(key, proxied, dns)
+        self._say_protocols(svc, _sctp_notes(spec))
         return None
 
     def _endpoint_subsets(self, key: Key) -> list[dict]:
@@ -369,7 +396,11 @@ class ServiceReconciler(Reconciler):
                            for p in (s.get("spec") or {}).get("ports") or []}
             for port in spec["ports"]:
                 if not port.get("nodePort"):
-                    port["nodePort"] = network.node_port(meta["namespace"], meta["name"], port["port"], taken_ports)
+                    # Ports of one number (53/TCP, 53/UDP) share a node port, as kube-apiserver gives them.
+                    shared = next((p["nodePort"] for p in spec["ports"]
+                                   if p["port"] == port["port"] and p.get("nodePort")), None)
+                    port["nodePort"] = shared or network.node_port(meta["namespace"], meta["name"], port["port"],
+                                                                   taken_ports)
                     taken_ports.add(port["nodePort"])
             changed = True
         if changed:
@@ -390,6 +421,17 @@ class ServiceReconciler(Reconciler):
             except (Conflict, NotFound):
                 return True
         return False
+
+
+def _sctp_notes(spec: dict) -> list[str]:
+    """What to say of the Service's SCTP ports where the kernel has no SCTP: the rules would forward
+    them, but no pod could open an SCTP socket to serve or call one."""
+    ports = [f"{p['port']}/SCTP" for p in spec.get("ports") or [] if p.get("protocol") == "SCTP"]
+    if not ports or sctp_sockets():
+        return []
+    which = f"{'ports' if len(ports) > 1 else 'port'} {', '.join(ports)}"
+    return [f"{which}: this machine's kernel has no SCTP (built without CONFIG_IP_SCTP, or no "
+            f"sctp module), so no pod can open an SCTP socket to serve or call the Service there"]
 
 
 def _listen_failure(svc: dict, address: Address, exc: OSError) -> str:

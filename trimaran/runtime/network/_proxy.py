@@ -23,17 +23,33 @@ and maps of the home's table (`_nft.apply_table` loads them). The shape follows 
 Pod-to-pod replies through a Service cross the bridge at layer 2; they are un-NATed because the
 kernel passes bridged IPv4 through netfilter (``bridge-nf-call-iptables``, which kube-proxy also
 needs); `ensure_bridge_netfilter` turns it on.
+
+TCP, UDP and SCTP ports are forwarded alike. A DNAT is decided on a flow's first packet and kept in
+its conntrack entry, and a UDP client that keeps its socket (a resolver) keeps its flow alive, so
+when a UDP Service loses an endpoint the flows DNAT'd to it are deleted (`stale_udp_flows`,
+`delete_flows`, by Debian's ``conntrack`` tool) as kube-proxy deletes them; a TCP or SCTP client
+sees its connection fail and connects again, through the new rules (kube-proxy leaves those too).
+SCTP is forwarded by netfilter even where the kernel has no SCTP sockets (``CONFIG_IP_SCTP``), but
+then no pod can serve or call it: `sctp_sockets` says which.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
+import logging
+import shutil
+import socket
+import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ProxiedService", "ServicePort", "ensure_bridge_netfilter", "ipv4", "proxy_rules"]
+__all__ = ["ProxiedService", "ServicePort", "delete_flows", "ensure_bridge_netfilter", "ipv4", "proxy_rules",
+           "sctp_sockets", "stale_udp_flows"]
+
+log = logging.getLogger(__name__)
 
 _MASQ_MARK = "0x00004000"  # kube-proxy's bit
 _PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
@@ -176,3 +192,69 @@ def ensure_bridge_netfilter() -> None:
     are un-NATed and NetworkPolicy sees pod-to-pod traffic."""
     if _BRIDGE_NF.exists() and _BRIDGE_NF.read_text().strip() != "1":
         _BRIDGE_NF.write_text("1\n")
+
+
+def stale_udp_flows(before: Sequence[ProxiedService], after: Sequence[ProxiedService]) -> list[tuple[str, ...]]:
+    """``conntrack -D`` arguments for the UDP flows that ``before``'s rules DNAT'd to an endpoint
+    ``after`` no longer has for that Service port (k8s ``pkg/proxy/conntrack``): one per address of
+    the Service (ClusterIP, LoadBalancer addresses) and per node port, matching the endpoint (pod IP
+    and target port) as the reply's source. A port that had no endpoint needs nothing: its packets
+    were rejected, or dropped as a service-range address without a Service, before their flow was
+    confirmed."""
+    old, new = _udp_ports(before), _udp_ports(after)
+    out: list[tuple[str, ...]] = []
+    for key, (addresses, node_port, endpoints) in old.items():
+        gone = endpoints - new.get(key, ((), None, set()))[2]
+        for ip, target in sorted(gone):
+            endpoint = ("--reply-src", ip, "--reply-port-src", str(target))
+            out += [("-p", "udp", "--orig-dst", address, "--orig-port-dst", str(key[2]), *endpoint)
+                    for address in addresses]
+            if node_port:
+                out.append(("-p", "udp", "--orig-port-dst", str(node_port), *endpoint))
+    return out
+
+
+def _udp_ports(services: Sequence[ProxiedService]) -> dict[tuple[str, str, int],
+                                                         tuple[tuple[str, ...], int | None, set[tuple[str, int]]]]:
+    """Each UDP Service port, by (namespace, name, port): its addresses, node port and endpoints."""
+    out = {}
+    for svc in services:
+        if ipv4(svc.cluster_ip) is None:
+            continue
+        addresses = (svc.cluster_ip, *(ip for ip in svc.load_balancer_ips if ipv4(ip)))
+        for sp in svc.ports:
+            if str(sp.protocol).upper() == "UDP":
+                endpoints = {(ip, int(p)) for ip, p in sp.endpoints if ipv4(ip)}
+                out[(svc.namespace, svc.name, int(sp.port))] = (
+                    addresses, int(sp.node_port) if sp.node_port else None, endpoints)
+    return out
+
+
+def delete_flows(flows: Iterable[tuple[str, ...]]) -> None:
+    """Delete conntrack entries (``conntrack -D`` with each argument tuple). Without the tool the
+    flows stay until they idle out (30 s unanswered, 120 s answered, longer while a client keeps
+    sending), which is logged: the Service still forwards every new flow right."""
+    flows = list(flows)
+    if not flows:
+        return
+    tool = shutil.which("conntrack")
+    if tool is None:
+        log.warning("conntrack is not installed (Debian's package conntrack): %d UDP flow(s) to removed "
+                    "Service endpoints stay until they idle out, and their clients keep reaching the old pod",
+                    len(flows))
+        return
+    for args in flows:
+        result = subprocess.run([tool, "-D", *args], capture_output=True, text=True, check=False)
+        # conntrack exits 1 when no entry matched: not a failure.
+        if result.returncode != 0 and "0 flow entries" not in result.stderr:
+            log.warning("conntrack -D %s: %s", " ".join(args), result.stderr.strip())
+
+
+@functools.cache
+def sctp_sockets() -> bool:
+    """Whether this machine's kernel opens SCTP sockets (it may load the sctp module to do so)."""
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP).close()
+    except OSError:
+        return False
+    return True
