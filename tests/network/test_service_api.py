@@ -18,6 +18,7 @@ def _service(spec: dict) -> dict:
 @pytest.mark.parametrize(("spec", "message"), [
     ({"clusterIP": "10.0.0.1 } flush ruleset", "ports": [{"port": 80}]},
      'spec.clusterIP: Invalid value: "10.0.0.1 } flush ruleset": must be a valid IP address'),
+    ({"selector": {"app": "a"}}, "spec.ports: Required value"),
     ({"ports": [{"port": 80, "nodePort": 30001}]},
      "spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"),
     ({"type": "NodePort", "ports": [{"port": 80, "nodePort": 80}]},
@@ -34,6 +35,8 @@ def test_accepted() -> None:
                               "ports": [{"port": 80, "nodePort": 30080}]})).object["spec"]
     assert spec["ports"][0]["nodePort"] == 30080 and spec["clusterIP"] == "10.96.0.20"
     assert validate(_service({"clusterIP": "None", "ports": [{"port": 80}]})).object["spec"]["clusterIP"] == "None"
+    # A headless Service needs no port (JobSet's has none): its names resolve to the pods' addresses.
+    assert "ports" not in validate(_service({"clusterIP": "None", "selector": {"app": "a"}})).object["spec"]
 
 
 def test_kubectl_columns_show_the_load_balancer_address_and_node_ports() -> None:

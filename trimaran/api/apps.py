@@ -375,7 +375,7 @@ class Service(Resource):
             if not spec.external_name:
                 errs.append(FieldError.required("spec.externalName"))
             return errs
-        if not spec.ports:
+        if not spec.ports and spec.cluster_ip != "None":  # a headless Service may name no port
             errs.append(FieldError.required("spec.ports"))
         if spec.cluster_ip not in (None, "", "None") and not _is_ip(spec.cluster_ip):
             errs.append(FieldError.invalid("spec.clusterIP", spec.cluster_ip,

@@ -42,7 +42,6 @@ from trimaran.api.jobset import (
     job_name,
     pod_hostname_of,
 )
-from trimaran.api.meta import is_dns1035_label
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import get_condition, is_true, seconds_since, set_condition
 from trimaran.controllers.gc import request_delete
@@ -304,18 +303,16 @@ class JobSetReconciler(Reconciler):
                                         f"Service {subdomain} exists and is not owned by JobSet {name}: the pods' "
                                         f"names <host>.{subdomain} resolve only if that Service selects them")
             return
-        problems = is_dns1035_label(subdomain)  # a JobSet's own name may have dots; a Service's may not
-        if problems:
-            self.store.record_event(jobset, "Warning", "HeadlessServiceCreationFailed",
-                                    f'Service "{subdomain}" is invalid: metadata.name: ' + "; ".join(problems))
-            return
-        # Stored as written, with the API's defaults: the API's Service check asks for ports, which
-        # kube-apiserver does not of a headless Service, and upstream's has none.
         svc = {"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": subdomain, "namespace": ns, "labels": {JOBSET_NAME_KEY: name},
                             "ownerReferences": [owner_reference(jobset)]},
-               "spec": {"type": "ClusterIP", "clusterIP": "None", "selector": {JOBSET_NAME_KEY: name},
-                        "sessionAffinity": "None", "publishNotReadyAddresses": True}}
+               "spec": {"clusterIP": "None", "selector": {JOBSET_NAME_KEY: name}, "publishNotReadyAddresses": True}}
+        try:
+            svc = validate(svc).object
+        except ManifestError as exc:  # a JobSet's name may have dots; a Service's may not
+            self.store.record_event(jobset, "Warning", "HeadlessServiceCreationFailed",
+                                    f'Service "{subdomain}" is invalid: ' + "; ".join(exc.problems))
+            return
         try:
             self.store.create(svc)
         except AlreadyExists:
