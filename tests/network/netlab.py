@@ -194,3 +194,12 @@ def port_refused(host: str, port: int) -> bool:
     return False
 
 
+
+
+def set_pod_ready(store, lab: Lab, name: str, ready: bool, namespace: str = "team-a") -> None:
+    """Record the lab pod ``name`` as Running at its lab address, Ready or not, as the kubelet would."""
+    pod = store.get("Pod", namespace, name)
+    pod["status"] = {"phase": "Running", "podIP": lab.ip(name), "podIPs": [{"ip": lab.ip(name)}],
+                     "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    store.update_status(pod)

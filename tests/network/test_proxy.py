@@ -13,27 +13,10 @@ from trimaran.runtime.network import (
     ProxiedService,
     ServicePort,
     apply_table,
-    delete_table,
-    ensure_bridge_netfilter,
     proxy_rules,
 )
-from trimaran.runtime.network._nft import table_exists
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for nft and network namespaces")
-
-
-@pytest.fixture
-def lab():
-    lab = Lab()
-    table = f"trimaran-test-{lab.tag}"
-    ensure_bridge_netfilter()
-    try:
-        yield lab, table
-    finally:
-        delete_table(table)
-        lab.close()
-    assert not table_exists(table)
-    assert lab.leftovers() == []
 
 
 def _apply(lab: Lab, table: str, services: list[ProxiedService]) -> None:

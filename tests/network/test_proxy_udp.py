@@ -9,24 +9,11 @@ import shutil
 import pytest
 
 from tests.network.netlab import Lab, host_address
-from trimaran.runtime.network import ProxiedService, ServicePort, apply_table, delete_table, ensure_bridge_netfilter
+from trimaran.runtime.network import ProxiedService, ServicePort, apply_table
 from trimaran.runtime.network._nft import list_table
 from trimaran.runtime.network._proxy import delete_flows, proxy_rules, sctp_sockets, stale_udp_flows
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for nft and network namespaces")
-
-
-@pytest.fixture
-def lab():
-    lab = Lab()
-    table = f"trimaran-test-{lab.tag}"
-    ensure_bridge_netfilter()
-    try:
-        yield lab, table
-    finally:
-        delete_table(table)
-        lab.close()
-    assert lab.leftovers() == []
 
 
 def _apply(lab: Lab, table: str, services: list[ProxiedService]) -> None:

@@ -11,7 +11,7 @@ import dns.message
 import dns.query
 import pytest
 
-from tests.network.netlab import Lab, host_address, wait_until
+from tests.network.netlab import Lab, host_address, set_pod_ready, wait_until
 from trimaran.api import validate
 from trimaran.controllers.base import Key
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
@@ -32,15 +32,8 @@ def _pod(store: SQLiteStore, lab: Lab, name: str, labels: dict, ready: bool = Tr
     store.create(validate({"apiVersion": "v1", "kind": "Pod",
                            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
                            "spec": {"containers": [container], **spec}}).object)
-    _set_ready(store, lab, name, ready)
+    set_pod_ready(store, lab, name, ready)
 
-
-def _set_ready(store: SQLiteStore, lab: Lab, name: str, ready: bool) -> None:
-    pod = store.get("Pod", "team-a", name)
-    pod["status"] = {"phase": "Running", "podIP": lab.ip(name), "podIPs": [{"ip": lab.ip(name)}],
-                     "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-    store.update_status(pod)
 
 
 def _ask(server: str, name: str) -> set[str]:
@@ -98,7 +91,7 @@ def test_services_dns_and_policies_on_the_pod_network(tmp_path: Path):
         assert {a.split()[0] for a in lab.connect("client", vip, 80, n=30)} == {"web-0", "web-1", "web-2"}
 
         # Readiness: a pod that is not Ready gets no traffic.
-        _set_ready(store, lab, "web-2", False)
+        set_pod_ready(store, lab, "web-2", False)
         for name in ("web", "web-lb"):  # the pod's event wakes both
             _settle(services, Key("Service", "team-a", name))
         assert {a.split()[0] for a in lab.connect("client", vip, 80, n=20)} == {"web-0", "web-1"}

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.network.netlab import Lab, host_address
+from tests.network.netlab import Lab, host_address, set_pod_ready
 from trimaran.api import validate
 from trimaran.api.apps import SERVICE_COLUMNS
 from trimaran.controllers.base import Key
@@ -31,15 +33,8 @@ def _pod(store: SQLiteStore, lab: Lab, name: str, ready: bool = True) -> None:
     store.create(validate({"apiVersion": "v1", "kind": "Pod",
                            "metadata": {"name": name, "namespace": "team-a", "labels": {"app": "dns"}},
                            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}).object)
-    _set_ready(store, lab, name, ready)
+    set_pod_ready(store, lab, name, ready)
 
-
-def _set_ready(store: SQLiteStore, lab: Lab, name: str, ready: bool) -> None:
-    pod = store.get("Pod", "team-a", name)
-    pod["status"] = {"phase": "Running", "podIP": lab.ip(name), "podIPs": [{"ip": lab.ip(name)}],
-                     "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-    store.update_status(pod)
 
 
 def _settle(reconciler: ServiceReconciler, key: Key) -> dict:
@@ -58,9 +53,16 @@ def _warnings(store: SQLiteStore, name: str) -> list[str]:
     return [e["message"] for e in store.list_events("Service", "team-a", name) if e["reason"] == "UnsupportedProtocol"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for nft and network namespaces")
-@pytest.mark.skipif(shutil.which("conntrack") is None, reason="needs conntrack (Debian's package conntrack)")
-def test_udp_service_on_the_pod_network(tmp_path: Path):
+@dataclass
+class PodNetworkServices:
+    lab: Lab
+    store: SQLiteStore
+    services: ServiceReconciler
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[PodNetworkServices]:
+    """The Service controller on a real store, writing real nft rules for a lab of pod namespaces."""
     lab = Lab()
     store = SQLiteStore(tmp_path / "t.db")
     store.ensure_namespace("team-a")
@@ -69,29 +71,7 @@ def test_udp_service_on_the_pod_network(tmp_path: Path):
     network = ClusterNetwork(tmp_path / "home", plan)
     services = ServiceReconciler(store, LocalRuntime(tmp_path / "home"), network)
     try:
-        _pod(store, lab, "dns-0")
-        _pod(store, lab, "dns-1", ready=False)
-        lab.add_pod("client")
-        list(services.initial_keys())
-        key = _create(store, "dns", {**DNS, "type": "NodePort"})
-        svc = _settle(services, key)
-        vip, (udp, tcp) = svc["spec"]["clusterIP"], svc["spec"]["ports"]
-        assert udp["nodePort"] == tcp["nodePort"]  # one number, one node port, as kube-apiserver gives
-        assert SERVICE_COLUMNS[3].value(svc) == f"53:{udp['nodePort']}/UDP,53:{udp['nodePort']}/TCP"  # PORT(S)
-        subsets = store.get("Endpoints", "team-a", "dns")["subsets"]
-        assert [(p["name"], p["port"], p["protocol"]) for s in subsets for p in s["ports"]] == [
-            ("dns", 5300, "UDP"), ("dns-tcp", 5300, "TCP")]
-
-        assert lab.ask_udp("client", vip, 53, n=3, sport=40053) == ["dns-0"] * 3
-        assert lab.connect("client", vip, 53)[0].startswith("dns-0 ")
-        assert lab.ask_udp(None, host_address(), udp["nodePort"]) == ["dns-0"]
-
-        # The endpoint is replaced: the client's flow (same socket) moves with it, by the conntrack flush.
-        _set_ready(store, lab, "dns-0", False)
-        _set_ready(store, lab, "dns-1", True)
-        _settle(services, key)
-        assert lab.ask_udp("client", vip, 53, n=3, sport=40053) == ["dns-1"] * 3
-        assert _warnings(store, "dns") == []
+        yield PodNetworkServices(lab, store, services)
     finally:
         services.shutdown()
         network.remove()
@@ -101,30 +81,47 @@ def test_udp_service_on_the_pod_network(tmp_path: Path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for nft and network namespaces")
-def test_sctp_service_says_when_the_kernel_has_no_sctp(tmp_path: Path):
-    lab = Lab()
-    store = SQLiteStore(tmp_path / "t.db")
-    store.ensure_namespace("team-a")
-    plan = NetworkPlan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1),
-                       slot=0)
-    network = ClusterNetwork(tmp_path / "home", plan)
-    services = ServiceReconciler(store, LocalRuntime(tmp_path / "home"), network)
-    try:
-        list(services.initial_keys())
-        _settle(services, _create(store, "sig", {"selector": {"app": "sig"},
-                                                 "ports": [{"port": 3868, "protocol": "SCTP"}]}))
-        warnings = _warnings(store, "sig")
-        if sctp_sockets():
-            assert warnings == []
-        else:
-            assert warnings == ["port 3868/SCTP: this machine's kernel has no SCTP (built without CONFIG_IP_SCTP, "
-                                "or no sctp module), so no pod can open an SCTP socket to serve or call the Service "
-                                "there"]
-    finally:
-        services.shutdown()
-        network.remove()
-        store.close()
-        lab.close()
+@pytest.mark.skipif(shutil.which("conntrack") is None, reason="needs conntrack (Debian's package conntrack)")
+def test_udp_service_on_the_pod_network(cluster: PodNetworkServices):
+    lab, store, services = cluster.lab, cluster.store, cluster.services
+    _pod(store, lab, "dns-0")
+    _pod(store, lab, "dns-1", ready=False)
+    lab.add_pod("client")
+    list(services.initial_keys())
+    key = _create(store, "dns", {**DNS, "type": "NodePort"})
+    svc = _settle(services, key)
+    vip, (udp, tcp) = svc["spec"]["clusterIP"], svc["spec"]["ports"]
+    assert udp["nodePort"] == tcp["nodePort"]  # one number, one node port, as kube-apiserver gives
+    assert SERVICE_COLUMNS[3].value(svc) == f"53:{udp['nodePort']}/UDP,53:{udp['nodePort']}/TCP"  # PORT(S)
+    subsets = store.get("Endpoints", "team-a", "dns")["subsets"]
+    assert [(p["name"], p["port"], p["protocol"]) for s in subsets for p in s["ports"]] == [
+        ("dns", 5300, "UDP"), ("dns-tcp", 5300, "TCP")]
+
+    assert lab.ask_udp("client", vip, 53, n=3, sport=40053) == ["dns-0"] * 3
+    assert lab.connect("client", vip, 53)[0].startswith("dns-0 ")
+    assert lab.ask_udp(None, host_address(), udp["nodePort"]) == ["dns-0"]
+
+    # The endpoint is replaced: the client's flow (same socket) moves with it, by the conntrack flush.
+    set_pod_ready(store, lab, "dns-0", False)
+    set_pod_ready(store, lab, "dns-1", True)
+    _settle(services, key)
+    assert lab.ask_udp("client", vip, 53, n=3, sport=40053) == ["dns-1"] * 3
+    assert _warnings(store, "dns") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for nft and network namespaces")
+def test_sctp_service_says_when_the_kernel_has_no_sctp(cluster: PodNetworkServices):
+    store, services = cluster.store, cluster.services
+    list(services.initial_keys())
+    _settle(services, _create(store, "sig", {"selector": {"app": "sig"},
+                                             "ports": [{"port": 3868, "protocol": "SCTP"}]}))
+    warnings = _warnings(store, "sig")
+    if sctp_sockets():
+        assert warnings == []
+    else:
+        assert warnings == ["port 3868/SCTP: this machine's kernel has no SCTP (built without CONFIG_IP_SCTP, "
+                            "or no sctp module), so no pod can open an SCTP socket to serve or call the Service "
+                            "there"]
 
 
 def test_udp_on_the_hosts_network_is_served_only_by_pods_binding_the_port(tmp_path: Path):

@@ -92,21 +92,34 @@ def _claim(slot: int, home: str) -> bool:
     owner = _held_here.get(slot)
     if owner is not None:
         return owner == home
+    if not _lock_slot(slot):
+        return False
+    _held_here[slot] = home
+    return True
+
+
+def _lock_slot(slot: int) -> bool:
+    """The machine-wide lock on ``slot``, taken without waiting; False when another process has it
+    (no registry file: nothing to share, so True)."""
     fd = _registry()
     if fd is not None:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
         except OSError:
             return False
-    _held_here[slot] = home
     return True
+
+
+def _unlock_slot(slot: int) -> None:
+    if _registry_fd is not None:
+        fcntl.lockf(_registry_fd, fcntl.LOCK_UN, 1, slot)
 
 
 def release_plan(plan: NetworkPlan) -> None:
     """Give the slot back (the control plane stopped; its bridge is gone or stays only while pods live)."""
     with _lock:
-        if _held_here.pop(plan.slot, None) is not None and _registry_fd is not None:
-            fcntl.lockf(_registry_fd, fcntl.LOCK_UN, 1, plan.slot)
+        if _held_here.pop(plan.slot, None) is not None:
+            _unlock_slot(plan.slot)
 
 
 def slot_of(gateway: str) -> int | None:
@@ -126,21 +139,13 @@ def hold_abandoned(slot: int) -> Iterator[bool]:
     """Hold ``slot`` for the time of the block when no control plane does (True), so that none takes
     it while what its dead owner left is removed; False when a live one holds it."""
     with _lock:
-        if slot in _held_here:
+        if slot in _held_here or not _lock_slot(slot):
             yield False
             return
-        fd = _registry()
-        if fd is not None:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
-            except OSError:
-                yield False
-                return
         try:
             yield True
         finally:
-            if fd is not None:
-                fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
+            _unlock_slot(slot)
 
 
 def _used_networks(own_bridge: str) -> list[ipaddress.IPv4Network]:
