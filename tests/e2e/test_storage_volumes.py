@@ -95,12 +95,14 @@ def test_a_volume_that_cannot_be_fetched_fails_its_init_container_and_says_why(p
     root, url = www
     plane = plane_with(TRIMARAN_RESTART_BACKOFF="0.5")
     apply(plane, reader("never", f"{url}/absent.tar.gz"))
-    apply(plane, reader("waiter", f"{url}/later.tar.gz", restart="OnFailure"))
     poll(lambda: plane.get("pod", "never")["status"].get("phase") == "Failed", timeout=60, what="the failure")
     term = initializer(plane, "never")["state"]["terminated"]
     assert term["message"] == f"{url}/absent.tar.gz: not found (HTTP 404)", term
     assert plane.cli("get", "pod", "never").stdout.split()[6:8] == ["0/1", "Init:Error"]
     # Restarted with back-off until the archive is there, as the kubelet restarts a failed init container.
+    # Made only now: made beside the first pod, it kept failing while that one was awaited, and its
+    # back-off (doubling from 0.5 s) could pass the minute the retry is given below.
+    apply(plane, reader("waiter", f"{url}/later.tar.gz", restart="OnFailure"))
     poll(lambda: initializer(plane, "waiter").get("restartCount", 0) >= 1, timeout=60, what="a restart")
     assert plane.get("pod", "waiter")["status"]["phase"] != "Succeeded"
     write_archive(root / "later.tar.gz", {"weights.txt": "late\n"})
