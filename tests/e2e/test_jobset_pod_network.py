@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(f"""
         server = socket.create_server(("0.0.0.0", {PORT}))
         server.settimeout(90)
         conn, peer = server.accept()
-        conn.sendall(("from " + socket.gethostname() + " to " + peer[0]).encode()); conn.close()
+        conn.sendall(("from " + socket.getfqdn() + " to " + peer[0]).encode()); conn.close()
     else:
         deadline = time.monotonic() + 60
         while True:
@@ -71,7 +71,8 @@ def test_jobset_pods_reach_each_other_by_hostname_through_the_cluster_dns(networ
     for pod in pods.values():
         assert "dns-peers-0-0.mesh" not in json.loads(pod["metadata"]["annotations"].get("trimaran.io/hosts") or "{}")
     said = plane.log(pods["dns-peers-0-1"]["metadata"]["name"]).strip()
-    assert said == f"from dns-peers-0-0 to {client} via {server} as {client}", said
+    # The server's own name is the kubelet's fully qualified one, from its /etc/hosts (hostname -f).
+    assert said == f"from dns-peers-0-0.mesh.default.svc.cluster.local to {client} via {server} as {client}", said
 
     plane.cli("delete", "jobset", "dns", "--wait", timeout=120)
 

@@ -29,6 +29,13 @@ def test_hosts_file_groups_names_by_address() -> None:
     assert lines[-2:] == ["127.0.0.1\tw-0 w-0.default.svc", "127.0.0.2\tw-1"]
     # The pod's own hostname is always resolvable.
     assert hosts_file("solo", {}).splitlines()[-1] == "127.0.0.1\tsolo"
+    # A pod naming a subdomain finds its fully qualified name first, as the kubelet writes it.
+    assert hosts_file("w-0", {}, "10.1.0.5", "w-0.mesh.team.svc.cluster.local").splitlines()[-1] == \
+        "10.1.0.5\tw-0.mesh.team.svc.cluster.local w-0"
+    # Also where the peers' names, its own among them, are given.
+    peers = {"w-1": "10.1.0.6", "w-0": "10.1.0.5"}
+    assert hosts_file("w-0", peers, "10.1.0.5", "w-0.mesh.team.svc.cluster.local").splitlines()[-1] == \
+        "10.1.0.5\tw-0.mesh.team.svc.cluster.local w-0"
 
 
 def test_unavailable_message_says_what_to_install() -> None:

@@ -62,7 +62,7 @@ from trimaran.runtime import streaming as _streaming
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
 from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, pods_range
-from trimaran.runtime.network import PodAddress, PodNetwork, resolv_conf
+from trimaran.runtime.network import CLUSTER_DOMAIN, PodAddress, PodNetwork, resolv_conf
 from trimaran.runtime.node import Node, StorageUsage, container_requests
 from trimaran.runtime.qos import container_resources, pod_cgroup, pod_pids_limit_from_env
 from trimaran.runtime.sandbox import (
@@ -431,7 +431,10 @@ class LocalRuntime:
                 all_hosts[host] = alias.get("ip")
         all_hosts.update(hosts)
         hosts_path = run_dir / "hosts"
-        hosts_path.write_text(hosts_file(hostname, all_hosts, pod_ip))
+        # As the kubelet: a pod naming a subdomain finds its own fully qualified name in /etc/hosts.
+        subdomain = spec.get("subdomain")
+        fqdn = f"{hostname}.{subdomain}.{namespace}.svc.{CLUSTER_DOMAIN}" if subdomain else None
+        hosts_path.write_text(hosts_file(hostname, all_hosts, pod_ip, fqdn))
         hostname_path = run_dir / "hostname"
         hostname_path.write_text(hostname + "\n")
         resolv_path = None

@@ -165,14 +165,18 @@ def gpu_device_paths() -> list[str]:
     return sorted(glob.glob("/dev/nvidia*"))
 
 
-def hosts_file(hostname: str, hosts: Mapping[str, str], pod_ip: str = "127.0.0.1") -> str:
+def hosts_file(hostname: str, hosts: Mapping[str, str], pod_ip: str = "127.0.0.1", fqdn: str | None = None) -> str:
     """An /etc/hosts in the kubelet's layout: localhost entries, then ``hosts`` (name → ip)
-    grouped by address, with the pod's own hostname mapped to ``pod_ip`` unless given."""
+    grouped by address, with the pod's own hostname mapped to ``pod_ip`` unless given, after its
+    ``fqdn`` (``host.subdomain.ns.svc.cluster.local``) when the pod names a subdomain."""
     by_ip: dict[str, list[str]] = {}
     for name, ip in hosts.items():
         by_ip.setdefault(ip, []).append(name)
     if hostname not in hosts:
         by_ip.setdefault(pod_ip, []).insert(0, hostname)
+    if fqdn and fqdn not in hosts:
+        own = by_ip[hosts.get(hostname, pod_ip)]
+        own.insert(own.index(hostname), fqdn)
     lines = [
         "# Kubernetes-managed hosts file (written by trimaran).",
         "127.0.0.1\tlocalhost",

@@ -8,6 +8,7 @@ in one nftables table per home (``apply_table``), and cluster DNS by dnsmasq (``
 """
 
 from trimaran.runtime.network._cni import CniError
+from trimaran.runtime.network._dns import DOMAIN as CLUSTER_DOMAIN
 from trimaran.runtime.network._dns import ClusterDns, DnsService, hosts_text, resolv_conf
 from trimaran.runtime.network._nft import apply_table, delete_table, table_name
 from trimaran.runtime.network._plan import NetworkPlan, PlanError, home_digest
@@ -16,7 +17,7 @@ from trimaran.runtime.network._policy import policy_rules
 from trimaran.runtime.network._proxy import ProxiedService, ServicePort, ensure_bridge_netfilter, proxy_rules
 
 __all__ = [
-    "CniError", "ClusterDns", "DnsService", "NETNS_DIR", "NetworkError", "NetworkPlan", "PlanError", "PodAddress",
-    "PodNetwork", "ProxiedService", "ServicePort", "apply_table", "delete_table", "ensure_bridge_netfilter",
-    "home_digest", "hosts_text", "policy_rules", "proxy_rules", "resolv_conf", "table_name",
+    "CLUSTER_DOMAIN", "CniError", "ClusterDns", "DnsService", "NETNS_DIR", "NetworkError", "NetworkPlan", "PlanError",
+    "PodAddress", "PodNetwork", "ProxiedService", "ServicePort", "apply_table", "delete_table",
+    "ensure_bridge_netfilter", "home_digest", "hosts_text", "policy_rules", "proxy_rules", "resolv_conf", "table_name",
 ]
