@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from trimaran.runtime.network import NetworkPlan
+
 _SERVER = r"""
 import socket, sys, threading
 name, port = sys.argv[1], int(sys.argv[2])
@@ -99,6 +101,11 @@ class Lab:
 
     def service_ip(self, n: int) -> str:
         return str(ipaddress.ip_network(self.service_cidr)[n])
+
+    def plan(self) -> NetworkPlan:
+        """The lab as a home's network plan: its bridge, ranges and the kubernetes/DNS Service addresses."""
+        return NetworkPlan(self.bridge, self.pod_cidr, self.gateway, self.service_cidr, self.service_ip(10),
+                           self.service_ip(1), slot=0)
 
     def add_pod(self, name: str) -> str:
         netns = f"tsv-{self.tag}-{name}"

@@ -17,7 +17,7 @@ from trimaran.controllers.base import Key
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.controllers.workloads.service import ServiceReconciler
 from trimaran.runtime import LocalRuntime
-from trimaran.runtime.network import NetworkPlan, apply_table, delete_table
+from trimaran.runtime.network import apply_table, delete_table
 from trimaran.runtime.network._nft import list_table, table_exists
 from trimaran.store import SQLiteStore
 from trimaran.store.base import WatchEvent
@@ -52,8 +52,7 @@ def test_services_dns_and_policies_on_the_pod_network(tmp_path: Path):
     store = SQLiteStore(tmp_path / "t.db")
     store.ensure_namespace("default")
     store.ensure_namespace("team-a")
-    plan = NetworkPlan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1),
-                       slot=0)
+    plan = lab.plan()
     network = ClusterNetwork(tmp_path / "home", plan)
     services = ServiceReconciler(store, LocalRuntime(tmp_path / "home"), network)
     policies = NetworkPolicyReconciler(store, network)
@@ -168,8 +167,7 @@ def test_a_restarted_control_plane_keeps_the_services_until_it_has_seen_them(tmp
     lab = Lab()
     store = SQLiteStore(tmp_path / "t.db")
     store.ensure_namespace("team-a")
-    plan = NetworkPlan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1),
-                       slot=0)
+    plan = lab.plan()
     first = ClusterNetwork(tmp_path / "home", plan)
     second = ClusterNetwork(tmp_path / "home", plan)
     try:

@@ -19,7 +19,6 @@ from trimaran.controllers.base import Key
 from trimaran.controllers.workloads.network import ClusterNetwork
 from trimaran.controllers.workloads.service import ServiceReconciler
 from trimaran.runtime import LocalRuntime
-from trimaran.runtime.network import NetworkPlan
 from trimaran.runtime.network._proxy import sctp_sockets
 from trimaran.store import SQLiteStore
 
@@ -66,8 +65,7 @@ def cluster(tmp_path: Path) -> Iterator[PodNetworkServices]:
     lab = Lab()
     store = SQLiteStore(tmp_path / "t.db")
     store.ensure_namespace("team-a")
-    plan = NetworkPlan(lab.bridge, lab.pod_cidr, lab.gateway, lab.service_cidr, lab.service_ip(10), lab.service_ip(1),
-                       slot=0)
+    plan = lab.plan()
     network = ClusterNetwork(tmp_path / "home", plan)
     services = ServiceReconciler(store, LocalRuntime(tmp_path / "home"), network)
     try:
