@@ -140,7 +140,7 @@ def test_entrypoint_cmd_env_workdir_and_user_from_the_image(runtime: LocalRuntim
     lines = log.splitlines()
     assert lines[:5] == ["/srv/app", "1000", "1000", "hi by-pod /home/app", "from the image"]
     assert "No such file" in lines[5], "nothing of the host's /usr is visible"
-    assert wait_for(lambda: nothing_left(runtime.home), what="the overlay to go")
+    assert wait_for(lambda: nothing_left(runtime.home), timeout=60, what="the overlay to go")
 
 
 def test_run_as_user_overrides_the_image_user_and_run_as_non_root_checks_it(
@@ -212,4 +212,4 @@ def test_a_killed_shim_leaves_nothing_once_the_pod_is_removed(runtime: LocalRunt
     os.kill(__import__("json").loads(shim.read_text())["pid"], signal.SIGKILL)
     # A fresh runtime on the same home, as after a control-plane restart.
     LocalRuntime(runtime.home).remove_pod(uid)
-    assert wait_for(lambda: nothing_left(runtime.home), what="mounts and fuse-overlayfs to go")
+    assert wait_for(lambda: nothing_left(runtime.home), timeout=60, what="mounts and fuse-overlayfs to go")
