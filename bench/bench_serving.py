@@ -251,6 +251,103 @@ def trimaran_server(model_path: Path, root: Path, name: str, workers: int, batch
     return Server(name, label, "trimaran", argv, REPO, settings)
 
 
+@dataclass
+class IsvcServer(Server):
+    """Trimaran as a user reaches it: a control plane of its own (its home under the bench's temp dir), an
+    sklearn InferenceService on the same model.joblib with `workers` replicas (a replica is one model-server
+    process, as KServe's are one container each), measured at the InferenceService's `status.url` (the
+    router in front of the replicas). Its CPU is the control plane's, the router's and the replicas'."""
+    home: Path | None = None
+    replicas: int = 1
+    base_url: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}{self.path}"
+
+    def start(self, logdir: Path) -> None:
+        from trimaran.server.daemon import start_server
+
+        self.log = logdir / f"{self.name}.log"
+        os.environ["TRIMARAN_HOME"] = str(self.home)  # start_server's child reads it
+        os.environ["PYTHONPATH"] = str(REPO)
+        start_server(home=self.home)
+        manifest = self.home.parent / "isvc.json"
+        manifest.write_text(json.dumps({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+                                        "metadata": {"name": MODEL}, "spec": {"predictor": {
+                                            "minReplicas": self.replicas, "maxReplicas": self.replicas,
+                                            "model": {"modelFormat": {"name": "sklearn"}, "protocolVersion": "v2",
+                                                      "storageUri": str(self.cwd)}}}}))
+        with open(self.log, "wb") as log:
+            subprocess.run([PY, "-m", "trimaran.cli", "apply", "-f", str(manifest)], stdout=log,
+                           stderr=subprocess.STDOUT, check=True, env={**os.environ, **self.env})
+
+    def _status(self) -> dict:
+        out = subprocess.run([PY, "-m", "trimaran.cli", "get", "isvc", MODEL, "-o", "json"], capture_output=True,
+                             text=True, env={**os.environ, "TRIMARAN_HOME": str(self.home)})
+        return (json.loads(out.stdout).get("status") or {}) if out.returncode == 0 else {}
+
+    def wait_ready(self, timeout: float, in_a_row: int = 10) -> None:
+        deadline = time.monotonic() + timeout
+        status: dict = {}
+        while time.monotonic() < deadline:
+            status = self._status()
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []):
+                self.base_url = status["url"].rstrip("/")
+                self.http_port = int(self.base_url.rsplit(":", 1)[1])
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"InferenceService not Ready after {timeout:.0f} s: {status.get('conditions')}")
+        self.ready_path = f"/v2/models/{MODEL}/ready"
+        streak = 0
+        while time.monotonic() < deadline and streak < in_a_row:
+            try:
+                with urllib.request.urlopen(self.base_url + self.ready_path, timeout=2) as r:
+                    streak = streak + 1 if r.status == 200 else 0
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                streak = 0
+        if streak < in_a_row:
+            raise RuntimeError(f"{self.base_url}{self.ready_path} not answering 200")
+
+    def pids(self) -> list[int]:
+        """The control plane's process tree and every process whose command line names the home (the pods'
+        shims, the router, the replicas: they run from it)."""
+        import psutil
+
+        from trimaran.server.daemon import read_server_info
+
+        found: set[int] = set()
+        info = read_server_info(self.home) or {}
+        try:
+            root = psutil.Process(int(info.get("pid") or 0))
+            found |= {root.pid, *(c.pid for c in root.children(recursive=True))}
+        except (psutil.NoSuchProcess, ValueError):
+            pass
+        home = str(self.home)
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            if any(home in part for part in proc.info["cmdline"] or []):
+                found.add(proc.info["pid"])
+                found |= {c.pid for c in proc.children(recursive=True)}
+        return sorted(found)
+
+    def stop(self) -> None:
+        from trimaran.server.daemon import stop_pods, stop_server
+
+        if self.home and self.home.exists():
+            stop_server(self.home)
+            stop_pods(self.home, grace_seconds=1.0)
+
+
+def trimaran_isvc_server(model_path: Path, root: Path, workers: int) -> IsvcServer:
+    mdir = root / "trimaran-isvc" / "model"
+    mdir.mkdir(parents=True)
+    shutil.copy(model_path, mdir / "model.joblib")
+    return IsvcServer("trimaran-isvc", "Trimaran InferenceService", "trimaran", [], mdir,
+                      f"{workers} replicas of 1 worker behind the router, at status.url", has_grpc=False,
+                      home=root / "trimaran-isvc" / "home", replicas=workers)
+
+
 def mlserver_server(model_path: Path, root: Path, name: str, workers: int | None) -> Server:
     """`mlserver start` on a repository with settings.json and digits/model-settings.json."""
     base = root / name
@@ -557,7 +654,7 @@ def report(res: dict) -> list[str]:
                  f"{ceil['1']['calls_per_s']:,.0f} calls/s; "
                  f"32 rows {ceil['32']['calls_per_s']:,.0f} calls/s = {ceil['32']['rows_per_s']:,.0f} rows/s")
     measured = [s for s in res["servers"] if not s.get("error")]
-    ours_all = [n for n in ("trimaran", "trimaran-seldon") if any(s["name"] == n for s in measured)]
+    ours_all = [n for n in ("trimaran", "trimaran-isvc", "trimaran-seldon") if any(s["name"] == n for s in measured)]
     ours = "trimaran" if "trimaran" in ours_all else None
     peer_names = [s["name"] for s in measured if s["peer"] != "trimaran"]
     for cell in res["rest"]:
@@ -716,6 +813,8 @@ def main() -> None:
     ap.add_argument("--no-defaults", action="store_true", help="skip the peers' default configurations")
     ap.add_argument("--no-trimaran", action="store_true", help="peers only")
     ap.add_argument("--no-grpc", action="store_true", help="skip the gRPC runs")
+    ap.add_argument("--no-isvc", action="store_true",
+                    help="skip the InferenceService row (a control plane of its own, measured at status.url)")
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--rows", default="1,32")
     ap.add_argument("--workers", type=int, default=CORES, help=f"processes per server (default {CORES} = cores)")
@@ -789,6 +888,8 @@ def main() -> None:
                 servers.append(trimaran_server(model_path, tmp, "trimaran-batch", args.workers, batch=True))
             if "seldon" in wanted_peers:
                 servers.append(trimaran_seldon_server(model_path, tmp, args.workers))
+            if not args.no_isvc:
+                servers.append(trimaran_isvc_server(model_path, tmp, args.workers))
         else:
             print("trimaran/serving does not exist yet: measuring the peers only")
     if "mlserver" in wanted_peers:
