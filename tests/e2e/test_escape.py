@@ -15,9 +15,6 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
-import sys
-import sysconfig
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -26,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ControlPlaneHandle
-from tests.helpers import REPO, poll
+from tests.e2e.nobody import nobody_plane
+from tests.helpers import poll
 from trimaran.runtime import sandbox_available
 from trimaran.runtime.idmap import reserve_range
 from trimaran.runtime.sandbox import interpreter_paths
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap is not installed")
 
-NOBODY = 65534
 NAMESPACE = "escape"
 # Files of the home a pod must never read (the store holds every namespace's Secrets).
 HOME_SECRETS = ("trimaran.db", "tokens.json", "kubeconfig", "server.json", "pki/ca.key", "pki/sa.key")
@@ -134,32 +131,6 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def _start_as_nobody(home: Path) -> ControlPlaneHandle:
-    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
-    python, env = _interpreter_for_nobody(drop, dict(os.environ, TRIMARAN_HOME=str(home), HOME=str(home)))
-    started = subprocess.run([*drop, python, "-m", "trimaran.cli", "server", "start"], cwd=REPO, env=env,
-                             capture_output=True, text=True, timeout=120)
-    assert started.returncode == 0, started.stderr + (home / "server.log").read_text(errors="replace")
-    return ControlPlaneHandle(home=home, env=env)
-
-
-def _interpreter_for_nobody(drop: list[str], env: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """This checkout's Python as uid 65534 can run it: ours, else (a pyenv under /root, mode 0700)
-    the system's interpreter of the same version with our environment's packages on its path."""
-    same_version = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    tried = []
-    for python, packages in ((sys.executable, []), (same_version, [sysconfig.get_paths()["purelib"]])):
-        path = os.pathsep.join(p for p in (str(REPO), *packages, os.environ.get("PYTHONPATH")) if p)
-        candidate = dict(env, PYTHONPATH=path)
-        # Through env(1), as the CLI spawns the server: exec by path, directories searched as that user.
-        reach = subprocess.run([*drop, "env", python, "-c", "import trimaran.server"], cwd=REPO, env=candidate,
-                               capture_output=True, text=True, timeout=60)
-        if reach.returncode == 0:
-            return python, candidate
-        tried.append(f"{python}: {reach.stderr.strip().splitlines()[-1] if reach.stderr.strip() else reach.returncode}")
-    pytest.skip(f"uid {NOBODY} can run no Python with this checkout's packages ({'; '.join(tried)})")
-
-
 @contextlib.contextmanager
 def _subordinate_range(name: str) -> Iterator[None]:
     """A range of ``name``'s own in /etc/subuid and /etc/subgid while the test runs, as an
@@ -194,24 +165,9 @@ def escape_plane(request: pytest.FixtureRequest, plane_with) -> Iterator[Control
         pytest.skip("this user is already an ordinary one: the this-user run covers it")
     if request.param == "nobody-subuid" and not shutil.which("newuidmap"):
         pytest.skip("newuidmap is not installed (Debian's uidmap: scripts/bootstrap.sh installs it)")
-    from trimaran.server.daemon import stop_pods, stop_server
-
-    # pytest's tmp_path is private to root; the ordinary user's home must be its own.
-    base = Path(tempfile.mkdtemp(prefix="trimaran-escape-"))
-    home = base / "home"
-    home.mkdir()
-    os.chown(base, NOBODY, NOBODY)
-    os.chown(home, NOBODY, NOBODY)
     ranged = _subordinate_range("nobody") if request.param == "nobody-subuid" else contextlib.nullcontext()
-    try:
-        with ranged:
-            try:
-                yield _start_as_nobody(home)
-            finally:
-                stop_server(home)
-                stop_pods(home, grace_seconds=1.0)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with ranged, nobody_plane() as handle:
+        yield handle
 
 
 def test_a_pod_cannot_escape(escape_plane: ControlPlaneHandle, tmp_path: Path) -> None:

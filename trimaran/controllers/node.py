@@ -61,10 +61,13 @@ class NodeController(Reconciler):
     name = "node"
     kinds = ("Node",)
 
-    def __init__(self, store: Store, node: Node, on_change: Callable[[], None]) -> None:
+    def __init__(self, store: Store, node: Node, on_change: Callable[[], None],
+                 host_network_reason: str | None = None) -> None:
         """``on_change`` is called when what admission reads changed (labels, taints, cordon):
-        the kubelet looks at its pending pods again."""
+        the kubelet looks at its pending pods again. ``host_network_reason``: why pods share this
+        machine's network (None: each has its own), said once per start as a Node event."""
         super().__init__(store)
+        self.host_network_reason = host_network_reason
         self.node = node
         self.on_change = on_change
         self.key = Key("Node", "", node.name)
@@ -132,6 +135,11 @@ class NodeController(Reconciler):
             if not self._registered:
                 self._registered = True
                 self.store.record_event(self.node.reference(), "Normal", "Starting", "Starting kubelet.")
+                if self.host_network_reason:
+                    self.store.record_event(
+                        self.node.reference(), "Warning", "HostNetworkOnly",
+                        f"Pods share this machine's network ({self.host_network_reason}): Services are loopback "
+                        "addresses, containerPorts are this machine's ports and NetworkPolicy is not enforced")
             self._post_status(stored, wanted["status"])
         except Conflict:
             return CONFLICT_RETRY_SECONDS  # written meanwhile (a cordon): read it again

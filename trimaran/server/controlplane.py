@@ -122,7 +122,9 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     runtime.network = PodNetwork.from_env(home)
     set_pod_network(runtime.network is not None)
     kubelet = Kubelet(store, runtime, node)
-    node_controller = NodeController(store, node, on_change=lambda: kubelet.wake(SCHEDULE_KEY))
+    host_network_reason = None if runtime.network else PodNetwork.unavailable()
+    node_controller = NodeController(store, node, on_change=lambda: kubelet.wake(SCHEDULE_KEY),
+                                     host_network_reason=host_network_reason)
     kubelet.node_changed = node_controller.changed
     trials = TrialReconciler(store, runtime)
     # One allocator: training replicas and serving replicas share loopback (training replicas keep
@@ -141,8 +143,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet, node_controller,
         DeploymentReconciler(store, ports), services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
-        GarbageCollector(store),
-        *([NetworkPolicyReconciler(store, cluster_network)] if cluster_network is not None else [])])
+        GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs, cluster_network=cluster_network)
 

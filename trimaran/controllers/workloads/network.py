@@ -209,24 +209,35 @@ def ensure_system_services(store: Store, network: ClusterNetwork, api_port: int)
 
 class NetworkPolicyReconciler(Reconciler):
     """Every NetworkPolicy, over the pods and namespaces they select, as one part of the home's
-    table: any change of a policy, a pod or a namespace renders them all again (one key)."""
+    table: any change of a policy, a pod or a namespace renders them all again (one key).
+
+    Without a pod network (``network`` None, ``off_reason`` why) nothing can enforce a policy, as on
+    a cluster whose network plugin does not: each policy gets a ``NotEnforced`` warning saying so,
+    rather than a silence that reads as isolation."""
 
     name = "networkpolicy"
     kinds = ("NetworkPolicy",)
     watches = ("Pod", "Namespace")
 
-    def __init__(self, store: Store, network: ClusterNetwork) -> None:
+    def __init__(self, store: Store, network: ClusterNetwork | None, off_reason: str | None = None) -> None:
         super().__init__(store)
         self.network = network
+        self.off_reason = off_reason
+        self._warned: set[str] = set()
 
     def initial_keys(self) -> Iterable[Key]:
         return [_ALL]
 
     def keys_for_event(self, event: WatchEvent) -> list[Key]:
+        if self.network is None and event.object.get("kind") != "NetworkPolicy":
+            return []  # the pods a policy selects matter only where it is enforced
         return [_ALL]
 
     def reconcile(self, key: Key) -> float | None:
         policies: list[dict[str, Any]] = self.store.list("NetworkPolicy", shared=True)
+        if self.network is None:
+            self._warn(policies)
+            return None
         if not policies:
             self.network.set_policies("")
             return None
@@ -234,3 +245,14 @@ class NetworkPolicyReconciler(Reconciler):
         namespaces = self.store.list("Namespace", shared=True)
         self.network.set_policies(policy_rules(policies, pods, namespaces))
         return None
+
+    def _warn(self, policies: list[dict[str, Any]]) -> None:
+        uids = {p["metadata"]["uid"] for p in policies}
+        self._warned &= uids
+        for policy in policies:
+            if policy["metadata"]["uid"] in self._warned:
+                continue
+            self.store.record_event(policy, "Warning", "NotEnforced",
+                                    f"NetworkPolicy is not enforced on this node: pods share this machine's "
+                                    f"network ({self.off_reason})")
+            self._warned.add(policy["metadata"]["uid"])

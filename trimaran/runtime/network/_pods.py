@@ -68,6 +68,14 @@ class PodAddress:
     netns: str | None  # None: the host's network (hostNetwork)
 
 
+def _mode(env: Mapping[str, str]) -> str:
+    return (env.get("TRIMARAN_POD_NETWORK") or "auto").lower()
+
+
+def _cni_path(env: Mapping[str, str]) -> list[str]:
+    return [p for p in (env.get("TRIMARAN_CNI_PATH") or "").split(":") if p] or list(DEFAULT_CNI_PATH)
+
+
 def _nat_table(home: Path) -> str:
     return f"trimaran-nat-{home_digest(home)}"
 
@@ -139,25 +147,33 @@ class PodNetwork:
     # -- construction -----------------------------------------------------------------------------
     @classmethod
     def from_env(cls, home: Path, env: Mapping[str, str] | None = None) -> PodNetwork | None:
-        """The home's pod network, or None where pods keep the host's network: ``TRIMARAN_POD_NETWORK``
-        is ``off``, or (``auto``, the default) the control plane is not root or lacks ``ip``,
-        ``nft``, ``iptables`` or the CNI plugins (``TRIMARAN_CNI_PATH``, else /usr/lib/cni and
-        /opt/cni/bin). ``on`` raises ``NetworkError`` instead of falling back."""
+        """The home's pod network, or None where pods keep the host's network (``unavailable`` says
+        why). ``TRIMARAN_POD_NETWORK=on`` raises ``NetworkError`` instead of falling back."""
         env = os.environ if env is None else env
-        mode = (env.get("TRIMARAN_POD_NETWORK") or "auto").lower()
-        if mode in ("off", "0", "false", "no"):
-            return None
-        cni_path = [p for p in (env.get("TRIMARAN_CNI_PATH") or "").split(":") if p] or list(DEFAULT_CNI_PATH)
+        reason = cls.unavailable(env)
+        if reason is None:
+            return cls(home, reserve_plan(home), _cni_path(env))
+        if _mode(env) == "on":
+            raise NetworkError(f"TRIMARAN_POD_NETWORK=on, but {reason}")
+        log.info("pods share the host's network: %s", reason)
+        return None
+
+    @staticmethod
+    def unavailable(env: Mapping[str, str] | None = None) -> str | None:
+        """Why pods keep the host's network, in words (None: they get a pod network):
+        ``TRIMARAN_POD_NETWORK=off``, or (``auto``, the default, and ``on``) what the pod network
+        needs and this machine lacks: root (an ordinary user's control plane cannot make bridges,
+        network namespaces or nftables rules on the host), ``ip``, ``nft``, ``iptables`` or the CNI
+        plugins (``TRIMARAN_CNI_PATH``, else /usr/lib/cni and /opt/cni/bin)."""
+        env = os.environ if env is None else env
+        if _mode(env) in ("off", "0", "false", "no"):
+            return "TRIMARAN_POD_NETWORK=off"
+        cni_path = _cni_path(env)
         missing = [f"the CNI plugin {p!r} (in {':'.join(cni_path)})" for p in _REQUIRED if not find_plugin(p, cni_path)]
         missing += [tool for tool in ("ip", "nft", "iptables") if shutil.which(tool) is None]
         if os.geteuid() != 0:
             missing.insert(0, "root (the control plane runs as an ordinary user)")
-        if missing:
-            if mode == "on":
-                raise NetworkError(f"TRIMARAN_POD_NETWORK=on, but the pod network needs {', '.join(missing)}")
-            log.info("pods share the host's network: no %s", ", ".join(missing))
-            return None
-        return cls(home, reserve_plan(home), cni_path)
+        return f"the pod network needs {', '.join(missing)}" if missing else None
 
     @classmethod
     def remove_home(cls, home: Path, env: Mapping[str, str] | None = None) -> bool:
@@ -169,8 +185,7 @@ class PodNetwork:
             plan = NetworkPlan(**{k: data[k] for k in NetworkPlan.__dataclass_fields__})
         except (OSError, ValueError, TypeError, KeyError):
             return False
-        cni_path = [p for p in (env.get("TRIMARAN_CNI_PATH") or "").split(":") if p] or list(DEFAULT_CNI_PATH)
-        network = cls(home, plan, cni_path, ensure=False)
+        network = cls(home, plan, _cni_path(env), ensure=False)
         network.sweep(())
         _ip("link", "delete", plan.bridge, check=False)
         delete_table(table_name(str(home)))  # its Services and NetworkPolicies (_proxy, _policy)
