@@ -2,10 +2,11 @@
 
 The controllers (except the kubelet's own: ``controllers/kubelet.py``, ``probes.py``, ``node.py``,
 and the kube-proxy/CoreDNS/NetworkPolicy agent of ``controllers/workloads/network.py``, which are the
-node), the API's log, exec, attach and port-forward routes, Katib's DB manager and the dashboard
-hold a :class:`NodeAPI`, never the runtime's files: so the node could be a real cluster's kubelet,
-whose API (``/containerLogs``, ``/exec``, ``/attach``, ``/stats``) and device plugins, local-path
-provisioner and CRI answer the same questions. :class:`~trimaran.runtime.local.LocalRuntime` is
+node, and the wiring that builds it: ``server/controlplane.py``, ``daemon.py``), the API's log,
+exec, attach and port-forward routes, Katib's DB manager and the dashboard hold a :class:`NodeAPI`,
+never the runtime's files: so the node could be a real cluster's kubelet, whose API
+(``/containerLogs``, ``/exec``, ``/attach``, ``/stats``), local-path provisioner and CRI answer the
+same questions. :class:`~trimaran.runtime.local.LocalRuntime` is
 the one implementation; ``tests/test_layers.py`` holds the control plane to this list.
 
 Paths in the answers (a log file, a pod's emptyDir, a claim's directory) are on this machine,

@@ -5,8 +5,8 @@ Service's namespace/name, the next free one on a clash), so its ports are its ow
 another Service, or a pod, uses the same number. ``<svc>``, ``<svc>.<ns>``, ``<svc>.<ns>.svc`` and
 ``<svc>.<ns>.svc.cluster.local`` resolve to it in every sandbox (``<svc>`` in the Service's own
 namespace, as cluster DNS searches it): they go into the hosts of pods started later (the kubelet
-asks `hosts_for`), and the hosts files of running pods are rewritten in place (they are bound into
-the sandbox by inode).
+asks `hosts_for`), and the node rewrites the hosts files of running pods in place
+(``NodeAPI.update_service_hosts``: they are bound into the sandbox by inode).
 
 Traffic to ``clusterIP:port`` goes through `ServiceProxy` to the ready pods behind the selector
 (round-robin), at each pod's ``targetPort``: a number, or a container port's name, as the pod
