@@ -154,7 +154,7 @@ def _rotated(tmp_path: Path, parts: list[bytes]) -> list[Path]:
 
 
 def _read_from(files: list[Path], start: tuple[int, int]) -> bytes:
-    cursor = _LogCursor(files[-1], files, *start)
+    cursor = _LogCursor(lambda: log_files(files[-1]), files, *start)
     read = b""
     while chunk := cursor.read(None):
         read += chunk
@@ -174,7 +174,7 @@ def test_a_tail_reaches_back_across_rotated_files(tmp_path: Path) -> None:
 def test_a_cursor_follows_a_rotation_without_losing_or_repeating(tmp_path: Path) -> None:
     live = tmp_path / "0.log"
     live.write_bytes(b"one\n")
-    cursor = _LogCursor(live, log_files(live), 0, 0)
+    cursor = _LogCursor(lambda: log_files(live), log_files(live), 0, 0)
     assert cursor.read(None) == b"one\n" and cursor.read(None) == b""
     with live.open("ab") as handle:
         handle.write(b"two\n")  # written, then the file rotated twice before the next read

@@ -19,6 +19,7 @@ _EXPORTS = {
     "sandbox": ["SandboxUnavailable", "sandbox_available", "build_argv", "hosts_file"],
     "serviceaccount": ["ServiceAccountAccess"],
     "local": ["LocalRuntime", "PodProcessStatus", "ContainerStatus", "PodNotFound", "ImageRun"],
+    "nodeapi": ["NodeAPI"],
 }
 __getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         container_requests,
         pod_requests,
     )
+    from trimaran.runtime.nodeapi import NodeAPI
     from trimaran.runtime.sandbox import SandboxUnavailable, build_argv, hosts_file, sandbox_available
     from trimaran.runtime.serviceaccount import ServiceAccountAccess
     from trimaran.runtime.volumes import Mount, PodVolume, VolumeError, container_mounts, prepare_volumes

@@ -41,6 +41,7 @@ run directory once per run and handed to bubblewrap by the shim.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import shutil
@@ -56,12 +57,12 @@ from pathlib import Path, PurePosixPath
 
 from trimaran.api.meta import pod_hostname
 from trimaran.api.quantity import QuantityError, parse_memory
-from trimaran.runtime import cgroups, oci
+from trimaran.runtime import cgroups, claims, oci
 from trimaran.runtime import shim as _shim
 from trimaran.runtime import streaming as _streaming
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
-from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, pods_range
+from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, hand_to_pods, pods_range
 from trimaran.runtime.network import CLUSTER_DOMAIN, PodAddress, PodNetwork, resolv_conf
 from trimaran.runtime.node import Node, StorageUsage, container_requests
 from trimaran.runtime.qos import container_resources, pod_cgroup, pod_pids_limit_from_env
@@ -84,6 +85,7 @@ __all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "Lo
            "log_files", "log_rotation_from_env"]
 
 _SHIM = str(Path(_shim.__file__).resolve())
+_SERVICE_MARK = "  # trimaran service"  # ends the /etc/hosts lines update_service_hosts owns
 _STOP_SLACK_S = 5.0  # beyond the grace period, before the runtime kills what the shim did not
 _POLL_S = 0.01
 
@@ -143,6 +145,8 @@ class ImageRun:
     working_dir: str = ""
     user: str = ""
 
+
+log = logging.getLogger(__name__)
 
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # containerd's
 
@@ -974,6 +978,54 @@ class LocalRuntime:
     def delete_logs(self, namespace: str, pod_name: str) -> None:
         """Forget a deleted pod's logs."""
         shutil.rmtree(self._pod_log_dir(namespace, pod_name), ignore_errors=True)
+
+    # -- what controllers ask of the node besides pods (see NodeAPI) --------------------------
+
+    def update_service_hosts(self, pod_uid: str, hosts: Mapping[str, str]) -> None:
+        """Make ``hosts`` (name → IP) the Services' lines of the running pod's /etc/hosts, in place
+        (each run's file is bound into its sandbox by inode), as cluster DNS would answer them."""
+        lines = [f"{ip}\t{name}{_SERVICE_MARK}\n" for name, ip in hosts.items()]
+        for path in (run / "hosts" for run in self._runs(pod_uid)):
+            try:
+                with open(path, "r+", encoding="utf-8") as handle:
+                    kept = [line for line in handle if not line.endswith(_SERVICE_MARK + "\n")]
+                    handle.seek(0)
+                    handle.write("".join(kept + lines))
+                    handle.truncate()
+            except FileNotFoundError:
+                continue  # a run that failed before its sandbox was made
+            except OSError as exc:
+                log.warning("cannot update %s: %s", path, exc)
+
+    def pod_at_address(self, ip: str) -> tuple[str, str] | None:
+        """``(namespace, name)`` of the pod that has ``ip`` on the pod network now, or None (also
+        where pods share the host's network)."""
+        return self.network.pod_at(ip) if self.network is not None else None
+
+    def provision_claim(self, namespace: str, claim: str, *, reclaim_delete: bool) -> str:
+        """Provision the claim's local volume (a directory, idempotent); where it lies, to show."""
+        return str(claims.provision(self.home, namespace, claim, reclaim_delete))
+
+    def release_claim(self, namespace: str, claim: str) -> None:
+        """The claim is deleted: remove its volume where it goes with it."""
+        claims.release(self.home, namespace, claim)
+
+    def released_claims(self) -> list[tuple[str, str]]:
+        """``(namespace, claim)`` of volumes that go with their claims and are still here."""
+        return claims.released(self.home)
+
+    def seed_claim_path(self, namespace: str, claim: str, sub_path: str, copy_of: str | None) -> bool:
+        """Make ``sub_path`` of the claim's volume, a copy of its sibling ``copy_of`` (see
+        ``claims.seed_sub_path``); False when that is missing and it starts empty."""
+        return claims.seed_sub_path(self.home, namespace, claim, sub_path, copy_of)
+
+    def make_pod_writable(self, path: Path) -> None:
+        """Make the host directory ``path``, where it is missing, for pods to write in through a
+        ``hostPath`` volume: world-writable and, as root, the pods' root's, as an emptyDir (its
+        missing parents are made as any directory). Raises ``OSError``."""
+        if not path.is_dir():
+            path.mkdir(parents=True, exist_ok=True)
+            hand_to_pods(path)
 
 
 def _idmap(name: str, security: ContainerSecurity, pods: PodsRange | None) -> IdMap | None:

@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from trimaran.api.core import GCSFUSE_DRIVER, STORAGE_DRIVER
 from trimaran.api.quantity import QuantityError, parse_memory
+from trimaran.runtime.claims import claim_dir
 from trimaran.runtime.env import ConfigError, Lookup, config_data, expand
 
 __all__ = ["STORAGE_INITIALIZER", "VolumeError", "Mount", "PodVolume", "Owner", "prepare_volumes",
@@ -251,7 +252,7 @@ def prepare_volumes(
             claim = volume["persistentVolumeClaim"]
             claim_name = str(claim.get("claimName") or "")
             _relative(claim_name, "claimName")
-            path = home / "volumes" / namespace / claim_name
+            path = claim_dir(home, namespace, claim_name)
             path.mkdir(parents=True, exist_ok=True)
             if owner is not None and path.stat().st_uid == os.geteuid():
                 # Made by the control plane (now, or before pods had ids of their own).

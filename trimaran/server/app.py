@@ -92,8 +92,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     store = plane.store
     app = FastAPI(title="Trimaran control plane", version="0.1.0", openapi_url=None, docs_url=None,
                   redoc_url=None)
-    kube = KubeAPI(store, hub, plane.kubelet.runtime.log_path, Policy.default(plane.pod_security),
-                   node=plane.kubelet.runtime)
+    kube = KubeAPI(store, hub, plane.kubelet.runtime, Policy.default(plane.pod_security))
 
     app.add_middleware(TokenMiddleware, tokens=tokens)
     app.add_middleware(_ClientDisconnects)
@@ -142,7 +141,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     app.router.routes.extend(routes(kube, server_address, started))
     app.include_router(dashboard_router(plane))
     app.include_router(monitoring_router(store))
-    collector = ControlPlaneCollector(store, plane.manager, plane.kubelet.runtime.node)
+    collector = ControlPlaneCollector(store, plane.manager, plane.kubelet.node)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

@@ -132,14 +132,15 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     ports = PortAllocator(pod_network=runtime.network is not None)
     # Services, cluster DNS and NetworkPolicy over the pod network (kube-proxy, CoreDNS, a policy agent).
     cluster_network = ClusterNetwork(home, runtime.network.plan) if runtime.network is not None else None
-    services = ServiceReconciler(store, runtime, cluster_network)
+    services = ServiceReconciler(store, runtime, cluster_network, home=home)
     kubelet.namespace_hosts = services.hosts_for
     trainjobs = TrainJobReconciler(store, ports)
     manager = ControllerManager(store, [
         TrainingJobReconciler(store, ports, runtime), BatchJobReconciler(store),
         JobSetReconciler(store, pod_network=runtime.network is not None),
-        trainjobs, ClaimReconciler(store, home),
-        ExperimentReconciler(store), trials, InferenceServiceReconciler(store, home, ports, runtime),
+        trainjobs, ClaimReconciler(store, runtime),
+        ExperimentReconciler(store), trials, InferenceServiceReconciler(
+            store, home, ports, runtime, gateway=runtime.network.plan.gateway if runtime.network else "127.0.0.1"),
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet, node_controller,
         DeploymentReconciler(store, ports), services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
 
-from trimaran.runtime import LocalRuntime
+from trimaran.runtime import NodeAPI
 from trimaran.server.katib.dbmanager import PORT as KATIB_PORT
 from trimaran.server.katib.dbmanager import loopback_candidates
 from trimaran.server.keeper import SocketKeeper
@@ -149,7 +149,7 @@ def take_listeners(keeper: SocketKeeper, home: Path, host: str, port: int, pod_h
     return listeners
 
 
-def stop_pods_given(store: Store, runtime: LocalRuntime, lost: list[str], grace_seconds: float = 5.0) -> int:
+def stop_pods_given(store: Store, runtime: NodeAPI, lost: list[str], grace_seconds: float = 5.0) -> int:
     """Stop every running pod of ``runtime`` (each was given the addresses in ``lost``, which another
     process may now hold), with a Warning event on each; return how many. Call before the kubelet
     starts: it then sees them ended, and restarts them per their restartPolicy with the new addresses."""

@@ -32,8 +32,7 @@ from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_cond
 from trimaran.controllers.kubelet import runs_image
 from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang, waiting_reason
 from trimaran.pipelines import cache, dag, kubernetes, placeholders, roots
-from trimaran.runtime import ConfigError
-from trimaran.runtime.idmap import hand_to_pods
+from trimaran.runtime import ConfigError, NodeAPI
 from trimaran.store import AlreadyExists, NotFound, Store
 
 __all__ = ["RunReconciler", "kfp_runtime_dir"]
@@ -79,7 +78,7 @@ class RunReconciler(Reconciler):
     kinds = ("Run",)
     watches = ("Pod",)
 
-    def __init__(self, store: Store, home: Path, runtime: Any, image_policy: str = "host") -> None:
+    def __init__(self, store: Store, home: Path, runtime: NodeAPI, image_policy: str = "host") -> None:
         """``image_policy``: the kubelet's node policy, which says whether a step runs its image
         (and so needs the kfp runtime mounted) or is a host process."""
         super().__init__(store)
@@ -428,7 +427,7 @@ class RunReconciler(Reconciler):
         pip_stage = _pip_stage(command)
         if pip_stage is not None:
             command = ["sh", "-c", 'exec "$0" "$@"', *command[3:]]
-        _pod_dirs(root, f'{task.id.replace(".", "/")}/.kfp')
+        self._pod_dirs(root, f'{task.id.replace(".", "/")}/.kfp')
         container: dict[str, Any] = {
             "name": _CONTAINER, "image": container_spec.get("image") or "python:3.11",
             "env": env, "resources": _resources(container_spec.get("resources") or {}),
@@ -561,12 +560,17 @@ class RunReconciler(Reconciler):
                 else self.home / "pipelines" / "runs")
         root = base / meta["namespace"] / f"{meta['name']}-{meta['uid'][:8]}"
         try:
-            if not root.is_dir():
-                root.mkdir(parents=True, exist_ok=True)
-                hand_to_pods(root)
+            self.runtime.make_pod_writable(root)
         except OSError as exc:
             raise _TaskError(f"the pipeline root {root} cannot be made: {exc.strerror}") from None
         return root
+
+    def _pod_dirs(self, root: Path, relative: str) -> None:
+        """``root/relative`` and the directories on its way, made for the task's pod to write in."""
+        path = root
+        for part in relative.split("/"):
+            path = path / part
+            self.runtime.make_pod_writable(path)
 
 
 def _artifact_uris(task: dict) -> list[str]:
@@ -709,12 +713,3 @@ def _check_host_packages(packages: list[str]) -> None:
                          "(--image-policy image) with their wheels in $TRIMARAN_HOME/pipelines/wheels "
                          "(pipelines do not download packages while they run)")
 
-
-def _pod_dirs(root: Path, relative: str) -> None:
-    """``root/relative`` and the directories on its way, made for the task's pod to write in."""
-    path = root
-    for part in relative.split("/"):
-        path = path / part
-        if not path.is_dir():
-            path.mkdir(exist_ok=True)
-            hand_to_pods(path)

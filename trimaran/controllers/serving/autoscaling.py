@@ -13,6 +13,7 @@ from collections.abc import Callable
 import psutil
 
 from trimaran.api.quantity import parse_cpu, parse_memory
+from trimaran.runtime import NodeAPI
 from trimaran.serving.autoscaler import HPA, KPA, Decision, HPAConfig, KPAConfig
 
 __all__ = ["ResourceSampler", "RevisionScaler"]
@@ -94,7 +95,7 @@ class ResourceSampler:
     """Mean CPU or memory use of a revision's replicas as a percentage of their request (what the HPA
     reads): CPU as the rate of CPU seconds between two samples, memory as resident set size."""
 
-    def __init__(self, runtime: object) -> None:
+    def __init__(self, runtime: NodeAPI | None) -> None:
         self.runtime = runtime
         self._last: dict[str, tuple[float, float]] = {}
 
@@ -124,7 +125,7 @@ class ResourceSampler:
         if self.runtime is None:
             return None
         try:
-            state = self.runtime.pod_status(uid)  # type: ignore[attr-defined]
+            state = self.runtime.pod_status(uid)
         except Exception:  # noqa: BLE001 - a pod that just went away has nothing to report
             return None
         total = 0.0

@@ -69,6 +69,7 @@ from trimaran.controllers.serving.pods import (
 )
 from trimaran.controllers.serving.revisions import Rollout, plan_traffic, revision_name, spec_hash
 from trimaran.controllers.serving.routes import DOMAIN, RouterClient, RoutesFile, fixed_ingress_port
+from trimaran.runtime import NodeAPI
 from trimaran.serving.storage import (
     INITIALIZER_NAME,
     STORAGE_CONFIG_SECRET,
@@ -103,13 +104,14 @@ class InferenceServiceReconciler(Reconciler):
     kinds = ("InferenceService",)
     watches = ("Pod",)
 
-    def __init__(self, store: Store, home: Path, ports: PortAllocator | None = None, runtime: object = None) -> None:
+    def __init__(self, store: Store, home: Path, ports: PortAllocator | None = None, runtime: NodeAPI | None = None,
+                 gateway: str = "127.0.0.1") -> None:
+        """``gateway``: where pods reach this machine (the pod network's bridge, else loopback)."""
         super().__init__(store)
         self.home = home
         self.ports = ports or PortAllocator()
         self.runtime = runtime
-        network = getattr(runtime, "network", None)
-        self.routes = RoutesFile(home / "serving", self.ports, network.plan.gateway if network else "127.0.0.1")
+        self.routes = RoutesFile(home / "serving", self.ports, gateway)
         self.scalers: dict[tuple[str, str, str], RevisionScaler] = {}  # (namespace, isvc, revision)
         self.usage = ResourceSampler(runtime)
         for pod in store.list("Pod"):

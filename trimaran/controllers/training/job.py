@@ -53,6 +53,7 @@ from trimaran.controllers.training.framework import (
     framework_for,
     frameworks,
 )
+from trimaran.runtime import NodeAPI
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ PREREQUISITE_POLL = 0.2
 class TrainingJobReconciler(Reconciler):
     name = "training"
 
-    def __init__(self, store: Store, ports: PortAllocator | None = None, runtime: object | None = None) -> None:
+    def __init__(self, store: Store, ports: PortAllocator | None = None, runtime: NodeAPI | None = None) -> None:
         super().__init__(store)
         self.usage = ResourceSampler(runtime)
         self.kinds = tuple(f.kind for f in frameworks())

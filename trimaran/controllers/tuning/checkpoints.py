@@ -4,20 +4,17 @@ Katib gives a FromVolume experiment's suggestion a PersistentVolumeClaim named
 ``<experiment>-<algorithm>``, deleted with the experiment; pbt mounts it into every trial's
 primary container at ``suggestion_trial_dir`` with subPath ``<experiment>/<trial>``, and fills that
 directory with a copy of the parent trial's before the trial starts. Here the claim is an ordinary
-PersistentVolumeClaim object owned by the Experiment (a directory under
-``$TRIMARAN_HOME/volumes``), annotated so that its directory goes with it.
+PersistentVolumeClaim object owned by the Experiment (a local volume the node provisions),
+annotated so that its directory goes with it.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 from trimaran.controllers.pods import owner_reference
-from trimaran.controllers.volumes import RECLAIM_ANNOTATION, claim_dir
-from trimaran.runtime.idmap import hand_to_pods
+from trimaran.controllers.volumes import RECLAIM_ANNOTATION
+from trimaran.runtime import NodeAPI
 from trimaran.tuning import PBT_PARENT_LABEL
 from trimaran.tuning._labels import EXPERIMENT_LABEL
 
@@ -79,37 +76,8 @@ def checkpoint_mount(experiment: dict, trial: dict) -> CheckpointMount | None:
                            parent=labels.get(PBT_PARENT_LABEL))
 
 
-def prepare_checkpoint(home: Path, namespace: str, mount: CheckpointMount) -> bool:
-    """Create the trial's directory in the claim as a copy of its parent's (empty without one).
-
-    Idempotent across a crash: the copy is made beside the target and renamed into place, so the
-    directory either does not exist or is complete; a half-made copy is thrown away and redone.
-    Returns False when the parent's directory is missing (the trial then starts empty).
-    """
-    root = claim_dir(home, namespace, mount.claim)
-    target = root / mount.sub_path
-    if target.is_dir():
-        return True
-    partial = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    source = target.with_name(mount.parent) if mount.parent else None
-    found = source is None or source.is_dir()
-    if source is not None and found:
-        shutil.copytree(source, partial, symlinks=True)
-        _same_owners(source, partial)
-    else:
-        partial.mkdir()
-        hand_to_pods(partial)
-    os.rename(partial, target)
-    return found
-
-
-def _same_owners(source: Path, copy: Path) -> None:
-    """Give the copy the owners of what it copies (``copytree`` makes everything the control
-    plane's): the trial writes its checkpoint files as the ids its parent wrote them with."""
-    for directory, dirs, files in os.walk(source):
-        for name in [".", *dirs, *files]:
-            original = Path(directory, name)
-            info = original.lstat()
-            os.lchown(copy / original.relative_to(source), info.st_uid, info.st_gid)
+def prepare_checkpoint(node: NodeAPI, namespace: str, mount: CheckpointMount) -> bool:
+    """Create the trial's directory in the claim's volume as a copy of its parent's (empty without
+    one), on the node that holds the volume (see ``runtime/claims.py``: crash-safe, idempotent).
+    Returns False when the parent's directory is missing (the trial then starts empty)."""
+    return node.seed_claim_path(namespace, mount.claim, mount.sub_path, mount.parent)

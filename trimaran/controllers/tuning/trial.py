@@ -20,7 +20,7 @@ from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion, waiting_reason
 from trimaran.controllers.tuning.checkpoints import CheckpointMount, checkpoint_mount, prepare_checkpoint
 from trimaran.controllers.tuning.records import experiment_of, trial_records
-from trimaran.runtime import LocalRuntime
+from trimaran.runtime import NodeAPI
 from trimaran.store import AlreadyExists, NotFound, Store
 from trimaran.tuning._labels import TRIAL_LABEL
 from trimaran.tuning.early_stopping import get_early_stopper
@@ -51,7 +51,7 @@ class TrialReconciler(Reconciler):
     kinds = ("Trial",)
     watches = JOB_KINDS
 
-    def __init__(self, store: Store, runtime: LocalRuntime, api_url: str | None = None,
+    def __init__(self, store: Store, runtime: NodeAPI, api_url: str | None = None,
                  tracker: Tracker | None = None) -> None:
         super().__init__(store)
         self.runtime = runtime
@@ -191,7 +191,7 @@ class TrialReconciler(Reconciler):
         exists, so the job never starts without it."""
         experiment = experiment_of(self.store, trial)
         mount = checkpoint_mount(experiment, trial) if experiment else None
-        if mount is not None and not prepare_checkpoint(self.runtime.home, trial["metadata"]["namespace"], mount):
+        if mount is not None and not prepare_checkpoint(self.runtime, trial["metadata"]["namespace"], mount):
             self.store.record_event(trial, "Warning", "CheckpointMissing",
                                     f"parent trial {mount.parent} left no checkpoint directory; starting empty")
         return mount

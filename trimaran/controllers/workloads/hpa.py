@@ -34,6 +34,7 @@ from trimaran.controllers.base import Key, Reconciler
 from trimaran.controllers.conditions import get_condition, now_rfc3339, set_condition
 from trimaran.controllers.pods import is_terminating, phase
 from trimaran.controllers.serving.autoscaling import ResourceSampler
+from trimaran.runtime import NodeAPI
 from trimaran.store import Conflict, NotFound, Store
 
 __all__ = ["HorizontalPodAutoscalerReconciler", "Recommendation", "ScalingHistory", "replicas_for_usage"]
@@ -228,7 +229,7 @@ class HorizontalPodAutoscalerReconciler(Reconciler):
     name = "horizontalpodautoscaler"
     kinds = ("HorizontalPodAutoscaler",)
 
-    def __init__(self, store: Store, runtime: object, sync_period: float | None = None) -> None:
+    def __init__(self, store: Store, runtime: NodeAPI | None, sync_period: float | None = None) -> None:
         super().__init__(store)
         self.sampler = ResourceSampler(runtime)
         self.sync_period = sync_period if sync_period is not None else float(

@@ -35,15 +35,16 @@ from trimaran.runtime.network import (
     NetworkPlan,
     ProxiedService,
     apply_table,
+    delete_flows,
     delete_table,
     ensure_bridge_netfilter,
     hosts_text,
     policy_rules,
     proxy_rules,
+    stale_tables,
+    stale_udp_flows,
     table_name,
 )
-from trimaran.runtime.network._nft import stale_tables
-from trimaran.runtime.network._proxy import delete_flows, stale_udp_flows
 from trimaran.store import AlreadyExists, Conflict, Store
 from trimaran.store.base import WatchEvent
 

@@ -5,8 +5,8 @@ Service's namespace/name, the next free one on a clash), so its ports are its ow
 another Service, or a pod, uses the same number. ``<svc>``, ``<svc>.<ns>``, ``<svc>.<ns>.svc`` and
 ``<svc>.<ns>.svc.cluster.local`` resolve to it in every sandbox (``<svc>`` in the Service's own
 namespace, as cluster DNS searches it): they go into the hosts of pods started later (the kubelet
-asks `hosts_for`), and the hosts files of running pods are rewritten in place (they are bound into
-the sandbox by inode).
+asks `hosts_for`), and the node rewrites the hosts files of running pods in place
+(``NodeAPI.update_service_hosts``: they are bound into the sandbox by inode).
 
 Traffic to ``clusterIP:port`` goes through `ServiceProxy` to the ready pods behind the selector
 (round-robin), at each pod's ``targetPort``: a number, or a container port's name, as the pod
@@ -35,9 +35,8 @@ from trimaran.controllers.probes import resolve_port
 from trimaran.controllers.workloads.deployment import is_available
 from trimaran.controllers.workloads.network import ClusterNetwork
 from trimaran.controllers.workloads.proxy import Address, ServiceProxy
-from trimaran.runtime import LocalRuntime
-from trimaran.runtime.network import DnsService, ProxiedService, ServicePort
-from trimaran.runtime.network._proxy import sctp_sockets
+from trimaran.runtime import NodeAPI
+from trimaran.runtime.network import DnsService, ProxiedService, ServicePort, sctp_sockets
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 from trimaran.store.base import WatchEvent
 
@@ -46,16 +45,15 @@ __all__ = ["ServiceReconciler", "cluster_ip_candidates", "service_names"]
 log = logging.getLogger(__name__)
 
 _SECOND, _THIRD, _FOURTH = 254, 256, 254
-_MARK = "  # trimaran service"
 
 
 def service_names(name: str, namespace: str) -> list[str]:
     return [name, f"{name}.{namespace}", f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"]
 
 
-def cluster_ip_candidates(home: Path, namespace: str, name: str) -> list[str]:
-    """Addresses to try for a Service, first the one its digest names."""
-    digest = int.from_bytes(hashlib.sha256(f"{home}\0{namespace}/{name}".encode()).digest()[:8], "big")
+def cluster_ip_candidates(home: Path | None, namespace: str, name: str) -> list[str]:
+    """Addresses to try for a Service, first the one its digest (of the home and the name) names."""
+    digest = int.from_bytes(hashlib.sha256(f"{home or ''}\0{namespace}/{name}".encode()).digest()[:8], "big")
     space = _SECOND * _THIRD * _FOURTH
     out = []
     for step in range(64):
@@ -69,9 +67,13 @@ class ServiceReconciler(Reconciler):
     kinds = ("Service",)
     watches = ("Pod",)
 
-    def __init__(self, store: Store, runtime: LocalRuntime, network: ClusterNetwork | None = None) -> None:
+    def __init__(self, store: Store, runtime: NodeAPI, network: ClusterNetwork | None = None, *,
+                 home: Path | None = None) -> None:
+        """``home`` (the control plane's) seeds the digest loopback clusterIPs are drawn by, so two
+        homes on one machine pick apart."""
         super().__init__(store)
         self.runtime = runtime
+        self.home = home
         self.network = network
         if network is not None:  # a Service without a selector forwards to the Endpoints its owner writes
             self.watches = ("Pod", "Endpoints")
@@ -245,7 +247,7 @@ class ServiceReconciler(Reconciler):
     def _assign_ip(self, svc: dict) -> str | None:
         meta = svc["metadata"]
         taken = {(s.get("spec") or {}).get("clusterIP") for s in self.store.list("Service", shared=True)}
-        ip = next((c for c in cluster_ip_candidates(self.runtime.home, meta["namespace"], meta["name"])
+        ip = next((c for c in cluster_ip_candidates(self.home, meta["namespace"], meta["name"])
                    if c not in taken), None)
         if ip is None:
             raise RuntimeError("no free loopback address for the Service")
@@ -305,21 +307,11 @@ class ServiceReconciler(Reconciler):
             self._rewrite_hosts()
 
     def _rewrite_hosts(self) -> None:
-        """Bring the Services' lines of every running pod's /etc/hosts up to date, in place."""
+        """Bring the Services' lines of every running pod's /etc/hosts up to date."""
         for uid in self.runtime.running_pods():
             identity = self.runtime.pod_identity(uid)
-            if identity is None:
-                continue
-            lines = [f"{ip}\t{name}{_MARK}\n" for name, ip in self.hosts_for(identity[0]).items()]
-            for hosts in (self.runtime.home / "pods" / uid / "runs").glob("*/hosts"):
-                try:
-                    with open(hosts, "r+", encoding="utf-8") as handle:
-                        kept = [line for line in handle if not line.endswith(_MARK + "\n")]
-                        handle.seek(0)
-                        handle.write("".join(kept + lines))
-                        handle.truncate()
-                except OSError as exc:
-                    log.warning("cannot update %s: %s", hosts, exc)
+            if identity is not None:
+                self.runtime.update_service_hosts(uid, self.hosts_for(identity[0]))
 
     def shutdown(self) -> None:
         self.proxy.close()

@@ -10,14 +10,23 @@ in one nftables table per home (``apply_table``), and cluster DNS by dnsmasq (``
 from trimaran.runtime.network._cni import CniError
 from trimaran.runtime.network._dns import DOMAIN as CLUSTER_DOMAIN
 from trimaran.runtime.network._dns import ClusterDns, DnsService, hosts_text, resolv_conf
-from trimaran.runtime.network._nft import apply_table, delete_table, table_name
+from trimaran.runtime.network._nft import apply_table, delete_table, stale_tables, table_name
 from trimaran.runtime.network._plan import NetworkPlan, PlanError, home_digest
 from trimaran.runtime.network._pods import NETNS_DIR, NetworkError, PodAddress, PodNetwork
 from trimaran.runtime.network._policy import policy_rules
-from trimaran.runtime.network._proxy import ProxiedService, ServicePort, ensure_bridge_netfilter, proxy_rules
+from trimaran.runtime.network._proxy import (
+    ProxiedService,
+    ServicePort,
+    delete_flows,
+    ensure_bridge_netfilter,
+    proxy_rules,
+    sctp_sockets,
+    stale_udp_flows,
+)
 
 __all__ = [
     "CLUSTER_DOMAIN", "CniError", "ClusterDns", "DnsService", "NETNS_DIR", "NetworkError", "NetworkPlan", "PlanError",
-    "PodAddress", "PodNetwork", "ProxiedService", "ServicePort", "apply_table", "delete_table",
-    "ensure_bridge_netfilter", "home_digest", "hosts_text", "policy_rules", "proxy_rules", "resolv_conf", "table_name",
+    "PodAddress", "PodNetwork", "ProxiedService", "ServicePort", "apply_table", "delete_flows", "delete_table",
+    "ensure_bridge_netfilter", "home_digest", "hosts_text", "policy_rules", "proxy_rules", "resolv_conf",
+    "sctp_sockets", "stale_tables", "stale_udp_flows", "table_name",
 ]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from trimaran.runtime import LocalRuntime
+from trimaran.runtime import NodeAPI
 
 TAIL_LINES = 60
 _TAIL_BYTES = 64 * 1024
 
 
-def log_tail(runtime: LocalRuntime, namespace: str, pod: str, container: str | None,
+def log_tail(runtime: NodeAPI, namespace: str, pod: str, container: str | None,
              lines: int = TAIL_LINES) -> str | None:
     """The last ``lines`` lines of the container's latest attempt; None when it has no log (yet).
     Right after a rotation the live file is nearly empty: the end of the rotated one comes first."""

@@ -21,7 +21,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from trimaran.api.pipelines import FINISHED_RUN_STATES, FINISHED_TASK_STATES
 from trimaran.api.printers import age, elapsed
-from trimaran.runtime import LocalRuntime
+from trimaran.runtime import NodeAPI
 from trimaran.server.dashboard import html as h
 from trimaran.server.dashboard.charts import Series, chart
 from trimaran.server.dashboard.dag import build, svg
@@ -92,7 +92,7 @@ def _task_anchor(task_id: str) -> str:
     return f"task-{task_id}"
 
 
-def run_page(store: Store, runtime: LocalRuntime, run: dict) -> h.Page:
+def run_page(store: Store, runtime: NodeAPI, run: dict) -> h.Page:
     ns, name = run["metadata"]["namespace"], run["metadata"]["name"]
     spec, status = run["spec"], run.get("status") or {}
     tasks = status.get("tasks") or []
@@ -130,7 +130,7 @@ def _values(values: dict | None, empty: str) -> str:
     return h.table(["name", "value"], rows, empty=empty)
 
 
-def _task_section(runtime: LocalRuntime, run: dict, task: dict) -> str:
+def _task_section(runtime: NodeAPI, run: dict, task: dict) -> str:
     ns = run["metadata"]["namespace"]
     pairs = [("State", h.state(task.get("state") or "PENDING")), ("Component", h.esc(task.get("component"))),
              ("Duration", h.esc(elapsed(task.get("startedAt"), task.get("finishedAt")) or "-")),
@@ -245,7 +245,7 @@ def artifact_response(store: Store, namespace: str, name: str, uri: str, render:
     return FileResponse(real, media_type=media, headers=ARTIFACT_HEADERS)
 
 
-def add_routes(router: APIRouter, store: Store, runtime: LocalRuntime) -> None:
+def add_routes(router: APIRouter, store: Store, runtime: NodeAPI) -> None:
     """The runs pages on the dashboard's router."""
 
     def respond(render, headers: dict[str, str] = h.HEADERS) -> HTMLResponse:  # noqa: ANN001

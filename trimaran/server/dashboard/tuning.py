@@ -11,7 +11,7 @@ from trimaran.controllers.conditions import get_condition, is_true
 from trimaran.controllers.pods import owned_pods
 from trimaran.controllers.tuning.records import experiment_trials, metric_value, strategy_for
 from trimaran.controllers.tuning.trial import trial_state
-from trimaran.runtime import LocalRuntime
+from trimaran.runtime import NodeAPI
 from trimaran.server.dashboard import html as h
 from trimaran.server.dashboard.charts import Series, Style, chart
 from trimaran.server.dashboard.logs import log_tail
@@ -194,7 +194,7 @@ def _trials_table(exp: dict, trials: list[dict], best: str | None, front: list[s
     return h.table(headers, rows, classes, empty="no trials yet")
 
 
-def trial_page(store: Store, runtime: LocalRuntime, trial: dict) -> h.Page:
+def trial_page(store: Store, runtime: NodeAPI, trial: dict) -> h.Page:
     ns, name = trial["metadata"]["namespace"], trial["metadata"]["name"]
     state = trial_state(trial)
     objective = trial["spec"].get("objective") or {}

@@ -6,7 +6,7 @@ from trimaran.api import kinds
 from trimaran.api.printers import age, pod_status
 from trimaran.controllers.conditions import is_true
 from trimaran.controllers.pods import owned_pods
-from trimaran.runtime import LocalRuntime
+from trimaran.runtime import NodeAPI
 from trimaran.server.dashboard import html as h
 from trimaran.server.dashboard.logs import log_tail
 from trimaran.server.dashboard.tuning import experiment_finished
@@ -152,7 +152,7 @@ def isvc_page(store: Store, isvc: dict) -> h.Page:
     return h.Page(f"InferenceService {ns}/{name}", "".join(body), not settled(isvc))
 
 
-def pod_page(store: Store, runtime: LocalRuntime, pod: dict) -> h.Page:
+def pod_page(store: Store, runtime: NodeAPI, pod: dict) -> h.Page:
     ns, name, status = pod["metadata"]["namespace"], pod["metadata"]["name"], pod.get("status") or {}
     pairs = [("Status", h.state(pod_status(pod))), *_header(pod), ("IP", h.esc(status.get("podIP")))]
     for ref in pod["metadata"].get("ownerReferences") or []:

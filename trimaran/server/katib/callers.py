@@ -10,7 +10,7 @@ pod shares this machine's network, so a call is identified in one of two ways:
   forwarded, :mod:`.relay`, the caller's connection to the relay), asked of the kernel: the
   connection's socket (sock_diag), the processes holding it (``/proc/PID/fd``; all must be the same
   caller, as a socket can be handed over), and the pod each belongs to
-  (:meth:`LocalRuntime.pod_of_process`). A process of one of this home's
+  (:meth:`NodeAPI.pod_of_process`). A process of one of this home's
   pods acts for its namespace; a process outside every pod (the control plane's pid namespace)
   of the home's user or root acts as that user, who can read the admin kubeconfig anyway. Anything
   else (another local user, a pod of another home) is unauthenticated.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from trimaran.runtime import LocalRuntime
+from trimaran.runtime import NodeAPI
 from trimaran.server.tokens import Principal, TokenStore
 
 __all__ = ["Caller", "Callers"]
@@ -81,7 +81,7 @@ class _Connection:
 class Callers:
     """Identifies the callers of the gRPC server listening at ``server``."""
 
-    def __init__(self, tokens: TokenStore, runtime: LocalRuntime) -> None:
+    def __init__(self, tokens: TokenStore, runtime: NodeAPI) -> None:
         self.tokens = tokens
         self.runtime = runtime
         self.server: tuple[str, int] | None = None  # set once the server is bound
@@ -121,12 +121,10 @@ class Callers:
         if self.relayed is not None and client in self.relayed[0]:
             client, server = self.relayed[0][client], self.relayed[1]
             peer = f"ipv4:{client[0]}:{client[1]}>{server[0]}:{server[1]}"
-        network = self.runtime.network
-        if network is not None:
-            # On the pod network a pod's connection comes from its own address.
-            owner = network.pod_at(client[0])
-            if owner is not None:
-                return Caller(f"pod {owner[0]}/{owner[1]}", namespace=owner[0])
+        # On the pod network a pod's connection comes from its own address.
+        owner = self.runtime.pod_at_address(client[0])
+        if owner is not None:
+            return Caller(f"pod {owner[0]}/{owner[1]}", namespace=owner[0])
         with self._lock:
             known = self._by_peer.get(peer)
         # Still the same socket in the same process: then the peer's address is still its.

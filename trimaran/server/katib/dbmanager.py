@@ -39,7 +39,7 @@ from typing import Any
 import grpc
 
 from trimaran.controllers.tuning.trial import FINISHED, trial_state
-from trimaran.runtime import LocalRuntime
+from trimaran.runtime import NodeAPI
 from trimaran.server.katib.callers import Callers
 from trimaran.server.katib.proto import dbmanager_pb2 as pb
 from trimaran.server.katib.proto import dbmanager_pb2_grpc as pb_grpc
@@ -194,7 +194,7 @@ class DBManager:
         self.server.stop(grace).wait()
 
 
-def serve_dbmanager(store: Store, listener: socket.socket, *, tokens: TokenStore, runtime: LocalRuntime) -> DBManager:
+def serve_dbmanager(store: Store, listener: socket.socket, *, tokens: TokenStore, runtime: NodeAPI) -> DBManager:
     """Serve Katib's DBManager to the connections ``listener`` (a listening TCP socket) accepts,
     from callers that hold one of ``tokens`` or are ``runtime``'s pods or the home's user
     (:mod:`.callers`).
@@ -235,7 +235,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def start_dbmanager(store: Store, host: str, port: int = PORT, *, tokens: TokenStore,
-                    runtime: LocalRuntime) -> DBManager:
+                    runtime: NodeAPI) -> DBManager:
     """Serve Katib's DBManager on ``host:port`` (``port`` 0: any free one); see :func:`serve_dbmanager`.
 
     Raises ``OSError`` when the address cannot be bound (another process has it).
@@ -268,7 +268,7 @@ def bind_for_home(home: Path, port: int = PORT, attempts: int = 32,
 
 
 def start_dbmanager_for_home(store: Store, home: Path, port: int = PORT, attempts: int = 32, *,
-                             tokens: TokenStore, runtime: LocalRuntime) -> DBManager:
+                             tokens: TokenStore, runtime: NodeAPI) -> DBManager:
     """Serve Katib's DBManager on ``home``'s loopback address (:func:`bind_for_home`; ``tokens``
     and ``runtime``: see :func:`serve_dbmanager`)."""
     return serve_dbmanager(store, bind_for_home(home, port, attempts), tokens=tokens, runtime=runtime)

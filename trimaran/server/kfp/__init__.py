@@ -433,12 +433,12 @@ class _Api:
                              ("serviceAccountName", "service_account")):
             if body.get(theirs):
                 spec[ours] = body[theirs]
-        runtime = body.get("runtime_config") or {}
-        parameters = runtime.get("parameters") or {}
+        runtime_config = body.get("runtime_config") or {}
+        parameters = runtime_config.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise KfpError.invalid("runtime_config.parameters: must be an object")
-        if runtime.get("pipeline_root"):
-            spec["pipelineRoot"] = runtime["pipeline_root"]
+        if runtime_config.get("pipeline_root"):
+            spec["pipelineRoot"] = runtime_config["pipeline_root"]
         pipeline_spec = None
         if body.get("pipeline_spec") is not None:
             pipeline_spec, platform = _unwrap(body["pipeline_spec"])

@@ -1,12 +1,13 @@
 """``pods/log``: a container's log, as the kubelet serves it through kube-apiserver.
 
-A log is the live file and the files the shim rotated it into (``runtime/local.py: log_files``),
+A log is the live file and the files the shim rotated it into (the node's ``log_files``),
 read as one stream: ``tailLines``, ``sinceSeconds`` and ``limitBytes`` count across them, and a
 follow goes on into the new file when the live one is rotated."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -17,7 +18,7 @@ from typing import BinaryIO
 from starlette.responses import Response
 
 from trimaran.api.tuning import METRICS_COLLECTOR_CONTAINER, METRICS_LOGS_ANNOTATION
-from trimaran.runtime.local import log_files
+from trimaran.runtime import NodeAPI
 from trimaran.server.kube.errors import StatusError
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, Watcher, WatchHub
 from trimaran.store import NotFound
@@ -110,8 +111,10 @@ class _LogCursor:
     goes on with the file written after it, found again by inode, as the shim may have rotated
     several times since."""
 
-    def __init__(self, live: Path, files: list[Path], index: int, offset: int) -> None:
-        self.live = live
+    def __init__(self, listing: Callable[[], list[Path]], files: list[Path], index: int, offset: int) -> None:
+        """``listing()`` gives the log's files now (``files`` is one such answer), the live one last."""
+        self.listing = listing
+        self.live = files[-1]
         self._files = files[index:]
         self._offset = offset
         self._fh: BinaryIO | None = None
@@ -136,7 +139,7 @@ class _LogCursor:
         """The files written after the one being read, found by its inode among those kept now."""
         assert self._fh is not None
         inode = os.fstat(self._fh.fileno()).st_ino
-        files = log_files(self.live)
+        files = self.listing()
         for index, path in enumerate(files):
             try:
                 if path.stat().st_ino == inode:
@@ -212,9 +215,9 @@ async def _watch_pod(hub: WatchHub, pod: dict) -> tuple[Watcher, bool]:
         return watcher, (current.get("status") or {}).get("phase") in _ENDED
 
 
-def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path], pod: dict,
-            options: LogOptions, hold: Callable[[], Callable[[], None]] | None = None) -> Response:
-    """The response for one container's log; ``log_path(ns, pod, container, attempt)`` finds the file.
+def pod_log(hub: WatchHub, node: NodeAPI, pod: dict, options: LogOptions,
+            hold: Callable[[], Callable[[], None]] | None = None) -> Response:
+    """The response for one container's log, read from ``node``.
 
     A follow learns that its pod ended from ``hub`` (a watch of that pod: nothing to read from the
     store while it waits); it is counted with ``hold()`` (which may refuse it) and released when its
@@ -237,8 +240,12 @@ def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path]
     attempt = restarts - 1 if options.previous else None
     if options.previous and attempt < 0:
         raise StatusError.bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
-    path = log_path(namespace, name, container, attempt)
-    files = log_files(path)
+    if attempt is None:  # the latest, kept while a follow reads it
+        attempts = node.log_attempts(namespace, name, container)
+        attempt = attempts[-1] if attempts else 0
+    listing = functools.partial(node.log_files, namespace, name, container, attempt)
+    files = listing()
+    path = files[-1]
     if options.tail_lines is not None:
         index, start = _tail_start(files, options.tail_lines)
     elif options.since_seconds is not None:
@@ -248,7 +255,7 @@ def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path]
     budget = options.limit_bytes
 
     if not options.follow:
-        cursor = _LogCursor(path, files, index, start)
+        cursor = _LogCursor(listing, files, index, start)
         parts, remaining = [], budget
         try:
             while remaining is None or remaining > 0:
@@ -266,7 +273,7 @@ def pod_log(hub: WatchHub, log_path: Callable[[str, str, str, int | None], Path]
         return Response(data, media_type="text/plain")
 
     async def follow() -> AsyncIterator[bytes]:
-        cursor = _LogCursor(path, files, index, start)
+        cursor = _LogCursor(listing, files, index, start)
         remaining, line_start = budget, True
         pause = _FOLLOW_POLL
         ended = (pod.get("status") or {}).get("phase") in _ENDED or options.previous

@@ -45,7 +45,7 @@ from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired, Invalid
 
 if TYPE_CHECKING:
-    from trimaran.runtime.local import LocalRuntime
+    from trimaran.runtime import NodeAPI
 
 __all__ = ["EVENT", "KubeAPI", "MAX_BODY_BYTES", "Target"]
 
@@ -103,13 +103,11 @@ def _json_response(data: Any, status: int = 200, headers: dict[str, str] | None 
 class KubeAPI:
     """The resource handlers of one control plane."""
 
-    def __init__(self, store: Store, hub: WatchHub, log_path: Callable[..., Any], pod_security: Policy,
-                 node: LocalRuntime | None = None) -> None:
-        self.node = node  # exec, attach and port-forward reach pods through it (streaming.py)
+    def __init__(self, store: Store, hub: WatchHub, node: NodeAPI, pod_security: Policy) -> None:
+        self.node = node  # logs, exec, attach and port-forward reach pods through it (logs.py, streaming.py)
         self.store = store
         self.pod_security = PodSecurityAdmission(store, pod_security)
         self.hub = hub
-        self.log_path = log_path
         self._by_path: dict[tuple[str, str, str], KindInfo] = {}
         for info in kinds.all_kinds():
             self._by_path.setdefault((info.group, info.version, info.plural), info)
@@ -180,7 +178,7 @@ class KubeAPI:
     async def _serve(self, request: Request, target: Target, verb: str) -> Response:
         sub = target.subresource
         info = target.info
-        if sub in STREAMING and info.kind == "Pod" and target.name is not None and self.node is not None:
+        if sub in STREAMING and info.kind == "Pod" and target.name is not None:
             pod = await self._get(target)
             release = self.hub.streams.hold_for(request, sub)  # long-running, counted as watches are
             try:
@@ -473,7 +471,7 @@ class KubeAPI:
         options = LogOptions(params.get("container"), _flag(params.get("follow")), _flag(params.get("previous")),
                              _int_param(params, "tailLines"), _int_param(params, "sinceSeconds"),
                              _int_param(params, "limitBytes"), _flag(params.get("timestamps")))
-        return pod_log(self.hub, self.log_path, pod, options, lambda: self.hub.streams.hold_for(request, "log"))
+        return pod_log(self.hub, self.node, pod, options, lambda: self.hub.streams.hold_for(request, "log"))
 
     # Writes ----------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ and its connection taken over (``server/connections.py``) in one of these protoc
 Errors before the upgrade are worded as the kubelet words them (``container not found ("x")``,
 plain text, which kubectl prints after ``unable to upgrade connection:``); a port nobody listens
 on is the kubelet's ``error forwarding port P to pod NAME_NS, uid : ...`` on that connection's
-error stream. Exec runs through the node (``LocalRuntime.exec``: nsenter into the container);
+error stream. Exec runs through the node (``NodeAPI.exec``: nsenter into the container);
 port-forward connects to the pod's ``status.podIP``.
 
 Attach: containers have no stdin here (the shim gives them /dev/null), so attach follows the
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from trimaran.runtime.streaming import ContainerNotFound, ExecProcess
+from trimaran.runtime.nodeapi import ContainerNotFound, ExecProcess
 from trimaran.server.connections import TAKEOVER
 from trimaran.server.kube.errors import StatusError
 from trimaran.server.kube.wire import (
@@ -59,7 +59,7 @@ from trimaran.server.kube.wire import (
 from trimaran.server.tokens import Principal
 
 if TYPE_CHECKING:
-    from trimaran.runtime.local import LocalRuntime
+    from trimaran.runtime import NodeAPI
 
 __all__ = ["STREAMING", "authorize", "serve"]
 
@@ -126,7 +126,7 @@ def _pick(offered: list[str], supported: tuple[str, ...]) -> str | None:
     return next((p for p in offered if p in supported), None)
 
 
-async def serve(request: Request, pod: dict, sub: str, node: LocalRuntime) -> Response:
+async def serve(request: Request, pod: dict, sub: str, node: NodeAPI) -> Response:
     """Answer a streaming request for ``pod`` (already read and authorised)."""
     upgrade = request.headers.get("upgrade", "").lower()
     takeover = (request.scope.get("extensions") or {}).get(TAKEOVER)
@@ -184,7 +184,7 @@ async def serve(request: Request, pod: dict, sub: str, node: LocalRuntime) -> Re
     return Response(status_code=101)  # never sent: the connection was taken over
 
 
-async def _started(node: LocalRuntime, uid: str, container: str) -> None:
+async def _started(node: NodeAPI, uid: str, container: str) -> None:
     """Wait (a while) for a container that is about to start: ``kubectl run -it`` attaches as soon as
     its pod is Running, which may be a moment before its container runs."""
     deadline = asyncio.get_running_loop().time() + _START_WAIT
@@ -258,7 +258,7 @@ def _status(code: int) -> dict:
 class _Attach:
     """What attach streams: the container's output, read from its log as it grows, and its end."""
 
-    def __init__(self, node: LocalRuntime, pod: dict, container: str) -> None:
+    def __init__(self, node: NodeAPI, pod: dict, container: str) -> None:
         self.node, self.pod, self.container = node, pod, container
         meta = pod["metadata"]
         self.path = node.log_path(meta["namespace"], meta["name"], container)
