@@ -22,7 +22,10 @@ Each server takes the body of its own protocol, with the same rows: V2 (Trimaran
 SeldonMessage `{"data": {"ndarray": ...}}` at /api/v1.0/predictions (Trimaran's Seldon executor, what a
 SeldonDeployment runs, and `seldon-core-microservice`, Seldon Core 1.18's gunicorn + Flask wrapper, on
 bench/serving/seldon_digits.py), BentoML's `{"input": ...}` at /predict (bench/serving/bentoml_digits.py);
-the summary compares Trimaran's V2 REST and Trimaran's Seldon protocol each with the best peer.
+the summary compares Trimaran's V2 REST, Trimaran's InferenceService and Trimaran's Seldon protocol each with the
+best peer. "Trimaran InferenceService" is Trimaran as a user reaches it (`--no-isvc` skips it): a control plane of its
+own runs an sklearn InferenceService on the same model.joblib with one replica per core, measured at its `status.url`
+(the router in front of the replicas), V2 REST only.
 One LogisticRegression is trained on digits and saved once as model.joblib; each server loads
 that file from a model dir laid out its way. The peers live in their own venvs under
 bench/.peers/ (bench/serving/peers.py installs them, pinned, once). Every server gets as many
