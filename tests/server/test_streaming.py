@@ -32,6 +32,7 @@ from tests.helpers import poll
 from tests.imagekit import registry, test_images  # noqa: F401 (fixtures)
 from tests.server.sdk import run_client
 from trimaran.runtime import sandbox_available
+from trimaran.runtime.oci import oci_available
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = [pytest.mark.skipif(KUBECTL is None, reason="kubectl is installed by .ci/run"),
@@ -606,3 +607,27 @@ def test_exec_on_every_kind_of_control_plane(escape_plane, tmp_path) -> None:  #
     run("cp", str(tmp_path / "f.txt"), "anyone:/tmp/f.txt")
     run("cp", "anyone:/tmp/f.txt", str(tmp_path / "g.txt"))
     assert (tmp_path / "g.txt").read_text() == "both ways\n"
+
+
+def _status_fields(text: str) -> dict[str, str]:
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not oci_available(),
+                    reason="crun runs containers where the control plane is root")
+def test_exec_gets_the_containers_seccomp_filter_and_no_new_privs(kubectl) -> None:  # noqa: ANN001
+    """As ``runc exec`` under containerd: the command runs under the container's own seccomp
+    filter (RuntimeDefault here) and its no_new_privs, not merely in its namespaces."""
+    pod = _pod("confined", ["sleep", "3600"], image="busybox")
+    pod["spec"]["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    pod["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": False}
+    _apply(kubectl, pod)
+    _running(kubectl, "confined")
+    inside = _status_fields(kubectl("exec", "confined", "--", "cat", "/proc/self/status").stdout)
+    container = _status_fields(kubectl("exec", "confined", "--", "cat", "/proc/1/status").stdout)
+    assert inside["Seccomp"] == container["Seccomp"] == "2", (inside, container)
+    assert inside["NoNewPrivs"] == "1"
+    assert inside["CapBnd"] == container["CapBnd"]
+    # The filter holds: RuntimeDefault refuses unshare(CLONE_NEWUSER) where the container's root could.
+    refused = kubectl("exec", "confined", "--", "unshare", "-U", "true", check=False)
+    assert refused.returncode != 0 and "Operation not permitted" in refused.stderr, (refused.stdout, refused.stderr)

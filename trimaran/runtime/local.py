@@ -973,7 +973,18 @@ class LocalRuntime:
         if found is None:
             raise _streaming.ContainerNotFound(container)
         return _streaming.start_exec(found[0], found[1], container, argv, tty=tty, stdin=stdin, stdout=stdout,
-                                     stderr=stderr, size=size)
+                                     stderr=stderr, size=size, oci=self._oci(pod_uid, container))
+
+    def _oci(self, pod_uid: str, container: str) -> dict | None:
+        """The running container's crun state (``root``, ``id``, ``bundle``), None for bubblewrap's."""
+        for run_dir in reversed(self._runs(pod_uid)):
+            if (run_dir / f"{container}.pid").exists():
+                spec = _shim.read_json(str(run_dir / "spec.json")) or {}
+                for entry in (spec.get("init_containers") or []) + (spec.get("containers") or []):
+                    if entry.get("name") == container:
+                        return entry.get("oci")
+                return None
+        return None
 
     def delete_logs(self, namespace: str, pod_name: str) -> None:
         """Forget a deleted pod's logs."""

@@ -7,17 +7,22 @@ record: the recorded process (bubblewrap, or an OCI runtime's) is an ancestor of
 which is the first descendant in a pid namespace of its own (past bubblewrap's pid 1, which is
 only its reaper). Both bubblewrap and crun containers are entered the same way.
 
-Entering a user namespace gives a process every capability in it, and the container's seccomp
-filter cannot be loaded before nsenter (it forbids nsenter's own setns). Where the container sees
-the host's ``/usr/bin/setpriv`` (host-process pods, whose root is the host's read-only
-directories), the command runs under it with the container's capability bounding set and
-no_new_privs; an image without it gets the user namespace root's full set. Neither gets the
-seccomp filter.
+A container run by crun is entered by ``crun exec`` instead, as containerd runs ``runc exec``: the
+command gets the container's own process spec (its user, working directory, environment,
+capabilities, no_new_privs, rlimits) with only the arguments changed, and the container's seccomp
+filter, which nsenter cannot load (the filter forbids nsenter's own setns).
+
+A bubblewrap container (an ordinary user's) is entered by nsenter. Entering a user namespace gives a
+process every capability in it: where the container sees the host's ``/usr/bin/setpriv``
+(host-process pods, whose root is the host's read-only directories), the command runs under it with
+the container's capability bounding set and no_new_privs; an image without it gets the user
+namespace root's full set. Neither gets bubblewrap's seccomp filter.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -54,6 +59,9 @@ class ExecProcess:
     stdout: int | None
     stderr: int | None
     tty: bool
+    # crun's record of the command's pid: crun exec starts it in a session of its own, inside the
+    # container's pid namespace, out of reach of a signal to crun's process group.
+    pid_file: str | None = None
     _closed: set[int] = field(default_factory=set)
 
     @property
@@ -83,15 +91,28 @@ class ExecProcess:
 
     def kill(self) -> None:
         """End the command and whatever it started in its session (the caller went away)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        groups = [self.proc.pid]
+        if self.pid_file is not None:
+            try:
+                with open(self.pid_file, encoding="ascii") as handle:
+                    groups.insert(0, os.getpgid(int(handle.read().strip())))
+            except (OSError, ValueError):
+                pass  # not started yet (it dies with crun), or ended
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except OSError:
+                pass
 
     def release(self) -> None:
         for fd in (self.stdin, self.stdout, self.stderr):
             if fd is not None:
                 self.close(fd)
+        if self.pid_file is not None:
+            try:
+                os.unlink(self.pid_file)
+            except OSError:
+                pass
 
 
 def _ns(pid: int | str, kind: str) -> str | None:
@@ -265,9 +286,44 @@ def _host_uid(pid: int) -> int:
     return os.stat(f"/proc/{pid}").st_uid
 
 
+def _crun_exec(oci: dict, argv: list[str], tty: bool) -> tuple[list[str], int, str] | None:
+    """``crun exec`` of ``argv`` with the container's process spec (see the module's docstring),
+    the read end of the pipe that carries that spec (``--process /proc/self/fd/N``) and the file
+    crun writes the command's pid to; None where crun or the container's bundle is not there."""
+    crun = shutil.which("crun")
+    try:
+        with open(os.path.join(oci["bundle"], "config.json"), encoding="utf-8") as handle:
+            process = dict(json.load(handle)["process"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if crun is None:
+        return None
+    # The kubelet's terminal is ours (a pty whose slave the command gets): crun is not asked for one.
+    process.update(args=argv, terminal=False)
+    process.pop("consoleSize", None)
+    if tty and not any(e.startswith("TERM=") for e in process.get("env") or []):
+        process["env"] = [*(process.get("env") or []), "TERM=xterm"]  # as containerd sets for a terminal
+    data = json.dumps(process).encode()
+    read, write = os.pipe()
+    try:
+        if len(data) > 65536:
+            fcntl.fcntl(write, 1031, min(len(data), 1 << 20))  # F_SETPIPE_SZ: a large environment
+        os.write(write, data)
+    except OSError:
+        os.close(read)
+        return None
+    finally:
+        os.close(write)
+    pid_file = os.path.join(oci["bundle"], f"exec-{os.getpid()}-{read}-{time.monotonic_ns()}.pid")
+    return [crun, "--root", oci["root"], "--cgroup-manager=disabled", "exec", "--process",
+            f"/proc/self/fd/{read}", "--pid-file", pid_file, oci["id"]], read, pid_file
+
+
 def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *, tty: bool, stdin: bool,
-               stdout: bool, stderr: bool, size: tuple[int, int] | None = None) -> ExecProcess:
-    """Run ``argv`` in the container whose runtime process is ``pid`` (started at ``start_ticks``).
+               stdout: bool, stderr: bool, size: tuple[int, int] | None = None,
+               oci: dict | None = None) -> ExecProcess:
+    """Run ``argv`` in the container whose runtime process is ``pid`` (started at ``start_ticks``);
+    ``oci`` (``root``, ``id``, ``bundle``): the container is crun's, entered by ``crun exec``.
 
     Raises ``ContainerNotFound`` when that process is gone, and ``FileNotFoundError`` when this
     machine has no ``nsenter``."""
@@ -277,8 +333,6 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
     if target is None:
         raise ContainerNotFound(name)
     nsenter = shutil.which("nsenter")
-    if nsenter is None:
-        raise FileNotFoundError("nsenter (util-linux) is not installed on this node")
     try:
         env = _environ(target)
         own_userns = _ns(target, "user") != _ns("self", "user")
@@ -294,7 +348,17 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
         raise ContainerNotFound(name) from None
     if tty:
         env.setdefault("TERM", "xterm")  # as containerd sets for a terminal
-    command = [nsenter, f"--target={target}", *flags, "--root", "--wd", *credentials, "--", *confinement, *argv]
+    spec_fd: int | None = None
+    pid_file: str | None = None
+    crun = _crun_exec(oci, argv, tty) if oci else None
+    if crun is not None:
+        command, spec_fd, pid_file = crun
+        env = {}  # the command's environment is the container's, in its process spec
+    elif nsenter is None:
+        raise FileNotFoundError("nsenter (util-linux) is not installed on this node")
+    else:
+        command = [nsenter, f"--target={target}", *flags, "--root", "--wd", *credentials, "--", *confinement,
+                   *argv]
     cgroups = _container_cgroups(target)
     if cgroups:
         # Into the container's cgroups before nsenter forks the command (Popen has no such option,
@@ -335,7 +399,8 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
                 theirs.append(w)
                 child_err, mine_err = w, r
         proc = subprocess.Popen(command, stdin=child_in, stdout=child_out, stderr=child_err, env=env,
-                                start_new_session=not tty, close_fds=True)
+                                start_new_session=not tty, close_fds=True,
+                                pass_fds=() if spec_fd is None else (spec_fd,))
     except BaseException:
         for fd in ours:
             os.close(fd)
@@ -343,6 +408,8 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
     finally:
         for fd in theirs:
             os.close(fd)
+        if spec_fd is not None:
+            os.close(spec_fd)
     for fd in {mine_in, mine_out, mine_err} - {None}:
         os.set_blocking(fd, False)  # type: ignore[arg-type]
-    return ExecProcess(proc, mine_in if not tty else (master if stdin else None), mine_out, mine_err, tty)
+    return ExecProcess(proc, mine_in if not tty else (master if stdin else None), mine_out, mine_err, tty, pid_file)
