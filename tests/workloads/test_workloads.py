@@ -281,6 +281,24 @@ def test_liveness_failure_restarts_the_container(api: Client) -> None:
     assert ("Killing", "Container liveness failed liveness probe, will be restarted") in messages
 
 
+def test_an_exec_probe_runs_as_the_containers_user(api: Client) -> None:
+    """As the kubelet's exec probe through the CRI: the command is the container's user (here
+    1000, with no capability), so it may write what that user may; it passes only then."""
+    probe = ("id -u > /tmp/probed && grep -E '^(CapEff|NoNewPrivs):' /proc/self/status >> /tmp/probed && "
+             "grep -q '^CapEff:.0000000000000000$' /proc/self/status")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probed-as-user", "namespace": NS},
+           "spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 1000},
+                    "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "600"],
+                                    "securityContext": {"allowPrivilegeEscalation": False},
+                                    "readinessProbe": {"exec": {"command": ["sh", "-c", probe]},
+                                                       "periodSeconds": 1}}]}}
+    apply(api, pod)
+    ready = poll(lambda: (p := api.get("Pod", NS, "probed-as-user"))["status"].get("containerStatuses", [{}])[0]
+                 .get("ready") and p, timeout=40, what="the exec readiness probe to pass")
+    assert ready["status"]["containerStatuses"][0]["ready"] is True
+    assert not [e["message"] for e in api.events("Pod", NS, "probed-as-user") if e["reason"] == "Unhealthy"]
+
+
 # A gRPC server answering grpc.health.v1.Health/Check with the status its argument names
 # (1 SERVING, 2 NOT_SERVING), as the response's bytes: field 1, varint.
 GRPC_HEALTH = """

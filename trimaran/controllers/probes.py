@@ -3,8 +3,8 @@
 Every probe of every pod is a task on one asyncio loop in a thread of its own (no thread per pod):
 ``httpGet`` (any status from 200 to 399 passes), ``tcpSocket`` (the connection opens), ``grpc``
 (the standard ``grpc.health.v1.Health/Check`` answers SERVING) and ``exec`` (the command exits 0
-inside the container's namespaces, entered with ``nsenter``). Thresholds and timings are the
-kubelet's (``initialDelaySeconds``, ``periodSeconds`` 10, ``timeoutSeconds`` 1,
+inside the container, run as ``kubectl exec`` runs it: its user, capabilities and seccomp filter).
+Thresholds and timings are the kubelet's (``initialDelaySeconds``, ``periodSeconds`` 10, ``timeoutSeconds`` 1,
 ``successThreshold`` 1, ``failureThreshold`` 3). Until a startup probe passes, the others do not
 run; a readiness probe decides the container's ``ready`` (false until it passes); a liveness or
 startup probe that fails ``failureThreshold`` times in a row kills the container, which the kubelet
@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import selectors
 import signal
 import threading
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from trimaran._aio import within
 from trimaran.controllers.base import Key, key_of
 from trimaran.runtime import LocalRuntime, PodNotFound
 from trimaran.runtime import shim as _shim
+from trimaran.runtime.nodeapi import ContainerNotFound, ExecProcess
 from trimaran.store import Store
 
 __all__ = ["ContainerProbes", "Prober", "apply_probe_state", "has_probes", "resolve_port"]
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 _PORTS_ANNOTATION = "trimaran.io/ports"  # a Deployment's per-pod ports (controllers/workloads)
 _SERVING_PORTS_ANNOTATION = "serving.trimaran.io/ports"  # an InferenceService replica's "http[,grpc]"
 _OUTPUT_LIMIT = 1024
+_STARTING_RETRY_S = 0.05
 
 
 def has_probes(container: dict) -> bool:
@@ -158,6 +161,11 @@ class Prober:
         await asyncio.sleep(max(0, int(probe.get("initialDelaySeconds") or 0)))
         successes = failures = 0
         while True:
+            if await asyncio.to_thread(self.runtime.container_starting, pod["metadata"]["uid"], container["name"]):
+                # A pod runs a moment before its containers do: the kubelet probes a running
+                # container only, so this is no failure (and no Unhealthy event).
+                await asyncio.sleep(_STARTING_RETRY_S)
+                continue
             try:
                 await within(self._probe(pod, container, probe), timeout)
                 successes, failures = successes + 1, 0
@@ -202,39 +210,21 @@ class Prober:
             raise _ProbeFailed("probe has no handler (httpGet, tcpSocket, grpc or exec)")
 
     async def _exec(self, pod: dict, container: str, command: list[str]) -> None:
-        pid = self._innermost(pod["metadata"]["uid"], container)
-        if pid is None:
-            raise _ProbeFailed(f"container {container} is not running")
-        # The container's own user namespace, where it has one (not under the setpriv fallback).
-        user = ["-U", "--preserve-credentials"] if _namespace(pid, "user") != _namespace(os.getpid(), "user") else []
-        proc = await asyncio.create_subprocess_exec(
-            "nsenter", "-t", str(pid), "-m", "-p", *user, "-r", "-w", "--", *command,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        """The command as ``kubectl exec`` runs it (``LocalRuntime.exec``): the container's user,
+        capabilities and seccomp filter, as the kubelet's exec probe goes through the CRI's exec."""
         try:
-            output, _ = await proc.communicate()
+            process = await asyncio.to_thread(self.runtime.exec, pod["metadata"]["uid"], container, command,
+                                              tty=False, stdin=False, stdout=True, stderr=True)
+        except (ContainerNotFound, OSError):
+            raise _ProbeFailed(f"container {container} is not running") from None
+        try:
+            output, code = await asyncio.to_thread(_collect, process)
         except asyncio.CancelledError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            process.kill()  # the timeout: the reading thread ends at the pipes' EOF and releases them
             raise
-        if proc.returncode != 0:
+        if code != 0:
             text = output[:_OUTPUT_LIMIT].decode(errors="replace").strip()
-            raise _ProbeFailed(text or f"command {command!r} exited with {proc.returncode}")
-
-    def _innermost(self, uid: str, container: str) -> int | None:
-        """The container's process inside its sandbox (the last one bubblewrap or crun started)."""
-        try:
-            status = self.runtime.pod_status(uid).containers.get(container)
-        except PodNotFound:
-            return None
-        if status is None or status.pid is None:
-            return None
-        mine = _namespace(os.getpid(), "mnt")
-        inside = []
-        for pid, _ in _shim.descendants(status.pid):
-            with contextlib.suppress(OSError):
-                if _namespace(pid, "mnt") != mine and _comm(pid) not in ("bwrap", "crun"):
-                    inside.append(pid)
-        return inside[-1] if inside else None
+            raise _ProbeFailed(text or f"command {command!r} exited with {code}")
 
     def _kill(self, pod: dict, container: str, which: str) -> None:
         """Kill the container, as the kubelet does after a failed liveness or startup probe."""
@@ -268,13 +258,27 @@ def _reason(exc: OSError) -> str:
     return os.strerror(exc.errno).lower() if exc.errno else str(exc)
 
 
-def _namespace(pid: int, kind: str) -> str:
-    return os.readlink(f"/proc/{pid}/ns/{kind}")
-
-
-def _comm(pid: int) -> str:
-    with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
-        return handle.read().strip()
+def _collect(process: ExecProcess) -> tuple[bytes, int]:
+    """An exec'd command's stdout and stderr, interleaved as written, and its exit code; its pipes
+    are released."""
+    try:
+        output = bytearray()
+        open_fds = [fd for fd in (process.stdout, process.stderr) if fd is not None]
+        with selectors.DefaultSelector() as selector:
+            for fd in open_fds:
+                selector.register(fd, selectors.EVENT_READ)
+            while open_fds:
+                for key, _ in selector.select():
+                    chunk = os.read(key.fd, 65536)
+                    if chunk:
+                        if len(output) < _OUTPUT_LIMIT:
+                            output += chunk
+                        continue
+                    selector.unregister(key.fd)
+                    open_fds.remove(key.fd)
+        return bytes(output), process.proc.wait()
+    finally:
+        process.release()
 
 
 def _port(pod: dict, port: int | str | None) -> int:
