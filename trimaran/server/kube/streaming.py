@@ -21,7 +21,7 @@ and its connection taken over (``server/connections.py``) in one of these protoc
 Errors before the upgrade are worded as the kubelet words them (``container not found ("x")``,
 plain text, which kubectl prints after ``unable to upgrade connection:``); a port nobody listens
 on is the kubelet's ``error forwarding port P to pod NAME_NS, uid : ...`` on that connection's
-error stream. Exec runs through the node (``NodeAPI.exec``: nsenter into the container);
+error stream. Exec runs through the node (``NodeAPI.exec``: crun exec, or nsenter under bubblewrap);
 port-forward connects to the pod's ``status.podIP``.
 
 Attach: containers have no stdin here (the shim gives them /dev/null), so attach follows the
