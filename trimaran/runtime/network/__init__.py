@@ -12,12 +12,20 @@ from trimaran.runtime.network._dns import DOMAIN as CLUSTER_DOMAIN
 from trimaran.runtime.network._dns import ClusterDns, DnsService, hosts_text, resolv_conf
 from trimaran.runtime.network._nft import apply_table, delete_table, table_name
 from trimaran.runtime.network._plan import NetworkPlan, PlanError, home_digest
-from trimaran.runtime.network._pods import NETNS_DIR, NetworkError, PodAddress, PodNetwork
+from trimaran.runtime.network._pods import (
+    NETNS_DIR,
+    POOL_PREFIX,
+    NetworkError,
+    PodAddress,
+    PodNetwork,
+    pool_size_from_env,
+)
 from trimaran.runtime.network._policy import policy_rules
 from trimaran.runtime.network._proxy import ProxiedService, ServicePort, ensure_bridge_netfilter, proxy_rules
 
 __all__ = [
     "CLUSTER_DOMAIN", "CniError", "ClusterDns", "DnsService", "NETNS_DIR", "NetworkError", "NetworkPlan", "PlanError",
-    "PodAddress", "PodNetwork", "ProxiedService", "ServicePort", "apply_table", "delete_table",
-    "ensure_bridge_netfilter", "home_digest", "hosts_text", "policy_rules", "proxy_rules", "resolv_conf", "table_name",
+    "POOL_PREFIX", "PodAddress", "PodNetwork", "ProxiedService", "ServicePort", "apply_table", "delete_table",
+    "ensure_bridge_netfilter", "home_digest", "hosts_text", "policy_rules", "pool_size_from_env", "proxy_rules",
+    "resolv_conf", "table_name",
 ]
