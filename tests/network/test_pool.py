@@ -182,6 +182,30 @@ def test_a_hand_over_cut_short_leaves_the_address_to_the_pod(node):
     assert pod not in node.network.known() and not allocation.exists()
 
 
+def test_a_pods_end_and_its_deletion_at_once_leave_the_pool_whole(node):
+    # The kubelet gives a finished pod's netns back while the pod's deletion may tear it down.
+    for i in range(4):
+        pod = _pod(f"p{i}", "pass")
+        node.run(pod, wait=False)
+        uid = pod["metadata"]["uid"]
+        poll(lambda uid=uid: not node.runtime.is_alive(uid) or None, timeout=30, what=f"pod {i} ended")
+        both = [threading.Thread(target=node.runtime.release_network, args=(uid,)),
+                threading.Thread(target=node.network.teardown, args=(uid,))]
+        for thread in both:
+            thread.start()
+        for thread in both:
+            thread.join()
+        assert uid not in node.network.known()
+    records = {p.stem: json.loads(p.read_text()) for p in (node.network.dir / "pods").glob("*.json")}
+    assert set(records) == {n for n in node.network.known() if n.startswith(POOL_PREFIX)}
+    allocations = {p.name: p.read_text().split()[0] for p in (node.network.dir / "ipam" / "trimaran").glob("*")
+                   if p.name[0].isdigit()}
+    for name, data in records.items():
+        assert Path(data["netns"]).exists(), name
+        assert allocations.get(data["ip"]) == data["container_id"], f"{name} holds {data['ip']}"
+    assert sorted(node.network.pooled()) == sorted(data["ip"] for data in records.values())
+
+
 def test_a_killed_control_planes_pool_is_swept_at_its_next_start(plane_with, tmp_path):
     from trimaran.server.daemon import read_server_info, start_server, stop_pods, stop_server
 

@@ -38,6 +38,7 @@ import subprocess
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,7 +197,7 @@ class PodNetwork:
         self.dir = self.home / "network"
         self.netns_prefix = f"trm-{home_digest(self.home)}-"
         self._lock = threading.Lock()
-        self._setting_up: dict[str, threading.Lock] = {}
+        self._pod_locks: dict[str, list] = {}  # uid -> [its lock, how many hold or wait for it]
         self.conflist = self._conflist()
         self.pool_size = pool_size
         self._pool: deque[str] = deque()  # entries ready to be taken, oldest first
@@ -333,14 +334,24 @@ class PodNetwork:
         """
         if host_network:
             return PodAddress(ip=self.plan.gateway, netns=None)
+        with self._one_at_a_time(pod_uid):  # a gang's pods set up their peers too
+            return self._setup(pod_uid, namespace, name, port_mappings)
+
+    @contextmanager
+    def _one_at_a_time(self, uid: str) -> Iterator[None]:
+        """Hold ``uid``'s lock: its setup, release and teardown never overlap (a pod's end gives its
+        netns back while its deletion tears it down)."""
         with self._lock:
-            uid_lock = self._setting_up.setdefault(pod_uid, threading.Lock())
+            held = self._pod_locks.setdefault(uid, [threading.Lock(), 0])
+            held[1] += 1
         try:
-            with uid_lock:  # a gang's pods set up their peers too: one setup of a pod at a time
-                return self._setup(pod_uid, namespace, name, port_mappings)
+            with held[0]:
+                yield
         finally:
             with self._lock:
-                self._setting_up.pop(pod_uid, None)
+                held[1] -= 1
+                if held[1] == 0:
+                    del self._pod_locks[uid]
 
     def _setup(self, pod_uid: str, namespace: str, name: str, port_mappings: Iterable[Mapping]) -> PodAddress:
         existing = self.address(pod_uid)
@@ -348,7 +359,7 @@ class PodNetwork:
             return existing
         netns = self.netns_path(pod_uid)
         if netns.exists() or self._record(pod_uid).exists():
-            self.teardown(pod_uid)  # what a crash in an earlier setup left
+            self._teardown(pod_uid)  # what a crash in an earlier setup left
         mappings = list(port_mappings)
         if not mappings and self.pool_size:  # hostPorts need portmap's ADD: such a pod makes its own
             adopted = self._adopt(pod_uid, namespace, name)
@@ -358,7 +369,7 @@ class PodNetwork:
             try:
                 ip = self._add(pod_uid, namespace, name, mappings)
             except (CniError, OSError) as exc:
-                self.teardown(pod_uid)
+                self._teardown(pod_uid)
                 raise NetworkError(f'failed to setup network for sandbox "{pod_uid}": {exc}') from None
         return PodAddress(ip=ip, netns=str(netns))
 
@@ -475,9 +486,9 @@ class PodNetwork:
             # Up to twice the pool's size: the filler keeps it full as pods take entries, and the
             # namespaces they give back must still find room, or each pod would cost an ADD and a DEL.
             room = len(self._pool) < 2 * self.pool_size and not self._closing
-        if room and reusable and self._recycle(pod_uid):
-            return
-        self.teardown(pod_uid)
+        with self._one_at_a_time(pod_uid):
+            if not (room and reusable and self._recycle(pod_uid)):
+                self._teardown(pod_uid)
 
     def _recycle(self, pod_uid: str) -> bool:
         data = self._read_record(pod_uid)
@@ -505,18 +516,22 @@ class PodNetwork:
         """CNI DEL (given the cached ADD result) then the netns; idempotent, and quiet about what is
         already gone (DEL must succeed when repeated). Where another record claims the container id
         this name's address was allocated for, only this name goes."""
+        with self._one_at_a_time(pod_uid):
+            self._teardown(pod_uid)
+
+    def _teardown(self, pod_uid: str) -> None:
+        record = self._record(pod_uid)
+        data = self._read_record(pod_uid) or {}
+        container_id = str(data.get("container_id") or pod_uid)
+        netns = self.netns_path(pod_uid)
+        if self._claimant(container_id, pod_uid) is not None:
+            _drop_netns_name(netns)
+            record.unlink(missing_ok=True)
+            return
+        ns = str(netns) if netns.exists() else None
+        if not data and ns is None and container_id not in self._allocations():
+            return  # nothing of it left (a pod whose netns went back to the pool): no DEL to run
         with NODE_TIMINGS.timed("network.teardown"):
-            record = self._record(pod_uid)
-            data = self._read_record(pod_uid) or {}
-            container_id = str(data.get("container_id") or pod_uid)
-            netns = self.netns_path(pod_uid)
-            if self._claimant(container_id, pod_uid) is not None:
-                _drop_netns_name(netns)
-                record.unlink(missing_ok=True)
-                return
-            ns = str(netns) if netns.exists() else None
-            if not data and ns is None and container_id not in self._allocations():
-                return  # nothing of it left (a pod whose netns went back to the pool): no DEL to run
             try:
                 run_list(self.conflist, "DEL", container_id, ns, self.cni_path, prev_result=data.get("result"))
             except CniError as exc:
