@@ -568,6 +568,12 @@ def join_netns(path: str) -> None:
 STAGE_DIR = "/run/trimaran-stage"
 _CLONE_NEWNS = 0x00020000
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_SLAVE = 0x2, 0x4, 0x1000, 0x4000, 0x80000
+_MS_RDONLY, _MS_REMOUNT = 0x1, 0x20
+# crun (as runc) copies its own binary before it enters a container, so that a container cannot
+# overwrite the host's through /proc/PID/exe (CVE-2019-5736): a few ms of every container start.
+# It skips that where this is set and its binary is on a read-only mount, which the shim makes
+# in crun's own mount namespace (_enter_crun_namespace); a pod's user namespace cannot remount it.
+CLONED_BINARY_ENV = "_LIBCONTAINER_CLONED_BINARY"
 _BIND_OPTIONS = ("--bind", "--ro-bind", "--bind-try", "--ro-bind-try")
 # How many arguments each bubblewrap option the sandbox writes takes (the rest take none).
 _BWRAP_ARITY = {
@@ -661,9 +667,10 @@ _PR_SET_PDEATHSIG = 1
 _UNIFIED = b"/sys/fs/cgroup/unified"
 
 
-def _enter_crun_namespace(libc: object, rootfs: dict | None) -> None:
+def _enter_crun_namespace(libc: object, rootfs: dict | None, runtime: str) -> None:
     """In the child, as root, before crun runs: a mount namespace of its own (following the
-    host's mounts), without the hybrid hierarchy's cgroup2 mount, and the fresh root of a
+    host's mounts), without the hybrid hierarchy's cgroup2 mount, where the ``runtime``'s binary
+    is a read-only bind mount of itself (see :data:`CLONED_BINARY_ENV`), and the fresh root of a
     host-process container: a tmpfs owned by the container's uid (as bubblewrap's tmpfs root),
     with the skeleton's directories and symlinks, owned alike so that crun, root of the pod's user
     namespace, may make mount points in them. All of it ends with the container."""
@@ -680,6 +687,9 @@ def _enter_crun_namespace(libc: object, rootfs: dict | None) -> None:
     check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     check(libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None), "making / a slave mount")
     libc.umount2(_UNIFIED, _MNT_DETACH)  # absent on a host that is not hybrid
+    binary = os.path.realpath(runtime).encode()
+    check(libc.mount(binary, binary, None, _MS_BIND, None), f"binding {runtime}")
+    check(libc.mount(None, binary, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None), f"making {runtime} read-only")
     if rootfs is None:
         return
     root, uid, gid = rootfs["path"], rootfs["uid"], rootfs["gid"]
@@ -860,7 +870,7 @@ def spawn_mapped(argv: list[str], idmap: dict, *, before_exec: object = None,
 # -- the supervisor -----------------------------------------------------------------------
 
 
-def _prepare_bundle(oci: dict, before_exec: object) -> object:
+def _prepare_bundle(oci: dict, before_exec: object, runtime: str) -> object:
     """Write the bundle's ``config.json`` (and clear its error log and any state a killed run
     left under the same id); return what the child runs before crun: ``before_exec``, then
     :func:`_enter_crun_namespace`."""
@@ -887,7 +897,7 @@ def _prepare_bundle(oci: dict, before_exec: object) -> object:
     def child() -> None:
         if callable(before_exec):
             before_exec()
-        _enter_crun_namespace(libc, rootfs)
+        _enter_crun_namespace(libc, rootfs, runtime)
 
     return child
 
@@ -976,8 +986,8 @@ class _Container:
             if oci:
                 # The container's environment is in its config; crun, root on the host, gets
                 # none of it (an LD_PRELOAD of the pod's must not reach it).
-                popen["env"] = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-                self.proc = subprocess.Popen(argv, preexec_fn=_prepare_bundle(oci, before_exec), **popen)
+                popen["env"] = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", CLONED_BINARY_ENV: "1"}
+                self.proc = subprocess.Popen(argv, preexec_fn=_prepare_bundle(oci, before_exec, argv[0]), **popen)
             elif self.spec.get("idmap"):
                 self.proc = spawn_mapped(argv, self.spec["idmap"], before_exec=before_exec, **popen)
             else:
