@@ -169,8 +169,9 @@ def read_json(path: str) -> dict | None:
 def write_json(path: str, data: dict) -> None:
     """Write atomically, so a reader never sees half a file."""
     tmp = f"{path}.tmp{os.getpid()}"
+    text = json.dumps(data)  # in one piece: json.dump encodes in Python, dumps in C (a run's spec: ms)
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
+        handle.write(text)
     os.replace(tmp, path)
 
 
@@ -1329,6 +1330,8 @@ def _await_run() -> str | None:
     the directory its working directory (where ``LocalRuntime.pod_of_process`` finds its run, its
     command line naming none). None at end of file: the runtime closed the pipe (it stopped, or
     died)."""
+    import ctypes  # noqa: F401 - what a run loads (its netns, crun's namespace): loaded while it waits
+
     line = sys.stdin.buffer.readline()
     if not line.endswith(b"\n"):
         return None
