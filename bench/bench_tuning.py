@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,7 +64,35 @@ def bare_loop(trials: int, parallel: int, script: str) -> float:
     return time.perf_counter() - t0
 
 
-def trimaran_experiment(trials: int, parallel: int, script: str) -> float:
+def node_parts(metrics: str) -> dict[str, tuple[int, float]]:
+    """``part -> (count, total seconds)`` from ``/metrics``' ``trimaran_node_part_seconds``."""
+    found: dict[str, list[float]] = {}
+    for line in metrics.splitlines():
+        match = re.match(r'trimaran_node_part_seconds_(count|sum)\{part="([^"]+)"\} (\S+)$', line)
+        if match:
+            found.setdefault(match[2], [0, 0.0])[match[1] == "sum"] = float(match[3])
+    return {part: (int(count), total) for part, (count, total) in found.items()}
+
+
+def print_parts(parts: dict[str, tuple[int, float]], trials: int) -> None:
+    """The node's time per part of the trials' pods (off a pod's path: the teardown, the pool)."""
+    if not parts:
+        print("node parts: none reported (the server predates trimaran_node_part_seconds?)")
+        return
+    print(f"node parts (trimaran_node_part_seconds; {trials} trials):")
+    print(f"  {'part':<18} {'count':>6} {'mean ms':>9} {'per trial ms':>13}")
+    for part, (count, total) in sorted(parts.items(), key=lambda item: _PART_ORDER.get(item[0], 99)):
+        print(f"  {part:<18} {count:>6} {1e3 * total / max(count, 1):>9.2f} {1e3 * total / trials:>13.2f}")
+
+
+# Parts in a pod's order (trimaran.runtime.timings), the ones off its path last.
+_PART_ORDER = {part: i for i, part in enumerate((
+    "network.setup", "network.adopt", "run.files", "shim.spawn", "shim.handoff", "shim.startup", "shim.prepare",
+    "cgroup.create", "container.run", "cgroup.remove", "shim.finish", "exit.noticed", "network.teardown",
+    "network.recycle", "pool.fill", "cgroup.release"))}
+
+
+def trimaran_experiment(trials: int, parallel: int, script: str) -> tuple[float, dict[str, tuple[int, float]]]:
     from trimaran.cli.client import Client
     from trimaran.server.daemon import start_server, stop_pods, stop_server
 
@@ -106,7 +135,8 @@ def trimaran_experiment(trials: int, parallel: int, script: str) -> float:
         elapsed = time.perf_counter() - t0
         assert done[0]["type"] == "Succeeded", done
         assert exp["status"]["trialsSucceeded"] == trials, exp["status"]
-        return elapsed
+        # Read after the span, from the node's own counters (trimaran.runtime.timings), not timed.
+        return elapsed, node_parts(client.request("GET", "/metrics", accept="text/plain").read().decode())
     finally:
         stop_server(home)
         stop_pods(home, grace_seconds=1.0)
@@ -201,11 +231,12 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores, python {sys.version.split()[0]}")
     script = SCRIPTS[args.script]
     bare = bare_loop(args.trials, args.parallel, script)
-    ours = trimaran_experiment(args.trials, args.parallel, script)
+    ours, parts = trimaran_experiment(args.trials, args.parallel, script)
     print(f"{args.trials} trials of the {args.script} trainer at parallelTrialCount {args.parallel}: "
           f"trimaran {ours:.1f} s "
           f"({args.trials / ours:.1f} trials/s), bare subprocess loop {bare:.1f} s "
           f"({args.trials / bare:.1f} trials/s); ratio {ours / bare:.2f}x (target <= 1.15)", flush=True)
+    print_parts(parts, args.trials)
     runs = [(True, "function")] if args.ray != "none" else []
     runs += [(False, "function")] if args.ray == "both" else []
     runs += [(True, "subprocess")] if args.ray_subprocess else []

@@ -106,14 +106,16 @@ class ControlPlaneHandle:
 
         home = str(self.home)
         found = []
-        for proc in psutil.process_iter(["cmdline", "environ"]):
+        for proc in psutil.process_iter(["cmdline", "environ", "cwd"]):
             try:
                 env = proc.info["environ"] or {}
                 cmdline = " ".join(proc.info["cmdline"] or [])
+                cwd = proc.info["cwd"] or ""
             except (psutil.Error, KeyError):
                 continue
+            # A shim started ahead names no run: once it has one it works in its directory.
             if "TRIMARAN_POD_UID" in env and env.get("TRIMARAN_HOME") == home or (
-                    "runtime/shim.py" in cmdline and home in cmdline):
+                    "runtime/shim.py" in cmdline and (home in cmdline or cwd.startswith(home + "/"))):
                 found.append(proc)
         return found
 

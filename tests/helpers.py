@@ -50,7 +50,7 @@ def pod_processes_of(plane: ControlPlaneHandle, namespace: str, prefix: str, ext
     found = []
     for proc in [*plane.pod_processes(), *extra]:
         try:
-            uid = proc.environ().get("TRIMARAN_POD_UID") or _shim_pod_uid(proc.cmdline())
+            uid = proc.environ().get("TRIMARAN_POD_UID") or _shim_pod_uid([*proc.cmdline(), proc.cwd()])
         except psutil.Error:  # it ended meanwhile
             continue
         try:
@@ -64,7 +64,8 @@ def pod_processes_of(plane: ControlPlaneHandle, namespace: str, prefix: str, ext
 
 
 def _shim_pod_uid(cmdline: list[str]) -> str | None:
-    """A shim's pod uid, from its run directory ``…/pods/<uid>/runs/<attempt>`` on its command line."""
+    """A shim's pod uid, from its run directory ``…/pods/<uid>/runs/<attempt>`` on its command line
+    (with its working directory: a shim started ahead works in its run's)."""
     for arg in cmdline:
         parts = Path(arg).parts
         if len(parts) >= 4 and parts[-2] == "runs" and parts[-4] == "pods":

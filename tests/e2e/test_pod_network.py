@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import poll
-from trimaran.runtime.network import NETNS_DIR, NetworkPlan, PodNetwork, home_digest
+from trimaran.runtime.network import NETNS_DIR, POOL_PREFIX, NetworkPlan, PodNetwork, home_digest
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not Path("/usr/lib/cni/bridge").exists(),
@@ -68,17 +68,24 @@ def _plan(plane) -> dict:
     return json.loads((plane.home / "network.json").read_text())
 
 
-def _left_behind(home: Path) -> list[str]:
-    """Whatever of the home's pod network is on the machine: netns, veths on its bridge, IPAM entries."""
+def _left_behind(home: Path, pool: bool = True) -> list[str]:
+    """Whatever of the home's pods' networks is on the machine: netns, veths on its bridge, IPAM
+    entries; with ``pool``, the namespaces waiting for the next pods (and as many veths, their
+    addresses) aside, which the control plane holds while it runs."""
     plan = json.loads((home / "network.json").read_text())
     prefix = f"trm-{home_digest(home)}-"
-    left = [f"netns {n}" for n in os.listdir(NETNS_DIR) if n.startswith(prefix)] if NETNS_DIR.exists() else []
+    names = [n for n in os.listdir(NETNS_DIR) if n.startswith(prefix)] if NETNS_DIR.exists() else []
+    pooled = [n for n in names if pool and n.startswith(prefix + POOL_PREFIX)]
+    left = [f"netns {n}" for n in names if n not in pooled]
     links = json.loads(subprocess.run(["ip", "-j", "link", "show", "master", plan["bridge"]],
                                       capture_output=True, text=True).stdout or "[]")
-    left += [f"veth {link['ifname']}" for link in links]
+    left += [f"veth {link['ifname']}" for link in links[len(pooled):]]
+    records = {p.stem: json.loads(p.read_text()) for p in (home / "network" / "pods").glob("*.json")}
+    held = {data.get("container_id") for name, data in records.items() if pool and name.startswith(POOL_PREFIX)}
     ipam = home / "network" / "ipam" / "trimaran"
-    left += [f"IPAM {p.name}" for p in ipam.glob("*") if p.name[0].isdigit()] if ipam.exists() else []
-    left += [f"record {p.name}" for p in (home / "network" / "pods").glob("*.json")]
+    left += [f"IPAM {p.name}" for p in ipam.glob("*")
+             if p.name[0].isdigit() and p.read_text().split()[0] not in held] if ipam.exists() else []
+    left += [f"record {name}.json" for name in records if not (pool and name.startswith(POOL_PREFIX))]
     return left
 
 

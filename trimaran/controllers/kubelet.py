@@ -736,9 +736,9 @@ class Kubelet(Reconciler):
         self.node.release(pod["metadata"]["uid"])
         if self.runtime.network is not None:
             # The sandbox is stopped for good (the kubelet's StopPodSandbox): its IP goes back to
-            # the range; status.podIP keeps saying what it was. Off the reconcile loop (CNI DEL
-            # runs a process per plugin), as pod stops are.
-            self._stopper.submit(self.runtime.network.teardown, pod["metadata"]["uid"])
+            # the range, or with its netns to the pool for the next pod; status.podIP keeps saying
+            # what it was. Off the reconcile loop (CNI DEL runs a process per plugin), as pod stops are.
+            self._stopper.submit(self.runtime.release_network, pod["metadata"]["uid"])
         with self._lock:
             self._started.pop(pod["metadata"]["uid"], None)
 

@@ -79,10 +79,13 @@ from trimaran.runtime.sandbox import (
 from trimaran.runtime.security import ContainerSecurity, container_security, seccomp_program
 from trimaran.runtime.serviceaccount import MOUNT_PATH, ServiceAccountAccess, automounts_token, write_service_account
 from trimaran.runtime.stats import NodeUsage, collect
+from trimaran.runtime.timings import NODE_TIMINGS
 from trimaran.runtime.volumes import Mount, Owner, container_mounts, prepare_volumes
 
 __all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user",
-           "log_files", "log_rotation_from_env"]
+           "log_files", "log_rotation_from_env", "shim_pool_size_from_env"]
+
+log = logging.getLogger(__name__)
 
 _SHIM = str(Path(_shim.__file__).resolve())
 _SERVICE_MARK = "  # trimaran service"  # ends the /etc/hosts lines update_service_hosts owns
@@ -120,6 +123,25 @@ def _port_mappings(spec: Mapping) -> list[dict]:
              "protocol": str(p.get("protocol") or "TCP").lower(),
              **({"hostIP": p["hostIP"]} if p.get("hostIP") else {})}
             for c in spec.get("containers") or [] for p in c.get("ports") or [] if p.get("hostPort")]
+
+
+_DEFAULT_SHIM_POOL = 2
+_MAX_SHIM_POOL = 16
+
+
+def shim_pool_size_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``TRIMARAN_SHIM_POOL``: how many shims wait started ahead (0 to 16, 2 by default)."""
+    env = os.environ if env is None else env
+    text = env.get("TRIMARAN_SHIM_POOL")
+    if not text:
+        return _DEFAULT_SHIM_POOL
+    try:
+        size = int(text)
+    except ValueError:
+        raise ValueError(f"TRIMARAN_SHIM_POOL must be a number of shims, not {text!r}") from None
+    if not 0 <= size <= _MAX_SHIM_POOL:
+        raise ValueError(f"TRIMARAN_SHIM_POOL must be between 0 and {_MAX_SHIM_POOL}, not {size}")
+    return size
 
 
 def log_files(path: Path) -> list[Path]:
@@ -270,12 +292,15 @@ class LocalRuntime:
     runtimes on the same home (one at a time in practice) see the same pods."""
 
     def __init__(self, home: Path, *, node: Node | None = None, use_cgroups: bool = True,
-                 log_rotation: tuple[int, int] | None = None, pids_limit: int | None = None) -> None:
+                 log_rotation: tuple[int, int] | None = None, pids_limit: int | None = None,
+                 shim_pool: int = 0) -> None:
         """``node`` supplies the node name and the capacity that unset ``resourceFieldRef``
         limits report (the host's without it). ``use_cgroups=False`` runs pods without cgroups
         (memory limits by RLIMIT_AS) even where they are writable. ``log_rotation`` is
         ``(containerLogMaxSize, containerLogMaxFiles)``, by default :func:`log_rotation_from_env`'s;
-        ``pids_limit`` each pod's (-1: unlimited), by default ``TRIMARAN_POD_PIDS_LIMIT``'s."""
+        ``pids_limit`` each pod's (-1: unlimited), by default ``TRIMARAN_POD_PIDS_LIMIT``'s.
+        ``shim_pool``: how many shims wait started ahead once a pod has started (0: none; the
+        control plane's is :func:`shim_pool_size_from_env`'s); :meth:`close` ends them."""
         self.home = Path(home)
         self.node = node
         self.cgroups = cgroups.detect(str(self.home)) if use_cgroups else None
@@ -293,6 +318,12 @@ class LocalRuntime:
         self.network: PodNetwork | None = None
         self._children: dict[str, subprocess.Popen] = {}  # run dir → shim spawned here
         self._lock = threading.Lock()
+        # Shims started ahead, waiting for a run (an interpreter's start-up off each pod's path).
+        self.shim_pool = shim_pool
+        self._standby: list[subprocess.Popen] = []
+        self._standby_filler: threading.Thread | None = None
+        self._standby_wanted = threading.Condition(self._lock)
+        self._closing = False
 
     # -- paths ------------------------------------------------------------------------
 
@@ -386,6 +417,7 @@ class LocalRuntime:
             pod = {**pod, "status": {**(pod.get("status") or {}), "podIP": address.ip, "podIPs": [{"ip": address.ip}],
                                      "hostIP": gateway, "hostIPs": [{"ip": gateway}]}}
         try:
+            files_began = time.perf_counter()
             run_spec = self._run_spec(pod, uid, namespace, name, attempt, run_dir, bwrap,
                                       env_extra or {}, hosts or {}, lookup or _no_lookup, containers,
                                       images or {}, address.ip if address else None)
@@ -396,9 +428,11 @@ class LocalRuntime:
             _shim.write_json(str(log_dir / "containers.json"),
                              {"containers": [c.get("name") for c in spec.get("containers") or []]})
             _shim.write_json(str(run_dir / "spec.json"), run_spec)
+            NODE_TIMINGS.add("run.files", time.perf_counter() - files_began)
+            spawned = time.monotonic()
             proc = self._spawn_shim(run_dir)
             if on_exit is not None:
-                threading.Thread(target=_call_after_exit, args=(proc, on_exit), daemon=True,
+                threading.Thread(target=_call_after_exit, args=(proc, run_dir, spawned, on_exit), daemon=True,
                                  name=f"shim-wait-{name}").start()
         except BaseException:
             # No half-made run: pod_status must not report a start that never happened.
@@ -592,13 +626,10 @@ class LocalRuntime:
         }
 
     def _spawn_shim(self, run_dir: Path) -> subprocess.Popen:
-        # Blocked across the spawn (the child inherits the mask through exec) until the shim
-        # has its handlers: a stop_pod right after start_pod then stops the pod in order.
-        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _shim.STOP_SIGNALS)
-        try:
-            proc = self._popen_shim(run_dir)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        proc = self._hand_to_standby(run_dir)
+        if proc is None:
+            with NODE_TIMINGS.timed("shim.spawn"):
+                proc = _with_stop_blocked(lambda: self._popen_shim(run_dir))
         stat = _shim.proc_stat(proc.pid)
         # Written here as well as by the shim, so the pod is tracked from this instant.
         _shim.write_json(str(run_dir / "shim.pid"),
@@ -606,6 +637,68 @@ class LocalRuntime:
         with self._lock:
             self._children[str(run_dir)] = proc
         return proc
+
+    # -- shims started ahead ------------------------------------------------------------------
+
+    def _hand_to_standby(self, run_dir: Path) -> subprocess.Popen | None:
+        """A shim started ahead, given ``run_dir`` (see ``shim._await_run``), or None when none is
+        ready. Taking one has another started (``shim_pool`` wait; none before the first pod)."""
+        if not self.shim_pool:
+            return None
+        with self._lock:
+            proc = self._standby.pop(0) if self._standby else None
+            if self._standby_filler is None and not self._closing:
+                self._standby_filler = threading.Thread(target=self._keep_standby, name="shim-standby", daemon=True)
+                self._standby_filler.start()
+            self._standby_wanted.notify()
+        if proc is None:
+            return None
+        with NODE_TIMINGS.timed("shim.handoff"):
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(os.fsencode(run_dir) + b"\n")
+                proc.stdin.close()
+            except OSError:
+                proc.kill()  # it died waiting, or cannot be told: a new one does the run
+                proc.wait()
+                return None
+        return proc
+
+    def _keep_standby(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closing and len(self._standby) >= self.shim_pool:
+                    self._standby_wanted.wait()
+                if self._closing:
+                    return
+            try:
+                proc = _with_stop_blocked(lambda: subprocess.Popen(
+                    _shim.command(_shim.STANDBY), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, cwd="/", start_new_session=True))
+            except OSError as exc:
+                log.warning("cannot start a shim ahead: %s", exc)
+                with self._lock:
+                    if not self._closing:
+                        self._standby_wanted.wait()
+                continue
+            with self._lock:
+                if self._closing:
+                    break
+                self._standby.append(proc)
+        _end_standby(proc)
+
+    def close(self) -> None:
+        """At control-plane stop: the shims started ahead end (pods' shims run on)."""
+        with self._lock:
+            self._closing = True
+            self._standby_wanted.notify_all()
+            filler = self._standby_filler
+        if filler is not None:
+            filler.join()
+        with self._lock:
+            standby, self._standby = self._standby, []
+        for proc in standby:
+            _end_standby(proc)
 
     @staticmethod
     def _popen_shim(run_dir: Path) -> subprocess.Popen:
@@ -689,10 +782,12 @@ class LocalRuntime:
                 return None
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                # A shim started ahead names no run: it works in its run's directory.
+                cwd = os.readlink(f"/proc/{pid}/cwd") if argv[6:7] == [_shim.STANDBY.encode()] else None
             except OSError:
                 return None
             if len(argv) > 6 and argv[5] == _SHIM.encode():
-                run_dir = Path(os.fsdecode(argv[6])).resolve()
+                run_dir = Path(cwd or os.fsdecode(argv[6])).resolve()
                 record = _shim.read_json(str(run_dir / "shim.pid")) or {}
                 # The record, which only the runtime writes, tells a real shim from a look-alike.
                 if run_dir.parent.parent.parent == pods and record.get("pid") == pid \
@@ -836,6 +931,32 @@ class LocalRuntime:
         hierarchy = cgroups.Hierarchy.from_json(pod["hierarchy"])
         for container in (spec.get("init_containers") or []) + (spec.get("containers") or []):
             cgroups.remove(hierarchy, f"{pod['pod']}/{container['name']}-{spec['attempt']}")
+
+    def release_network(self, pod_uid: str) -> None:
+        """The pod has ended for good (the kubelet's StopPodSandbox): its network namespace goes back
+        to the pool where nothing of the pod can be left in it, else it is torn down."""
+        if self.network is not None:
+            self.network.release(pod_uid, self._netns_reusable(pod_uid))
+
+    def _netns_reusable(self, pod_uid: str) -> bool:
+        """Whether the pod's netns is as its CNI ADD left it, and nothing of the pod's address is
+        left on the machine: each run's shim saw no IPv4 packet through it (so no socket of a
+        connection lingers in it, and conntrack holds no flow of the address); and every container
+        of every run was in a user namespace of its own (none was the netns's owner, so none could
+        change its interfaces, routes or sysctls)."""
+        runs = self._runs(pod_uid)
+        if not runs or self.is_alive(pod_uid):
+            return False
+        for run_dir in runs:
+            netns = (_shim.read_json(str(run_dir / "shim.done")) or {}).get("netns") or {}
+            spec = _shim.read_json(str(run_dir / "spec.json"))
+            if netns.get("packets") != 0 or spec is None:
+                return False
+            for container in (spec.get("init_containers") or []) + (spec.get("containers") or []):
+                oci_linux = ((container.get("oci") or {}).get("config") or {}).get("linux") or {}
+                if not (oci_linux.get("uidMappings") or container.get("idmap")):
+                    return False
+        return True
 
     def sweep_cgroups(self) -> list[str]:
         """Remove the cgroups of this home's pods that no longer run (their processes were killed
@@ -1121,9 +1242,55 @@ def _disk_usage(path: Path) -> int:
     return total
 
 
-def _call_after_exit(proc: subprocess.Popen, callback: Callable[[], None]) -> None:
+def _with_stop_blocked(spawn: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    # Blocked across the spawn (the child inherits the mask through exec) until the shim has its
+    # handlers: a stop_pod right after start_pod then stops the pod in order.
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _shim.STOP_SIGNALS)
+    try:
+        return spawn()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+
+
+def _end_standby(proc: subprocess.Popen) -> None:
+    """End a shim started ahead that no run took: at end of its stdin it exits."""
+    try:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+
+
+def _call_after_exit(proc: subprocess.Popen, run_dir: Path, spawned: float, callback: Callable[[], None]) -> None:
     proc.wait()
+    _count_shim_timings(run_dir, spawned, time.monotonic())
     callback()
+
+
+def _count_shim_timings(run_dir: Path, spawned: float, noticed: float) -> None:
+    """Add what the shim spawned at ``spawned`` (monotonic) recorded of its run to the node's timings
+    (see `trimaran.runtime.timings`); nothing for a shim that ended without ``shim.done``."""
+    stamps = (_shim.read_json(str(run_dir / "shim.done")) or {}).get("timings")
+    if not stamps:
+        return
+    began, done = stamps["main"], stamps["done"]
+    NODE_TIMINGS.add("shim.startup", began - spawned)
+    starts = [c["start"] for c in stamps["containers"].values() if "start" in c]
+    if starts:
+        NODE_TIMINGS.add("shim.prepare", min(starts) - began)
+    # A container's end is its reaping and the removal of its cgroup.
+    ended = [c["reaped"] + c.get("cgroup.remove", 0.0) for c in stamps["containers"].values() if "reaped" in c]
+    for container in stamps["containers"].values():
+        for part in ("cgroup.create", "cgroup.remove"):
+            if part in container:
+                NODE_TIMINGS.add(part, container[part])
+        if "spawned" in container and "reaped" in container:
+            NODE_TIMINGS.add("container.run", container["reaped"] - container["spawned"])
+    if ended:
+        NODE_TIMINGS.add("shim.finish", done - max(ended))
+    NODE_TIMINGS.add("exit.noticed", noticed - done)
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -1,4 +1,5 @@
-"""Per-pod supervisor: ``shim.command(STATE_DIR)`` runs it (``python -I -S -c LAUNCH shim.py STATE_DIR``).
+"""Per-pod supervisor: ``shim.command(STATE_DIR)`` runs it (``python -I -S -c LAUNCH shim.py STATE_DIR``),
+or ``shim.command("--standby")`` starts one ahead, which waits for its state directory on stdin.
 
 Standard library only, and importing nothing else of trimaran, so it starts in ~15 ms and
 keeps running when the control plane that spawned it dies: it runs in its own session, and
@@ -46,7 +47,10 @@ containers together, each with stdout and stderr appended to its ``log``, and wr
   "memoryEnforcement"}``;
 - ``<container>.exit.json``: ``{"exitCode", "signal", "reason", "message", "startedAt",
   "finishedAt"}`` with ``reason`` one of Completed, Error, OOMKilled, StartError;
-- ``shim.done`` when it exits on its own terms (so a shim that vanished without it was lost).
+- ``shim.done`` when it exits on its own terms (so a shim that vanished without it was lost):
+  ``{"finishedAt", "timings", "netns"}``, ``timings`` its own and its containers' times on the
+  monotonic clock (see ``trimaran.runtime.timings``), ``netns`` (where the pod has one)
+  ``{"packets"}``: IPv4 packets into and out of it during this run (-1: unknown).
 
 Logs rotate as the kubelet rotates them (``containerLogMaxSize``, ``containerLogMaxFiles``): a
 container's stdout and stderr are one pipe that the shim copies into ``log`` (``splice``, so the
@@ -105,6 +109,7 @@ except ImportError:
 
 __all__ = [
     "STOP_SIGNALS",
+    "STANDBY",
     "proc_stat",
     "process_alive",
     "descendants",
@@ -164,8 +169,9 @@ def read_json(path: str) -> dict | None:
 def write_json(path: str, data: dict) -> None:
     """Write atomically, so a reader never sees half a file."""
     tmp = f"{path}.tmp{os.getpid()}"
+    text = json.dumps(data)  # in one piece: json.dump encodes in Python, dumps in C (a run's spec: ms)
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
+        handle.write(text)
     os.replace(tmp, path)
 
 
@@ -530,6 +536,15 @@ def release_overlays_under(directory: str) -> None:
 
 
 _CLONE_NEWNET = 0x40000000
+def netns_packets() -> int:
+    """IPv4 packets this process's network namespace has received and sent (its ``Ip:`` counters)."""
+    try:
+        with open("/proc/self/net/snmp", encoding="ascii") as handle:
+            rows = [line.split() for line in handle if line.startswith("Ip:")]
+        counters = dict(zip(rows[0][1:], rows[1][1:], strict=True))
+        return int(counters["InReceives"]) + int(counters["OutRequests"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return -1
 
 
 def join_netns(path: str) -> None:
@@ -554,6 +569,12 @@ def join_netns(path: str) -> None:
 STAGE_DIR = "/run/trimaran-stage"
 _CLONE_NEWNS = 0x00020000
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_SLAVE = 0x2, 0x4, 0x1000, 0x4000, 0x80000
+_MS_RDONLY, _MS_REMOUNT = 0x1, 0x20
+# crun (as runc) copies its own binary before it enters a container, so that a container cannot
+# overwrite the host's through /proc/PID/exe (CVE-2019-5736): a few ms of every container start.
+# It skips that where this is set and its binary is on a read-only mount, which the shim makes
+# in crun's own mount namespace (_enter_crun_namespace); a pod's user namespace cannot remount it.
+CLONED_BINARY_ENV = "_LIBCONTAINER_CLONED_BINARY"
 _BIND_OPTIONS = ("--bind", "--ro-bind", "--bind-try", "--ro-bind-try")
 # How many arguments each bubblewrap option the sandbox writes takes (the rest take none).
 _BWRAP_ARITY = {
@@ -647,9 +668,10 @@ _PR_SET_PDEATHSIG = 1
 _UNIFIED = b"/sys/fs/cgroup/unified"
 
 
-def _enter_crun_namespace(libc: object, rootfs: dict | None) -> None:
+def _enter_crun_namespace(libc: object, rootfs: dict | None, runtime: str) -> None:
     """In the child, as root, before crun runs: a mount namespace of its own (following the
-    host's mounts), without the hybrid hierarchy's cgroup2 mount, and the fresh root of a
+    host's mounts), without the hybrid hierarchy's cgroup2 mount, where the ``runtime``'s binary
+    is a read-only bind mount of itself (see :data:`CLONED_BINARY_ENV`), and the fresh root of a
     host-process container: a tmpfs owned by the container's uid (as bubblewrap's tmpfs root),
     with the skeleton's directories and symlinks, owned alike so that crun, root of the pod's user
     namespace, may make mount points in them. All of it ends with the container."""
@@ -666,6 +688,9 @@ def _enter_crun_namespace(libc: object, rootfs: dict | None) -> None:
     check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     check(libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None), "making / a slave mount")
     libc.umount2(_UNIFIED, _MNT_DETACH)  # absent on a host that is not hybrid
+    binary = os.path.realpath(runtime).encode()
+    check(libc.mount(binary, binary, None, _MS_BIND, None), f"binding {runtime}")
+    check(libc.mount(None, binary, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None), f"making {runtime} read-only")
     if rootfs is None:
         return
     root, uid, gid = rootfs["path"], rootfs["uid"], rootfs["gid"]
@@ -846,7 +871,7 @@ def spawn_mapped(argv: list[str], idmap: dict, *, before_exec: object = None,
 # -- the supervisor -----------------------------------------------------------------------
 
 
-def _prepare_bundle(oci: dict, before_exec: object) -> object:
+def _prepare_bundle(oci: dict, before_exec: object, runtime: str) -> object:
     """Write the bundle's ``config.json`` (and clear its error log and any state a killed run
     left under the same id); return what the child runs before crun: ``before_exec``, then
     :func:`_enter_crun_namespace`."""
@@ -873,7 +898,7 @@ def _prepare_bundle(oci: dict, before_exec: object) -> object:
     def child() -> None:
         if callable(before_exec):
             before_exec()
-        _enter_crun_namespace(libc, rootfs)
+        _enter_crun_namespace(libc, rootfs, runtime)
 
     return child
 
@@ -895,14 +920,18 @@ class _Container:
         self.pipe: int | None = None  # the read end of the container's stdout and stderr
         self.exit_code: int | None = None
         self.terminated: set[int] = set()
+        # Monotonic stamps and durations for the runtime's per-part timings (shim.done's "timings").
+        self.timings: dict[str, float] = {}
 
     def _file(self, suffix: str) -> str:
         return os.path.join(self.state_dir, f"{self.name}{suffix}")
 
     def start(self) -> None:
+        self.timings["start"] = time.monotonic()
         limit = self.spec.get("memory_limit")
         hierarchy, pod = self.hierarchy, self.pod_cgroup
         if hierarchy is not None and pod is not None:
+            began = time.monotonic()
             try:
                 # Named by container and attempt, as the runtime finds it again when this shim is gone.
                 self.cgroup = cgroups.create(hierarchy, pod["pod"], pod["limits"], f"{self.name}-{self.attempt}",
@@ -910,6 +939,7 @@ class _Container:
                 self.enforcement = f"cgroup-v{hierarchy.version}" if limit else None
             except OSError as exc:
                 print(f"shim: no cgroup for {self.name}: {exc}", file=sys.stderr)
+            self.timings["cgroup.create"] = time.monotonic() - began
         if limit and self.cgroup is None:
             self.enforcement = "rlimit"
         cgroup, rlimit = self.cgroup, (limit if self.enforcement == "rlimit" else None)
@@ -950,14 +980,15 @@ class _Container:
             if self.spec.get("seccomp"):
                 seccomp_fd = os.open(self.spec["seccomp"], os.O_RDONLY | os.O_CLOEXEC)
                 argv[1:1] = ["--seccomp", str(seccomp_fd)]
+            self.timings["spawned"] = time.monotonic()
             popen = {"env": self.spec["env"], "cwd": "/", "stdin": subprocess.DEVNULL, "stdout": write_end,
                      "stderr": subprocess.STDOUT, "pass_fds": () if seccomp_fd is None else (seccomp_fd,)}
             oci = self.spec.get("oci")
             if oci:
                 # The container's environment is in its config; crun, root on the host, gets
                 # none of it (an LD_PRELOAD of the pod's must not reach it).
-                popen["env"] = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-                self.proc = subprocess.Popen(argv, preexec_fn=_prepare_bundle(oci, before_exec), **popen)
+                popen["env"] = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", CLONED_BINARY_ENV: "1"}
+                self.proc = subprocess.Popen(argv, preexec_fn=_prepare_bundle(oci, before_exec, argv[0]), **popen)
             elif self.spec.get("idmap"):
                 self.proc = spawn_mapped(argv, self.spec["idmap"], before_exec=before_exec, **popen)
             else:
@@ -1054,10 +1085,12 @@ class _Container:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        self.timings["reaped"] = time.monotonic()
         oom = False
         if self.hierarchy and self.cgroup:
             oom = cgroups.oom_kills(self.hierarchy, self.cgroup) > 0
             cgroups.remove(self.hierarchy, self.cgroup)
+            self.timings["cgroup.remove"] = time.monotonic() - self.timings["reaped"]
         # Its last words, before they are read for the exit's reason. A process that slipped out
         # of the group and cgroup and kept the pipe open is not waited for: the read stops when
         # the pipe is empty, and closing it ends that process's writes.
@@ -1165,6 +1198,7 @@ class _Shim:
         self.state_dir = state_dir
         self.stop_requested = False
         self.kill_at: float | None = None
+        self.started: list[_Container] = []
         # Handlers first: a stop that arrives while the spec is read must not be lost.
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -1178,8 +1212,10 @@ class _Shim:
         self.spec = read_json(os.path.join(state_dir, "spec.json"))
         if self.spec is None:
             raise SystemExit(f"shim: cannot read {state_dir}/spec.json")
+        self.packets_before: int | None = None
         if self.spec.get("netns"):
             join_netns(self.spec["netns"])
+            self.packets_before = netns_packets()
         reserve_record(os.path.join(state_dir, "shim.done"))
 
     def _on_stop(self, signum: int, frame: object) -> None:
@@ -1195,6 +1231,7 @@ class _Shim:
         for container in self._containers("init_containers"):
             if self.stop_requested:
                 return
+            self.started.append(container)
             container.start()
             self._wait([container])
             if container.exit_code != 0:
@@ -1203,8 +1240,14 @@ class _Shim:
         if self.stop_requested:
             return
         for container in containers:
+            self.started.append(container)
             container.start()
         self._wait(containers)
+
+    def timings(self, began: float) -> dict:
+        """When this shim's ``main`` began and each started container's stamps (see ``_Container``),
+        on the machine's monotonic clock, which the runtime's clock is too."""
+        return {"main": began, "containers": {c.name: c.timings for c in self.started}, "done": time.monotonic()}
 
     def _grace(self) -> float:
         stop = read_json(os.path.join(self.state_dir, "stop.json")) or {}
@@ -1259,17 +1302,56 @@ class _Shim:
 # package to import, it keeps starting in milliseconds; its path stays on the command line, where
 # the runtime finds its shims (``LocalRuntime.pod_of_process``).
 _LAUNCH = ("import sys; sys.path.append(sys.argv[1].rpartition('/')[0]); import shim; "
-           "sys.exit(shim.main(sys.argv[1:]))")
+           "shim.exit(shim.main(sys.argv[1:]))")
+
+
+def exit(code: int) -> None:  # noqa: A001 - the launcher's sys.exit, as the shim ends
+    """End the process with ``code`` now: its output flushed, without the interpreter's finalization
+    (milliseconds of every pod's end, before the runtime sees its shim gone)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def command(*args: str) -> list[str]:
-    """The command that runs the shim with ``args`` (``STATE_DIR``, or ``--run SPEC``)."""
+    """The command that runs the shim with ``args`` (``STATE_DIR``, ``--standby`` or ``--run SPEC``)."""
     return [sys.executable, "-I", "-S", "-c", _LAUNCH, os.path.realpath(__file__), *args]
 
 
+STANDBY = "--standby"
+
+
+def _await_run() -> str | None:
+    """A shim started ahead (``shim.py --standby``, its stdin a pipe from the runtime): wait for
+    the run directory the runtime hands it (a line), then take the run's output files and make
+    the directory its working directory (where ``LocalRuntime.pod_of_process`` finds its run, its
+    command line naming none). None at end of file: the runtime closed the pipe (it stopped, or
+    died)."""
+    import ctypes  # noqa: F401 - what a run loads (its netns, crun's namespace): loaded while it waits
+
+    line = sys.stdin.buffer.readline()
+    if not line.endswith(b"\n"):
+        return None
+    state_dir = os.path.abspath(os.fsdecode(line[:-1]))
+    log_fd = os.open(os.path.join(state_dir, "shim.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(null_fd)
+    os.close(log_fd)
+    os.chdir(state_dir)
+    return state_dir
+
+
 def main(argv: list[str]) -> int:
-    """Entry point: ``shim.py STATE_DIR``, or ``shim.py --run SPEC`` (``{"argv", "idmap"}``:
-    run one bubblewrap command under :func:`spawn_mapped` and exit with its status)."""
+    """Entry point: ``shim.py STATE_DIR``; ``shim.py --standby`` (started ahead: the state
+    directory comes on stdin, see :func:`_await_run`); or ``shim.py --run SPEC`` (``{"argv",
+    "idmap"}``: run one bubblewrap command under :func:`spawn_mapped` and exit with its status)."""
+    began = time.monotonic()
     if len(argv) == 3 and argv[1] == "--run":
         # One command (an image's unpacking) in a sandbox under the pods' id mapping, for a
         # caller with threads, where spawn_mapped's work between fork and exec is not safe.
@@ -1283,9 +1365,15 @@ def main(argv: list[str]) -> int:
             print(f"shim: {exc}", file=sys.stderr)
             return 125
     if len(argv) != 2:
-        print("usage: python -I -S -m trimaran.runtime.shim STATE_DIR | --run SPEC", file=sys.stderr)
+        print("usage: python -I -S -m trimaran.runtime.shim STATE_DIR | --standby | --run SPEC", file=sys.stderr)
         return 2
-    state_dir = os.path.abspath(argv[1])
+    if argv[1] == STANDBY:
+        state_dir = _await_run()
+        if state_dir is None:
+            return 0  # the runtime that started it has gone, or no longer needs it
+        began = time.monotonic()
+    else:
+        state_dir = os.path.abspath(argv[1])
     if os.getsid(0) != os.getpid():
         # Started by hand rather than by the runtime (which spawns it as a session leader):
         # leave the caller's session so that its end does not end the pod.
@@ -1304,7 +1392,14 @@ def main(argv: list[str]) -> int:
         import ctypes
 
         release_pod_namespaces(ctypes.CDLL(None, use_errno=True), shared, os.path.dirname(state_dir), state_dir)
-    write_reserved(os.path.join(state_dir, "shim.done"), {"finishedAt": utc_now()})
+    done = {"finishedAt": utc_now(), "timings": shim.timings(began)}
+    if shim.packets_before is not None:
+        # Whether anything went through the pod's netns (nothing: no connection, no socket in
+        # TIME_WAIT, no conntrack entry, so the runtime may give it to the next pod). Counters, not
+        # /proc/net/tcp: that walks the machine's whole TCP table (ms).
+        after = netns_packets()
+        done["netns"] = {"packets": after - shim.packets_before if min(after, shim.packets_before) >= 0 else -1}
+    write_reserved(os.path.join(state_dir, "shim.done"), done)
     return 0
 
 

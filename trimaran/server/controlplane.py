@@ -39,6 +39,7 @@ from trimaran.controllers.volumes import ClaimReconciler
 from trimaran.controllers.workloads import DeploymentReconciler, HorizontalPodAutoscalerReconciler, ServiceReconciler
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.runtime import LocalRuntime, Node
+from trimaran.runtime.local import shim_pool_size_from_env
 from trimaran.runtime.network import PodNetwork
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import HomeLock, HomeLocked, clear_server_info, home_dir, lock_home, write_server_info
@@ -69,6 +70,7 @@ class ControlPlane:
     def stop(self) -> None:
         self.manager.stop()
         self.kubelet.shutdown()
+        self.kubelet.runtime.close()  # the shims started ahead; pods' own run on
         if self.cluster_network is not None:
             self.cluster_network.stop()  # cluster DNS goes with the control plane; the rules stay for the pods
         if self.dbmanager is not None:
@@ -118,7 +120,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
     store.ensure_namespace("default")
     install_builtin_runtimes(store)
     node = Node.from_env(storage=home)
-    runtime = LocalRuntime(home, node=node)
+    runtime = LocalRuntime(home, node=node, shim_pool=shim_pool_size_from_env())
     runtime.network = PodNetwork.from_env(home)
     set_pod_network(runtime.network is not None)
     kubelet = Kubelet(store, runtime, node)

@@ -10,7 +10,8 @@
 * `write_prometheus_config` writes ``$TRIMARAN_HOME/prometheus/prometheus.yml``: one job reading
   that endpoint with a view token and the home's CA, so ``prometheus --config.file=...`` scrapes.
 * `ControlPlaneCollector` adds to ``/metrics``: objects by kind and phase, pods by phase,
-  reconcile latency and queue depth per reconciler, GPUs allocated, Katib trials created.
+  reconcile latency and queue depth per reconciler, GPUs allocated, Katib trials created, the
+  node's time per part of a pod's start and end (``trimaran_node_part_seconds``).
 
 Every target is ``<the pod's IP>:<port>`` (``status.podIP``: its own address on the pod network,
 127.0.0.1 where pods share this machine's network): a
@@ -30,7 +31,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
 
 from trimaran.api.apps import selector_matches
 from trimaran.api.kinds import all_kinds
@@ -39,6 +40,7 @@ from trimaran.controllers.pods import LOOPBACK, is_terminating, phase
 from trimaran.controllers.probes import resolve_port
 from trimaran.controllers.tuning.experiment import TRIALS_CREATED
 from trimaran.runtime.node import Node
+from trimaran.runtime.timings import NODE_TIMINGS
 from trimaran.server.kube import principal_of
 from trimaran.server.tokens import TokenStore, write_private
 from trimaran.store import NotFound, Store
@@ -371,3 +373,8 @@ class ControlPlaneCollector:
             yield capacity
             yield allocated
         yield from TRIALS_CREATED.collect()
+        parts = SummaryMetricFamily("trimaran_node_part_seconds", "Time the node spent on each part of pods' "
+                                    "starts and ends (trimaran.runtime.timings).", labels=["part"])
+        for part, (count, total) in sorted(NODE_TIMINGS.snapshot().items()):
+            parts.add_metric([part], count, total)
+        yield parts

@@ -12,7 +12,14 @@ from trimaran.runtime.network._dns import DOMAIN as CLUSTER_DOMAIN
 from trimaran.runtime.network._dns import ClusterDns, DnsService, hosts_text, resolv_conf
 from trimaran.runtime.network._nft import apply_table, delete_table, stale_tables, table_name
 from trimaran.runtime.network._plan import NetworkPlan, PlanError, home_digest
-from trimaran.runtime.network._pods import NETNS_DIR, NetworkError, PodAddress, PodNetwork
+from trimaran.runtime.network._pods import (
+    NETNS_DIR,
+    POOL_PREFIX,
+    NetworkError,
+    PodAddress,
+    PodNetwork,
+    pool_size_from_env,
+)
 from trimaran.runtime.network._policy import policy_rules
 from trimaran.runtime.network._proxy import (
     ProxiedService,
@@ -26,7 +33,7 @@ from trimaran.runtime.network._proxy import (
 
 __all__ = [
     "CLUSTER_DOMAIN", "CniError", "ClusterDns", "DnsService", "NETNS_DIR", "NetworkError", "NetworkPlan", "PlanError",
-    "PodAddress", "PodNetwork", "ProxiedService", "ServicePort", "apply_table", "delete_flows", "delete_table",
-    "ensure_bridge_netfilter", "home_digest", "hosts_text", "policy_rules", "proxy_rules", "resolv_conf",
-    "sctp_sockets", "stale_tables", "stale_udp_flows", "table_name",
+    "POOL_PREFIX", "PodAddress", "PodNetwork", "ProxiedService", "ServicePort", "apply_table", "delete_flows",
+    "delete_table", "ensure_bridge_netfilter", "home_digest", "hosts_text", "policy_rules", "pool_size_from_env",
+    "proxy_rules", "resolv_conf", "sctp_sockets", "stale_tables", "stale_udp_flows", "table_name",
 ]
