@@ -98,6 +98,9 @@ class TrialReconciler(Reconciler):
                 return self._write(trial, status, before, 0.0)
             self._create_job(trial, run_spec)
             self.tracker.start(trial)  # tracking: the trial's run
+            # As Katib's pass that creates the job: the trial is Running once its job exists (its
+            # pods, made next, say in a later pass if they have to wait).
+            set_condition(status, "Running", "True", "TrialRunning", "Trial is running")
             return self._write(trial, status, before, POLL_SECONDS)
 
         job_state = _job_outcome(job, trial["spec"])
