@@ -114,7 +114,8 @@ class Reconciler(ABC):
             return requeue
         obj["status"] = status
         try:
-            self.write_status(obj)
+            # ``obj`` is then as stored, for what the pass does after its write.
+            obj["metadata"]["resourceVersion"] = self.write_status(obj)["metadata"]["resourceVersion"]
         except Conflict:
             return CONFLICT_RETRY_SECONDS
         except NotFound:
