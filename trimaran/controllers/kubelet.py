@@ -423,9 +423,11 @@ class Kubelet(Reconciler):
                 return network.setup(meta["uid"], meta["namespace"], meta["name"]).ip
             except NetworkError:
                 return None  # that pod's own start says why
-        # At once: each setup is a few plugin processes, mostly waiting.
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(peers))), thread_name_prefix="pod-network") as pool:
-            found = list(pool.map(set_up, [meta for meta, _ in peers]))
+        if len(peers) <= 1:  # the pod alone (a trial's, a Job's): no threads to start for it
+            found = [set_up(meta) for meta, _ in peers]
+        else:  # at once: each setup is a few plugin processes, mostly waiting
+            with ThreadPoolExecutor(max_workers=min(8, len(peers)), thread_name_prefix="pod-network") as pool:
+                found = list(pool.map(set_up, [meta for meta, _ in peers]))
         ips = {name: ip for (_, names), ip in zip(peers, found, strict=True) if ip for name in names}
         return {name: ips.get(name.split(".")[0], ip) if ip == LOOPBACK else ip for name, ip in hosts.items()}
 
