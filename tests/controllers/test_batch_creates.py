@@ -22,8 +22,10 @@ def test_a_wide_job_gets_its_pods_in_batches(tmp_path: Path) -> None:
     key = Key("Job", "default", "wide")
     assert reconciler.reconcile(key) == 0.0  # more to make: again at once
     assert len(store.list("Pod", "default")) == MAX_POD_CREATES_PER_SYNC
+    # As the job controller's: the pods a pass made are active in the status it writes.
+    assert store.get("Job", "default", "wide")["status"]["active"] == MAX_POD_CREATES_PER_SYNC
     reconciler.reconcile(key)
     pods = store.list("Pod", "default")
     indexes = sorted(int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]) for p in pods)
     assert indexes == list(range(parallelism))
-    assert store.get("Job", "default", "wide")["status"]["active"] == MAX_POD_CREATES_PER_SYNC
+    assert store.get("Job", "default", "wide")["status"]["active"] == parallelism

@@ -271,3 +271,23 @@ def test_dry_run_writes_nothing_and_bad_propagation_is_invalid(store):
 
     with pytest.raises(Invalid, match="propagationPolicy"):
         request_delete(store, obj, "Cascade")
+
+
+def test_dependents_made_before_the_collector_started_go_with_their_owner_later(tmp_path):
+    # The collector knows which kinds hold an owner's dependents from the objects it has seen
+    # name it: those written while it runs and, for those written before, its first list.
+    store = SQLiteStore(tmp_path / "t.db")
+    owner = make(store, "owner")
+    secret = make(store, "secret", owner, kind="Secret")
+    pod = make(store, "pod", owner, kind="Pod")
+    manager = ControllerManager(store, [GarbageCollector(store)], resync_seconds=3600)
+    manager.start()
+    try:
+        collector_caught_up(store, "start")
+        assert exists(store, secret) and not fresh(store, pod)["metadata"].get("deletionTimestamp")
+        assert request_delete(store, owner) is None
+        poll(lambda: gone(store, secret), timeout=10, what="the secret made before the start to be collected")
+        poll(lambda: fresh(store, pod)["metadata"].get("deletionTimestamp"), timeout=10, what="the pod to be marked")
+    finally:
+        manager.stop()
+        store.close()

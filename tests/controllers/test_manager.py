@@ -6,7 +6,7 @@ import threading
 
 from tests.helpers import poll
 from trimaran.controllers.base import ControllerManager, Key, Reconciler
-from trimaran.store import SQLiteStore
+from trimaran.store import NotFound, SQLiteStore
 
 
 class CountingReconciler(Reconciler):
@@ -68,3 +68,47 @@ def test_a_key_has_one_pending_delayed_add_the_earliest() -> None:
     queue.done(key)
     threading.Timer(0.4, stop.set).start()  # past the later adds, had they been kept
     assert queue.get(stop) is None
+
+
+class ChildMaker(Reconciler):
+    """Makes one Secret per ConfigMap with create_counted, and counts its passes."""
+
+    name = "child-maker"
+    kinds = ("ConfigMap",)
+    watches = ("Secret",)
+
+    def __init__(self, store: SQLiteStore) -> None:
+        super().__init__(store)
+        self.passes = 0
+
+    def keys_for(self, event_kind: str, obj: dict) -> list[Key]:
+        return [Key("ConfigMap", obj["metadata"]["namespace"], obj["metadata"]["name"])]
+
+    def reconcile(self, key: Key) -> float | None:
+        self.passes += 1
+        try:
+            self.store.get("Secret", key.namespace, key.name)
+        except NotFound:
+            self.create_counted({"apiVersion": "v1", "kind": "Secret",
+                                 "metadata": {"name": key.name, "namespace": key.namespace}})
+        return None
+
+
+def test_an_object_made_with_create_counted_does_not_wake_its_maker_but_a_change_of_it_does(tmp_path):
+    store = SQLiteStore(tmp_path / "t.db")
+    maker = ChildMaker(store)
+    manager = ControllerManager(store, [maker], resync_seconds=3600)
+    manager.start()
+    try:
+        store.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}})
+        secret = poll(lambda: store.list("Secret", "default"), timeout=10, what="the secret")[0]
+        # Absence can only be observed over a window: a second after the secret was made.
+        window = threading.Event()
+        threading.Timer(1.0, window.set).start()
+        window.wait()
+        assert maker.passes == 1
+        store.update({**secret, "metadata": {**secret["metadata"], "labels": {"changed": "by-another"}}})
+        poll(lambda: maker.passes == 2, timeout=10, what="a pass after another writer changed the secret")
+    finally:
+        manager.stop()
+        store.close()

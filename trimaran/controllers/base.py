@@ -86,12 +86,24 @@ class Reconciler(ABC):
         already acted on everything it read, and a pass per own write would double the work.
         """
         stored = self.store.update_status(obj)
-        revision = stored["metadata"]["resourceVersion"]
-        if revision != obj["metadata"].get("resourceVersion"):
-            if len(self._own_writes) > _OWN_WRITES_KEPT:
-                self._own_writes.clear()  # events that never came (a relist); forgetting them is safe
-            self._own_writes.add((key_of(stored), revision))
+        if stored["metadata"]["resourceVersion"] != obj["metadata"].get("resourceVersion"):
+            self._remember(stored)
         return stored
+
+    def create_counted(self, obj: dict) -> dict:
+        """Create ``obj``, an object of a kind this reconciler watches, and return it as stored.
+
+        Its ADDED event does not queue this reconciler: the pass that created it counts it in the
+        status it writes (an experiment its new trials), so a pass for the event would find nothing to do.
+        """
+        stored = self.store.create(obj)
+        self._remember(stored)
+        return stored
+
+    def _remember(self, stored: dict) -> None:
+        if len(self._own_writes) > _OWN_WRITES_KEPT:
+            self._own_writes.clear()  # events that never came (a relist); forgetting them is safe
+        self._own_writes.add((key_of(stored), stored["metadata"]["resourceVersion"]))
 
     def settle_status(self, obj: dict, status: dict, before: dict, requeue: float | None) -> float | None:
         """End a pass: store ``status`` on ``obj`` when it differs from ``before``, then requeue as
@@ -102,7 +114,8 @@ class Reconciler(ABC):
             return requeue
         obj["status"] = status
         try:
-            self.write_status(obj)
+            # ``obj`` is then as stored, for what the pass does after its write.
+            obj["metadata"]["resourceVersion"] = self.write_status(obj)["metadata"]["resourceVersion"]
         except Conflict:
             return CONFLICT_RETRY_SECONDS
         except NotFound:
@@ -110,7 +123,8 @@ class Reconciler(ABC):
         return requeue
 
     def wrote(self, obj: dict) -> bool:
-        """Whether this change of a primary object is this reconciler's own status write."""
+        """Whether this change is this reconciler's own: a status write of a primary object, or an
+        object it made with :meth:`create_counted`."""
         marker = (key_of(obj), obj["metadata"].get("resourceVersion"))
         if marker in self._own_writes:
             self._own_writes.discard(marker)
@@ -264,9 +278,9 @@ class ControllerManager:
                     since = event.revision
                     for r in self.reconcilers:
                         kind = event.object["kind"]
-                        if kind in r.kinds and event.type == "MODIFIED" and r.wrote(event.object):
-                            continue
                         if kind in r.kinds or kind in r.watches:
+                            if event.type != "DELETED" and r.wrote(event.object):
+                                continue
                             for key in r.keys_for_event(event):
                                 self.enqueue(r, key)
             except Exception:  # an expired revision or a transient store error: relist everything

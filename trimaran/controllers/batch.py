@@ -122,6 +122,9 @@ class BatchJobReconciler(Reconciler):
                 self.store.create(self._build_pod(job, index))
                 self.store.record_event(job, "Normal", "SuccessfulCreate",
                                         "Created pod" + (f" for index {index}" if index is not None else ""))
+            # As the job controller's manageJob: the pods this pass made are active in the status it
+            # writes, so their creation events find the count already right (no second status write).
+            status["active"] += len(todo)
         if more:
             return 0.0  # the next batch of pods after this pass's status is written
         if deadline is not None:

@@ -164,7 +164,9 @@ class GarbageCollector(Reconciler):
         # The uid each key had at its latest event: a deleted object's dependents are found by it.
         # Entries go when the reconcile of a key finds the object gone.
         self._uids: dict[Key, str] = {}
-        self._owner_uids: set[str | None] = set()  # uids some object has named as its owner
+        # Uids some object has named as its owner → the kinds of those objects, so that an owner's
+        # deletion looks for dependents among those kinds only, not through every kind.
+        self._dependent_kinds: dict[str | None, set[str]] = {}
         self._uids_lock = threading.Lock()
 
     # -- what wakes it ---------------------------------------------------------------------------
@@ -177,7 +179,7 @@ class GarbageCollector(Reconciler):
         key = key_of(obj)
         with self._uids_lock:
             self._uids[key] = meta["uid"]
-            self._owner_uids.update(ref.get("uid") for ref in meta.get("ownerReferences") or [])
+            self._note_owners(obj)
         if event.type == "MODIFIED" and not meta.get("deletionTimestamp"):
             return []
         if event.type == "ADDED" and not (meta.get("ownerReferences") or meta.get("deletionTimestamp")):
@@ -193,7 +195,14 @@ class GarbageCollector(Reconciler):
             for obj in self.store.list(kind):
                 meta = obj["metadata"]
                 if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
+                    with self._uids_lock:
+                        self._note_owners(obj)
                     yield key_of(obj)
+
+    def _note_owners(self, obj: dict) -> None:
+        """Remember the owners ``obj`` names, and its kind among their dependents' (under the lock)."""
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            self._dependent_kinds.setdefault(ref.get("uid"), set()).add(obj["kind"])
 
     # -- the pass --------------------------------------------------------------------------------
     def reconcile(self, key: Key) -> float | None:
@@ -220,13 +229,14 @@ class GarbageCollector(Reconciler):
     def _wake_dependents_of(self, key: Key) -> None:
         with self._uids_lock:
             uid = self._uids.pop(key, None)
-            # Most objects that go own nothing (a trial's pods): no look through every kind for them.
-            owned = uid in self._owner_uids
-            self._owner_uids.discard(uid)
+            # Most objects that go own nothing (a trial's pods): no look through any kind for them;
+            # the others only through the kinds of the objects that named them (since the start,
+            # whose list saw every object's references, or since they were written).
+            kinds = self._dependent_kinds.pop(uid, None)
         # Without a uid (no event seen since the start) there is nothing to look up by; the
         # dependents, if any, carry their references and are queued by the start and every resync.
-        if uid is not None and owned:
-            for dependent in self._dependents(key.namespace, uid):
+        if uid is not None and kinds:
+            for dependent in self._dependents(key.namespace, uid, kinds):
                 self.wake(key_of(dependent))
 
     def _collect(self, obj: dict) -> None:
@@ -325,13 +335,14 @@ class GarbageCollector(Reconciler):
             return _WAITING
         return _SOLID
 
-    def _dependents(self, namespace: str, uid: str) -> list[dict]:
-        """Objects that name ``uid`` among their owners: in its namespace, or anywhere for a
-        cluster-scoped owner (``namespace`` "")."""
+    def _dependents(self, namespace: str, uid: str, kinds: Iterable[str] | None = None) -> list[dict]:
+        """Objects (of ``kinds``, else of any kind) that name ``uid`` among their owners: in its
+        namespace, or anywhere for a cluster-scoped owner (``namespace`` "")."""
+        kinds = self.kinds if kinds is None else [kind for kind in self.kinds if kind in kinds]
         if namespace:
-            wanted = [kind for kind in self.kinds if self._namespaced[kind]]
+            wanted = [kind for kind in kinds if self._namespaced[kind]]
             return [obj for kind in wanted for obj in self.store.list(kind, namespace, owner_uid=uid)]
-        return [obj for kind in self.kinds for obj in self.store.list(kind, owner_uid=uid)]
+        return [obj for kind in kinds for obj in self.store.list(kind, owner_uid=uid)]
 
 
 def _blocks(dependent: dict, owner_uid: str) -> bool:

@@ -40,6 +40,7 @@ unless its ``restartPolicy`` is ``Never``.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -92,6 +93,7 @@ from trimaran.runtime.qos import qos_class
 from trimaran.runtime.volumes import STORAGE_INITIALIZER, storage_volume_uris
 from trimaran.serving.storage import credential_env, initializer_container
 from trimaran.store import Conflict, DiskFull, NotFound, Store
+from trimaran.store.base import WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +218,13 @@ class Kubelet(Reconciler):
         yield SCHEDULE_KEY
         yield HOUSEKEEPING_KEY
 
-    def keys_for(self, event_kind: str, obj: dict):
+    def keys_for_event(self, event: WatchEvent) -> list[Key]:
+        obj = event.object
+        # Admission looks again when a pod may start (made, or changed while pending) or a share of
+        # the node may have come back (a pod ended, going or gone); a running pod's own transitions
+        # (Running, Ready) change neither.
+        if event.type == "MODIFIED" and phase(obj) == "Running" and not is_terminating(obj):
+            return [key_of(obj)]
         return [key_of(obj), SCHEDULE_KEY]
 
     # -- the loop -------------------------------------------------------------------------------
@@ -271,7 +279,10 @@ class Kubelet(Reconciler):
 
     # -- scheduling -----------------------------------------------------------------------------
     def _schedule(self) -> None:
-        pending = [p for p in self.store.list("Pod") if phase(p) == "Pending" and not is_terminating(p)
+        # Decoded once, not at every pass (a pass per pod event reads them all); the pending ones
+        # copied, as admission writes to them.
+        pending = [copy.deepcopy(p) for p in self.store.list("Pod", shared=True)
+                   if phase(p) == "Pending" and not is_terminating(p)
                    and p["metadata"]["uid"] not in self._started and p["metadata"]["uid"] not in self._preparing]
         groups: dict[str, list[dict]] = {}
         for pod in pending:
@@ -412,9 +423,11 @@ class Kubelet(Reconciler):
                 return network.setup(meta["uid"], meta["namespace"], meta["name"]).ip
             except NetworkError:
                 return None  # that pod's own start says why
-        # At once: each setup is a few plugin processes, mostly waiting.
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(peers))), thread_name_prefix="pod-network") as pool:
-            found = list(pool.map(set_up, [meta for meta, _ in peers]))
+        if len(peers) <= 1:  # the pod alone (a trial's, a Job's): no threads to start for it
+            found = [set_up(meta) for meta, _ in peers]
+        else:  # at once: each setup is a few plugin processes, mostly waiting
+            with ThreadPoolExecutor(max_workers=min(8, len(peers)), thread_name_prefix="pod-network") as pool:
+                found = list(pool.map(set_up, [meta for meta, _ in peers]))
         ips = {name: ip for (_, names), ip in zip(peers, found, strict=True) if ip for name in names}
         return {name: ips.get(name.split(".")[0], ip) if ip == LOOPBACK else ip for name, ip in hosts.items()}
 

@@ -81,7 +81,8 @@ class ExperimentReconciler(Reconciler):
         if is_being_deleted(exp):
             return None
         spec = exp["spec"]
-        status = copy.deepcopy(exp.get("status") or {})
+        # The object was decoded for this pass alone: its status is changed in place, against a copy.
+        status = exp["status"] = exp.get("status") or {}
         before = copy.deepcopy(status)
         trials = experiment_trials(self.store, exp)
         events: list[tuple[str, str, str]] = []
@@ -121,6 +122,7 @@ class ExperimentReconciler(Reconciler):
                 need = 0  # the claim's binding wakes this experiment again
             if need > 0:
                 exhausted, created = self._create_trials(exp, trials, need, events)
+                self._count_created(status, created)
                 if exhausted and active == 0 and need == want:
                     outcome = ("Succeeded", "ExperimentSuggestionEndReached",
                                "Experiment has succeeded because the search space is exhausted")
@@ -130,7 +132,7 @@ class ExperimentReconciler(Reconciler):
                 set_condition(status, "Running", "True", "ExperimentRunning",
                               "Experiment is running" + _pending_trial(trials))
             if need > 0:
-                self._record_suggestion(exp, status, len(trials) + created, done=False)
+                self._record_suggestion(exp, status, len(trials) + len(created), done=False)
         if outcome is not None:
             ctype, reason, message = outcome
             self._record_suggestion(exp, status, len(trials), done=True)
@@ -151,6 +153,14 @@ class ExperimentReconciler(Reconciler):
             state = trial_state(trial)
             status.setdefault(_LISTS[state], []).append(trial["metadata"]["name"])
             status[_COUNTS[state]] = status.get(_COUNTS[state], 0) + 1
+
+    def _count_created(self, status: dict, created: list[dict]) -> None:
+        """Count the trials this pass created as pending, as the next pass would count them."""
+        if not created:
+            return
+        status["trials"] += len(created)
+        status.setdefault(_LISTS["Created"], []).extend(t["metadata"]["name"] for t in created)
+        status[_COUNTS["Created"]] = status.get(_COUNTS["Created"], 0) + len(created)
 
     def _best(self, status: dict, spec: dict, trials: list[dict]) -> None:
         objective = spec["objective"]["objectiveMetricName"]
@@ -231,8 +241,8 @@ class ExperimentReconciler(Reconciler):
             return False
         return (current.get("status") or {}).get("phase") == "Bound"
 
-    def _create_trials(self, exp: dict, trials: list[dict], need: int, events: list) -> tuple[bool, int]:
-        """Create up to ``need`` trials; return (search space exhausted, how many were created)."""
+    def _create_trials(self, exp: dict, trials: list[dict], need: int, events: list) -> tuple[bool, list[dict]]:
+        """Create up to ``need`` trials; return (search space exhausted, the trials created)."""
         spec = exp["spec"]
         settings = {s["name"]: str(s["value"]) for s in spec["algorithm"].get("algorithmSettings") or []}
         settings.pop("objective_types", None)  # read by objectives(), not a sampler setting
@@ -242,16 +252,17 @@ class ExperimentReconciler(Reconciler):
         objective = [direction for _, direction in multi] if multi else spec["objective"]["type"]
         suggestions = algorithm.suggest(space, trial_records(self.store, exp, trials), objective, need)
         template = self._template(exp)
+        created = []
         for offset, assignment in enumerate(suggestions.assignments):
             name = _trial_name(exp["metadata"]["name"])
             sequence = len(trials) + offset
             extra = suggestions.labels[offset] if suggestions.labels else {}
             trial = self._trial(exp, template, name, sequence, assignment, extra)
-            self.store.create(trial)
+            created.append(self.create_counted(trial))
             TRIALS_CREATED.inc()
             events.append(("Normal", "TrialCreated", f"Created trial {name} with " +
                            ", ".join(f"{k}={v}" for k, v in assignment.items())))
-        return suggestions.exhausted and not suggestions.assignments, len(suggestions.assignments)
+        return suggestions.exhausted and not suggestions.assignments, created
 
     def _template(self, exp: dict) -> dict:
         template = exp["spec"]["trialTemplate"]

@@ -6,6 +6,8 @@ suggests exactly what it would have suggested before the crash.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trimaran.controllers.conditions import is_true
 from trimaran.store import NotFound, Store
 from trimaran.tuning import TrialRecord
@@ -89,10 +91,7 @@ def trial_records(store: Store, experiment: dict, trials: list[dict] | None = No
     if trials is None:
         trials = experiment_trials(store, experiment)
     multi = objectives(spec)
-    ns = experiment["metadata"]["namespace"]
-    curves: dict[str, list[tuple[int, float]]] = {}
-    for row in store.list_observations(ns, trials=[t["metadata"]["name"] for t in trials], metric=objective):
-        curves.setdefault(row["trial"], []).append((int(row["step"]), float(row["value"])))
+    curves = _Curves(store, experiment["metadata"]["namespace"], [t["metadata"]["name"] for t in trials], objective)
     records = []
     for trial in trials:
         status = trial.get("status") or {}
@@ -105,6 +104,45 @@ def trial_records(store: Store, experiment: dict, trials: list[dict] | None = No
             if any(v is None for v in values):
                 values = None
         records.append(TrialRecord(name=trial["metadata"]["name"], assignments=assignments, state=state,
-                                   value=value, values=values, intermediate=curves.get(trial["metadata"]["name"], []),
+                                   value=value, values=values, intermediate=_Curve(curves, trial["metadata"]["name"]),
                                    labels=dict(trial["metadata"].get("labels") or {})))
     return records
+
+
+class _Curves:
+    """The objective's reports of some trials, read in one query when an algorithm first looks at
+    one (random search and grid never do, so their suggestions cost no query)."""
+
+    def __init__(self, store: Store, namespace: str, trials: list[str], metric: str) -> None:
+        self._query = (store, namespace, trials, metric)
+        self._curves: dict[str, list[tuple[int, float]]] | None = None
+
+    def of(self, trial: str) -> list[tuple[int, float]]:
+        if self._curves is None:
+            store, namespace, trials, metric = self._query
+            curves: dict[str, list[tuple[int, float]]] = {}
+            for row in store.list_observations(namespace, trials=trials, metric=metric):
+                curves.setdefault(row["trial"], []).append((int(row["step"]), float(row["value"])))
+            self._curves = curves
+        return self._curves.get(trial, [])
+
+
+class _Curve(Sequence):
+    """One trial's ``(step, value)`` reports (``TrialRecord.intermediate``), read when first looked at."""
+
+    __slots__ = ("_curves", "_trial")
+
+    def __init__(self, curves: _Curves, trial: str) -> None:
+        self._curves, self._trial = curves, trial
+
+    def __getitem__(self, index):  # noqa: ANN001, ANN204 - Sequence's signature: an int or a slice
+        return self._curves.of(self._trial)[index]
+
+    def __len__(self) -> int:
+        return len(self._curves.of(self._trial))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return repr(self._curves.of(self._trial))

@@ -80,12 +80,7 @@ class TrialReconciler(Reconciler):
         run_spec = trial["spec"]["runSpec"]
         job = self._job(trial)
         if trial_state(trial) in FINISHED:
-            if job is not None and not trial["spec"].get("retainRun"):
-                self._delete_job(job)
-            self._collectors.pop(uid, None)
-            self._pods.pop(uid, None)
-            # Tracking: the outcome is stored; end the trial's run (again later if MLflow is down).
-            return self.tracker.finish(trial, trial_state(trial))
+            return self._wind_up(trial, job)
 
         if not status.get("conditions"):
             set_condition(status, "Created", "True", "TrialCreated", "Trial is created")
@@ -98,6 +93,9 @@ class TrialReconciler(Reconciler):
                 return self._write(trial, status, before, 0.0)
             self._create_job(trial, run_spec)
             self.tracker.start(trial)  # tracking: the trial's run
+            # As Katib's pass that creates the job: the trial is Running once its job exists (its
+            # pods, made next, say in a later pass if they have to wait).
+            set_condition(status, "Running", "True", "TrialRunning", "Trial is running")
             return self._write(trial, status, before, POLL_SECONDS)
 
         job_state = _job_outcome(job, trial["spec"])
@@ -137,8 +135,21 @@ class TrialReconciler(Reconciler):
         if trial_state({"status": status}) in FINISHED:
             summary = summary if summary is not None else self._summary(trial)
             status["observation"] = {"metrics": [{"name": name, **values} for name, values in summary.items()]}
-            return self._write(trial, status, before, 0.0)
+            after = self._write(trial, status, before, 0.0)
+            if after != 0.0:
+                return after  # not stored (a conflict: again shortly; the trial gone: nothing more)
+            return self._wind_up(trial, job)  # the outcome is stored: its job can go now
         return self._write(trial, status, before, POLL_SECONDS)
+
+    def _wind_up(self, trial: dict, job: dict | None) -> float | None:
+        """After the trial's outcome is stored: its job goes (unless retained), its collector too."""
+        if job is not None and not trial["spec"].get("retainRun"):
+            self._delete_job(job)
+        uid = trial["metadata"]["uid"]
+        self._collectors.pop(uid, None)
+        self._pods.pop(uid, None)
+        # Tracking: the outcome is stored; end the trial's run (again later if MLflow is down).
+        return self.tracker.finish(trial, trial_state(trial))
 
     # -- the trial's job ------------------------------------------------------------------------
     def _job(self, trial: dict) -> dict | None:
@@ -181,7 +192,7 @@ class TrialReconciler(Reconciler):
         for template in templates:
             self._inject(trial, template, checkpoint)
         try:
-            self.store.create(job)
+            self.create_counted(job)  # its pods' progress wakes the trial, not its own creation
         except AlreadyExists:
             pass  # created by an earlier pass that crashed before recording it
         self.store.record_event(trial, "Normal", "JobCreated", f"Created {job['kind']} {meta['name']}")
