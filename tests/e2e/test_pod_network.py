@@ -321,3 +321,44 @@ def test_an_exhausted_range_is_cnis_error_and_leaves_nothing(tmp_path):
     assert subprocess.run(["ip", "link", "show", plan.bridge], capture_output=True).returncode != 0
     assert f"trimaran-nat-{home_digest(home)}" not in subprocess.run(["nft", "list", "tables"], capture_output=True,
                                                                    text=True).stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Job"])
+def test_a_host_port_reaches_the_pod_at_the_nodes_address(plane, tmp_path, kind):
+    """portmap's hostPort, for a pod of its own and for a Job's (whose network the kubelet makes
+    before its start, with the replicas' names: the mappings must be made then too)."""
+    namespace = f"hostport-{kind.lower()}"
+    _apply(plane, tmp_path, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})
+    host_port = _free_port()
+    pod = _server_pod("published")
+    pod["metadata"]["namespace"] = namespace
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": host_port}]
+    if kind == "Job":
+        pod["spec"]["restartPolicy"] = "Never"
+        _apply(plane, tmp_path, {"apiVersion": "batch/v1", "kind": "Job",
+                                 "metadata": {"name": "published", "namespace": namespace},
+                                 "spec": {"template": {"metadata": {"labels": {"app": "published"}},
+                                                       "spec": pod["spec"]}}})
+        name = poll(lambda: next((p["metadata"]["name"] for p in json.loads(plane.cli(
+            "get", "pods", "-n", namespace, "-o", "json").stdout)["items"]), None), timeout=60, what="the Job's pod")
+    else:
+        _apply(plane, tmp_path, pod)
+        name = "published"
+    running = _running(plane, name, namespace)
+    node_ip = running["status"]["hostIP"]
+    assert poll(lambda: _answers_at(node_ip, host_port), timeout=30, what="the hostPort") == \
+        f"{name} {running['status']['podIP']}"
+
+
+def _answers_at(ip: str, port: int) -> str | None:
+    try:
+        return _get(ip, port)
+    except OSError:
+        return None

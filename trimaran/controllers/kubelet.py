@@ -87,6 +87,7 @@ from trimaran.runtime.images import (
     credentials_from_secrets,
     parse_reference,
 )
+from trimaran.runtime.local import port_mappings
 from trimaran.runtime.network import NetworkError
 from trimaran.runtime.node import StorageUsage, disk_pressure_message, ephemeral_storage_violation
 from trimaran.runtime.qos import qos_class
@@ -416,18 +417,21 @@ class Kubelet(Reconciler):
             meta = peer["metadata"]
             names = {meta["name"], pod_hostname(str(peer["spec"].get("hostname") or meta["name"]))}
             if names & wanted and not is_terminating(peer) and not peer["spec"].get("hostNetwork"):
-                peers.append((meta, names))
+                peers.append((peer, names))
 
-        def set_up(meta: dict) -> str | None:
+        def set_up(peer: dict) -> str | None:
+            meta = peer["metadata"]
             try:
-                return network.setup(meta["uid"], meta["namespace"], meta["name"]).ip
+                # With its hostPorts: the network made here is the one its own start keeps.
+                return network.setup(meta["uid"], meta["namespace"], meta["name"],
+                                     port_mappings=port_mappings(peer["spec"])).ip
             except NetworkError:
                 return None  # that pod's own start says why
         if len(peers) <= 1:  # the pod alone (a trial's, a Job's): no threads to start for it
-            found = [set_up(meta) for meta, _ in peers]
+            found = [set_up(peer) for peer, _ in peers]
         else:  # at once: each setup is a few plugin processes, mostly waiting
             with ThreadPoolExecutor(max_workers=min(8, len(peers)), thread_name_prefix="pod-network") as pool:
-                found = list(pool.map(set_up, [meta for meta, _ in peers]))
+                found = list(pool.map(set_up, [peer for peer, _ in peers]))
         ips = {name: ip for (_, names), ip in zip(peers, found, strict=True) if ip for name in names}
         return {name: ips.get(name.split(".")[0], ip) if ip == LOOPBACK else ip for name, ip in hosts.items()}
 

@@ -83,7 +83,7 @@ from trimaran.runtime.timings import NODE_TIMINGS
 from trimaran.runtime.volumes import Mount, Owner, container_mounts, prepare_volumes
 
 __all__ = ["ContainerStatus", "PodProcessStatus", "PodNotFound", "ImageRun", "LocalRuntime", "image_user",
-           "log_files", "log_rotation_from_env", "shim_pool_size_from_env"]
+           "log_files", "log_rotation_from_env", "port_mappings", "shim_pool_size_from_env"]
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def log_rotation_from_env(env: Mapping[str, str] | None = None) -> tuple[int, in
     return size, files
 
 
-def _port_mappings(spec: Mapping) -> list[dict]:
+def port_mappings(spec: Mapping) -> list[dict]:
     """The containers' ``hostPort``s as CNI's portmap capability takes them."""
     return [{"hostPort": int(p["hostPort"]), "containerPort": int(p.get("containerPort") or p["hostPort"]),
              "protocol": str(p.get("protocol") or "TCP").lower(),
@@ -408,7 +408,7 @@ class LocalRuntime:
         if self.network is not None:
             try:
                 address = self.network.setup(uid, namespace, name, bool(spec.get("hostNetwork")),
-                                             _port_mappings(spec))
+                                             port_mappings(spec))
             except BaseException:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 raise
@@ -972,6 +972,10 @@ class LocalRuntime:
         """Kill and remove every cgroup of this home (its control plane and pods have stopped)."""
         if self.cgroups is not None:
             cgroups.remove_home(self.cgroups)
+
+    def part_timings(self) -> dict[str, tuple[int, float]]:
+        """The node's timings of each part of pods' starts and ends (``runtime.timings``)."""
+        return NODE_TIMINGS.snapshot()
 
     def stats(self) -> NodeUsage:
         """The node's counters and those of every running container (see `trimaran.runtime.stats`)."""

@@ -87,9 +87,13 @@ class NodeAPI(Protocol):
         """Run ``argv`` in the running container. Raises :class:`ContainerNotFound`."""
         ...
 
-    # -- resources, the kubelet's /stats ----------------------------------------------------------
+    # -- resources, the kubelet's /stats and /metrics ----------------------------------------------
     def stats(self) -> NodeUsage:
         """The node's counters and every running container's."""
+        ...
+
+    def part_timings(self) -> dict[str, tuple[int, float]]:
+        """Each part of pods' starts and ends: how many, and their seconds in all."""
         ...
 
     # -- volumes ----------------------------------------------------------------------------------

@@ -141,7 +141,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     app.router.routes.extend(routes(kube, server_address, started))
     app.include_router(dashboard_router(plane))
     app.include_router(monitoring_router(store))
-    collector = ControlPlaneCollector(store, plane.manager, plane.kubelet.node)
+    collector = ControlPlaneCollector(store, plane.manager, plane.kubelet.node, plane.kubelet.runtime)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:

@@ -40,7 +40,7 @@ from trimaran.controllers.pods import LOOPBACK, is_terminating, phase
 from trimaran.controllers.probes import resolve_port
 from trimaran.controllers.tuning.experiment import TRIALS_CREATED
 from trimaran.runtime.node import Node
-from trimaran.runtime.timings import NODE_TIMINGS
+from trimaran.runtime.nodeapi import NodeAPI
 from trimaran.server.kube import principal_of
 from trimaran.server.tokens import TokenStore, write_private
 from trimaran.store import NotFound, Store
@@ -339,10 +339,12 @@ def _object_phase(obj: dict) -> str:
 class ControlPlaneCollector:
     """Read at each scrape: the store's objects, the controllers' queues and timings, the node."""
 
-    def __init__(self, store: Store, manager: ControllerManager, node: Node | None) -> None:
+    def __init__(self, store: Store, manager: ControllerManager, node: Node | None,
+                 runtime: NodeAPI | None = None) -> None:
         self.store = store
         self.manager = manager
         self.node = node
+        self.runtime = runtime
 
     def collect(self) -> Iterator[Any]:
         objects = GaugeMetricFamily("trimaran_objects", "Stored objects by kind and phase (status.phase, "
@@ -373,8 +375,9 @@ class ControlPlaneCollector:
             yield capacity
             yield allocated
         yield from TRIALS_CREATED.collect()
-        parts = SummaryMetricFamily("trimaran_node_part_seconds", "Time the node spent on each part of pods' "
-                                    "starts and ends (trimaran.runtime.timings).", labels=["part"])
-        for part, (count, total) in sorted(NODE_TIMINGS.snapshot().items()):
-            parts.add_metric([part], count, total)
-        yield parts
+        if self.runtime is not None:
+            parts = SummaryMetricFamily("trimaran_node_part_seconds", "Time the node spent on each part of pods' "
+                                        "starts and ends (trimaran.runtime.timings).", labels=["part"])
+            for part, (count, total) in sorted(self.runtime.part_timings().items()):
+                parts.add_metric([part], count, total)
+            yield parts
