@@ -306,9 +306,13 @@ def test_an_image_gone_while_the_control_plane_was_down_is_pulled_again_for_the_
 
     from trimaran.server.daemon import read_server_info, start_server
 
-    script = "test -e /signal/go && echo again && exit 0; until test -e /signal/go; do sleep 0.1; done; exit 3"
+    script = ("test -e /signal/go && echo again && exit 0; echo waiting; until test -e /signal/go; do sleep 0.1; done; "
+              "exit 3")
     apply_signalled(plane, "repulled", busybox, script, tmp_path / "signal")
-    poll(lambda: plane.get("pod", "repulled")["status"].get("phase") == "Running", timeout=60, what="Running")
+    # The first run must be past its first look at the signal (a pod is Running a moment before its
+    # script is): its log says so.
+    poll(lambda: plane.cli("logs", "repulled", check=False).stdout.strip() == "waiting", timeout=60,
+         what="the first run waiting for the signal")
     assert pulls(plane, "repulled") == 1
     os.kill(int(read_server_info(plane.home)["pid"]), signal.SIGKILL)
     (tmp_path / "signal" / "go").touch()
