@@ -63,7 +63,7 @@ from trimaran.runtime import streaming as _streaming
 from trimaran.runtime.env import ConfigError, Lookup, expand_command, resolve_env
 from trimaran.runtime.gpus import driver_files, is_gpu_resource
 from trimaran.runtime.idmap import IdMap, IdRangeError, PodsRange, container_idmap, hand_to_pods, pods_range
-from trimaran.runtime.network import CLUSTER_DOMAIN, PodAddress, PodNetwork, resolv_conf
+from trimaran.runtime.network import CLUSTER_DOMAIN, PodAddress, PodNetwork, pool_size_from_env, resolv_conf
 from trimaran.runtime.node import Node, StorageUsage, container_requests
 from trimaran.runtime.qos import container_resources, pod_cgroup, pod_pids_limit_from_env
 from trimaran.runtime.sandbox import (
@@ -125,23 +125,9 @@ def port_mappings(spec: Mapping) -> list[dict]:
             for c in spec.get("containers") or [] for p in c.get("ports") or [] if p.get("hostPort")]
 
 
-_DEFAULT_SHIM_POOL = 2
-_MAX_SHIM_POOL = 16
-
-
 def shim_pool_size_from_env(env: Mapping[str, str] | None = None) -> int:
     """``TRIMARAN_SHIM_POOL``: how many shims wait started ahead (0 to 16, 2 by default)."""
-    env = os.environ if env is None else env
-    text = env.get("TRIMARAN_SHIM_POOL")
-    if not text:
-        return _DEFAULT_SHIM_POOL
-    try:
-        size = int(text)
-    except ValueError:
-        raise ValueError(f"TRIMARAN_SHIM_POOL must be a number of shims, not {text!r}") from None
-    if not 0 <= size <= _MAX_SHIM_POOL:
-        raise ValueError(f"TRIMARAN_SHIM_POOL must be between 0 and {_MAX_SHIM_POOL}, not {size}")
-    return size
+    return pool_size_from_env(env, "TRIMARAN_SHIM_POOL", "shims")
 
 
 def log_files(path: Path) -> list[Path]:

@@ -73,18 +73,20 @@ _MAX_POOL = 16
 _MS_BIND, _MNT_DETACH = 0x1000, 2
 
 
-def pool_size_from_env(env: Mapping[str, str] | None = None) -> int:
-    """``TRIMARAN_POD_NETWORK_POOL``: how many pod network namespaces wait ready (0 to 16, 2 by default)."""
+def pool_size_from_env(env: Mapping[str, str] | None = None, name: str = "TRIMARAN_POD_NETWORK_POOL",
+                       unit: str = "namespaces") -> int:
+    """How many of a node's pool wait ready (0 to 16, 2 by default), from ``name``:
+    ``TRIMARAN_POD_NETWORK_POOL`` (pod network namespaces) or ``TRIMARAN_SHIM_POOL`` (shims)."""
     env = os.environ if env is None else env
-    text = env.get("TRIMARAN_POD_NETWORK_POOL")
+    text = env.get(name)
     if not text:
         return _DEFAULT_POOL
     try:
         size = int(text)
     except ValueError:
-        raise ValueError(f"TRIMARAN_POD_NETWORK_POOL must be a number of namespaces, not {text!r}") from None
+        raise ValueError(f"{name} must be a number of {unit}, not {text!r}") from None
     if not 0 <= size <= _MAX_POOL:
-        raise ValueError(f"TRIMARAN_POD_NETWORK_POOL must be between 0 and {_MAX_POOL}, not {size}")
+        raise ValueError(f"{name} must be between 0 and {_MAX_POOL}, not {size}")
     return size
 
 
