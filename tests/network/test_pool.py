@@ -124,8 +124,9 @@ def test_a_pod_from_the_pool_has_its_entrys_address_and_a_working_network(node):
     assert node.network.pooled() == [], "nothing is made ahead before the first pod"
     assert _standby_shims() == []
     first = node.run(_pod("first", "pass"))
-    poll(lambda: len(node.network.pooled()) >= 2 or None, timeout=30, what="the pool filled")
-    assert first in node.network.pooled(), "a pod that sent nothing gives its namespace back"
+    # A pod that sent nothing gives its namespace back (the pool's filler may come first: both count).
+    poll(lambda: len(node.network.pooled()) >= 2 and first in node.network.pooled() or None, timeout=30,
+         what="the pool filled, with the first pod's namespace given back")
 
     ready = node.network.pooled()
     server = _pod("server", SERVER)
