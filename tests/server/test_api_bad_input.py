@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -513,3 +515,40 @@ def test_a_resource_version_ahead_of_the_store_is_too_large(api: httpx.Client) -
     # A version the store has: served at once, as before.
     assert api.get(CM, params={"resourceVersion": str(current), "resourceVersionMatch": "NotOlderThan"}
                    ).status_code == 200
+
+
+def test_an_apply_without_a_resource_version_is_not_refused_for_a_racing_write(served: Served) -> None:
+    """As kube-apiserver's update loop: a server-side apply that names no resourceVersion is merged
+    again into what a concurrent writer (a controller's status, here a labeller) left; one that
+    names a stale resourceVersion is a 409."""
+    with served.client() as api:
+        assert api.post(TF, json=tfjob("raced")).status_code == 201
+    stop = threading.Event()
+
+    def label() -> int:
+        writes = 0
+        with served.client() as other:
+            while not stop.is_set():
+                response = other.patch(f"{TF}/raced", json={"metadata": {"labels": {"n": str(writes)}}},
+                                       headers={"content-type": "application/merge-patch+json"})
+                assert response.status_code == 200, response.text
+                writes += 1
+        return writes
+
+    applied = json.dumps({**tfjob("raced"), "metadata": {"name": "raced", "annotations": {"x": "1"}}})
+    with ThreadPoolExecutor(max_workers=1) as pool, served.client() as api:
+        labeller = pool.submit(label)
+        try:
+            codes = [api.patch(f"{TF}/raced", params={"fieldManager": "e2e"}, content=applied.encode(),
+                               headers={"content-type": "application/apply-patch+yaml"}).status_code
+                     for _ in range(60)]
+        finally:
+            stop.set()
+        assert labeller.result() > 0
+        assert codes == [200] * 60, codes
+        stale = api.get(f"{TF}/raced").json()["metadata"]["resourceVersion"]
+        api.patch(f"{TF}/raced", json={"metadata": {"labels": {"n": "moved"}}},
+                  headers={"content-type": "application/merge-patch+json"})
+        pinned = json.dumps({**json.loads(applied), "metadata": {"name": "raced", "resourceVersion": stale}})
+        failure(api.patch(f"{TF}/raced", params={"fieldManager": "e2e"}, content=pinned.encode(),
+                          headers={"content-type": "application/apply-patch+yaml"}), 409, "Conflict")

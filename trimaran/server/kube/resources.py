@@ -643,23 +643,33 @@ class KubeAPI:
                 raise StatusError.bad_request("an apply patch must be an object")
             if not isinstance(applied.get("metadata", {}), dict):
                 raise StatusError.bad_request("metadata must be an object")
-            try:
-                live: dict | None = await self._get(target)
-            except StatusError as exc:
-                if exc.code != 404 or target.subresource:
-                    raise
-                live = None
-            if live is not None and "status" in applied and target.subresource == "status":
-                new = copy.deepcopy(live)
-                new["status"] = applied["status"]
-                return await self._store_status(info, new, dry_run)
-            merged = patching.server_side_apply(live, applied, manager, force)
-            if live is None:
-                return await self._create(target, merged, manager, validation, dry_run, managed=False)
-            admitted, warnings = await asyncio.to_thread(self._admit, target, merged, validation, target.name, live)
-            self._check_update(info, live, admitted)
-            admitted["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
-            return await self._store_update(info, admitted, dry_run, warnings)
+            # As kube-apiserver's update loop: without a resourceVersion of its own, an apply is
+            # merged again into what a racing write (a controller's status) left, not refused.
+            precondition = applied.get("metadata", {}).get("resourceVersion")
+            for _ in range(5):
+                try:
+                    live: dict | None = await self._get(target)
+                except StatusError as exc:
+                    if exc.code != 404 or target.subresource:
+                        raise
+                    live = None
+                if live is not None and "status" in applied and target.subresource == "status":
+                    new = copy.deepcopy(live)
+                    new["status"] = applied["status"]
+                    return await self._store_status(info, new, dry_run)
+                merged = patching.server_side_apply(live, applied, manager, force)
+                if live is None:
+                    return await self._create(target, merged, manager, validation, dry_run, managed=False)
+                admitted, warnings = await asyncio.to_thread(self._admit, target, merged, validation, target.name,
+                                                             live)
+                self._check_update(info, live, admitted)
+                admitted["metadata"]["resourceVersion"] = precondition or live["metadata"]["resourceVersion"]
+                try:
+                    return await self._store_update(info, admitted, dry_run, warnings)
+                except StatusError as exc:
+                    if exc.code != 409 or precondition:
+                        raise
+            raise StatusError.conflict(info.group, info.plural, target.name or "", "too many concurrent writes")
         builtin = info.builtin
         for _ in range(5):  # a patch is relative to the object: re-read and retry on a racing write
             current = await self._get(target)
