@@ -552,3 +552,7 @@ def test_an_apply_without_a_resource_version_is_not_refused_for_a_racing_write(s
         pinned = json.dumps({**json.loads(applied), "metadata": {"name": "raced", "resourceVersion": stale}})
         failure(api.patch(f"{TF}/raced", params={"fieldManager": "e2e"}, content=pinned.encode(),
                           headers={"content-type": "application/apply-patch+yaml"}), 409, "Conflict")
+        # A merge patch naming a resourceVersion is an optimistic lock too.
+        failure(api.patch(f"{TF}/raced", json={"metadata": {"resourceVersion": stale, "labels": {"n": "late"}}},
+                          headers={"content-type": "application/merge-patch+json"}), 409, "Conflict", "modified")
+        assert api.get(f"{TF}/raced").json()["metadata"]["labels"]["n"] == "moved"

@@ -684,6 +684,12 @@ class KubeAPI:
                 if (patched.get("metadata") or {}).get(field) != current["metadata"].get(field):
                     raise StatusError(422, "Invalid", f"metadata.{field}: Invalid value: the patch may not change "
                                       f"the object's {field}")
+            if patched["metadata"].get("resourceVersion") != current["metadata"].get("resourceVersion"):
+                # The patch named a resourceVersion (an optimistic lock, as controller-runtime's
+                # MergeFromWithOptimisticLock sends): a precondition, never retried.
+                raise StatusError.conflict(info.group, info.plural, target.name or "",
+                                           "the object has been modified; please apply your changes to the latest "
+                                           "version and try again")
             if target.subresource == "scale":
                 return await self._write_scale(target, current, patched, dry_run)
             if target.subresource == "status":
