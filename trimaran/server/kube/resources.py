@@ -15,7 +15,7 @@ import copy
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,20 @@ def _int_param(params: Any, name: str) -> int | None:
         return int(raw)
     except ValueError:
         raise StatusError.bad_request(f'invalid value for {name}: "{raw}" is not an integer') from None
+
+
+_UPDATE_RETRY_SECONDS = 10.0
+
+
+def _update_attempts() -> Iterator[int]:
+    """Attempts at a read-merge-write that racing writes keep beating: as kube-apiserver's
+    GuaranteedUpdate, no fixed count (a busy controller can win several in a row), but within a
+    deadline, past which the write is a 409."""
+    deadline = time.monotonic() + _UPDATE_RETRY_SECONDS
+    attempt = 0
+    while attempt == 0 or time.monotonic() < deadline:
+        yield attempt
+        attempt += 1
 
 
 def _json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -646,7 +660,7 @@ class KubeAPI:
             # As kube-apiserver's update loop: without a resourceVersion of its own, an apply is
             # merged again into what a racing write (a controller's status) left, not refused.
             precondition = applied.get("metadata", {}).get("resourceVersion")
-            for _ in range(5):
+            for _ in _update_attempts():
                 try:
                     live: dict | None = await self._get(target)
                 except StatusError as exc:
@@ -671,7 +685,7 @@ class KubeAPI:
                         raise
             raise StatusError.conflict(info.group, info.plural, target.name or "", "too many concurrent writes")
         builtin = info.builtin
-        for _ in range(5):  # a patch is relative to the object: re-read and retry on a racing write
+        for _ in _update_attempts():  # a patch is relative to the object: re-read and retry on a racing write
             current = await self._get(target)
             target = self._stored_as(target, current)
             info = target.info
