@@ -194,6 +194,8 @@ def plane_with(tmp_path: Path) -> Iterator[Callable[..., ControlPlaneHandle]]:
         saved = {k: os.environ.get(k) for k in extra_env}
         os.environ.update(extra_env)
         os.environ["TRIMARAN_HOME"] = str(home)
+        # Stopped at teardown even when the start times out: a slow start still runs afterwards.
+        started.append(home)
         try:
             start_server(home=home)
         finally:
@@ -202,7 +204,6 @@ def plane_with(tmp_path: Path) -> Iterator[Callable[..., ControlPlaneHandle]]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        started.append(home)
         return ControlPlaneHandle(home=home, env=env)
 
     try:
