@@ -159,13 +159,12 @@ class Prober:
         successes_needed = max(1, int(probe.get("successThreshold") or 1))
         failures_allowed = max(1, int(probe.get("failureThreshold") or 3))
         await asyncio.sleep(max(0, int(probe.get("initialDelaySeconds") or 0)))
+        # A pod runs a moment before its containers do: the kubelet probes a running container
+        # only, so that moment is no failure (and no Unhealthy event). Asked once per start.
+        while await asyncio.to_thread(self.runtime.container_starting, pod["metadata"]["uid"], container["name"]):
+            await asyncio.sleep(_STARTING_RETRY_S)
         successes = failures = 0
         while True:
-            if await asyncio.to_thread(self.runtime.container_starting, pod["metadata"]["uid"], container["name"]):
-                # A pod runs a moment before its containers do: the kubelet probes a running
-                # container only, so this is no failure (and no Unhealthy event).
-                await asyncio.sleep(_STARTING_RETRY_S)
-                continue
             try:
                 await within(self._probe(pod, container, probe), timeout)
                 successes, failures = successes + 1, 0

@@ -319,20 +319,13 @@ def _crun_exec(oci: dict, argv: list[str], tty: bool) -> tuple[list[str], int, s
             f"/proc/self/fd/{read}", "--pid-file", pid_file, oci["id"]], read, pid_file
 
 
-def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *, tty: bool, stdin: bool,
-               stdout: bool, stderr: bool, size: tuple[int, int] | None = None,
-               oci: dict | None = None) -> ExecProcess:
-    """Run ``argv`` in the container whose runtime process is ``pid`` (started at ``start_ticks``);
-    ``oci`` (``root``, ``id``, ``bundle``): the container is crun's, entered by ``crun exec``.
-
-    Raises ``ContainerNotFound`` when that process is gone, and ``FileNotFoundError`` when this
-    machine has no ``nsenter``."""
-    if not _shim.process_alive(pid, start_ticks):
-        raise ContainerNotFound(name)
-    target = _started(pid)
-    if target is None:
-        raise ContainerNotFound(name)
+def _nsenter_exec(target: int, name: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``nsenter`` into bubblewrap's container ``target`` (see the module's docstring), and the
+    environment to give it. Raises ``ContainerNotFound`` when it is gone, ``FileNotFoundError``
+    when this machine has no nsenter."""
     nsenter = shutil.which("nsenter")
+    if nsenter is None:
+        raise FileNotFoundError("nsenter (util-linux) is not installed on this node")
     try:
         env = _environ(target)
         own_userns = _ns(target, "user") != _ns("self", "user")
@@ -346,19 +339,32 @@ def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *,
         confinement = _confinement(target) if own_userns else []
     except OSError:
         raise ContainerNotFound(name) from None
-    if tty:
-        env.setdefault("TERM", "xterm")  # as containerd sets for a terminal
+    return [nsenter, f"--target={target}", *flags, "--root", "--wd", *credentials, "--", *confinement, *argv], env
+
+
+def start_exec(pid: int, start_ticks: int | None, name: str, argv: list[str], *, tty: bool, stdin: bool,
+               stdout: bool, stderr: bool, size: tuple[int, int] | None = None,
+               oci: dict | None = None) -> ExecProcess:
+    """Run ``argv`` in the container whose runtime process is ``pid`` (started at ``start_ticks``);
+    ``oci`` (``root``, ``id``, ``bundle``): the container is crun's, entered by ``crun exec``.
+
+    Raises ``ContainerNotFound`` when that process is gone, and ``FileNotFoundError`` when this
+    machine has no ``nsenter``."""
+    if not _shim.process_alive(pid, start_ticks):
+        raise ContainerNotFound(name)
+    target = _started(pid)
+    if target is None:
+        raise ContainerNotFound(name)
     spec_fd: int | None = None
     pid_file: str | None = None
     crun = _crun_exec(oci, argv, tty) if oci else None
     if crun is not None:
         command, spec_fd, pid_file = crun
-        env = {}  # the command's environment is the container's, in its process spec
-    elif nsenter is None:
-        raise FileNotFoundError("nsenter (util-linux) is not installed on this node")
+        env: dict[str, str] = {}  # the command's environment is the container's, in its process spec
     else:
-        command = [nsenter, f"--target={target}", *flags, "--root", "--wd", *credentials, "--", *confinement,
-                   *argv]
+        command, env = _nsenter_exec(target, name, argv)
+        if tty:
+            env.setdefault("TERM", "xterm")  # as containerd sets for a terminal
     cgroups = _container_cgroups(target)
     if cgroups:
         # Into the container's cgroups before nsenter forks the command (Popen has no such option,
