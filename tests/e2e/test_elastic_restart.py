@@ -25,15 +25,20 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneHand
 
 
 def _agent(plane, pod_name: str) -> psutil.Process:
-    """The torchrun agent of a pod (the process that runs torch.distributed.run)."""
+    """The torchrun agent of a pod: the process running torch.distributed.run whose parent does not.
+    With ``--start-method=fork`` the training process is forked from the agent and keeps its command
+    line; killing that one instead is a worker failure the agent restarts by itself."""
     uid = plane.client().get("Pod", "default", pod_name)["metadata"]["uid"]
+    found: dict[int, psutil.Process] = {}
     for proc in plane.pod_processes():
         try:
             if proc.environ().get("TRIMARAN_POD_UID") == uid and "torch.distributed.run" in proc.cmdline():
-                return proc
+                found[proc.pid] = proc
         except psutil.Error:
             continue
-    raise AssertionError(f"no torchrun agent found for {pod_name}")
+    agents = [proc for proc in found.values() if proc.ppid() not in found]
+    assert len(agents) == 1, f"torchrun agents of {pod_name}: {agents}"
+    return agents[0]
 
 
 def _restarts(plane, pod: str) -> int:

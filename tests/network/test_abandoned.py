@@ -77,8 +77,10 @@ def dead(tmp_path: Path) -> Iterator[DeadHome]:
 def test_a_home_gone_with_its_pods_is_removed_whole(dead: DeadHome) -> None:
     dead.die()
     assert len(dead.left()) == 4
-    assert dead.bridge in sweep_abandoned("trm-another")
-    assert dead.left() == []
+    swept = sweep_abandoned("trm-another")
+    # A control plane starting elsewhere on this machine at this moment may sweep it first (then
+    # this sweep finds it held or gone); either way all four go.
+    poll(lambda: not dead.left(), timeout=30, what=f"the dead home's network removed (this sweep: {swept})")
 
 
 def test_a_live_control_plane_keeps_its_network(dead: DeadHome) -> None:

@@ -39,6 +39,9 @@ __all__ = ["ContainerNotFound", "ExecProcess", "container_process", "start_exec"
 _NAMESPACES = (("user", "--user"), ("mnt", "--mount"), ("pid", "--pid"), ("net", "--net"), ("ipc", "--ipc"),
                ("uts", "--uts"))
 
+# How long kill() waits for crun exec to write the command's pid (it does once the command runs).
+_PID_FILE_WAIT = 5.0
+
 
 class ContainerNotFound(LookupError):
     """No running container of that name: the kubelet's words, which kubectl prints after
@@ -90,14 +93,24 @@ class ExecProcess:
             os.close(fd)
 
     def kill(self) -> None:
-        """End the command and whatever it started in its session (the caller went away)."""
+        """End the command and whatever it started in its session (the caller went away).
+
+        Blocks for as long as crun takes to record the command's pid (at most a few seconds): the
+        command may already run before crun writes the file, and killing crun first would leave it
+        running, reparented, out of reach."""
         groups = [self.proc.pid]
         if self.pid_file is not None:
-            try:
-                with open(self.pid_file, encoding="ascii") as handle:
-                    groups.insert(0, os.getpgid(int(handle.read().strip())))
-            except (OSError, ValueError):
-                pass  # not started yet (it dies with crun), or ended
+            deadline = time.monotonic() + _PID_FILE_WAIT
+            while True:
+                try:
+                    with open(self.pid_file, encoding="ascii") as handle:
+                        groups.insert(0, os.getpgid(int(handle.read().strip())))
+                    break
+                except (OSError, ValueError):
+                    # Not written yet; or the command ended (crun then ends too).
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
         for group in groups:
             try:
                 os.killpg(group, signal.SIGKILL)

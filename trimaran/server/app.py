@@ -132,7 +132,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     @app.get("/healthz")
     @app.get("/livez")
     @app.get("/readyz")
-    def healthz() -> Response:
+    async def healthz() -> Response:
         return Response(b"ok", media_type="text/plain")
 
     # KFP's /apis/v2beta1 first: the Kubernetes API's /apis/{group} would take it.

@@ -25,6 +25,7 @@ LOCK_FILE = "control-plane.lock"
 # A checker holds the lock shared for an instant; a starting control plane that meets one retries this long.
 _CHECKER_GRACE = 1.0
 _BUSY_AFTER = 1.0  # seconds without an answer before the user is told the control plane is busy
+_SLOW_START = 10.0  # a start takes about 1.5 s; after this long the user is told it is still going
 
 
 class HomeLocked(RuntimeError):
@@ -144,14 +145,38 @@ def pid_alive(pid: int) -> bool:
 
 
 def healthy(info: dict, timeout: float = 1.0) -> bool:
+    return health_problem(info, timeout) is None
+
+
+def health_problem(info: dict, timeout: float = 1.0) -> str | None:
+    """Why the control plane described by ``info`` does not answer its health check; None when it does."""
     import urllib.request  # here: every CLI call imports this module, few check health
 
     # The health check sends nothing secret, so it need not verify the home's certificate.
     context = ssl._create_unverified_context() if info["url"].startswith("https:") else None
     try:
         with urllib.request.urlopen(info["url"] + "/healthz", timeout=timeout, context=context) as resp:
-            return resp.status == 200
-    except OSError:
+            return None if resp.status == 200 else f"/healthz answered {resp.status}"
+    except OSError as exc:
+        return f"/healthz: {exc}"
+
+
+class _HealthWait:
+    """Health checks while a control plane comes up. Each check may take longer than the last (up to
+    a few seconds): on a busy machine a check cut short at a fixed half second can fail every time
+    although the server answers a moment later."""
+
+    def __init__(self) -> None:
+        self.timeout = 0.5
+        self.problem = "it has not written where it listens yet"
+
+    def answers(self, info: dict | None, pid: int) -> bool:
+        if not info or info.get("pid") != pid:
+            return False
+        self.problem = health_problem(info, self.timeout) or ""
+        if not self.problem:
+            return True
+        self.timeout = min(self.timeout * 2, 5.0)
         return False
 
 
@@ -181,10 +206,11 @@ def wait_for_server(home: Path, pid: int, timeout: float = 60.0, say: Say = _std
     """
     start = time.monotonic()
     told = False
+    health = _HealthWait()
     while True:
         info = read_server_info(home)
-        if info and info.get("pid") == pid and healthy(info, timeout=0.5):
-            return info
+        if health.answers(info, pid):
+            return info  # type: ignore[return-value]
         holder = lock_holder(home)
         if holder is None:
             raise ControlPlaneExited(f"the control plane (pid {pid}) exited; see {home / 'server.log'}")
@@ -193,14 +219,14 @@ def wait_for_server(home: Path, pid: int, timeout: float = 60.0, say: Say = _std
         waited = time.monotonic() - start
         if waited > timeout:
             raise RuntimeError(f"the control plane (pid {pid}) holds {home} but did not answer within "
-                               f"{timeout:.0f}s; see {home / 'server.log'}")
+                               f"{timeout:.0f}s ({health.problem}); see {home / 'server.log'}")
         if not told and waited > _BUSY_AFTER:
             say(f"the control plane (pid {pid}) is busy; waiting...")
             told = True
         time.sleep(0.05)
 
 
-def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, timeout: float = 30.0,
+def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, timeout: float = 60.0,
                  say: Say = _stderr, pod_security: str | None = None) -> dict:
     """Start the control plane detached from this process and wait until it answers.
     ``pod_security``: the Pod Security level of unlabelled namespaces (None: the server's default).
@@ -229,18 +255,24 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
         )
     finally:
         os.close(log_fd)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    told = False
+    health = _HealthWait()
+    while time.monotonic() < started + timeout:
         info = read_server_info(home)
-        if info and info.get("pid") == proc.pid and healthy(info, timeout=0.5):
-            return info
+        if health.answers(info, proc.pid):
+            return info  # type: ignore[return-value]
         if proc.poll() is not None:
             holder = lock_holder(home)
             if holder:  # another client started one at the same moment: that one serves
                 return wait_for_server(home, holder, timeout=max(timeout, 60.0), say=say)
             raise RuntimeError(_exit_message(home, log_start, proc.returncode))
+        if not told and time.monotonic() - started > _SLOW_START:
+            say(f"the control plane (pid {proc.pid}) is still starting ({health.problem}); waiting...")
+            told = True
         time.sleep(0.02)
-    raise RuntimeError(f"the control plane did not answer within {timeout:.0f}s; see {home / 'server.log'}")
+    raise RuntimeError(f"the control plane did not answer within {timeout:.0f}s ({health.problem}); "
+                       f"see {home / 'server.log'}")
 
 
 def _exit_message(home: Path, log_start: int, code: int) -> str:

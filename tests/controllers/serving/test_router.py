@@ -201,7 +201,8 @@ def test_host_header_routing_on_the_ingress_port(harness: RouterHarness) -> None
 def test_unready_revision_gets_no_traffic_and_requests_wait_for_a_ready_replica(harness: RouterHarness) -> None:
     replica = Replica("late")
     replica.ready = False
-    harness.configure([("rev-1", 100)], {"rev-1": [replica.address]})
+    # An activation timeout far beyond the test's steps: on a busy machine they alone took 10 s.
+    harness.configure([("rev-1", 100)], {"rev-1": [replica.address]}, activation_timeout=60)
     poll(lambda: "rev-1" in harness.stats()["revisions"], what="config loaded")
     client = Client(harness.port)
     with ThreadPoolExecutor(1) as pool:
@@ -210,7 +211,7 @@ def test_unready_revision_gets_no_traffic_and_requests_wait_for_a_ready_replica(
         poll(lambda: harness.stats()["revisions"]["rev-1"]["inflight"] == 1, what="the request held")
         assert not pending.done()
         replica.ready = True
-        assert pending.result(timeout=10) == (200, "late")
+        assert pending.result(timeout=60) == (200, "late")
 
 
 def test_held_request_times_out_with_503(harness: RouterHarness) -> None:

@@ -408,7 +408,7 @@ class _ExecSession:
         finally:
             if isinstance(self.source, ExecProcess):
                 if self.source.proc.poll() is None:
-                    self.source.kill()
+                    await asyncio.to_thread(self.source.kill)  # it may wait for crun's pid file
                     await asyncio.to_thread(self.source.proc.wait)
                 self.source.release()
             self._close()
