@@ -1,4 +1,5 @@
-"""The control plane reaches the node only through its interface (``runtime/nodeapi.py``).
+"""The tree's layers: lower packages never import upper ones, and the control plane reaches the node
+only through its interface (``runtime/nodeapi.py``).
 
 Read from the source, not run: every module of ``trimaran/controllers`` and ``trimaran/server`` but
 the node's own imports no runtime internals, calls nothing on a runtime that ``NodeAPI`` does not
@@ -113,3 +114,87 @@ def test_the_local_runtime_implements_every_method_of_the_interface(name: str) -
     assert list(got.parameters) == list(wanted.parameters), name
     assert [p.kind for p in got.parameters.values()] == [p.kind for p in wanted.parameters.values()], name
     assert [p.default for p in got.parameters.values()] == [p.default for p in wanted.parameters.values()], name
+
+
+# -- the tree's layers ----------------------------------------------------------------------------
+
+# What each package may import of the others (docs/architecture.md, "The tree"). The bottom is
+# ``api``; ``tuning`` and ``pipelines`` are pure (no store, no processes); ``serving`` runs in pods,
+# so it reaches no store, node or controller; only the server wires controllers; the clients sit on
+# top. Top-level helper modules (``trimaran._aio``, ``trimaran.jsonbody``, ...) are everyone's.
+MAY_IMPORT = {
+    "api": {"tuning", "pipelines", "serving"},  # validation asks the pure parts (see API_REACHES)
+    "store": {"api"},
+    "runtime": {"api", "store"},
+    "tuning": {"api"},
+    "pipelines": {"api"},
+    "serving": {"api"},
+    "controllers": {"api", "store", "runtime", "tuning", "pipelines", "serving"},
+    "server": {"api", "store", "runtime", "tuning", "pipelines", "serving", "controllers"},
+    "cli": {"api", "tuning", "serving", "server"},  # it starts the control plane and `trimaran serve`
+    "sdk": {"api", "tuning", "cli"},
+}
+# The modules of upper packages that a kind's validation may ask: an algorithm's or early stopper's
+# name, a pipeline's IR, schedule and roots, a storage URI's scheme, a runtime's name, a graph's
+# JSON path. Each imports nothing from the store, the node or the controllers.
+API_REACHES = {
+    "trimaran.tuning", "trimaran.tuning.early_stopping", "trimaran.tuning.errors",
+    "trimaran.pipelines", "trimaran.pipelines.ir", "trimaran.pipelines.schedule", "trimaran.pipelines.roots",
+    "trimaran.serving.storage", "trimaran.serving.runtimes", "trimaran.serving.graph.gjson",
+}
+
+
+def _trimaran_imports(path: Path) -> list[tuple[int, str]]:
+    """Every ``trimaran.*`` module a file imports, at its top or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+            if node.module == "trimaran":
+                modules = [f"trimaran.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        else:
+            continue
+        found += [(node.lineno, m) for m in modules if m.startswith("trimaran.")]
+    return found
+
+
+def _upward(path: Path, root: Path = ROOT) -> list[str]:
+    package = path.relative_to(root).parts[0]
+    wrong = []
+    for line, module in _trimaran_imports(path):
+        other = module.split(".")[1]
+        if other == package or other not in MAY_IMPORT:
+            continue  # its own package, or a top-level helper module
+        if other not in MAY_IMPORT[package]:
+            wrong.append(f"{path.relative_to(root)}:{line} ({package}) imports {module}")
+        elif package == "api" and module not in API_REACHES:
+            wrong.append(f"{path.relative_to(root)}:{line} (api) imports {module}, not a pure part")
+    return wrong
+
+
+def test_lower_layers_never_import_upper_ones() -> None:
+    files = [p for p in sorted(ROOT.rglob("*.py")) if len(p.relative_to(ROOT).parts) > 1]
+    assert {p.relative_to(ROOT).parts[0] for p in files} == set(MAY_IMPORT)  # every package has its rule
+    wrong = [line for path in files for line in _upward(path)]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_pure_parts_the_api_asks_import_nothing_of_the_state() -> None:
+    for module in sorted(API_REACHES):
+        relative = Path(*module.split(".")[1:])
+        path = ROOT / relative / "__init__.py" if (ROOT / relative).is_dir() else ROOT / relative.with_suffix(".py")
+        state = [m for _, m in _trimaran_imports(path) if m.split(".")[1] in {"store", "runtime", "controllers",
+                                                                            "server", "cli", "sdk"}]
+        assert state == [], f"{module} imports {state}"
+
+
+def test_the_layer_scan_sees_an_upward_import(tmp_path: Path) -> None:
+    api = tmp_path / "trimaran" / "api"
+    api.mkdir(parents=True)
+    (api / "x.py").write_text("import trimaran.serving.server\n\n"
+                              "def f():\n    from trimaran.server.daemon import home_dir\n")
+    assert _upward(api / "x.py", tmp_path / "trimaran") == [
+        "api/x.py:1 (api) imports trimaran.serving.server, not a pure part",
+        "api/x.py:4 (api) imports trimaran.server.daemon"]

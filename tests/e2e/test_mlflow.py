@@ -221,8 +221,8 @@ def test_a_killed_control_plane_logs_to_the_same_runs(plane_with, mlflow_server,
 def test_every_outcome_maps_to_a_run_status_and_mlflow_down_is_harmless(mlflow_server, tmp_path):
     """The tracker on its own, against a real store: each trial state's run status, a run found
     again when the annotation was lost, a deleted trial's run ended, an unreachable server."""
+    from trimaran.controllers.tuning.tracking import MlflowTracker
     from trimaran.store import open_store
-    from trimaran.tuning.tracking import MlflowTracker
 
     mlflow_server.start()
     store = open_store(tmp_path / "store.db")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from trimaran._home import home_dir
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import ApiModel, Condition, Resource
 
@@ -275,9 +276,8 @@ def run_reference_errors(obj: dict[str, Any], lookup: Any) -> list[FieldError]:
     spec = obj.get("spec") or {}
     if spec.get("pipelineRoot"):
         from trimaran.pipelines import roots
-        from trimaran.server.daemon import home_dir  # the API server's own home (its environment)
 
-        error = roots.local_path_error(spec["pipelineRoot"], home_dir())
+        error = roots.local_path_error(spec["pipelineRoot"], home_dir())  # the API server's own home
         if error:
             return [FieldError.invalid("spec.pipelineRoot", spec["pipelineRoot"], error)]
     ref = spec.get("pipelineVersionRef")

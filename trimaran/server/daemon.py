@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trimaran._home import home_dir
+
 INFO_FILE = "server.json"
 LOCK_FILE = "control-plane.lock"
 # A checker holds the lock shared for an instant; a starting control plane that meets one retries this long.
@@ -104,10 +106,6 @@ def lock_holder(home: Path | None = None) -> int | None:
     from trimaran.server.keeper import lock_holder as holder  # stdlib only, as the keeper runs it
 
     return holder((home or home_dir()) / LOCK_FILE)
-
-
-def home_dir() -> Path:
-    return Path(os.environ.get("TRIMARAN_HOME", Path.home() / ".trimaran")).expanduser()
 
 
 def write_server_info(home: Path, url: str, pid: int, pod_port: int, katib_db_manager: str | None = None) -> None:

@@ -20,12 +20,12 @@ from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owned_pods, owner_reference, request_deletion, waiting_reason
 from trimaran.controllers.tuning.checkpoints import CheckpointMount, checkpoint_mount, prepare_checkpoint
 from trimaran.controllers.tuning.records import experiment_of, trial_records
+from trimaran.controllers.tuning.tracking import Tracker, tracker_from_env
 from trimaran.runtime import NodeAPI
 from trimaran.store import AlreadyExists, NotFound, Store
 from trimaran.tuning._labels import TRIAL_LABEL
 from trimaran.tuning.early_stopping import get_early_stopper
 from trimaran.tuning.metrics import CollectorSources, MetricsCollector, Observation, summarize
-from trimaran.tuning.tracking import Tracker, tracker_from_env
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class TrialReconciler(Reconciler):
         # trial uid -> its job's pods as this pass listed them, which its collector reads (one list a pass)
         self._pods: dict[str, list[dict]] = {}
         self._skip: dict[str, int] = {}  # trial uid -> observations already stored before a restart
-        # MLflow runs of the trials (trimaran.tuning.tracking); a no-op without MLFLOW_TRACKING_URI.
+        # MLflow runs of the trials (tracking.py beside this module); a no-op without MLFLOW_TRACKING_URI.
         self.tracker = tracker if tracker is not None else tracker_from_env(store)
         # The API's Pod Security default (set by the control plane): a job from a ConfigMap
         # template, or in a namespace made stricter since, has met no admission yet.
