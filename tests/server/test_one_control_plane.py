@@ -106,3 +106,17 @@ def test_a_killed_control_plane_leaves_the_home_to_the_next(plane: ControlPlaneH
     again = start_server(home=plane.home)
     assert again["pid"] != pid and lock_holder(plane.home) == again["pid"]
     assert plane.cli("get", "configmaps").returncode == 0
+
+
+def test_a_control_plane_that_does_not_answer_shows_where_it_is(plane: ControlPlaneHandle) -> None:
+    """A start that gives up says what the control plane's main thread was doing: its threads'
+    stacks, written to its log on SIGUSR1 (asked here of a running one)."""
+    from trimaran.server.daemon import _main_thread_stack, read_server_info
+
+    pid = read_server_info(plane.home)["pid"]
+    log = plane.home / "server.log"
+    start = log.stat().st_size
+    said = _main_thread_stack(pid, log, start)
+    assert said.startswith("; its main thread was at:") and "File " in said, said
+    assert "Current thread" in log.read_text()[start:]
+    assert plane.cli("get", "configmaps").returncode == 0  # the dump did not stop it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.sslproto
+import faulthandler
 import gc
 import logging
 import os
@@ -191,6 +192,9 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     from trimaran.server.tls import ensure_pki
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # SIGUSR1 writes every thread's stack to the log (stderr): what a start that does not answer is
+    # doing (daemon.start_server asks for it before it gives up).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         plane = build_control_plane(home)
     except HomeLocked as exc:

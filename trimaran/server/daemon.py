@@ -224,6 +224,29 @@ def wait_for_server(home: Path, pid: int, timeout: float = 60.0, say: Say = _std
         time.sleep(0.05)
 
 
+def _main_thread_stack(pid: int, log: Path, log_start: int) -> str:
+    """What the main thread of a control plane that does not answer is doing: it writes its threads'
+    stacks to its log on SIGUSR1 (``controlplane.serve``); the main thread's, as a few lines."""
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        return ""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            with open(log, encoding="utf-8", errors="replace") as handle:
+                handle.seek(log_start)
+                text = handle.read()
+        except OSError:
+            return ""
+        _, found, block = text.rpartition("Current thread ")
+        if found and "File " in block:
+            lines = [line.strip() for line in block.splitlines()[1:] if line.strip().startswith("File ")]
+            return "; its main thread was at:\n  " + "\n  ".join(lines[:25])
+        time.sleep(0.1)
+    return ""
+
+
 def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, timeout: float = 60.0,
                  say: Say = _stderr, pod_security: str | None = None) -> dict:
     """Start the control plane detached from this process and wait until it answers.
@@ -270,7 +293,7 @@ def start_server(host: str = "127.0.0.1", port: int = 0, home: Path | None = Non
             told = True
         time.sleep(0.02)
     raise RuntimeError(f"the control plane did not answer within {timeout:.0f}s ({health.problem}); "
-                       f"see {home / 'server.log'}")
+                       f"see {home / 'server.log'}{_main_thread_stack(proc.pid, home / 'server.log', log_start)}")
 
 
 def _exit_message(home: Path, log_start: int, code: int) -> str:
