@@ -20,6 +20,13 @@ import json
 import logging
 import time
 
+from trimaran.api.labels import (
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    OPERATOR_NAME_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+)
 from trimaran.api.meta import pod_hostname
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import (
@@ -164,7 +171,7 @@ class TrainingJobReconciler(Reconciler):
 
         # Retryable ExitCode failures: delete the pod; it is recreated once it is gone.
         for pod in pods:
-            rtype = pod["metadata"]["labels"].get("training.kubeflow.org/replica-type", "")
+            rtype = pod["metadata"]["labels"].get(REPLICA_TYPE_LABEL, "")
             rspec = _spec_for(specs, rtype)
             if rspec is None or phase(pod) != "Failed" or is_terminating(pod):
                 continue
@@ -196,8 +203,8 @@ class TrainingJobReconciler(Reconciler):
         # A replica beyond its type's count (a scale-down) is stopped, as the operator's ReconcilePods does.
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
-            rtype = _canonical(specs, labels.get("training.kubeflow.org/replica-type", ""))
-            index = labels.get("training.kubeflow.org/replica-index", "")
+            rtype = _canonical(specs, labels.get(REPLICA_TYPE_LABEL, ""))
+            index = labels.get(REPLICA_INDEX_LABEL, "")
             if rtype and index.isdigit() and int(index) >= int(specs[rtype].get("replicas", 1)) \
                     and not is_terminating(pod):
                 request_deletion(self.store, pod)
@@ -376,14 +383,14 @@ class TrainingJobReconciler(Reconciler):
         labels = dict(tmeta.get("labels") or {})
         view = _job_view(job)
         labels.update({
-            "training.kubeflow.org/job-name": name,
-            "training.kubeflow.org/operator-name": fw.operator_label(view),
-            "training.kubeflow.org/replica-type": rtype.lower(),
-            "training.kubeflow.org/replica-index": str(index),
+            JOB_NAME_LABEL: name,
+            OPERATOR_NAME_LABEL: fw.operator_label(view),
+            REPLICA_TYPE_LABEL: rtype.lower(),
+            REPLICA_INDEX_LABEL: str(index),
         })
         role = fw.job_role(view, rtype, index)
         if role:
-            labels["training.kubeflow.org/job-role"] = role
+            labels[JOB_ROLE_LABEL] = role
         spec = template.get("spec") or {}
         policy = rspec.get("restartPolicy") or fw.default_restart_policy
         spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
@@ -431,7 +438,7 @@ class TrainingJobReconciler(Reconciler):
             if is_terminating(pod):
                 continue
             labels = pod["metadata"].get("labels") or {}
-            rtype = _canonical(specs, labels.get("training.kubeflow.org/replica-type", ""))
+            rtype = _canonical(specs, labels.get(REPLICA_TYPE_LABEL, ""))
             if rtype is None:
                 continue
             c = view.counts[rtype]
@@ -442,7 +449,7 @@ class TrainingJobReconciler(Reconciler):
                 c.active += 1
             elif p == "Succeeded":
                 c.succeeded += 1
-                if rtype == "Worker" and labels.get("training.kubeflow.org/replica-index") == "0":
+                if rtype == "Worker" and labels.get(REPLICA_INDEX_LABEL) == "0":
                     view.worker0_succeeded = True
             elif p == "Failed":
                 c.failed += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from urllib.parse import urlencode
 
+from trimaran.api.labels import EXPERIMENT_LABEL
 from trimaran.api.printers import age
 from trimaran.controllers.conditions import get_condition, is_true
 from trimaran.controllers.pods import owned_pods
@@ -198,7 +199,7 @@ def trial_page(store: Store, runtime: NodeAPI, trial: dict) -> h.Page:
     ns, name = trial["metadata"]["namespace"], trial["metadata"]["name"]
     state = trial_state(trial)
     objective = trial["spec"].get("objective") or {}
-    experiment = (trial["metadata"].get("labels") or {}).get("katib.kubeflow.org/experiment")
+    experiment = (trial["metadata"].get("labels") or {}).get(EXPERIMENT_LABEL)
     pairs = [("State", h.state(state))]
     if experiment:
         pairs.append(("Experiment", h.link(h.url("experiments", ns, experiment), experiment)))
