@@ -20,6 +20,7 @@ import json
 import logging
 import time
 
+from trimaran.api import kinds
 from trimaran.api.labels import (
     JOB_NAME_LABEL,
     JOB_ROLE_LABEL,
@@ -247,9 +248,11 @@ class TrainingJobReconciler(Reconciler):
             pods = owned_pods(self.store, job)
 
         view = self._view(job, fw, pods)
+        # A kind with a scale subresource reads its label selector from the replica statuses.
+        scalable = kinds.for_object(job["apiVersion"], fw.kind).scale is not None
         status["replicaStatuses"] = {
             rtype: {"active": c.active, "succeeded": c.succeeded, "failed": c.failed,
-                    **({"selector": _selector(job, fw, rtype)} if fw.kind in _SCALABLE else {})}
+                    **({"selector": _selector(job, fw, rtype)} if scalable else {})}
             for rtype, c in view.counts.items()
         }
         stuck, recheck = fw.stuck(view, [p for p in pods if not is_terminating(p)])
@@ -475,14 +478,9 @@ def _spec_for(specs: dict, lowered: str) -> dict | None:
     return specs[rtype] if rtype else None
 
 
-#: Kinds with a scale subresource, whose replica statuses carry the label selector it reads.
-_SCALABLE = ("PyTorchJob", "JAXJob", "PaddleJob")
-
-
 def _selector(job: dict, fw: Framework, rtype: str) -> str:
-    return (f"training.kubeflow.org/job-name={job['metadata']['name']},"
-            f"training.kubeflow.org/operator-name={fw.operator_name},"
-            f"training.kubeflow.org/replica-type={rtype.lower()}")
+    return (f"{JOB_NAME_LABEL}={job['metadata']['name']},{OPERATOR_NAME_LABEL}={fw.operator_name},"
+            f"{REPLICA_TYPE_LABEL}={rtype.lower()}")
 
 
 def _recorded_ports(job: dict) -> list[int]:
