@@ -28,7 +28,7 @@ from trimaran.api.labels import (
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
 )
-from trimaran.api.meta import pod_hostname
+from trimaran.api.meta import pod_hostname, replica_count
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import (
     is_finished,
@@ -206,7 +206,7 @@ class TrainingJobReconciler(Reconciler):
             labels = pod["metadata"].get("labels") or {}
             rtype = _canonical(specs, labels.get(REPLICA_TYPE_LABEL, ""))
             index = labels.get(REPLICA_INDEX_LABEL, "")
-            if rtype and index.isdigit() and int(index) >= int(specs[rtype].get("replicas", 1)) \
+            if rtype and index.isdigit() and int(index) >= replica_count(specs[rtype]) \
                     and not is_terminating(pod):
                 request_deletion(self.store, pod)
                 self._event("Normal", "SuccessfulDeletePod", f"Deleted pod: {pod['metadata']['name']}")
@@ -222,7 +222,7 @@ class TrainingJobReconciler(Reconciler):
         for rtype, rspec in (specs.items() if ready else ()):
             if fw.holds_back(_job_view(job), rtype, [p for p in pods if not is_terminating(p)]):
                 continue
-            for index in range(int(rspec.get("replicas", 1))):
+            for index in range(replica_count(rspec)):
                 pod_name = fw.pod_name(name, rtype, index)
                 if pod_name not in live:
                     missing.append((rtype, index))
@@ -329,7 +329,7 @@ class TrainingJobReconciler(Reconciler):
         """Why this node can never run the job (each replica is a process with a loopback port of
         its own), or None."""
         specs = job["spec"].get(fw.spec_key) or {}
-        total = sum(int(r.get("replicas", 1)) for r in specs.values())
+        total = sum(replica_count(r) for r in specs.values())
         if total <= self.ports.capacity:
             return None
         return (f"{total} replicas need {total} loopback ports and processes; this node runs at most "
@@ -339,7 +339,7 @@ class TrainingJobReconciler(Reconciler):
         ann = job["metadata"].setdefault("annotations", {})
         specs = job["spec"].get(fw.spec_key) or {}
         recorded = json.loads(ann.get(PORTS_ANNOTATION, "{}"))
-        wanted = {rtype: int(r.get("replicas", 1)) for rtype, r in specs.items()}
+        wanted = {rtype: replica_count(r) for rtype, r in specs.items()}
         if all(len(recorded.get(rt, [])) >= n for rt, n in wanted.items()):
             return job
         networked = fw.networked(_job_view(job))
@@ -436,7 +436,7 @@ class TrainingJobReconciler(Reconciler):
         specs = job["spec"].get(fw.spec_key) or {}
         view = _job_view(job)
         for rtype, rspec in specs.items():
-            view.counts[rtype] = ReplicaCounts(replicas=int(rspec.get("replicas", 1)))
+            view.counts[rtype] = ReplicaCounts(replicas=replica_count(rspec))
         for pod in pods:
             if is_terminating(pod):
                 continue

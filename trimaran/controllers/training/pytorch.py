@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from trimaran.api.labels import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from trimaran.api.meta import replica_count
 from trimaran.api.training import PYTORCHJOB
 from trimaran.controllers.conditions import seconds_since
 from trimaran.controllers.pods import phase, request_deletion, waiting_reason
@@ -56,7 +57,7 @@ class PyTorch(Framework):
         worker0 = addresses.get("Worker", [None])[0]
         host = elastic.get("rdzvHost") or (worker0.host if worker0 else "")
         port = elastic.get("rdzvPort") or (worker0.port if worker0 else self.default_port)
-        workers = int((spec.get(self.spec_key) or {}).get("Worker", {}).get("replicas", 1))
+        workers = replica_count((spec.get(self.spec_key) or {}).get("Worker", {}))
         lo = elastic.get("minReplicas") or elastic.get("maxReplicas") or workers
         hi = elastic.get("maxReplicas") or elastic.get("minReplicas") or workers
         out += [
@@ -147,7 +148,7 @@ class PyTorch(Framework):
         needed = int(elastic.get("minReplicas") or 1)
         if running >= needed:
             return None, None
-        replicas = int((job.spec.get(self.spec_key) or {}).get("Worker", {}).get("replicas", 1))
+        replicas = replica_count((job.spec.get(self.spec_key) or {}).get("Worker", {}))
         waiting = [(i, workers.get(i)) for i in range(replicas)
                    if workers.get(i) is None or phase(workers[i]) == "Pending"]
         if not waiting:
@@ -175,7 +176,7 @@ class PyTorch(Framework):
         metric, percent = target
         elastic = job.spec["elasticPolicy"]
         worker = (job.spec.get(self.spec_key) or {}).get("Worker") or {}
-        current = int(worker.get("replicas", 1))
+        current = replica_count(worker)
         running = [p for p in pods if phase(p) == "Running"
                    and p["metadata"].get("labels", {}).get(REPLICA_TYPE_LABEL) == "worker"]
         utilization = usage.utilization(running, (worker.get("template") or {}).get("spec") or {}, metric)
