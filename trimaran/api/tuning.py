@@ -145,7 +145,8 @@ TRIAL_KINDS: dict[str, tuple[str, ...]] = {
     "MPIJob": ("kubeflow.org/v1", "kubeflow.org/v2beta1"),
     "JobSet": ("jobset.x-k8s.io/v1alpha2",),
 }
-_KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "MPIJob")
+# The training operator's kinds among them (Katib's defaults for their conditions and primary pod).
+_KUBEFLOW_JOB_KINDS = tuple(kind for kind, versions in TRIAL_KINDS.items() if "kubeflow.org/v1" in versions)
 
 _NAME_MAX = 40
 # Patterns are kept as text and compiled on first use (`re` caches them): compiling them all at
