@@ -43,6 +43,7 @@ from trimaran.controllers.pods import (
     container_exit_code,
     expire_finished,
     is_terminating,
+    new_pod,
     owned_pods,
     owner_reference,
     phase,
@@ -411,19 +412,7 @@ class TrainingJobReconciler(Reconciler):
         fw.prepare_pod(view, rtype, index, spec)
         if self.ports.pod_network and not fw.networked(view):
             spec["hostNetwork"] = True  # the framework's replicas meet on the host's network
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": pod_name,
-                "namespace": ns,
-                "labels": labels,
-                "annotations": dict(tmeta.get("annotations") or {}),
-                "ownerReferences": [owner_reference(job)],
-            },
-            "spec": spec,
-            "status": {"phase": "Pending"},
-        }
+        pod = new_pod(pod_name, ns, spec, owner=job, labels=labels, annotations=dict(tmeta.get("annotations") or {}))
         hosts = {}
         for addrs in addresses.values():
             for a in addrs:

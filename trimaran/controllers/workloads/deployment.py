@@ -31,6 +31,7 @@ from trimaran.controllers.conditions import get_condition, now_rfc3339, seconds_
 from trimaran.controllers.pods import (
     LOOPBACK,
     is_terminating,
+    new_pod,
     owned_pods,
     owner_reference,
     phase,
@@ -282,14 +283,7 @@ class DeploymentReconciler(Reconciler):
         own_ports = self._own_ports(spec)
         if own_ports:
             annotations[PORTS_ANNOTATION] = json.dumps(own_ports, separators=(",", ":"))
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "annotations": annotations,
-                         "ownerReferences": [owner_reference(deploy)]},
-            "spec": spec,
-            "status": {"phase": "Pending"},
-        }
+        pod = new_pod(pod_name, ns, spec, owner=deploy, labels=labels, annotations=annotations)
         set_gang(pod, pod_name, 1, {pod_name: LOOPBACK})
         return pod
 
