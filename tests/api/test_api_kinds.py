@@ -149,3 +149,12 @@ def test_first_registered_version_wins_plain_names(widget_kind: KindInfo) -> Non
         assert for_object("example.com/v2", "Widget") is v2
     finally:
         _unregister(v2)
+
+
+def test_the_trial_kinds_of_the_training_operator_are_the_registrys() -> None:
+    from trimaran.api import kinds, tuning
+
+    assert set(tuning._KUBEFLOW_JOB_KINDS) == set(kinds.kubeflow_job_kinds())
+    for kind, versions in tuning.TRIAL_KINDS.items():
+        for version in versions:
+            assert kinds.for_object(version, kind).kind == kind  # each one a served kind

@@ -16,6 +16,7 @@ from pydantic import Field
 from trimaran.api.batch import Job, JobSpec
 from trimaran.api.core import PersistentVolumeClaimSpec, Volume
 from trimaran.api.errors import FieldError, join_path
+from trimaran.api.labels import REPLICATED_JOB_NAME_KEY  # re-exported with the other keys
 from trimaran.api.meta import (
     INT32_MAX,
     ApiModel,
@@ -50,7 +51,6 @@ CONTROLLER_NAME = "jobset.sigs.k8s.io/jobset-controller"
 # Labels and annotations on child Jobs and their pods, upstream's keys.
 JOBSET_NAME_KEY = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_KEY = "jobset.sigs.k8s.io/jobset-uid"
-REPLICATED_JOB_NAME_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
 REPLICATED_JOB_REPLICAS_KEY = "jobset.sigs.k8s.io/replicatedjob-replicas"
 GLOBAL_REPLICAS_KEY = "jobset.sigs.k8s.io/global-replicas"
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"

@@ -8,7 +8,7 @@ k8s.io/apimachinery words them, because users paste those messages into search e
 # otherwise compile every annotation string at import, about a sixth of `import trimaran.api`.
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from trimaran.api.errors import FieldError, join_path
 
 __all__ = [
+    "DEFAULT_REPLICAS",
     "INT32_MAX",
     "ApiModel",
     "Condition",
@@ -130,6 +131,16 @@ def is_dns1035_label(value: str) -> list[str]:
             "with an alphabetic character, and end with an alphanumeric character",
             _DNS1035_LABEL_FMT, "my-name", "abc-123"))
     return errs
+
+
+DEFAULT_REPLICAS = 1
+
+
+def replica_count(spec: Mapping[str, Any]) -> int:
+    """A spec's ``replicas`` (a Deployment's, a replica spec's, a replicated job's): the API defaults
+    an omitted count to 1 for every kind that has one, and objects made before a default existed
+    read the same."""
+    return int(spec.get("replicas", DEFAULT_REPLICAS))
 
 
 def pod_hostname(name: str) -> str:

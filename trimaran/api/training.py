@@ -22,6 +22,13 @@ from pydantic import Field
 
 from trimaran.api.core import ContainerPort, PodTemplateSpec, Quantity
 from trimaran.api.errors import FieldError, join_path
+from trimaran.api.labels import (  # re-exported: the operator's labels on every pod of a job
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    OPERATOR_NAME_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+)
 from trimaran.api.meta import (
     ApiModel,
     Condition,
@@ -74,13 +81,6 @@ GROUP = "kubeflow.org"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
 MPI_API_VERSION = f"{GROUP}/v2beta1"  # the MPI operator's MPIJob (kubeflow/mpi-operator)
-
-# Labels the operator puts on every pod of a job.
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 
 MANAGED_BY_OPERATOR = "kubeflow.org/training-operator"
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"

@@ -30,6 +30,12 @@ from pydantic import Field, PrivateAttr
 
 from trimaran.api.core import Container
 from trimaran.api.errors import FieldError, join_path
+from trimaran.api.labels import (  # Katib's two re-exported; the others name its defaults' pods
+    EXPERIMENT_LABEL,
+    JOB_ROLE_LABEL,
+    REPLICATED_JOB_NAME_KEY,
+    TRIAL_LABEL,
+)
 from trimaran.api.meta import ApiModel, Condition, Int32, NonNegInt32, Resource, check_labels
 
 __all__ = [
@@ -91,10 +97,6 @@ GROUP = "kubeflow.org"
 VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-# Labels Katib puts on trials and their jobs.
-# Also in trimaran.tuning._labels, for readers that must not load the API models (import layering).
-EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
-TRIAL_LABEL = "katib.kubeflow.org/trial"
 # Katib's StdOut collector is a sidecar of this name, whose log KatibClient.get_job_logs reads; here
 # the pod carries, under this annotation, the container whose log stands in for it.
 METRICS_COLLECTOR_CONTAINER = "metrics-logger-and-collector"
@@ -122,12 +124,12 @@ DEFAULT_JOB_SUCCESS_CONDITION = 'status.conditions.#(type=="Complete")#|#(status
 DEFAULT_JOB_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 DEFAULT_KUBEFLOW_JOB_SUCCESS_CONDITION = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'
 DEFAULT_KUBEFLOW_JOB_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
-DEFAULT_KUBEFLOW_JOB_PRIMARY_POD_LABELS = {"training.kubeflow.org/job-role": "master"}
+DEFAULT_KUBEFLOW_JOB_PRIMARY_POD_LABELS = {JOB_ROLE_LABEL: "master"}
 # Katib has no defaults for a JobSet; these read JobSet's own terminal conditions.
 DEFAULT_JOBSET_SUCCESS_CONDITION = 'status.conditions.#(type=="Completed")#|#(status=="True")#'
 DEFAULT_JOBSET_FAILURE_CONDITION = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 # Katib's TrainJob defaults: Job's conditions, and the metrics of node 0 (torchrun's rank 0).
-DEFAULT_TRAINJOB_PRIMARY_POD_LABELS = {"jobset.sigs.k8s.io/replicatedjob-name": "node",
+DEFAULT_TRAINJOB_PRIMARY_POD_LABELS = {REPLICATED_JOB_NAME_KEY: "node",
                                        "batch.kubernetes.io/job-completion-index": "0"}
 
 #: Kinds a trial may run, with their apiVersions: katib-config's default
@@ -143,7 +145,8 @@ TRIAL_KINDS: dict[str, tuple[str, ...]] = {
     "MPIJob": ("kubeflow.org/v1", "kubeflow.org/v2beta1"),
     "JobSet": ("jobset.x-k8s.io/v1alpha2",),
 }
-_KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "MPIJob")
+# The training operator's kinds among them (Katib's defaults for their conditions and primary pod).
+_KUBEFLOW_JOB_KINDS = tuple(kind for kind, versions in TRIAL_KINDS.items() if "kubeflow.org/v1" in versions)
 
 _NAME_MAX = 40
 # Patterns are kept as text and compiled on first use (`re` caches them): compiling them all at
@@ -539,7 +542,7 @@ def _default_trial_template(template: TrialTemplate) -> None:
             template.primary_pod_labels = dict(DEFAULT_KUBEFLOW_JOB_PRIMARY_POD_LABELS)
             if kind == "MPIJob" and template.trial_spec.get("apiVersion") == "kubeflow.org/v2beta1":
                 # The MPI operator labels its launcher "launcher" (v1's launcher is the "master").
-                template.primary_pod_labels = {"training.kubeflow.org/job-role": "launcher"}
+                template.primary_pod_labels = {JOB_ROLE_LABEL: "launcher"}
             elif kind == "PaddleJob" and "Master" not in ((template.trial_spec.get("spec") or {})
                                                           .get("paddleReplicaSpecs") or {}):
                 # A collective PaddleJob has no master-role pod, and any worker may be rank 0: read them all.

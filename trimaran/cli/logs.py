@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from trimaran.api.labels import JOB_ROLE_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL, REPLICATED_JOB_NAME_KEY
 from trimaran.cli.client import APIError, Client, owned_by
 
 __all__ = ["POD_WAIT_SECONDS", "pods_of", "run"]
@@ -19,7 +20,6 @@ __all__ = ["POD_WAIT_SECONDS", "pods_of", "run"]
 # after `apply` the controller may not have made it yet.
 POD_WAIT_SECONDS = 20.0
 
-_RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 _INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
@@ -96,20 +96,20 @@ def _find_pod(client: Client, ns: str, ref: str, replica_type: str | None, index
             rt = replica_type.lower()
             for p in pods:
                 labels = p["metadata"].get("labels") or {}
-                if (labels.get("training.kubeflow.org/replica-type") or labels.get(_RJOB_LABEL)) == rt and \
-                        (labels.get("training.kubeflow.org/replica-index") or labels.get(_INDEX_LABEL)) == str(index):
+                if (labels.get(REPLICA_TYPE_LABEL) or labels.get(REPLICATED_JOB_NAME_KEY)) == rt and \
+                        (labels.get(REPLICA_INDEX_LABEL) or labels.get(_INDEX_LABEL)) == str(index):
                     return p["metadata"]["name"]
             raise _NoPodYet(404, f"{k} {name} has no pod for replica {replica_type}[{index}]")
         for p in pods:
             # The pod a person means: the master (TF, PyTorch, MPIJob v1's launcher), the MPI
             # operator's launcher, or a TrainJob's launcher, else its node 0 (the SDK's node-0).
             labels = p["metadata"].get("labels") or {}
-            if labels.get("training.kubeflow.org/job-role") in ("master", "launcher") or \
-                    labels.get(_RJOB_LABEL) == "launcher":
+            if labels.get(JOB_ROLE_LABEL) in ("master", "launcher") or \
+                    labels.get(REPLICATED_JOB_NAME_KEY) == "launcher":
                 return p["metadata"]["name"]
         for p in pods:
             labels = p["metadata"].get("labels") or {}
-            if labels.get(_RJOB_LABEL) == "node" and labels.get(_INDEX_LABEL) == "0":
+            if labels.get(REPLICATED_JOB_NAME_KEY) == "node" and labels.get(_INDEX_LABEL) == "0":
                 return p["metadata"]["name"]
         if pods:
             return sorted(pods, key=lambda p: p["metadata"]["name"])[0]["metadata"]["name"]

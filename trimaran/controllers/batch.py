@@ -21,8 +21,8 @@ from trimaran.controllers.pods import (
     LOOPBACK,
     expire_finished,
     is_terminating,
+    new_pod,
     owned_pods,
-    owner_reference,
     phase,
     request_deletion,
     restart_count,
@@ -164,14 +164,7 @@ class BatchJobReconciler(Reconciler):
             for container in spec.get("containers") or []:
                 container["env"] = list(container.get("env") or []) + [
                     {"name": "JOB_COMPLETION_INDEX", "value": str(index)}]
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "annotations": annotations,
-                         "ownerReferences": [owner_reference(job)]},
-            "spec": spec,
-            "status": {"phase": "Pending"},
-        }
+        pod = new_pod(pod_name, ns, spec, owner=job, labels=labels, annotations=annotations)
         host = spec.get("hostname") or pod_name
         # A JobSet's child Job names every pod of the set in its template, so they resolve each other.
         hosts = json.loads(annotations.get(HOSTS_ANNOTATION) or "{}")

@@ -42,6 +42,7 @@ from trimaran.api.jobset import (
     job_name,
     pod_hostname_of,
 )
+from trimaran.api.meta import replica_count
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import get_condition, is_true, seconds_since, set_condition
 from trimaran.controllers.gc import request_delete
@@ -139,16 +140,16 @@ class JobSetReconciler(Reconciler):
         in_order = (spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
         hosts: dict[str, str] | None = None
         hosts_known = False
-        global_replicas = sum(int(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or [])
+        global_replicas = sum(replica_count(r) for r in spec.get("replicatedJobs") or [])
         global_index = 0
         group_replicas: dict[str, int] = {}
         for rjob in spec.get("replicatedJobs") or []:
             group = rjob.get("groupName", "default")
-            group_replicas[group] = group_replicas.get(group, 0) + int(rjob.get("replicas", 1))
+            group_replicas[group] = group_replicas.get(group, 0) + replica_count(rjob)
         group_next: dict[str, int] = {}
         waiting = False
         for rjob in spec.get("replicatedJobs") or []:
-            replicas = int(rjob.get("replicas", 1))
+            replicas = replica_count(rjob)
             first_global = global_index
             global_index += replicas
             group = rjob.get("groupName", "default")
@@ -212,7 +213,7 @@ class JobSetReconciler(Reconciler):
             return
         rjobs = spec.get("replicatedJobs") or []
         counts = {s["name"]: s for s in status["replicatedJobsStatus"]}
-        if all(_ready(counts[r["name"]], int(r.get("replicas", 1))) for r in rjobs):
+        if all(_ready(counts[r["name"]], replica_count(r)) for r in rjobs):
             set_condition(status, "StartupPolicyInProgress", "False", "InOrderStartupPolicyCompleted",
                           "in order startup policy has completed")
             set_condition(status, "StartupPolicyCompleted", "True", "InOrderStartupPolicyCompleted",
@@ -333,7 +334,7 @@ class JobSetReconciler(Reconciler):
         names = [pod_hostname_of(name, rjob["name"], j, p)
                  for rjob in spec.get("replicatedJobs") or []
                  if (rjob["template"]["spec"].get("completionMode") or "NonIndexed") == "Indexed"
-                 for j in range(int(rjob.get("replicas", 1)))
+                 for j in range(replica_count(rjob))
                  for p in range(int(rjob["template"]["spec"].get("completions") or 1))]
         if len(names) > MAX_NAMED_PODS:
             self.store.record_event(jobset, "Warning", "TooManyHostnames",
@@ -358,7 +359,7 @@ class JobSetReconciler(Reconciler):
         ours = {
             JOBSET_NAME_KEY: name,
             REPLICATED_JOB_NAME_KEY: rjob["name"],
-            REPLICATED_JOB_REPLICAS_KEY: str(int(rjob.get("replicas", 1))),
+            REPLICATED_JOB_REPLICAS_KEY: str(replica_count(rjob)),
             GLOBAL_REPLICAS_KEY: str(global_replicas),
             JOB_INDEX_KEY: str(index),
             JOB_GLOBAL_INDEX_KEY: str(global_index),
@@ -456,7 +457,7 @@ def _replicated_jobs_status(spec: dict, jobs: list[dict]) -> list[dict]:
 
 
 def _replicas_of(spec: dict, rjob_name: str) -> int:
-    return next(int(r.get("replicas", 1)) for r in spec["replicatedJobs"] if r["name"] == rjob_name)
+    return next(replica_count(r) for r in spec["replicatedJobs"] if r["name"] == rjob_name)
 
 
 def _ready(counts: dict, replicas: int) -> bool:
@@ -478,7 +479,7 @@ def _succeeded(spec: dict, status: dict) -> bool:
         return False
     if policy["operator"] == "Any":
         return any(counts[r["name"]]["succeeded"] > 0 for r in rjobs)
-    return all(counts[r["name"]]["succeeded"] >= int(r.get("replicas", 1)) for r in rjobs)
+    return all(counts[r["name"]]["succeeded"] >= replica_count(r) for r in rjobs)
 
 
 def _rule_matches(rule: dict, job: dict) -> bool:

@@ -28,6 +28,16 @@ def owner_reference(owner: dict) -> dict:
     }
 
 
+def new_pod(name: str, namespace: str, spec: dict, *, owner: dict | None = None, labels: dict | None = None,
+            annotations: dict | None = None) -> dict:
+    """A Pod as a controller creates it from its template: ``Pending``, owned by ``owner`` (its
+    controller, so GC removes it with the owner) when one is given."""
+    metadata: dict = {"name": name, "namespace": namespace, "labels": labels or {}, "annotations": annotations or {}}
+    if owner is not None:
+        metadata["ownerReferences"] = [owner_reference(owner)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": "Pending"}}
+
+
 def owned_pods(store: Store, owner: dict) -> list[dict]:
     return store.list("Pod", owner["metadata"]["namespace"], owner_uid=owner["metadata"]["uid"])
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trimaran.api.labels import EXPERIMENT_LABEL
 from trimaran.sdk.search import ParameterSpec
 
 __all__ = ["SdkParameters", "build_configmap", "build_experiment", "early_stopping_spec", "split_parameters"]
@@ -160,7 +161,7 @@ def build_configmap(experiment: str, namespace: str, payload: bytes) -> dict[str
                          "do not capture large data in the objective; load it inside the function instead")
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": configmap_name(experiment), "namespace": namespace,
-                         "labels": {**MANAGED_BY, "katib.kubeflow.org/experiment": experiment}},
+                         "labels": {**MANAGED_BY, EXPERIMENT_LABEL: experiment}},
             "binaryData": {PAYLOAD_FILE: encoded}}
 
 

@@ -110,7 +110,7 @@ class LocalRun:
         self.goal: float | None = None if obj.get("goal") is None else float(obj["goal"])
         self.max_trials: int | None = spec.get("maxTrialCount")
         self.max_failed: int | None = spec.get("maxFailedTrialCount")
-        self.parallel: int = int(spec.get("parallelTrialCount") or 1)
+        self.parallel: int = int(spec["parallelTrialCount"])  # the stored spec: the API defaulted it
         self.fifo = algorithm.random_state is not None
         self.fixed = dict(fixed)
         # Per parameter: how its Katib string becomes the value the objective receives.

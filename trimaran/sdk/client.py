@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from trimaran.api.labels import EXPERIMENT_LABEL
 from trimaran.sdk import _experiment as ex
 from trimaran.sdk._results import ExperimentFailedError, OptimalTrial, TuningResult
 from trimaran.sdk.search import to_python
@@ -44,7 +45,6 @@ from trimaran.sdk.search import to_python
 __all__ = ["TuningClient"]
 
 _NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
 _SEQUENCE = "trimaran.io/sequence"
 
 # In-process results, per process: (namespace, name) -> result.
@@ -412,7 +412,7 @@ class TuningClient:
         local = _local(ns, name)
         if local is not None:
             return [t.trial(ns, name) for t in local.trials]
-        trials = self.api.list("Trial", ns, f"{_EXPERIMENT_LABEL}={name}")
+        trials = self.api.list("Trial", ns, f"{EXPERIMENT_LABEL}={name}")
         return sorted(trials, key=lambda t: int((t["metadata"].get("annotations") or {}).get(_SEQUENCE, 0)))
 
     def get_optimal_hyperparameters(self, name: str, namespace: str | None = None) -> OptimalTrial | None:
@@ -484,7 +484,7 @@ class TuningClient:
             raise
         # The controller creates no trial once the experiment is gone; delete the trials before their
         # jobs (a trial whose job vanished would create it again), then any job left behind.
-        selector = f"{_EXPERIMENT_LABEL}={name}"
+        selector = f"{EXPERIMENT_LABEL}={name}"
         kinds = {"Job"}
         for trial in api.list("Trial", ns, selector):
             kinds.add(((trial.get("spec") or {}).get("runSpec") or {}).get("kind") or "Job")
@@ -500,7 +500,7 @@ class TuningClient:
             cm = api.get("ConfigMap", ns, ex.configmap_name(name))
         except APIError:
             return
-        if (cm["metadata"].get("labels") or {}).get(_EXPERIMENT_LABEL) == name:
+        if (cm["metadata"].get("labels") or {}).get(EXPERIMENT_LABEL) == name:
             _ignore_missing(api.delete, "ConfigMap", ns, ex.configmap_name(name))
 
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 __all__ = ["EXPERIMENT_LABEL", "PBT_GENERATION_LABEL", "PBT_MEMBER_LABEL", "PBT_PARENT_LABEL", "TRIAL_LABEL"]
 
-#: Katib's labels: a trial's experiment, and (on the trial's pods too) the trial.
-EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
-TRIAL_LABEL = "katib.kubeflow.org/trial"
+from trimaran.api.labels import EXPERIMENT_LABEL, TRIAL_LABEL  # Katib's: a trial's experiment, and its trial
 
 #: Katib's labels on every pbt trial: its generation (0, 1, ...) and, from generation 1 on, the
 #: trial whose checkpoint directory it starts from.

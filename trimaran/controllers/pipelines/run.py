@@ -30,7 +30,14 @@ from trimaran.api.pipelines import FINISHED_RUN_STATES, FINISHED_TASK_STATES, RU
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.kubelet import runs_image
-from trimaran.controllers.pods import LOOPBACK, owner_reference, phase, request_deletion, set_gang, waiting_reason
+from trimaran.controllers.pods import (
+    LOOPBACK,
+    new_pod,
+    phase,
+    request_deletion,
+    set_gang,
+    waiting_reason,
+)
 from trimaran.pipelines import cache, dag, kubernetes, placeholders, roots
 from trimaran.runtime import ConfigError, NodeAPI
 from trimaran.store import AlreadyExists, NotFound, Store
@@ -453,15 +460,9 @@ class RunReconciler(Reconciler):
             container["volumeMounts"].append({"name": f"artifacts-{i}", "mountPath": source, "readOnly": read_only})
         if run["spec"].get("serviceAccountName"):
             pod_spec["serviceAccountName"] = run["spec"]["serviceAccountName"]
-        pod = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": meta["namespace"],
-                         "labels": {RUN_LABEL: meta["name"], TASK_LABEL: _label_value(task.id)},
-                         "annotations": {"pipelines.trimaran.io/task-id": task.id},
-                         "ownerReferences": [owner_reference(run)]},
-            "spec": pod_spec,
-            "status": {"phase": "Pending"},
-        }
+        pod = new_pod(name, meta["namespace"], pod_spec, owner=run,
+                      labels={RUN_LABEL: meta["name"], TASK_LABEL: _label_value(task.id)},
+                      annotations={"pipelines.trimaran.io/task-id": task.id})
         set_gang(pod, name, 1, {name: LOOPBACK})
         return pod, pip_stage
 

@@ -17,6 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from trimaran.api.labels import TRAINJOB_NAME_LABEL
 from trimaran.api.quantity import parse_quantity
 from trimaran.api.trainer import LAUNCHER, NODE, MLPolicy
 from trimaran.runtime import podexec
@@ -110,7 +111,7 @@ def prepare(job: dict, policy: MLPolicy, template: dict, trainer: dict) -> list[
     agent = ("#!/bin/sh\n"
              "# Runs the command on the named node, in its sandbox (for ssh).\n"
              f'exec {shlex.join(_PODEXEC)} connect {shlex.quote(uid)} "$@"\n')
-    labels = {"trainer.kubeflow.org/trainjob-name": name}
+    labels = {TRAINJOB_NAME_LABEL: name}
     token = base64.b64encode(secrets.token_hex(32).encode()).decode()
     return [
         {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",

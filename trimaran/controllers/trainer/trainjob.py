@@ -34,6 +34,7 @@ from typing import Any
 
 from trimaran.api import ManifestError, kinds, podsecurity, validate
 from trimaran.api.jobset import API_VERSION as JOBSET_API_VERSION
+from trimaran.api.labels import TRAINJOB_NAME_LABEL
 from trimaran.api.quantity import parse_quantity
 from trimaran.api.trainer import (
     ANCESTOR_LABEL,
@@ -59,7 +60,6 @@ PORT_ANNOTATION = "trimaran.io/trainer-port"
 # Upstream's trainer port (constants.ContainerTrainerPort): torchrun's rendezvous, and the JAX
 # coordinator's and XGBoost tracker's port, on the pod network.
 TORCHRUN_PORT = 29500
-TRAINJOB_NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
 INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 WORKSPACE_VOLUME = "initializer"
 WORKSPACE_PATH = "/workspace"

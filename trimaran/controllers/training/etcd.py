@@ -13,6 +13,8 @@ import shutil
 import urllib.error
 import urllib.request
 
+from trimaran.controllers.pods import new_pod
+
 #: Label that marks a job's etcd pod (its value: the job's name).
 ETCD_LABEL = "trimaran.io/rendezvous-etcd-for"
 LOOPBACK_HOSTS = ("", "localhost", "127.0.0.1")
@@ -47,15 +49,10 @@ def etcd_pod(job: str, namespace: str, port: int) -> dict:
                "--listen-client-urls", client, "--advertise-client-urls", client,
                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                "--initial-cluster", f"rendezvous={peer}", "--enable-v2=true"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": etcd_pod_name(job), "namespace": namespace, "labels": {ETCD_LABEL: job},
-                     "annotations": {"trimaran.io/image-policy": "host"}},
-        # On the host's loopback, where the job's workers (on the host's network too) meet it.
-        "spec": {"restartPolicy": "Always", "hostNetwork": True,
-                 "containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.4.23", "command": command,
-                                 "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}]}],
-                 "volumes": [{"name": "data", "emptyDir": {}}]},
-        "status": {"phase": "Pending"},
-    }
+    # On the host's loopback, where the job's workers (on the host's network too) meet it.
+    spec = {"restartPolicy": "Always", "hostNetwork": True,
+            "containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.4.23", "command": command,
+                            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}]}],
+            "volumes": [{"name": "data", "emptyDir": {}}]}
+    return new_pod(etcd_pod_name(job), namespace, spec, labels={ETCD_LABEL: job},
+                   annotations={"trimaran.io/image-policy": "host"})

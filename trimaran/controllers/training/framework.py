@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from trimaran.api.meta import replica_count
 from trimaran.api.training import Framework as KindFacts
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Framework(ABC):
         return f"{job.replace('/', '-')}-{rtype.lower()}-{index}"
 
     def total_replicas(self, spec: dict) -> int:
-        return sum(int(r.get("replicas", 1)) for r in (spec.get(self.spec_key) or {}).values())
+        return sum(replica_count(r) for r in (spec.get(self.spec_key) or {}).values())
 
     def is_master_role(self, spec: dict, rtype: str, index: int) -> bool:
         types = spec.get(self.spec_key) or {}

@@ -20,7 +20,15 @@ import json
 import logging
 import time
 
-from trimaran.api.meta import pod_hostname
+from trimaran.api import kinds
+from trimaran.api.labels import (
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    OPERATOR_NAME_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+)
+from trimaran.api.meta import pod_hostname, replica_count
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import (
     is_finished,
@@ -35,6 +43,7 @@ from trimaran.controllers.pods import (
     container_exit_code,
     expire_finished,
     is_terminating,
+    new_pod,
     owned_pods,
     owner_reference,
     phase,
@@ -164,7 +173,7 @@ class TrainingJobReconciler(Reconciler):
 
         # Retryable ExitCode failures: delete the pod; it is recreated once it is gone.
         for pod in pods:
-            rtype = pod["metadata"]["labels"].get("training.kubeflow.org/replica-type", "")
+            rtype = pod["metadata"]["labels"].get(REPLICA_TYPE_LABEL, "")
             rspec = _spec_for(specs, rtype)
             if rspec is None or phase(pod) != "Failed" or is_terminating(pod):
                 continue
@@ -196,9 +205,9 @@ class TrainingJobReconciler(Reconciler):
         # A replica beyond its type's count (a scale-down) is stopped, as the operator's ReconcilePods does.
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
-            rtype = _canonical(specs, labels.get("training.kubeflow.org/replica-type", ""))
-            index = labels.get("training.kubeflow.org/replica-index", "")
-            if rtype and index.isdigit() and int(index) >= int(specs[rtype].get("replicas", 1)) \
+            rtype = _canonical(specs, labels.get(REPLICA_TYPE_LABEL, ""))
+            index = labels.get(REPLICA_INDEX_LABEL, "")
+            if rtype and index.isdigit() and int(index) >= replica_count(specs[rtype]) \
                     and not is_terminating(pod):
                 request_deletion(self.store, pod)
                 self._event("Normal", "SuccessfulDeletePod", f"Deleted pod: {pod['metadata']['name']}")
@@ -214,7 +223,7 @@ class TrainingJobReconciler(Reconciler):
         for rtype, rspec in (specs.items() if ready else ()):
             if fw.holds_back(_job_view(job), rtype, [p for p in pods if not is_terminating(p)]):
                 continue
-            for index in range(int(rspec.get("replicas", 1))):
+            for index in range(replica_count(rspec)):
                 pod_name = fw.pod_name(name, rtype, index)
                 if pod_name not in live:
                     missing.append((rtype, index))
@@ -240,9 +249,11 @@ class TrainingJobReconciler(Reconciler):
             pods = owned_pods(self.store, job)
 
         view = self._view(job, fw, pods)
+        # A kind with a scale subresource reads its label selector from the replica statuses.
+        scalable = kinds.for_object(job["apiVersion"], fw.kind).scale is not None
         status["replicaStatuses"] = {
             rtype: {"active": c.active, "succeeded": c.succeeded, "failed": c.failed,
-                    **({"selector": _selector(job, fw, rtype)} if fw.kind in _SCALABLE else {})}
+                    **({"selector": _selector(job, fw, rtype)} if scalable else {})}
             for rtype, c in view.counts.items()
         }
         stuck, recheck = fw.stuck(view, [p for p in pods if not is_terminating(p)])
@@ -319,7 +330,7 @@ class TrainingJobReconciler(Reconciler):
         """Why this node can never run the job (each replica is a process with a loopback port of
         its own), or None."""
         specs = job["spec"].get(fw.spec_key) or {}
-        total = sum(int(r.get("replicas", 1)) for r in specs.values())
+        total = sum(replica_count(r) for r in specs.values())
         if total <= self.ports.capacity:
             return None
         return (f"{total} replicas need {total} loopback ports and processes; this node runs at most "
@@ -329,7 +340,7 @@ class TrainingJobReconciler(Reconciler):
         ann = job["metadata"].setdefault("annotations", {})
         specs = job["spec"].get(fw.spec_key) or {}
         recorded = json.loads(ann.get(PORTS_ANNOTATION, "{}"))
-        wanted = {rtype: int(r.get("replicas", 1)) for rtype, r in specs.items()}
+        wanted = {rtype: replica_count(r) for rtype, r in specs.items()}
         if all(len(recorded.get(rt, [])) >= n for rt, n in wanted.items()):
             return job
         networked = fw.networked(_job_view(job))
@@ -376,14 +387,14 @@ class TrainingJobReconciler(Reconciler):
         labels = dict(tmeta.get("labels") or {})
         view = _job_view(job)
         labels.update({
-            "training.kubeflow.org/job-name": name,
-            "training.kubeflow.org/operator-name": fw.operator_label(view),
-            "training.kubeflow.org/replica-type": rtype.lower(),
-            "training.kubeflow.org/replica-index": str(index),
+            JOB_NAME_LABEL: name,
+            OPERATOR_NAME_LABEL: fw.operator_label(view),
+            REPLICA_TYPE_LABEL: rtype.lower(),
+            REPLICA_INDEX_LABEL: str(index),
         })
         role = fw.job_role(view, rtype, index)
         if role:
-            labels["training.kubeflow.org/job-role"] = role
+            labels[JOB_ROLE_LABEL] = role
         spec = template.get("spec") or {}
         policy = rspec.get("restartPolicy") or fw.default_restart_policy
         spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
@@ -401,19 +412,7 @@ class TrainingJobReconciler(Reconciler):
         fw.prepare_pod(view, rtype, index, spec)
         if self.ports.pod_network and not fw.networked(view):
             spec["hostNetwork"] = True  # the framework's replicas meet on the host's network
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": pod_name,
-                "namespace": ns,
-                "labels": labels,
-                "annotations": dict(tmeta.get("annotations") or {}),
-                "ownerReferences": [owner_reference(job)],
-            },
-            "spec": spec,
-            "status": {"phase": "Pending"},
-        }
+        pod = new_pod(pod_name, ns, spec, owner=job, labels=labels, annotations=dict(tmeta.get("annotations") or {}))
         hosts = {}
         for addrs in addresses.values():
             for a in addrs:
@@ -426,12 +425,12 @@ class TrainingJobReconciler(Reconciler):
         specs = job["spec"].get(fw.spec_key) or {}
         view = _job_view(job)
         for rtype, rspec in specs.items():
-            view.counts[rtype] = ReplicaCounts(replicas=int(rspec.get("replicas", 1)))
+            view.counts[rtype] = ReplicaCounts(replicas=replica_count(rspec))
         for pod in pods:
             if is_terminating(pod):
                 continue
             labels = pod["metadata"].get("labels") or {}
-            rtype = _canonical(specs, labels.get("training.kubeflow.org/replica-type", ""))
+            rtype = _canonical(specs, labels.get(REPLICA_TYPE_LABEL, ""))
             if rtype is None:
                 continue
             c = view.counts[rtype]
@@ -442,7 +441,7 @@ class TrainingJobReconciler(Reconciler):
                 c.active += 1
             elif p == "Succeeded":
                 c.succeeded += 1
-                if rtype == "Worker" and labels.get("training.kubeflow.org/replica-index") == "0":
+                if rtype == "Worker" and labels.get(REPLICA_INDEX_LABEL) == "0":
                     view.worker0_succeeded = True
             elif p == "Failed":
                 c.failed += 1
@@ -468,14 +467,9 @@ def _spec_for(specs: dict, lowered: str) -> dict | None:
     return specs[rtype] if rtype else None
 
 
-#: Kinds with a scale subresource, whose replica statuses carry the label selector it reads.
-_SCALABLE = ("PyTorchJob", "JAXJob", "PaddleJob")
-
-
 def _selector(job: dict, fw: Framework, rtype: str) -> str:
-    return (f"training.kubeflow.org/job-name={job['metadata']['name']},"
-            f"training.kubeflow.org/operator-name={fw.operator_name},"
-            f"training.kubeflow.org/replica-type={rtype.lower()}")
+    return (f"{JOB_NAME_LABEL}={job['metadata']['name']},{OPERATOR_NAME_LABEL}={fw.operator_name},"
+            f"{REPLICA_TYPE_LABEL}={rtype.lower()}")
 
 
 def _recorded_ports(job: dict) -> list[int]:

@@ -32,6 +32,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from trimaran.api.labels import JOB_NAME_LABEL, REPLICA_TYPE_LABEL
 from trimaran.api.training import MPIJOB
 from trimaran.controllers.pods import phase
 from trimaran.controllers.training.framework import Framework, JobView, ReplicaAddress, register
@@ -119,7 +120,7 @@ class MPI(Framework):
         agent = ("#!/bin/sh\n"
                  "# Runs the command on the named worker, in its sandbox (for kubectl exec / ssh).\n"
                  f'exec {shlex.join(_PODEXEC)} connect {shlex.quote(job.uid)} "$@"\n')
-        labels = {"training.kubeflow.org/job-name": job.name}
+        labels = {JOB_NAME_LABEL: job.name}
         # Drawn on every pass that creates pods, but only the first pass's Secret is stored.
         token = base64.b64encode(secrets.token_hex(32).encode()).decode()
         return [{
@@ -218,7 +219,7 @@ class MPI(Framework):
             return False
         wanted = int((job.replica_specs(self.spec_key).get(WORKER) or {}).get("replicas", 0))
         running = [p for p in pods
-                   if (p["metadata"].get("labels") or {}).get("training.kubeflow.org/replica-type") == "worker"
+                   if (p["metadata"].get("labels") or {}).get(REPLICA_TYPE_LABEL) == "worker"
                    and phase(p) == "Running"]
         return len(running) < wanted
 
@@ -253,7 +254,7 @@ class MPI(Framework):
         reached = True
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
-            if labels.get("training.kubeflow.org/replica-type") == "worker" and phase(pod) == "Running":
+            if labels.get(REPLICA_TYPE_LABEL) == "worker" and phase(pod) == "Running":
                 reached = podexec.request_exit(job.uid, pod["metadata"]["name"], token) and reached
         return reached
 

@@ -6,6 +6,8 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from trimaran.api.labels import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from trimaran.api.meta import replica_count
 from trimaran.api.training import PYTORCHJOB
 from trimaran.controllers.conditions import seconds_since
 from trimaran.controllers.pods import phase, request_deletion, waiting_reason
@@ -55,7 +57,7 @@ class PyTorch(Framework):
         worker0 = addresses.get("Worker", [None])[0]
         host = elastic.get("rdzvHost") or (worker0.host if worker0 else "")
         port = elastic.get("rdzvPort") or (worker0.port if worker0 else self.default_port)
-        workers = int((spec.get(self.spec_key) or {}).get("Worker", {}).get("replicas", 1))
+        workers = replica_count((spec.get(self.spec_key) or {}).get("Worker", {}))
         lo = elastic.get("minReplicas") or elastic.get("maxReplicas") or workers
         hi = elastic.get("maxReplicas") or elastic.get("minReplicas") or workers
         out += [
@@ -140,13 +142,13 @@ class PyTorch(Framework):
             why = waiting_reason([own]) or f"pod {own['metadata']['name']} is {phase(own)}"
             return (f"PyTorchJob {job.namespace}/{job.name} has failed because its etcd did not answer at "
                     f"127.0.0.1:{port} within the join timeout of {timeout:g}s ({why})"), None
-        workers = {int(p["metadata"]["labels"].get("training.kubeflow.org/replica-index", -1)): p for p in pods
-                   if p["metadata"]["labels"].get("training.kubeflow.org/replica-type") == "worker"}
+        workers = {int(p["metadata"]["labels"].get(REPLICA_INDEX_LABEL, -1)): p for p in pods
+                   if p["metadata"]["labels"].get(REPLICA_TYPE_LABEL) == "worker"}
         running = sum(1 for p in workers.values() if phase(p) == "Running")
         needed = int(elastic.get("minReplicas") or 1)
         if running >= needed:
             return None, None
-        replicas = int((job.spec.get(self.spec_key) or {}).get("Worker", {}).get("replicas", 1))
+        replicas = replica_count((job.spec.get(self.spec_key) or {}).get("Worker", {}))
         waiting = [(i, workers.get(i)) for i in range(replicas)
                    if workers.get(i) is None or phase(workers[i]) == "Pending"]
         if not waiting:
@@ -174,9 +176,9 @@ class PyTorch(Framework):
         metric, percent = target
         elastic = job.spec["elasticPolicy"]
         worker = (job.spec.get(self.spec_key) or {}).get("Worker") or {}
-        current = int(worker.get("replicas", 1))
+        current = replica_count(worker)
         running = [p for p in pods if phase(p) == "Running"
-                   and p["metadata"].get("labels", {}).get("training.kubeflow.org/replica-type") == "worker"]
+                   and p["metadata"].get("labels", {}).get(REPLICA_TYPE_LABEL) == "worker"]
         utilization = usage.utilization(running, (worker.get("template") or {}).get("spec") or {}, metric)
         if utilization is None:
             return None

@@ -21,7 +21,7 @@ import string
 
 from prometheus_client import Counter
 
-from trimaran.api.tuning import substitute_trial_template, trial_parameter_values
+from trimaran.api.tuning import DEFAULT_PARALLEL_TRIAL_COUNT, substitute_trial_template, trial_parameter_values
 from trimaran.controllers.base import CONFLICT_RETRY_SECONDS, Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.pods import owner_reference
@@ -114,7 +114,7 @@ class ExperimentReconciler(Reconciler):
             outcome = ("Failed", "ExperimentFailed",
                        "Experiment has no trialTemplate, so no trial can run: add spec.trialTemplate")
         if outcome is None:
-            want = int(spec.get("parallelTrialCount", 3))
+            want = int(spec.get("parallelTrialCount", DEFAULT_PARALLEL_TRIAL_COUNT))
             if max_trials is not None:
                 want = min(want, int(max_trials) - completed)
             need = want - active

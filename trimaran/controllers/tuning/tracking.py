@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from trimaran.api.labels import EXPERIMENT_LABEL
 from trimaran.store import Conflict, NotFound, Store
 
 log = logging.getLogger(__name__)
@@ -418,7 +419,7 @@ def _is_true(trial: dict, ctype: str) -> bool:
 
 
 def _experiment_label(trial: dict) -> str | None:
-    return (trial["metadata"].get("labels") or {}).get("katib.kubeflow.org/experiment")
+    return (trial["metadata"].get("labels") or {}).get(EXPERIMENT_LABEL)
 
 
 def _millis(rfc3339: str | None) -> int | None:

@@ -14,6 +14,7 @@ import posixpath
 from pathlib import Path
 
 from trimaran.api import kinds, podsecurity
+from trimaran.api.labels import REPLICATED_JOB_NAME_KEY
 from trimaran.api.tuning import METRICS_LOGS_ANNOTATION, TRIAL_KINDS
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
@@ -364,7 +365,6 @@ class TrialReconciler(Reconciler):
 _POD_OWNER_KINDS = {"JobSet": ("Job",), "TrainJob": ("JobSet", "Job")}
 #: Who owns the runtime patch a TrainJob trial's injection travels in (runtimePatches are keyed by manager).
 TRAINJOB_PATCH_MANAGER = "katib.kubeflow.org/trial-controller"
-_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 def _job_pods(store: Store, job: dict) -> list[dict]:
@@ -394,7 +394,7 @@ def _trainjob_pod_patch(job: dict, trial: dict) -> dict:
     """The pod template, inside a new runtime patch of the TrainJob ``job``, that reaches the pods
     of the trial's primary replicated job: a TrainJob's pod templates are its runtime's, so what
     Katib's pod webhook adds to them travels as a patch the TrainJob controller applies."""
-    rjob = (trial["spec"].get("primaryPodLabels") or {}).get(_REPLICATED_JOB_LABEL, "node")
+    rjob = (trial["spec"].get("primaryPodLabels") or {}).get(REPLICATED_JOB_NAME_KEY, "node")
     template = {"metadata": {}, "spec": {"containers": [{"name": trial["spec"].get("primaryContainerName")}]}}
     patch = {"manager": TRAINJOB_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": rjob, "template": {"spec": {"template": template}}}]}}}}

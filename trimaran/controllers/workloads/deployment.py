@@ -25,11 +25,13 @@ import secrets
 import string
 
 from trimaran.api.apps import fixed_ports, percent_or_int, port_env_name, reads_port_from_env
+from trimaran.api.meta import replica_count
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import get_condition, now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import (
     LOOPBACK,
     is_terminating,
+    new_pod,
     owned_pods,
     owner_reference,
     phase,
@@ -144,7 +146,7 @@ class DeploymentReconciler(Reconciler):
             rs = records.get(name)
             if rs is None and h != current:
                 continue  # an old revision whose record was never made (made before this controller kept them)
-            replicas = int(spec.get("replicas", 1)) if h == current else len(pods)
+            replicas = replica_count(spec) if h == current else len(pods)
             if rs is None:
                 rs = self._new_record(deploy, h, revision, replicas)
             wanted = dict(rs["metadata"].get("annotations") or {})
@@ -203,7 +205,7 @@ class DeploymentReconciler(Reconciler):
     def _roll(self, deploy: dict, current: str, revision: str, new: list[dict], old: list[dict],
               pods: list[dict]) -> None:
         spec = deploy["spec"]
-        desired = int(spec.get("replicas", 1))
+        desired = replica_count(spec)
         strategy = spec.get("strategy") or {}
         min_ready = int(spec.get("minReadySeconds") or 0)
         recreate = strategy.get("type") == "Recreate" or bool(fixed_ports(spec["template"].get("spec") or {}))
@@ -281,14 +283,7 @@ class DeploymentReconciler(Reconciler):
         own_ports = self._own_ports(spec)
         if own_ports:
             annotations[PORTS_ANNOTATION] = json.dumps(own_ports, separators=(",", ":"))
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "annotations": annotations,
-                         "ownerReferences": [owner_reference(deploy)]},
-            "spec": spec,
-            "status": {"phase": "Pending"},
-        }
+        pod = new_pod(pod_name, ns, spec, owner=deploy, labels=labels, annotations=annotations)
         set_gang(pod, pod_name, 1, {pod_name: LOOPBACK})
         return pod
 
@@ -349,7 +344,7 @@ class DeploymentReconciler(Reconciler):
     def _write_status(self, deploy: dict, current: str, live: list[dict], new: list[dict],
                       pods: list[dict]) -> float | None:
         spec = deploy["spec"]
-        desired = int(spec.get("replicas", 1))
+        desired = replica_count(spec)
         min_ready = int(spec.get("minReadySeconds") or 0)
         status = copy.deepcopy(deploy.get("status") or {})
         before = copy.deepcopy(status)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from urllib.parse import urlencode
 
+from trimaran.api.labels import EXPERIMENT_LABEL
 from trimaran.api.printers import age
+from trimaran.api.tuning import DEFAULT_PARALLEL_TRIAL_COUNT
 from trimaran.controllers.conditions import get_condition, is_true
 from trimaran.controllers.pods import owned_pods
 from trimaran.controllers.tuning.records import experiment_trials, metric_value, strategy_for
@@ -132,8 +134,9 @@ def _summary(exp: dict) -> list[tuple[str, str]]:
              ("Algorithm", h.esc(algorithm.get("algorithmName", "") + settings(algorithm)))]
     if early.get("algorithmName"):
         pairs.append(("Early stopping", h.esc(early["algorithmName"] + settings(early))))
+    parallel = spec.get("parallelTrialCount", DEFAULT_PARALLEL_TRIAL_COUNT)
     pairs += [("Trials", h.esc(f"{status.get('trials', 0)} of max {spec.get('maxTrialCount', 'unbounded')}, "
-                               f"{spec.get('parallelTrialCount', 3)} in parallel" + (f": {counts}" if counts else ""))),
+                               f"{parallel} in parallel" + (f": {counts}" if counts else ""))),
               ("Age", h.esc(age(exp["metadata"].get("creationTimestamp"))))]
     return pairs
 
@@ -198,7 +201,7 @@ def trial_page(store: Store, runtime: NodeAPI, trial: dict) -> h.Page:
     ns, name = trial["metadata"]["namespace"], trial["metadata"]["name"]
     state = trial_state(trial)
     objective = trial["spec"].get("objective") or {}
-    experiment = (trial["metadata"].get("labels") or {}).get("katib.kubeflow.org/experiment")
+    experiment = (trial["metadata"].get("labels") or {}).get(EXPERIMENT_LABEL)
     pairs = [("State", h.state(state))]
     if experiment:
         pairs.append(("Experiment", h.link(h.url("experiments", ns, experiment), experiment)))
