@@ -113,6 +113,24 @@ def test_stdin_once_closes_the_stdin_when_the_first_session_ends(kubectl, once) 
     kubectl("delete", "pod", name, "--wait=false")
 
 
+def _ask(term: Terminal, line: bytes, answer: bytes, timeout: float = 30) -> None:
+    """Type ``line`` until the container's output has ``answer``: the session may not have begun
+    (a line typed before it is echoed by the local terminal only), and a size travels on a channel
+    of its own, unordered with the typing."""
+    deadline = time.monotonic() + timeout
+    while answer not in term.out:
+        assert time.monotonic() < deadline, term.out
+        term.type(line)
+        try:
+            term.read_until(answer, timeout=1)
+        except AssertionError:
+            pass
+
+
+def _ask_size(term: Terminal, size: bytes) -> None:
+    _ask(term, b"size\r", size)
+
+
 @pytest.mark.parametrize("websockets", ["true", "false"], ids=["websocket", "spdy"])
 def test_attach_it_to_a_tty_container_that_resizes(kubectl, websockets) -> None:  # noqa: ANN001, F811
     name = f"term-{websockets}"
@@ -122,16 +140,10 @@ def test_attach_it_to_a_tty_container_that_resizes(kubectl, websockets) -> None:
     env = dict(kubectl.env, KUBECTL_REMOTE_COMMAND_WEBSOCKETS=websockets)
     term = Terminal([KUBECTL, "attach", "-it", name], env)
     try:
-        term.resize(40, 120)
-        # The size travels on its own channel, unordered with the typing: ask until it arrived.
-        deadline = time.monotonic() + 30
-        while b"40 120" not in term.out:
-            assert time.monotonic() < deadline, term.out
-            term.type(b"size\r")
-            term.read_until(b"size", timeout=10)
-            term.out = term.out.replace(b"size", b"", 1)
-            term.read_until(b"\n", timeout=10)
+        _ask_size(term, b"24 80")  # the session's size, from its start
         assert b"/dev/pts/" in term.out or b"/dev/console" in term.out, term.out  # on a terminal
+        term.resize(40, 120)
+        _ask_size(term, b"40 120")
         term.type(b"quit\r")
     finally:
         code = term.wait()
@@ -144,15 +156,7 @@ def test_attach_it_to_a_tty_container_that_resizes(kubectl, websockets) -> None:
 def _shell(term: Terminal, name: str) -> bytes:
     """Talk to the shell ``kubectl run -it --rm`` started: it answers, is on a terminal, and its exit
     code is kubectl's; the pod is deleted. What the terminal showed after the first answer."""
-    # The prompt came before the session did: type until the shell answers.
-    deadline = time.monotonic() + 60
-    while b"answer 42" not in term.out:
-        assert time.monotonic() < deadline, term.out
-        term.type(b"echo answer $((6*7))\r")
-        try:
-            term.read_until(b"answer 42", timeout=2)
-        except AssertionError:
-            pass
+    _ask(term, b"echo answer $((6*7))\r", b"answer 42", timeout=60)  # its prompt came before the session
     seen = len(term.out)
     term.type(b"tty\r")
     term.read_until(b"/dev/", timeout=30)

@@ -929,7 +929,9 @@ class _Stdin:
     """A container's stdin (``stdin: true``) held by the shim, as containerd's shim holds it: the
     write end of a pipe, or the terminal's master (``tty: true``, which the shim also reads the
     output from, so it is only lent here). Attach sessions connect to ``<container>.attach`` and
-    are handed a copy of it (``{"tty"}`` and the descriptor, SCM_RIGHTS); a session ends when it
+    are handed a copy of it (``{"tty"}`` and the descriptor, SCM_RIGHTS), then a NUL byte each time
+    the shim has written the container's output into its log (the log is the one copy of the output:
+    the session reads it at once, and a slow one holds nothing here); a session ends when it
     closes its connection (or shuts down its writing: its input ended). ``once`` (``stdinOnce``):
     the first session's end closes the pipe, and the container reads end of file; as containerd,
     not for a terminal (kubectl's raw terminal would end every program at once)."""
@@ -975,6 +977,14 @@ class _Stdin:
         conn.close()
         if self.once and not self.tty:
             self.close()
+
+    def wrote(self) -> None:
+        """Tell each session the log grew (a session whose socket is full has been told already)."""
+        for conn in self.sessions.values():
+            try:
+                conn.send(b"\0")
+            except OSError:
+                pass  # full (it will read the log anyway), or gone (its end is read in ready)
 
     def close(self) -> None:
         """No more sessions: the socket goes, and the pipe (never the terminal, which is not ours)."""
@@ -1227,7 +1237,10 @@ class _Container:
                 # A terminal's master is one open file with the copies attach sessions hold: one
                 # made blocking there must not hang this loop.
                 os.set_blocking(self.pipe, False)
-            if not self.log.copy(self.pipe):
+            more = self.log.copy(self.pipe)
+            if self.stdin is not None and self.stdin.sessions:
+                self.stdin.wrote()
+            if not more:
                 self._close_output()
 
     def _close_output(self) -> None:

@@ -121,8 +121,9 @@ class AttachedStdin:
     """An attach session's hold on a container's stdin (``stdin: true``), lent by its shim:
     ``fd`` is the write end of the container's stdin pipe, or its terminal's master (``tty``:
     input, and ``TIOCSWINSZ``; the output is the shim's to read, into the log). The session lasts
-    while ``conn`` is open; :meth:`end_input` tells the shim the input ended (``stdinOnce``: the
-    container's stdin is closed)."""
+    while ``conn`` is open (non-blocking), on which the shim sends a NUL byte each time it wrote
+    output into the log, and which it closes when the container ends; :meth:`end_input` tells the
+    shim the input ended (``stdinOnce``: the container's stdin is closed)."""
 
     conn: socket.socket
     fd: int | None
@@ -166,13 +167,14 @@ def attach_stdin(path: str) -> AttachedStdin | None:
     finally:
         os.close(directory)
     try:
-        tty = bool(json.loads(message).get("tty"))
+        tty = bool(json.loads(message.rstrip(b"\0")).get("tty"))
     except (ValueError, AttributeError):
         tty = False
     if fd is None:
         conn.close()
         return None
     os.set_blocking(fd, False)
+    conn.setblocking(False)
     return AttachedStdin(conn, fd, tty)
 
 

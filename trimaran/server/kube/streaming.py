@@ -272,6 +272,7 @@ class _Attach:
         meta = pod["metadata"]
         self.path = node.log_path(meta["namespace"], meta["name"], container)
         self.handle: Any = None
+        self.told = stdin is not None  # the shim says when the log grew (until it closes the session)
 
     async def open(self) -> None:
         """From the log's end: the output of what comes next (before any input goes in)."""
@@ -296,13 +297,27 @@ class _Attach:
                     if data:
                         await out(data)
                     break
-                # A log grows on its own time (the kubelet's follow polls too): soon after output,
-                # as a terminal's echo is, less often while the container is quiet.
-                await asyncio.sleep(idle)
+                await self._grown(idle)
                 idle = min(idle * 2, _FOLLOW_MAX)
         finally:
             handle.close()
         return 0  # as the kubelet's attach: the streams end, the exit code is the pod's status to say
+
+    async def _grown(self, idle: float) -> None:
+        """Until the log may have grown: the shim's word (a session holding the container's stdin),
+        or a while: a log grows on its own time (the kubelet's follow polls too), so it is read soon
+        after output, as a terminal's echo is, less often while the container is quiet."""
+        if not self.told or self.stdin is None:
+            await asyncio.sleep(idle)
+            return
+        try:
+            said = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(self.stdin.conn, 4096), _FOLLOW_MAX)
+        except asyncio.TimeoutError:
+            return
+        except OSError:
+            said = b""
+        if not said:
+            self.told = False  # the shim closed the session: the container is ending
 
 
 class _ExecSession:
