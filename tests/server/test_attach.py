@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import shared_plane
+from tests.e2e.test_escape import escape_plane  # noqa: F401 (fixture: root's and ordinary users' planes)
 from tests.helpers import poll
 from tests.imagekit import registry, test_images  # noqa: F401 (fixtures)
 from tests.server.test_streaming import (  # noqa: F401 (the kubectl and busybox fixtures, the marks)
     KUBECTL,
     Terminal,
     _apply,
+    _env,
     _pod,
     _running,
     busybox,
@@ -179,6 +181,13 @@ def test_kubectl_run_it_in_an_image(kubectl, busybox) -> None:  # noqa: ANN001, 
                            "--annotations=trimaran.io/image-policy=image", "--", "sh"], kubectl.env), "box-shell")
     if oci_available():
         assert b"/dev/pts/0" in out, out  # the container's own devpts
+
+
+def test_kubectl_run_it_on_every_kind_of_control_plane(escape_plane, tmp_path: Path) -> None:  # noqa: ANN001, F811
+    """Root's, and an ordinary user's (uid 65534, with and without a subordinate id range), whose
+    containers bubblewrap runs on a terminal of the shim's."""
+    _shell(Terminal([KUBECTL, "run", "anyone", "-it", "--rm", "--restart=Never", "--image=python", "--command",
+                     "--", "sh"], _env(escape_plane, tmp_path)), "anyone")
 
 
 def test_a_container_without_stdin_attaches_output_only(kubectl) -> None:  # noqa: ANN001, F811

@@ -157,6 +157,7 @@ class ImageRun:
 log = logging.getLogger(__name__)
 
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # containerd's
+_SETSID = shutil.which("setsid")  # util-linux's, for a host-process container on a terminal
 
 
 def _passwd_entries(path: Path) -> list[list[str]]:
@@ -508,6 +509,12 @@ class LocalRuntime:
             own_env = resolve_env(pod, container, lookup, service_env=service_env, **node_kwargs)
             if image is None:
                 command = expand_command(container, own_env)
+                if container.get("tty") and not use_oci and _SETSID:
+                    # On the shim's terminal under bubblewrap: a session of its own in its pid
+                    # namespace whose controlling terminal it is (as crun's console gives its
+                    # containers), so a shell's job control and ^C work; the host's setsid, which a
+                    # host-process container sees. -w: its exit code, should it have to fork.
+                    command = [_SETSID, "--ctty", "--wait", *command]
             else:
                 command = expand_command(container, own_env, image.entrypoint or (), image.cmd or ())
             mounts = container_mounts(container, volumes, own_env, owner)

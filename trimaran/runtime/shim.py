@@ -51,8 +51,7 @@ containers together, each with stdout and stderr appended to its ``log``, and wr
 - ``<container>.attach``, while a ``stdin`` container runs: a unix socket that lends its stdin to
   attach sessions (see :class:`_Stdin`). A ``tty`` container's stdio is a terminal whose output
   goes to the log: crun's (``process.terminal``, its master sent to ``<container>.console``, a
-  socket that lasts until crun has sent it), or under bubblewrap a pty of the shim's, the
-  container's controlling terminal;
+  socket that lasts until crun has sent it), or under bubblewrap a pty of the shim's;
 - ``shim.done`` when it exits on its own terms (so a shim that vanished without it was lost):
   ``{"finishedAt", "timings", "netns"}``, ``timings`` its own and its containers' times on the
   monotonic clock (see ``trimaran.runtime.timings``), ``netns`` (where the pod has one)
@@ -1079,19 +1078,12 @@ class _Container:
 
         terminal = bool(self.spec.get("tty"))
         oci = self.spec.get("oci")
-        if terminal and not oci:
-            import termios  # only for a terminal of the shim's
 
         def before_exec() -> None:
             # In the child, before bwrap runs: a process group of its own (Popen's
             # process_group needs Python 3.11), and the cgroup, so that every process of the
-            # container is counted from its first instruction. On a terminal of the shim's, a
-            # session of its own whose controlling terminal it is (^C reaches the foreground).
-            if terminal and not oci:
-                os.setsid()
-                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-            else:
-                os.setpgid(0, 0)
+            # container is counted from its first instruction.
+            os.setpgid(0, 0)
             if cgroup is not None:
                 cgroups.join(hierarchy, cgroup)
             if rlimit is not None:
@@ -1128,6 +1120,8 @@ class _Container:
                 write_end = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
             elif terminal:
                 # A terminal of the shim's: its slave is the container's stdio, its master the output.
+                # No one's controlling terminal here: the container's command takes it in its pid
+                # namespace (``setsid --ctty``, see runtime/local.py), so a shell's job control works.
                 self.pipe, write_end = os.openpty()
                 os.set_blocking(self.pipe, False)
                 stdin = write_end

@@ -28,10 +28,11 @@ Attach follows the container's output (its log file, which the shim writes: a te
 until it ends, then answers Success as the kubelet's attach does (the container's exit code is in the
 pod's status). A container with ``stdin: true`` has a stdin its shim holds (a pipe, or the terminal's
 master with ``tty: true``) and lends to each attach session (``NodeAPI.attach``: a unix socket of the
-shim's, so sessions outlive a control-plane restart): the session's stdin channel is written to it,
-its resize channel sets the terminal's size (``TIOCSWINSZ``), and with ``stdinOnce`` the shim closes
-the container's stdin when the first session ends or its input does (not a terminal's, as containerd). Input to a
-container without ``stdin: true`` is dropped (its stdin is /dev/null), so it attaches output-only.
+shim's, so sessions outlive a control-plane restart), which also says when the log grew: the
+session's stdin channel is written to it, its resize channel sets the terminal's size
+(``TIOCSWINSZ``), and with ``stdinOnce`` the shim closes the container's stdin when the first session
+ends or its input does (not a terminal's, as containerd). Input to a container without ``stdin:
+true`` is dropped (its stdin is /dev/null): it attaches output-only.
 """
 
 from __future__ import annotations
@@ -280,28 +281,31 @@ class _Attach:
         self.handle.seek(0, os.SEEK_END)
 
     async def follow(self, out: Callable[[bytes], Any]) -> int:
+        """Send what the log gains (after :meth:`open`) until the container ends."""
         uid = self.pod["metadata"]["uid"]
-        if self.handle is None:
-            await self.open()
         handle = self.handle
         idle = _FOLLOW_MIN
-        try:
-            while True:
-                data = handle.read(_READ)
+        while True:
+            data = handle.read(_READ)
+            if data:
+                await out(data)
+                idle = _FOLLOW_MIN
+                continue
+            if self.node.container_pid(uid, self.container) is None:
+                data = handle.read()
                 if data:
                     await out(data)
-                    idle = _FOLLOW_MIN
-                    continue
-                if self.node.container_pid(uid, self.container) is None:
-                    data = handle.read()
-                    if data:
-                        await out(data)
-                    break
-                await self._grown(idle)
-                idle = min(idle * 2, _FOLLOW_MAX)
-        finally:
-            handle.close()
+                break
+            await self._grown(idle)
+            idle = min(idle * 2, _FOLLOW_MAX)
         return 0  # as the kubelet's attach: the streams end, the exit code is the pod's status to say
+
+    def close(self) -> None:
+        """The session's end: the log closed, the stdin given back (the shim closes a stdinOnce one)."""
+        if self.handle is not None:
+            self.handle.close()
+        if self.stdin is not None:
+            self.stdin.release()
 
     async def _grown(self, idle: float) -> None:
         """Until the log may have grown: the shim's word (a session holding the container's stdin),
@@ -449,8 +453,8 @@ class _ExecSession:
                     self.source.kill()
                     await asyncio.to_thread(self.source.proc.wait)
                 self.source.release()
-            elif isinstance(self.source, _Attach) and self.source.stdin is not None:
-                self.source.stdin.release()  # the session's end: the shim closes a stdinOnce stdin
+            elif isinstance(self.source, _Attach):
+                self.source.close()
             self._close()
 
     async def _until(self, event: asyncio.Event) -> None:
@@ -468,9 +472,11 @@ class _ExecSession:
         follow = asyncio.ensure_future(attach.follow(lambda data: self._out(_STDOUT, data)))
         feeder = asyncio.ensure_future(self._feed(attach.stdin)) if attach.stdin is not None else None
         await self._until_done(follow)
-        if feeder is not None:
-            feeder.cancel()
-        return follow.result() if follow.done() and not follow.cancelled() else None
+        tasks = [t for t in (follow, feeder) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # ended before the log and stdin are closed
+        return follow.result() if not follow.cancelled() else None
 
     async def _until_done(self, task: asyncio.Future) -> None:
         gone = asyncio.ensure_future(self.gone.wait())
