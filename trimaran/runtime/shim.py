@@ -932,8 +932,8 @@ class _Stdin:
     the shim has written the container's output into its log (the log is the one copy of the output:
     the session reads it at once, and a slow one holds nothing here); a session ends when it
     closes its connection (or shuts down its writing: its input ended). ``once`` (``stdinOnce``):
-    the first session's end closes the pipe, and the container reads end of file; as containerd,
-    not for a terminal (kubectl's raw terminal would end every program at once)."""
+    the first session's end closes the pipe, and the container reads end of file; a terminal is
+    left open, as containerd's CRI leaves it (it closes a stdinOnce stdin only without a tty)."""
 
     def __init__(self, path: str, fd: int, tty: bool, once: bool) -> None:
         self.path, self.fd, self.tty, self.once = path, fd, tty, once
