@@ -9,6 +9,7 @@ import json
 import os
 import select
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.conftest import shared_plane
 from tests.e2e.test_escape import escape_plane  # noqa: F401 (fixture: root's and ordinary users' planes)
 from tests.helpers import poll
 from tests.imagekit import registry, test_images  # noqa: F401 (fixtures)
+from tests.server.sdk import run_client
 from tests.server.test_streaming import (  # noqa: F401 (the kubectl and busybox fixtures, the marks)
     KUBECTL,
     Terminal,
@@ -181,6 +183,36 @@ def test_kubectl_run_it_in_an_image(kubectl, busybox) -> None:  # noqa: ANN001, 
                            "--annotations=trimaran.io/image-policy=image", "--", "sh"], kubectl.env), "box-shell")
     if oci_available():
         assert b"/dev/pts/0" in out, out  # the container's own devpts
+
+
+PYTHON_CLIENT = r'''
+import json, sys, time
+from kubernetes import client, config
+from kubernetes.stream import stream
+config.load_kube_config()
+api = client.CoreV1Api()
+ws = stream(api.connect_get_namespaced_pod_attach, sys.argv[1], "default", stdin=True, stdout=True, stderr=True,
+            tty=False, _preload_content=False)
+ws.write_stdin("abc\n")
+out, deadline = "", time.monotonic() + 60
+while "got abc" not in out and time.monotonic() < deadline:
+    ws.update(timeout=1)
+    out += ws.read_stdout(timeout=0) if ws.peek_stdout() else ""
+protocol = ws.subprotocol
+ws.close()  # the session ends: a stdinOnce stdin is closed
+print(json.dumps({"stdout": out, "protocol": protocol}))
+'''
+
+
+def test_the_python_client_attaches(plane, kubectl, tmp_path: Path) -> None:  # noqa: ANN001, F811
+    """The ``kubernetes`` client's ``stream()`` of ``connect_get_namespaced_pod_attach`` (WebSocket)."""
+    _apply(kubectl, _stdin_pod("client", ECHO_LINES, stdinOnce=True))
+    _running(kubectl, "client")
+    out = run_client(sys.executable, plane, PYTHON_CLIENT, tmp_path, "client")
+    assert out["stdout"] == "got abc\n" and out["protocol"].endswith("channel.k8s.io"), out
+    assert _terminated(kubectl, "client")["exitCode"] == 3
+    assert kubectl("logs", "client").stdout == "got abc\neof\n"
+    kubectl("delete", "pod", "client", "--wait=false")
 
 
 def test_kubectl_run_it_on_every_kind_of_control_plane(escape_plane, tmp_path: Path) -> None:  # noqa: ANN001, F811
