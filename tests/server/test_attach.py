@@ -222,6 +222,17 @@ def test_kubectl_run_it_on_every_kind_of_control_plane(escape_plane, tmp_path: P
                      "--", "sh"], _env(escape_plane, tmp_path)), "anyone")
 
 
+def test_a_tty_container_without_stdin_is_on_a_terminal(kubectl) -> None:  # noqa: ANN001, F811
+    """``tty`` without ``stdin`` (allowed, as by kube-apiserver): its stdio is a terminal, its log the output."""
+    pod = _pod("ttyonly", ["sh", "-c", "tty && test -t 1 && echo on a terminal"])
+    pod["spec"]["containers"][0]["tty"] = True
+    _apply(kubectl, pod)
+    assert _terminated(kubectl, "ttyonly")["exitCode"] == 0, kubectl("logs", "ttyonly").stdout
+    logs = kubectl("logs", "ttyonly").stdout
+    assert logs.startswith("/dev/") and logs.endswith("\non a terminal\n"), logs
+    kubectl("delete", "pod", "ttyonly", "--wait=false")
+
+
 def test_a_container_without_stdin_attaches_output_only(kubectl) -> None:  # noqa: ANN001, F811
     """``kubectl attach -i`` to a container without ``stdin: true``: its output, its input dropped
     (its stdin is /dev/null, read as empty)."""
