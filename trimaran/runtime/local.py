@@ -157,6 +157,7 @@ class ImageRun:
 log = logging.getLogger(__name__)
 
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # containerd's
+_SETSID = shutil.which("setsid")  # util-linux's, for a host-process container on a terminal
 
 
 def _passwd_entries(path: Path) -> list[list[str]]:
@@ -508,6 +509,12 @@ class LocalRuntime:
             own_env = resolve_env(pod, container, lookup, service_env=service_env, **node_kwargs)
             if image is None:
                 command = expand_command(container, own_env)
+                if container.get("tty") and not use_oci and _SETSID:
+                    # On the shim's terminal under bubblewrap: a session of its own in its pid
+                    # namespace whose controlling terminal it is (as crun's console gives its
+                    # containers), so a shell's job control and ^C work; the host's setsid, which a
+                    # host-process container sees. -w: its exit code, should it have to fork.
+                    command = [_SETSID, "--ctty", "--wait", *command]
             else:
                 command = expand_command(container, own_env, image.entrypoint or (), image.cmd or ())
             mounts = container_mounts(container, volumes, own_env, owner)
@@ -561,12 +568,16 @@ class LocalRuntime:
                 # As containerd: PATH and HOME from the image when it sets them.
                 base = {"PATH": _DEFAULT_PATH, "HOME": _image_home(image.rootfs, security.uid)}
                 env = {**base, **image_env, "HOSTNAME": hostname, **own_env, **env_extra}
+            if container.get("tty"):
+                env.setdefault("TERM", "xterm")  # as containerd sets for a container on a terminal
             bundle = None
             if use_oci:
                 # crun runs it from a bundle describing the same container (see runtime/oci.py).
                 bundle_dir = run_dir / "bundles" / cname
                 (bundle_dir / "rootfs").mkdir(parents=True)
                 config, skeleton, fresh_root = oci.bundle(argv, env=env, security=security, idmap=idmap)
+                if container.get("tty"):
+                    config["process"]["terminal"] = True  # crun makes it and hands the shim its master
                 if not fresh_root:
                     # Relative to the bundle, where crun starts: the pods' uid that resolves it
                     # could not pass the home's private directories on an absolute path.
@@ -589,6 +600,9 @@ class LocalRuntime:
                 "resources": container_resources(container),
                 "termination_log": str(termination_log),
                 "termination_message_policy": container.get("terminationMessagePolicy") or "File",
+                "stdin": bool(container.get("stdin")),
+                "stdin_once": bool(container.get("stdinOnce")),
+                "tty": bool(container.get("tty")),
                 **({"overlay": overlay} if overlay else {}),
                 **({"oci": bundle} if bundle else {"idmap": idmap.to_json()} if idmap else {}),
             }
@@ -1085,6 +1099,17 @@ class LocalRuntime:
             raise _streaming.ContainerNotFound(container)
         return _streaming.start_exec(found[0], found[1], container, argv, tty=tty, stdin=stdin, stdout=stdout,
                                      stderr=stderr, size=size, oci=self._oci(pod_uid, container))
+
+    def attach(self, pod_uid: str, container: str) -> _streaming.AttachedStdin | None:
+        """The running ``container``'s stdin for an attach session, lent by its shim (see
+        ``runtime/streaming.py``); None where it has none to lend (no ``stdin: true``, or
+        ``stdinOnce`` closed it), or it does not run."""
+        if self.container_pid(pod_uid, container) is None:
+            return None
+        for run_dir in reversed(self._runs(pod_uid)):
+            if (run_dir / f"{container}.pid").exists():
+                return _streaming.attach_stdin(str(run_dir / f"{container}.attach"))
+        return None
 
     def _oci(self, pod_uid: str, container: str) -> dict | None:
         """The running container's crun state (``root``, ``id``, ``bundle``), None for bubblewrap's."""

@@ -21,9 +21,9 @@ from typing import Protocol
 
 from trimaran.runtime.local import PodNotFound, PodProcessStatus
 from trimaran.runtime.stats import NodeUsage
-from trimaran.runtime.streaming import ContainerNotFound, ExecProcess
+from trimaran.runtime.streaming import AttachedStdin, ContainerNotFound, ExecProcess
 
-__all__ = ["NodeAPI", "PodNotFound", "PodProcessStatus", "ContainerNotFound", "ExecProcess"]
+__all__ = ["NodeAPI", "PodNotFound", "PodProcessStatus", "AttachedStdin", "ContainerNotFound", "ExecProcess"]
 
 
 class NodeAPI(Protocol):
@@ -85,6 +85,10 @@ class NodeAPI(Protocol):
     def exec(self, pod_uid: str, container: str, argv: list[str], *, tty: bool, stdin: bool, stdout: bool,
              stderr: bool, size: tuple[int, int] | None = None) -> ExecProcess:
         """Run ``argv`` in the running container. Raises :class:`ContainerNotFound`."""
+        ...
+
+    def attach(self, pod_uid: str, container: str) -> AttachedStdin | None:
+        """The running container's stdin (``stdin: true``) for an attach session; None where it has none."""
         ...
 
     # -- resources, the kubelet's /stats and /metrics ----------------------------------------------

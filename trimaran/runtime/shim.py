@@ -13,7 +13,8 @@ It reads ``<state_dir>/spec.json``::
     C = {"name": str, "argv": [str], "env": {str: str}, "log": path,
          "log_max_size": int, "log_max_files": int,
          "memory_limit": int | null, "resources": L, "seccomp": path | null,
-         "termination_log": path | null, "termination_message_policy": "File" | ...}
+         "termination_log": path | null, "termination_message_policy": "File" | ...,
+         "stdin": bool, "stdin_once": bool, "tty": bool}
 
     C may also hold ``"overlay": {"lower", "upper", "work", "merged"}`` (a container that runs
     its image): the shim mounts the image's root filesystem (``lower``, shared, never written)
@@ -47,6 +48,10 @@ containers together, each with stdout and stderr appended to its ``log``, and wr
   "memoryEnforcement"}``;
 - ``<container>.exit.json``: ``{"exitCode", "signal", "reason", "message", "startedAt",
   "finishedAt"}`` with ``reason`` one of Completed, Error, OOMKilled, StartError;
+- ``<container>.attach``, while a ``stdin`` container runs: a unix socket that lends its stdin to
+  attach sessions (see :class:`_Stdin`). A ``tty`` container's stdio is a terminal whose output
+  goes to the log: crun's (``process.terminal``, its master sent to ``<container>.console``, a
+  socket that lasts until crun has sent it), or under bubblewrap a pty of the shim's;
 - ``shim.done`` when it exits on its own terms (so a shim that vanished without it was lost):
   ``{"finishedAt", "timings", "netns"}``, ``timings`` its own and its containers' times on the
   monotonic clock (see ``trimaran.runtime.timings``), ``netns`` (where the pod has one)
@@ -97,6 +102,10 @@ import stat
 import subprocess
 import sys
 import time
+
+TYPE_CHECKING = False  # typing's, without importing typing (the shim starts in milliseconds)
+if TYPE_CHECKING:
+    import socket
 
 try:
     from . import cgroups  # imported by the runtime, as part of its package
@@ -330,6 +339,8 @@ class LogWriter:
             except BlockingIOError:
                 return True
             except OSError as exc:
+                if exc.errno == errno.EIO:
+                    return False  # a terminal's master once no process holds its slave: its end
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
                 n = self._drop(source)
@@ -868,6 +879,126 @@ def spawn_mapped(argv: list[str], idmap: dict, *, before_exec: object = None,
     return proc
 
 
+# -- a container's stdin, for attach --------------------------------------------------------
+
+
+def unix_path(path: str) -> tuple[str, int]:
+    """A name for the unix socket ``path`` that fits ``sun_path`` (108 bytes) however deep its
+    directory lies: ``/proc/self/fd/N/NAME``, N a descriptor of the directory (``O_PATH``), which the
+    caller closes once it has bound or connected (or passes on to a child that will)."""
+    directory, name = os.path.split(path)
+    fd = os.open(directory or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    return f"/proc/self/fd/{fd}/{name}", fd
+
+
+def _listen(path: str) -> socket.socket:
+    import socket  # only for a container with a stdin: the shim starts faster without it
+
+    _unlink(path)
+    name, fd = unix_path(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        listener.bind(name)
+        listener.listen(8)
+    except OSError:
+        listener.close()
+        raise
+    finally:
+        os.close(fd)
+    listener.setblocking(False)
+    return listener
+
+
+def received_fd(conn: socket.socket) -> tuple[bytes, int | None]:
+    """A message and the descriptor that came with it (SCM_RIGHTS), if one did."""
+    import array
+    import socket
+
+    fds = array.array("i")
+    message, ancillary, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(fds.itemsize))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    for extra in fds[1:]:
+        os.close(extra)
+    return message, fds[0] if fds else None
+
+
+class _Stdin:
+    """A container's stdin (``stdin: true``) held by the shim, as containerd's shim holds it: the
+    write end of a pipe, or the terminal's master (``tty: true``, which the shim also reads the
+    output from, so it is only lent here). Attach sessions connect to ``<container>.attach`` and
+    are handed a copy of it (``{"tty"}`` and the descriptor, SCM_RIGHTS), then a NUL byte each time
+    the shim has written the container's output into its log (the log is the one copy of the output:
+    the session reads it at once, and a slow one holds nothing here); a session ends when it
+    closes its connection (or shuts down its writing: its input ended). ``once`` (``stdinOnce``):
+    the first session's end closes the pipe, and the container reads end of file; a terminal is
+    left open, as containerd's CRI leaves it (it closes a stdinOnce stdin only without a tty)."""
+
+    def __init__(self, path: str, fd: int, tty: bool, once: bool) -> None:
+        self.path, self.fd, self.tty, self.once = path, fd, tty, once
+        self.listener: socket.socket | None = _listen(path)
+        self.sessions: dict[int, socket.socket] = {}
+
+    def fds(self) -> list[int]:
+        return ([self.listener.fileno()] if self.listener is not None else []) + list(self.sessions)
+
+    def ready(self, fd: int) -> None:
+        """``fd`` (the listener or a session) is readable."""
+        import array
+        import socket
+
+        if self.listener is not None and fd == self.listener.fileno():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                conn.sendmsg([json.dumps({"tty": self.tty}).encode()],
+                           [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [self.fd]).tobytes())])
+            except OSError:
+                conn.close()
+                return
+            conn.setblocking(False)
+            self.sessions[conn.fileno()] = conn
+            return
+        conn = self.sessions.get(fd)
+        if conn is None:
+            return
+        try:
+            if conn.recv(4096):
+                return  # a session says nothing; what it might is ignored
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        del self.sessions[fd]
+        conn.close()
+        if self.once and not self.tty:
+            self.close()
+
+    def wrote(self) -> None:
+        """Tell each session the log grew (a session whose socket is full has been told already)."""
+        for conn in self.sessions.values():
+            try:
+                conn.send(b"\0")
+            except OSError:
+                pass  # full (it will read the log anyway), or gone (its end is read in ready)
+
+    def close(self) -> None:
+        """No more sessions: the socket goes, and the pipe (never the terminal, which is not ours)."""
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+            _unlink(self.path)
+        for conn in self.sessions.values():
+            conn.close()
+        self.sessions.clear()
+        if not self.tty and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 # -- the supervisor -----------------------------------------------------------------------
 
 
@@ -917,7 +1048,8 @@ class _Container:
         self.enforcement: str | None = None
         self.started_at = ""
         self.log: LogWriter | None = None
-        self.pipe: int | None = None  # the read end of the container's stdout and stderr
+        self.pipe: int | None = None  # the read end of the container's stdout and stderr (or its terminal's master)
+        self.stdin: _Stdin | None = None  # what attach sessions write to (``stdin: true``)
         self.exit_code: int | None = None
         self.terminated: set[int] = set()
         # Monotonic stamps and durations for the runtime's per-part timings (shim.done's "timings").
@@ -944,6 +1076,9 @@ class _Container:
             self.enforcement = "rlimit"
         cgroup, rlimit = self.cgroup, (limit if self.enforcement == "rlimit" else None)
 
+        terminal = bool(self.spec.get("tty"))
+        oci = self.spec.get("oci")
+
         def before_exec() -> None:
             # In the child, before bwrap runs: a process group of its own (Popen's
             # process_group needs Python 3.11), and the cgroup, so that every process of the
@@ -968,22 +1103,45 @@ class _Container:
                 return
         seccomp_fd: int | None = None
         write_end: int | None = None
+        stdin_read: int | None = None  # the container's end of its stdin pipe
+        stdin_write: int | None = None
+        console: socket.socket | None = None  # where crun sends the terminal it made
+        console_dir: int | None = None
         try:
             self.log = LogWriter(log_path, int(self.spec.get("log_max_size") or DEFAULT_LOG_MAX_SIZE),
                                  int(self.spec.get("log_max_files") or DEFAULT_LOG_MAX_FILES))
-            self.pipe, write_end = os.pipe2(os.O_CLOEXEC)
-            os.set_blocking(self.pipe, False)
-            try:
-                fcntl.fcntl(self.pipe, fcntl.F_SETPIPE_SZ, _COPY_BYTES)  # fewer wake-ups for a chatty one
-            except OSError:
-                pass
+            stdin: int = subprocess.DEVNULL
+            if terminal and oci:
+                # As containerd: crun makes the terminal inside the container (its own devpts, so
+                # ``tty`` names it) and sends us its master; crun's own words go to crun.log.
+                console = _listen(self._file(".console"))
+                name, console_dir = unix_path(self._file(".console"))
+                argv[argv.index("run") + 1:argv.index("run") + 1] = ["--console-socket", name]
+                write_end = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            elif terminal:
+                # A terminal of the shim's: its slave is the container's stdio, its master the output.
+                # No one's controlling terminal here: the container's command takes it in its pid
+                # namespace (``setsid --ctty``, see runtime/local.py), so a shell's job control works.
+                self.pipe, write_end = os.openpty()
+                os.set_blocking(self.pipe, False)
+                stdin = write_end
+            else:
+                self.pipe, write_end = os.pipe2(os.O_CLOEXEC)
+                os.set_blocking(self.pipe, False)
+                try:
+                    fcntl.fcntl(self.pipe, fcntl.F_SETPIPE_SZ, _COPY_BYTES)  # fewer wake-ups for a chatty one
+                except OSError:
+                    pass
+                if self.spec.get("stdin"):
+                    stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
+                    stdin = stdin_read
             if self.spec.get("seccomp"):
                 seccomp_fd = os.open(self.spec["seccomp"], os.O_RDONLY | os.O_CLOEXEC)
                 argv[1:1] = ["--seccomp", str(seccomp_fd)]
             self.timings["spawned"] = time.monotonic()
-            popen = {"env": self.spec["env"], "cwd": "/", "stdin": subprocess.DEVNULL, "stdout": write_end,
-                     "stderr": subprocess.STDOUT, "pass_fds": () if seccomp_fd is None else (seccomp_fd,)}
-            oci = self.spec.get("oci")
+            passed = tuple(fd for fd in (seccomp_fd, console_dir) if fd is not None)
+            popen = {"env": self.spec["env"], "cwd": "/", "stdin": stdin, "stdout": write_end,
+                     "stderr": subprocess.STDOUT, "pass_fds": passed}
             if oci:
                 # The container's environment is in its config; crun, root on the host, gets
                 # none of it (an LD_PRELOAD of the pod's must not reach it).
@@ -997,12 +1155,30 @@ class _Container:
             # The program or bwrap is missing, the seccomp program unreadable, joining the cgroup
             # failed, or the log could not be opened.
             self._close_output()
+            if console is not None:
+                console.close()
+                _unlink(self._file(".console"))
+            if stdin_write is not None:
+                os.close(stdin_write)
             self._record(128, None, "StartError", f"failed to start {argv[0]!r}: {exc}")
             return
         finally:
-            for fd in (seccomp_fd, write_end):
+            for fd in (seccomp_fd, write_end, stdin_read, console_dir):
                 if fd is not None:
                     os.close(fd)
+        if console is not None:
+            self._receive_console(console)
+        held = self.pipe if terminal else stdin_write
+        if self.spec.get("stdin") and held is not None:
+            try:
+                # Before the start is recorded: whoever sees the container running may attach.
+                self.stdin = _Stdin(self._file(".attach"), held, terminal, bool(self.spec.get("stdin_once")))
+            except OSError as exc:
+                print(f"shim: no attach socket for {self.name}: {exc}", file=sys.stderr)
+                if stdin_write is not None:
+                    os.close(stdin_write)
+        elif stdin_write is not None:
+            os.close(stdin_write)
         stat = proc_stat(self.proc.pid)
         try:
             write_json(self._file(".pid"), {
@@ -1021,14 +1197,45 @@ class _Container:
         except (AttributeError, OSError):
             self.pidfd = None  # the main loop then polls on a short timeout
 
+    def _receive_console(self, listener: socket.socket) -> None:
+        """The terminal's master, which crun sends once it has made the container (or nothing, if
+        crun ends first: its reason is in crun.log)."""
+        assert self.proc is not None
+        try:
+            while self.proc.poll() is None:
+                ready, _, _ = select.select([listener], [], [], _RESCAN_S)
+                if not ready:
+                    continue
+                conn, _ = listener.accept()
+                with conn:
+                    conn.setblocking(True)
+                    _, master = received_fd(conn)
+                if master is not None:
+                    os.set_blocking(master, False)
+                    self.pipe = master
+                    return
+        except OSError as exc:
+            print(f"shim: receiving the terminal of {self.name}: {exc}", file=sys.stderr)
+        finally:
+            listener.close()
+            _unlink(self._file(".console"))
+
     @property
     def running(self) -> bool:
         return self.proc is not None and self.exit_code is None
 
     def copy_output(self) -> None:
         """Move what the container wrote into its log (called when its pipe is readable)."""
-        if self.pipe is not None and self.log is not None and not self.log.copy(self.pipe):
-            self._close_output()
+        if self.pipe is not None and self.log is not None:
+            if self.stdin is not None and self.stdin.tty:
+                # A terminal's master is one open file with the copies attach sessions hold: one
+                # made blocking there must not hang this loop.
+                os.set_blocking(self.pipe, False)
+            more = self.log.copy(self.pipe)
+            if self.stdin is not None and self.stdin.sessions:
+                self.stdin.wrote()
+            if not more:
+                self._close_output()
 
     def _close_output(self) -> None:
         if self.pipe is not None:
@@ -1096,6 +1303,9 @@ class _Container:
         # the pipe is empty, and closing it ends that process's writes.
         if self.pipe is not None and self.log is not None:
             self.log.copy(self.pipe, budget=1 << 62)
+        if self.stdin is not None:
+            self.stdin.close()
+            self.stdin = None
         self._close_output()
         runtime = os.path.basename(self.spec["argv"][0])
         sandboxed = runtime in ("bwrap", "crun")
@@ -1273,12 +1483,17 @@ class _Shim:
             poller = select.poll()
             poller.register(self.wake_r, select.POLLIN)
             outputs: dict[int, _Container] = {}
+            inputs: dict[int, _Stdin] = {}
             for container in running:
                 if container.pidfd is not None:
                     poller.register(container.pidfd, select.POLLIN)
                 if container.pipe is not None:
                     outputs[container.pipe] = container
                     poller.register(container.pipe, select.POLLIN)
+                if container.stdin is not None:
+                    for fd in container.stdin.fds():
+                        inputs[fd] = container.stdin
+                        poller.register(fd, select.POLLIN)
             # Without pidfds, exits are noticed by polling; while stopping, new processes
             # are looked for (see terminate) and the kill deadline is kept.
             timeout: float | None = None
@@ -1289,6 +1504,8 @@ class _Shim:
             for fd, _ in poller.poll(None if timeout is None else timeout * 1000):
                 if fd in outputs:
                     outputs[fd].copy_output()
+                elif fd in inputs:
+                    inputs[fd].ready(fd)
             try:
                 while os.read(self.wake_r, 512):
                     pass

@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import termios
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 from trimaran.runtime import shim as _shim
 
-__all__ = ["ContainerNotFound", "ExecProcess", "container_process", "start_exec"]
+__all__ = ["AttachedStdin", "ContainerNotFound", "ExecProcess", "attach_stdin", "container_process", "start_exec"]
 
 _NAMESPACES = (("user", "--user"), ("mnt", "--mount"), ("pid", "--pid"), ("net", "--net"), ("ipc", "--ipc"),
                ("uts", "--uts"))
@@ -126,6 +127,68 @@ class ExecProcess:
                 os.unlink(self.pid_file)
             except OSError:
                 pass
+
+
+@dataclass
+class AttachedStdin:
+    """An attach session's hold on a container's stdin (``stdin: true``), lent by its shim:
+    ``fd`` is the write end of the container's stdin pipe, or its terminal's master (``tty``:
+    input, and ``TIOCSWINSZ``; the output is the shim's to read, into the log). The session lasts
+    while ``conn`` is open (non-blocking), on which the shim sends a NUL byte each time it wrote
+    output into the log, and which it closes when the container ends; :meth:`end_input` tells the
+    shim the input ended (``stdinOnce``: the container's stdin is closed)."""
+
+    conn: socket.socket
+    fd: int | None
+    tty: bool
+
+    def resize(self, width: int, height: int) -> None:
+        """Set the terminal's size (the container's foreground program gets SIGWINCH)."""
+        if self.tty and self.fd is not None:
+            fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+
+    def end_input(self) -> None:
+        """The client's input ended: this session writes no more (a terminal keeps its master, which
+        resizes it)."""
+        if not self.tty and self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        try:
+            self.conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        self.conn.close()
+
+
+def attach_stdin(path: str) -> AttachedStdin | None:
+    """Connect to the shim's attach socket ``path`` (``<container>.attach`` in its run directory);
+    None where the container has none (no ``stdin: true``, it ended, or ``stdinOnce`` closed it)."""
+    name, directory = _shim.unix_path(path)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        conn.settimeout(5.0)
+        conn.connect(name)
+        message, fd = _shim.received_fd(conn)
+    except OSError:
+        conn.close()
+        return None
+    finally:
+        os.close(directory)
+    try:
+        tty = bool(json.loads(message.rstrip(b"\0")).get("tty"))
+    except (ValueError, AttributeError):
+        tty = False
+    if fd is None:
+        conn.close()
+        return None
+    os.set_blocking(fd, False)
+    conn.setblocking(False)
+    return AttachedStdin(conn, fd, tty)
 
 
 def _ns(pid: int | str, kind: str) -> str | None:

@@ -24,9 +24,15 @@ on is the kubelet's ``error forwarding port P to pod NAME_NS, uid : ...`` on tha
 error stream. Exec runs through the node (``NodeAPI.exec``: crun exec, or nsenter under bubblewrap);
 port-forward connects to the pod's ``status.podIP``.
 
-Attach: containers have no stdin here (the shim gives them /dev/null), so attach follows the
-container's output (its log file) until it ends, then answers Success as the kubelet's attach does
-(the container's exit code is in the pod's status).
+Attach follows the container's output (its log file, which the shim writes: a terminal's output too)
+until it ends, then answers Success as the kubelet's attach does (the container's exit code is in the
+pod's status). A container with ``stdin: true`` has a stdin its shim holds (a pipe, or the terminal's
+master with ``tty: true``) and lends to each attach session (``NodeAPI.attach``: a unix socket of the
+shim's, so sessions outlive a control-plane restart), which also says when the log grew: the
+session's stdin channel is written to it, its resize channel sets the terminal's size
+(``TIOCSWINSZ``), and with ``stdinOnce`` the shim closes the container's stdin when the first session
+ends or its input does (not a terminal's, as containerd). Input to a container without ``stdin:
+true`` is dropped (its stdin is /dev/null): it attaches output-only.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from trimaran.runtime.nodeapi import ContainerNotFound, ExecProcess
+from trimaran.runtime.nodeapi import AttachedStdin, ContainerNotFound, ExecProcess
 from trimaran.server.connections import TAKEOVER
 from trimaran.server.kube.errors import StatusError
 from trimaran.server.kube.wire import (
@@ -78,6 +84,7 @@ _QUEUED_LIMIT = 4 * 1024 * 1024  # client bytes held for a slow reader before th
 _READ = 256 * 1024
 _FIRST_SIZE_WAIT = 1.0  # how long a terminal's command waits for the client to say its size
 _START_WAIT = 10.0  # how long a request waits for a container that is about to start
+_FOLLOW_MIN, _FOLLOW_MAX = 0.01, 0.1  # attach's reads of a growing log: right after output, when idle
 
 
 def authorize(principal: Principal, namespace: str | None, name: str | None, sub: str) -> None:
@@ -155,7 +162,9 @@ async def serve(request: Request, pod: dict, sub: str, node: NodeAPI) -> Respons
     if sub == "attach":
         if node.container_pid(uid, container) is None:
             return _plain(404, str(ContainerNotFound(container)))
-        source: Any = _Attach(node, pod, container)
+        # Input goes to the container's stdin where it has one (``stdin: true``); else it is dropped.
+        held = await asyncio.to_thread(node.attach, uid, container) if stdin else None
+        source: Any = _Attach(node, pod, container, held)
     elif tty:
         # A terminal's command starts once the client has said its size (or a moment passed), so
         # it starts at that size rather than 0x0: the process comes after the upgrade.
@@ -256,32 +265,63 @@ def _status(code: int) -> dict:
 
 
 class _Attach:
-    """What attach streams: the container's output, read from its log as it grows, and its end."""
+    """What attach streams: the container's output, read from its log as it grows, and its end;
+    ``stdin``, the container's stdin lent by its shim, where it has one."""
 
-    def __init__(self, node: NodeAPI, pod: dict, container: str) -> None:
-        self.node, self.pod, self.container = node, pod, container
+    def __init__(self, node: NodeAPI, pod: dict, container: str, stdin: AttachedStdin | None) -> None:
+        self.node, self.pod, self.container, self.stdin = node, pod, container, stdin
         meta = pod["metadata"]
         self.path = node.log_path(meta["namespace"], meta["name"], container)
+        self.handle: Any = None
+        self.told = stdin is not None  # the shim says when the log grew (until it closes the session)
+
+    async def open(self) -> None:
+        """From the log's end: the output of what comes next (before any input goes in)."""
+        self.handle = await asyncio.to_thread(open, self.path, "rb")
+        self.handle.seek(0, os.SEEK_END)
 
     async def follow(self, out: Callable[[bytes], Any]) -> int:
+        """Send what the log gains (after :meth:`open`) until the container ends."""
         uid = self.pod["metadata"]["uid"]
-        handle = await asyncio.to_thread(open, self.path, "rb")
-        try:
-            handle.seek(0, os.SEEK_END)
-            while True:
-                data = handle.read(_READ)
+        handle = self.handle
+        idle = _FOLLOW_MIN
+        while True:
+            data = handle.read(_READ)
+            if data:
+                await out(data)
+                idle = _FOLLOW_MIN
+                continue
+            if self.node.container_pid(uid, self.container) is None:
+                data = handle.read()
                 if data:
                     await out(data)
-                    continue
-                if self.node.container_pid(uid, self.container) is None:
-                    data = handle.read()
-                    if data:
-                        await out(data)
-                    break
-                await asyncio.sleep(0.1)  # a log grows on its own time; the kubelet's follow polls too
-        finally:
-            handle.close()
+                break
+            await self._grown(idle)
+            idle = min(idle * 2, _FOLLOW_MAX)
         return 0  # as the kubelet's attach: the streams end, the exit code is the pod's status to say
+
+    def close(self) -> None:
+        """The session's end: the log closed, the stdin given back (the shim closes a stdinOnce one)."""
+        if self.handle is not None:
+            self.handle.close()
+        if self.stdin is not None:
+            self.stdin.release()
+
+    async def _grown(self, idle: float) -> None:
+        """Until the log may have grown: the shim's word (a session holding the container's stdin),
+        or a while: a log grows on its own time (the kubelet's follow polls too), so it is read soon
+        after output, as a terminal's echo is, less often while the container is quiet."""
+        if not self.told or self.stdin is None:
+            await asyncio.sleep(idle)
+            return
+        try:
+            said = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(self.stdin.conn, 4096), _FOLLOW_MAX)
+        except asyncio.TimeoutError:
+            return
+        except OSError:
+            said = b""
+        if not said:
+            self.told = False  # the shim closed the session: the container is ending
 
 
 class _ExecSession:
@@ -369,6 +409,8 @@ class _ExecSession:
                     self.first_size.set()
                     if isinstance(self.source, ExecProcess):
                         self.source.resize(*self.size)
+                    elif isinstance(self.source, _Attach) and self.source.stdin is not None:
+                        self.source.stdin.resize(*self.size)
 
     async def _out(self, channel: int, data: bytes) -> None:
         if self.ws is not None:
@@ -411,6 +453,8 @@ class _ExecSession:
                     await asyncio.to_thread(self.source.kill)  # it may wait for crun's pid file
                     await asyncio.to_thread(self.source.proc.wait)
                 self.source.release()
+            elif isinstance(self.source, _Attach):
+                self.source.close()
             self._close()
 
     async def _until(self, event: asyncio.Event) -> None:
@@ -422,10 +466,17 @@ class _ExecSession:
                 w.cancel()
 
     async def _run_attach(self) -> int | None:
-        assert isinstance(self.source, _Attach)
-        follow = asyncio.ensure_future(self.source.follow(lambda data: self._out(_STDOUT, data)))
+        attach = self.source
+        assert isinstance(attach, _Attach)
+        await attach.open()
+        follow = asyncio.ensure_future(attach.follow(lambda data: self._out(_STDOUT, data)))
+        feeder = asyncio.ensure_future(self._feed(attach.stdin)) if attach.stdin is not None else None
         await self._until_done(follow)
-        return follow.result() if follow.done() and not follow.cancelled() else None
+        tasks = [t for t in (follow, feeder) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # ended before the log and stdin are closed
+        return follow.result() if not follow.cancelled() else None
 
     async def _until_done(self, task: asyncio.Future) -> None:
         gone = asyncio.ensure_future(self.gone.wait())
@@ -462,22 +513,28 @@ class _ExecSession:
                 return
             await self._out(channel, data)
 
-    async def _feed(self, proc: ExecProcess) -> None:
+    async def _feed(self, proc: ExecProcess | AttachedStdin) -> None:
+        """The client's input into the command's stdin (exec) or the container's (attach)."""
+        target = proc.stdin if isinstance(proc, ExecProcess) else proc.fd
         while True:
             data = await self.stdin.get()
             if data is None:
-                proc.close_stdin()
+                if isinstance(proc, ExecProcess):
+                    proc.close_stdin()
+                else:
+                    proc.end_input()
                 return
             self.queued -= len(data)
             if self.queued <= _QUEUED_LIMIT // 2:
                 self._transport_reading(True)
-            target = proc.stdin
             if target is None:
                 continue
             try:
                 await _write_all(target, data)
-            except OSError:  # the command closed its stdin: what else comes is dropped
-                proc.stdin = None
+            except OSError:  # the stdin was closed: what else comes is dropped
+                target = None
+                if isinstance(proc, ExecProcess):
+                    proc.stdin = None
 
     @staticmethod
     async def _exit(proc: ExecProcess) -> int:
