@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.conftest import shared_plane
-from tests.e2e.test_serving import Predictor, apply, condition, constant_model, wait_ready
+from tests.e2e.test_serving import TRANSFORMER, Predictor, apply, condition, constant_model, wait_ready
 from tests.helpers import poll
 from trimaran.runtime.network import table_name
 
@@ -125,6 +125,31 @@ def test_standard_mode_says_why_a_model_is_missing_and_makes_no_deployment(netwo
     obj = wait_ready(plane, "absent", timeout=120)
     assert Predictor(obj["status"]["url"], "absent").v1() == 1
     plane.cli("delete", "isvc", "absent")
+
+
+def test_a_transformer_is_the_load_balancers_and_calls_the_predictors_service(network_plane, tmp_path):
+    plane = network_plane
+    model = constant_model(tmp_path / "models/two", 2)
+    doc = json.loads(manifest("pipe", str(model), STANDARD))
+    # On its pod's own address: the Service forwards to it there, not to its loopback.
+    code = TRANSFORMER.replace('ThreadingHTTPServer(("127.0.0.1"', 'ThreadingHTTPServer(("0.0.0.0"')
+    doc["spec"]["transformer"] = {"containers": [{"name": "kserve-container", "image": "python:3.11",
+                                                  "command": ["python", "-c", code]}]}
+    apply(plane, tmp_path, json.dumps(doc))
+    obj = wait_ready(plane, "pipe", timeout=120)
+    status = obj["status"]
+    assert condition(obj, "TransformerReady")["status"] == "True"
+    assert status["address"]["url"] == "http://pipe-transformer.default.svc.cluster.local"
+    api = plane.api()
+    lb = api.get("Service", "default", "pipe")
+    assert lb["spec"]["selector"] == {"app": "isvc.pipe-transformer"}
+    assert status["url"] == f"http://{lb['status']['loadBalancer']['ingress'][0]['ip']}:80"
+    assert Predictor(status["url"], "pipe").v1() == 20
+    assert Predictor(status["components"]["predictor"]["url"], "pipe").v1() == 2
+    [pod] = api.list("Pod", "default", selector="app=isvc.pipe-transformer")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PREDICTOR_HOST"] == "pipe-predictor.default:80"
+    plane.cli("delete", "isvc", "pipe")
 
 
 def test_without_a_pod_network_standard_falls_back_to_knative_and_says_why(plane_with, tmp_path):

@@ -276,7 +276,9 @@ class InferenceServiceReconciler(Reconciler):
                 host_path, initializer, outcome.latest_failure = self._model_source(ns, spec, model)
             if outcome.latest_failure is not None:
                 continue  # no Deployment for a model it could not mount; the failure is the condition's
-            predictor_host = f"{name}-predictor.{ns}" if component == "transformer" else None
+            # KServe's raw predictor host, with the Service's port spelled out: transformers that
+            # split it into host and port, as they must for Knative mode's, work unchanged.
+            predictor_host = f"{name}-predictor.{ns}:{standard.SERVICE_PORT}" if component == "transformer" else None
             template, port = standard_pod_template(obj, component, spec, model, host_path, predictor_host, initializer)
             low, _ = standard.replicas_bounds(spec)
             comp_annotations = {**annotations, **(spec.get("annotations") or {})}
