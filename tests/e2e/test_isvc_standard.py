@@ -123,7 +123,14 @@ def test_standard_mode_says_why_a_model_is_missing_and_makes_no_deployment(netwo
     assert not [d for d in plane.api().list("Deployment", "default") if d["metadata"]["name"] == "absent-predictor"]
     constant_model(missing, 1)  # the model arrives: the next pass makes the Deployment
     obj = wait_ready(plane, "absent", timeout=120)
-    assert Predictor(obj["status"]["url"], "absent").v1() == 1
+    url = obj["status"]["url"]
+    assert Predictor(url, "absent").v1() == 1
+    # A new spec naming a model that is not there: said, and the running Deployment keeps serving.
+    apply(plane, tmp_path, manifest("absent", str(tmp_path / "models/elsewhere"), STANDARD))
+    poll(lambda: condition(plane.get("isvc", "absent"), "PredictorReady").get("reason") == "ModelNotFound",
+         timeout=30, what="ModelNotFound for the new spec")
+    assert plane.api().get("Deployment", "default", "absent-predictor")
+    assert Predictor(url, "absent").v1() == 1
     plane.cli("delete", "isvc", "absent")
 
 

@@ -275,7 +275,10 @@ class InferenceServiceReconciler(Reconciler):
             if model is not None:
                 host_path, initializer, outcome.latest_failure = self._model_source(ns, spec, model)
             if outcome.latest_failure is not None:
-                continue  # no Deployment for a model it could not mount; the failure is the condition's
+                # No Deployment for a model it could not mount: the failure is the condition's, and
+                # what serves an earlier spec keeps serving.
+                keep |= {(kind, child) for kind in owned} | ({("Service", name)} if component == top else set())
+                continue
             # KServe's raw predictor host, with the Service's port spelled out: transformers that
             # split it into host and port, as they must for Knative mode's, work unchanged.
             predictor_host = f"{name}-predictor.{ns}:{standard.SERVICE_PORT}" if component == "transformer" else None
@@ -320,7 +323,14 @@ class InferenceServiceReconciler(Reconciler):
         lb = self._find("Service", ns, name) or {}
         lb_ip = next((i["ip"] for i in ((lb.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
                       if i.get("ip")), None)
-        self._standard_conditions(status, outcomes, bool(lb_ip and self._endpoints(ns, name)), name)
+        if lb and not any(r.get("uid") == obj["metadata"]["uid"] for r in lb["metadata"].get("ownerReferences") or []):
+            lb_ip = None  # someone else's Service of that name: its address is not this InferenceService's
+            problem = f"the Service {name} exists and is not this InferenceService's; delete or rename it"
+        elif not (lb_ip and self._endpoints(ns, name)):
+            problem = f"the LoadBalancer Service {name} has no address or no ready endpoint yet"
+        else:
+            problem = None
+        self._standard_conditions(status, outcomes, problem)
         if lb_ip:
             status["url"] = f"http://{lb_ip}:{standard.SERVICE_PORT}"
         else:
@@ -381,8 +391,7 @@ class InferenceServiceReconciler(Reconciler):
         outcome.latest_pending = None if outcome.latest_failure else pending
         return True
 
-    def _standard_conditions(self, status: dict, outcomes: dict[str, _Outcome], routed: bool,
-                             lb_name: str) -> None:
+    def _standard_conditions(self, status: dict, outcomes: dict[str, _Outcome], ingress_problem: str | None) -> None:
         """KServe's raw conditions: each component's, IngressReady (the LoadBalancer's address), Ready."""
         status["conditions"] = [c for c in status.get("conditions") or []
                                 if c.get("type") not in ("RoutesReady", "LatestDeploymentReady")]
@@ -400,11 +409,10 @@ class InferenceServiceReconciler(Reconciler):
                               f"Deployment {outcome.rollout.latest_created} does not have minimum availability")
             if component == "predictor":
                 _model_status(status, outcome)
-        if routed:
+        if ingress_problem is None:
             set_condition(status, "IngressReady", "True", "", "")
         else:
-            set_condition(status, "IngressReady", "False", "LoadBalancerPending",
-                          f"the LoadBalancer Service {lb_name} has no address or no ready endpoint yet")
+            set_condition(status, "IngressReady", "False", "LoadBalancerPending", ingress_problem)
         ready = all(status_true(status, c["type"]) for c in status["conditions"]
                     if c["type"] in ("PredictorReady", "TransformerReady", "IngressReady"))
         if ready:
@@ -858,7 +866,9 @@ class InferenceServiceReconciler(Reconciler):
             if not any(ref.get("kind") == "InferenceService" for ref in pod["metadata"].get("ownerReferences") or []):
                 continue
             self.ports.release(_pod_ports(pod))
-        if not self.store.list("InferenceService"):
+        # The router serves Knative mode only: Standard-mode InferenceServices do not keep it running.
+        if all((o.get("status") or {}).get("deploymentMode") == "Standard"
+               for o in self.store.list("InferenceService")):
             try:
                 request_deletion(self.store, self.store.get("Pod", ROUTER_NAMESPACE, ROUTER_NAME))
             except NotFound:
