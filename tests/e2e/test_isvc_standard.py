@@ -90,8 +90,12 @@ def test_standard_mode_serves_through_a_load_balancer_and_scales_by_its_deployme
     after = {ip: served_by(ip) for ip in ips}
     assert all(after[ip] > before[ip] for ip in ips), (before, after)
     assert sum(after.values()) - sum(before.values()) == 40
-    # The InferenceService keeps the replicas its HPA (here: the scale) chose.
+    # The InferenceService keeps the replicas its HPA (here: the scale) chose, and reports them.
     assert api.get("Deployment", "default", "threes-predictor")["spec"]["replicas"] == 2
+    poll(lambda: plane.get("isvc", "threes")["status"]["components"]["predictor"]["replicas"] == {
+        "threes-predictor": {"ready": 2, "total": 2}}, timeout=30, what="2 of 2 replicas in the status")
+    described = plane.cli("describe", "isvc", "threes").stdout
+    assert status["url"] in described and "threes-predictor" in described and "2/2" in described
 
     changed = tmp_path / "knative.json"
     changed.write_text(manifest("threes", str(model), {"serving.kserve.io/deploymentMode": "Knative"},

@@ -302,8 +302,11 @@ class InferenceServiceReconciler(Reconciler):
             busy |= self._deployment_outcome(deploy, outcome, model, initializer, self._endpoints(ns, child))
             cstatus = status.setdefault("components", {}).setdefault(component, {})
             for field in ("traffic", "latestCreatedRevision", "latestReadyRevision", "latestRolledoutRevision",
-                          "previousRolledoutRevision", "replicas"):
+                          "previousRolledoutRevision"):
                 cstatus.pop(field, None)
+            # Ready and total replicas, as Knative mode's per revision, here of the one Deployment.
+            cstatus["replicas"] = {d: {"ready": ready, "total": total}
+                                   for d, (ready, total) in outcome.replicas.items()}
             cluster_ip = ((owned["Service"].get(child) or {}).get("spec") or {}).get("clusterIP")
             if cluster_ip:
                 url = f"http://{cluster_ip}:{standard.SERVICE_PORT}"
