@@ -25,7 +25,8 @@ bench/serving/seldon_digits.py), BentoML's `{"input": ...}` at /predict (bench/s
 the summary compares Trimaran's V2 REST, Trimaran's InferenceService and Trimaran's Seldon protocol each with the
 best peer. "Trimaran InferenceService" is Trimaran as a user reaches it (`--no-isvc` skips it): a control plane of its
 own runs an sklearn InferenceService on the same model.joblib with one replica per core, measured at its `status.url`
-(the router in front of the replicas), V2 REST only.
+(the router in front of the replicas), V2 REST only; "Trimaran InferenceService, Standard mode" is the same in
+KServe's Standard deployment mode (a Deployment behind a LoadBalancer Service: the kernel forwards, no router).
 One LogisticRegression is trained on digits and saved once as model.joblib; each server loads
 that file from a model dir laid out its way. The peers live in their own venvs under
 bench/.peers/ (bench/serving/peers.py installs them, pinned, once). Every server gets as many
@@ -263,6 +264,7 @@ class IsvcServer(Server):
     home: Path | None = None
     replicas: int = 1
     base_url: str = ""
+    annotations: dict = field(default_factory=dict)  # serving.kserve.io/deploymentMode: Standard for that row
 
     @property
     def url(self) -> str:
@@ -277,7 +279,8 @@ class IsvcServer(Server):
         start_server(home=self.home)
         manifest = self.home.parent / "isvc.json"
         manifest.write_text(json.dumps({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-                                        "metadata": {"name": MODEL}, "spec": {"predictor": {
+                                        "metadata": {"name": MODEL, "annotations": self.annotations},
+                                        "spec": {"predictor": {
                                             "minReplicas": self.replicas, "maxReplicas": self.replicas,
                                             "model": {"modelFormat": {"name": "sklearn"}, "protocolVersion": "v2",
                                                       "storageUri": str(self.cwd)}}}}))
@@ -349,6 +352,19 @@ def trimaran_isvc_server(model_path: Path, root: Path, workers: int) -> IsvcServ
     return IsvcServer("trimaran-isvc", "Trimaran InferenceService", "trimaran", [], mdir,
                       f"{workers} replicas of 1 worker behind the router, at status.url", has_grpc=False,
                       home=root / "trimaran-isvc" / "home", replicas=workers)
+
+
+def trimaran_isvc_standard_server(model_path: Path, root: Path, workers: int) -> IsvcServer:
+    """The same InferenceService in KServe's Standard mode: a Deployment of `workers` replicas on the pod network
+    behind a LoadBalancer Service, whose address is status.url (nftables forwarding, no router); needs the pod
+    network (root and the CNI plugins), else the control plane serves it in Knative mode and says so."""
+    mdir = root / "trimaran-isvc-std" / "model"
+    mdir.mkdir(parents=True)
+    shutil.copy(model_path, mdir / "model.joblib")
+    return IsvcServer("trimaran-isvc-std", "Trimaran InferenceService, Standard mode (status.url)", "trimaran", [],
+                      mdir, f"{workers} replicas of 1 worker behind a LoadBalancer Service (nftables), at status.url",
+                      has_grpc=False, home=root / "trimaran-isvc-std" / "home", replicas=workers,
+                      annotations={"serving.kserve.io/deploymentMode": "Standard"})
 
 
 def mlserver_server(model_path: Path, root: Path, name: str, workers: int | None) -> Server:
@@ -657,7 +673,8 @@ def report(res: dict) -> list[str]:
                  f"{ceil['1']['calls_per_s']:,.0f} calls/s; "
                  f"32 rows {ceil['32']['calls_per_s']:,.0f} calls/s = {ceil['32']['rows_per_s']:,.0f} rows/s")
     measured = [s for s in res["servers"] if not s.get("error")]
-    ours_all = [n for n in ("trimaran", "trimaran-isvc", "trimaran-seldon") if any(s["name"] == n for s in measured)]
+    ours_all = [n for n in ("trimaran", "trimaran-isvc", "trimaran-isvc-std", "trimaran-seldon")
+                if any(s["name"] == n for s in measured)]
     ours = "trimaran" if "trimaran" in ours_all else None
     peer_names = [s["name"] for s in measured if s["peer"] != "trimaran"]
     for cell in res["rest"]:
@@ -817,7 +834,8 @@ def main() -> None:
     ap.add_argument("--no-trimaran", action="store_true", help="peers only")
     ap.add_argument("--no-grpc", action="store_true", help="skip the gRPC runs")
     ap.add_argument("--no-isvc", action="store_true",
-                    help="skip the InferenceService row (a control plane of its own, measured at status.url)")
+                    help="skip the InferenceService rows, Knative and Standard mode (each a control plane of its "
+                         "own, measured at status.url)")
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--rows", default="1,32")
     ap.add_argument("--workers", type=int, default=CORES, help=f"processes per server (default {CORES} = cores)")
@@ -893,6 +911,7 @@ def main() -> None:
                 servers.append(trimaran_seldon_server(model_path, tmp, args.workers))
             if not args.no_isvc:
                 servers.append(trimaran_isvc_server(model_path, tmp, args.workers))
+                servers.append(trimaran_isvc_standard_server(model_path, tmp, args.workers))
         else:
             print("trimaran/serving does not exist yet: measuring the peers only")
     if "mlserver" in wanted_peers:

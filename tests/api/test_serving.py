@@ -11,7 +11,7 @@ import yaml
 
 from tests.api.builders import schema_errors
 from trimaran.api import ManifestError, lookup, validate
-from trimaran.api.serving import StorageUriError, parse_storage_uri, resolve_storage_uri
+from trimaran.api.serving import InferenceService, StorageUriError, parse_storage_uri, resolve_storage_uri
 
 SCHEMA = Path("/work/shared/schemas/kserve/serving.kserve.io_inferenceservices.yaml")
 
@@ -44,8 +44,6 @@ def test_defaults_min_replicas_and_protocol() -> None:
 
 @pytest.mark.parametrize("shortcut", ["sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch", "onnx"])
 def test_framework_shortcuts_are_served_as_model_formats(shortcut: str) -> None:
-    from trimaran.api.serving import InferenceService
-
     obj = validate(isvc({shortcut: {"storageUri": "/tmp/m"}})).object
     view = InferenceService.model_validate(obj).spec.predictor.model_view()
     assert view is not None and view.model_format.name == shortcut and view.storage_uri == "/tmp/m"
@@ -176,8 +174,30 @@ def test_resolve_storage_uri_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         resolve_storage_uri("/etc/passwd", home, "default")
 
 
-def test_standard_deployment_mode_is_a_warning() -> None:
+def test_standard_mode_warns_of_what_it_ignores() -> None:
     obj = isvc()
     obj["metadata"]["annotations"] = {"serving.kserve.io/deploymentMode": "RawDeployment"}
+    assert validate(obj).warnings == []
+    obj["spec"]["predictor"].update(canaryTrafficPercent=10, minReplicas=0)
     warnings = validate(obj).warnings
-    assert any("deploymentMode RawDeployment" in w and "Knative mode" in w for w in warnings)
+    assert any("canaryTrafficPercent: ignored in RawDeployment mode" in w for w in warnings)
+    assert any("minReplicas: 0 is treated as 1" in w for w in warnings)
+    obj["metadata"]["annotations"] = {"serving.kserve.io/deploymentMode": "ModelMesh"}
+    assert any("no ModelMesh here" in w for w in validate(obj).warnings)
+    obj["metadata"]["annotations"] = {"serving.kserve.io/deploymentMode": "Raw"}
+    with pytest.raises(ManifestError, match=r"deploymentMode\]: Unsupported value: \"Raw\""):
+        validate(obj)
+
+
+def test_deployment_mode_cannot_change_on_update() -> None:
+    old = validate(isvc()).object
+    old["status"] = {"deploymentMode": "Knative"}
+    new = validate(isvc()).object
+    new["metadata"]["annotations"] = {"serving.kserve.io/deploymentMode": "Standard"}
+    [error] = InferenceService.update_errors(old, new)
+    assert "update rejected: deploymentMode cannot be changed from 'Knative' to 'Standard'" in str(error)
+    assert "metadata.annotations[serving.kserve.io/deploymentMode]" in str(error)
+    old["metadata"]["annotations"] = {"serving.kserve.io/deploymentMode": "RawDeployment"}
+    assert InferenceService.update_errors(old, new) == []  # a legacy name for the same mode
+    new["metadata"]["annotations"] = {}
+    assert InferenceService.update_errors(old, new) == []  # no annotation: the mode stays as it was

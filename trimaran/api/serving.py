@@ -44,6 +44,7 @@ from trimaran.api.meta import ApiModel, NonNegInt32, NonNegInt64, Resource
 __all__ = [
     "API_VERSION",
     "AUTOSCALING_PREFIX",
+    "DEPLOYMENT_MODE_ANNOTATION",
     "FRAMEWORK_SHORTCUTS",
     "InferenceService",
     "InferenceServiceSpec",
@@ -56,6 +57,7 @@ __all__ = [
     "model_roots",
     "parse_duration",
     "parse_storage_uri",
+    "requested_mode",
     "resolve_storage_uri",
 ]
 
@@ -65,6 +67,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 AUTOSCALING_PREFIX = "autoscaling.knative.dev/"
 SERVING_PREFIX = "serving.kserve.io/"
 DEFAULT_MIN_REPLICAS = 1
+DEPLOYMENT_MODE_ANNOTATION = SERVING_PREFIX + "deploymentMode"
+#: KServe's deployment modes by every name it accepts (the legacy ones first named them).
+_MODES = {"Standard": "Standard", "RawDeployment": "Standard", "Knative": "Knative", "Serverless": "Knative",
+          "ModelMesh": "ModelMesh"}
 #: The shortcuts the local model server serves, by their key under ``predictor``.
 FRAMEWORK_SHORTCUTS = ("sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch", "onnx")
 #: Shortcuts KServe has whose runtimes do not exist here.
@@ -466,18 +472,52 @@ class InferenceService(Resource):
                 spec.protocol_version = "v1"
 
     def admission_warnings(self) -> list[str]:
-        """Standard (raw) deployment mode is not a separate mode here: say so instead of ignoring it."""
-        mode = (self.metadata.annotations or {}).get(SERVING_PREFIX + "deploymentMode")
-        if mode in ("Standard", "RawDeployment", "ModelMesh"):
-            return [f"{SERVING_PREFIX}deploymentMode {mode}: Trimaran serves every InferenceService in Knative "
-                    "mode (revisions, Knative's autoscaler unless the HPA class is chosen, canaryTrafficPercent "
-                    "honoured)"]
-        return []
+        """What the chosen deployment mode ignores, said instead of silently dropped (upstream drops it)."""
+        mode = requested_mode(self.metadata.annotations)
+        raw = (self.metadata.annotations or {}).get(DEPLOYMENT_MODE_ANNOTATION)
+        if mode == "ModelMesh":
+            return [f"{DEPLOYMENT_MODE_ANNOTATION} ModelMesh: there is no ModelMesh here; Trimaran serves this "
+                    "InferenceService in Knative mode (revisions, Knative's autoscaler unless the HPA class is "
+                    "chosen, canaryTrafficPercent honoured)"]
+        if mode != "Standard":
+            return []
+        warnings = []
+        for path, component in (("spec.predictor", self.spec.predictor), ("spec.transformer", self.spec.transformer)):
+            if component is None:
+                continue
+            if component.canary_traffic_percent is not None:
+                warnings.append(f"{path}.canaryTrafficPercent: ignored in {raw} mode (one Deployment per "
+                                "component, no revisions to split traffic between)")
+            if component.min_replicas == 0:
+                warnings.append(f"{path}.minReplicas: 0 is treated as 1 in {raw} mode (a HorizontalPodAutoscaler "
+                                "cannot scale to zero)")
+        return warnings
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        """KServe's webhook refuses changing the deployment mode of an existing InferenceService. The
+        mode it was created in is its annotation's (or, without one, the one its status records);
+        legacy names count as their new ones (upstream compares the strings, so ``RawDeployment``
+        and ``Standard`` would differ there)."""
+        after = (new["metadata"].get("annotations") or {}).get(DEPLOYMENT_MODE_ANNOTATION)
+        if after is None:
+            return []
+        before_raw = (old["metadata"].get("annotations") or {}).get(DEPLOYMENT_MODE_ANNOTATION) \
+            or (old.get("status") or {}).get("deploymentMode")
+        if before_raw is None or _MODES.get(before_raw, before_raw) == _MODES.get(after, after):
+            return []
+        return [FieldError.forbidden(join_path("metadata.annotations", DEPLOYMENT_MODE_ANNOTATION),
+                                     f"update rejected: deploymentMode cannot be changed from '{before_raw}' "
+                                     f"to '{after}'")]
 
     def check(self) -> list[FieldError]:
         """Metadata, annotations (autoscaling values), predictor and transformer."""
         errs = super().check()
         errs.extend(_check_annotations(self.metadata.annotations or {}))
+        mode = (self.metadata.annotations or {}).get(DEPLOYMENT_MODE_ANNOTATION)
+        if mode is not None and mode not in _MODES:
+            errs.append(FieldError.not_supported(join_path("metadata.annotations", DEPLOYMENT_MODE_ANNOTATION),
+                                                 mode, list(_MODES)))
         errs.extend(self.spec.predictor.check("spec.predictor"))
         if self.spec.transformer is not None:
             errs.extend(self.spec.transformer.check("spec.transformer"))
@@ -487,6 +527,12 @@ class InferenceService(Resource):
             errs.append(FieldError.forbidden(
                 "spec.canary", "the canary list is not supported locally; use predictor.canaryTrafficPercent"))
         return errs
+
+
+def requested_mode(annotations: dict[str, str] | None) -> str | None:
+    """The deployment mode the annotation asks for, by its current name (``Standard``, ``Knative``,
+    ``ModelMesh``); None without the annotation (or with a value the API refuses)."""
+    return _MODES.get((annotations or {}).get(DEPLOYMENT_MODE_ANNOTATION) or "")
 
 
 def _check_annotations(annotations: dict[str, str]) -> list[FieldError]:

@@ -167,7 +167,8 @@ def _describe_isvc(console: Console, isvc: dict) -> None:
     address = (status.get("address") or {}).get("url")
     if address:
         host, _, port = address.removeprefix("http://").partition(":")
-        _kv(console, "Address", f"{address} (curl -H 'Host: {host}' http://127.0.0.1:{port}/...)")
+        # Knative mode's address is a Host on the shared ingress port; Standard mode's a Service name in the cluster.
+        _kv(console, "Address", f"{address} (curl -H 'Host: {host}' http://127.0.0.1:{port}/...)" if port else address)
     model = status.get("modelStatus") or {}
     if model:
         states = model.get("states") or {}

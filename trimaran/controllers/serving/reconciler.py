@@ -45,11 +45,20 @@ import json
 import time
 from pathlib import Path
 
-from trimaran.api.serving import InferenceService, StorageUriError, parse_storage_uri, resolve_storage_uri
+from trimaran.api import validate
+from trimaran.api.serving import (
+    DEPLOYMENT_MODE_ANNOTATION,
+    InferenceService,
+    StorageUriError,
+    parse_storage_uri,
+    requested_mode,
+    resolve_storage_uri,
+)
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.conditions import now_rfc3339, seconds_since, set_condition
 from trimaran.controllers.pods import is_terminating, owned_pods, phase, request_deletion, restart_count
 from trimaran.controllers.ports import PortAllocator
+from trimaran.controllers.serving import standard
 from trimaran.controllers.serving.autoscaling import ResourceSampler, RevisionScaler
 from trimaran.controllers.serving.pods import (
     COMPONENT_LABEL,
@@ -64,12 +73,15 @@ from trimaran.controllers.serving.pods import (
     REVISION_LABEL,
     ROUTER_NAME,
     ROUTER_NAMESPACE,
+    STANDARD_GRPC_PORT,
     replica_pod,
     router_pod,
+    standard_pod_template,
 )
 from trimaran.controllers.serving.revisions import Rollout, plan_traffic, revision_name, spec_hash
 from trimaran.controllers.serving.routes import DOMAIN, RouterClient, RoutesFile, fixed_ingress_port
 from trimaran.runtime import NodeAPI
+from trimaran.runtime.network import PodNetwork
 from trimaran.serving.storage import (
     INITIALIZER_NAME,
     STORAGE_CONFIG_SECRET,
@@ -90,6 +102,7 @@ DRAIN_SECONDS = 1.0  # the router re-reads routes every 0.2 s; then in-flight re
 BUSY_REQUEUE = 0.3  # while something is starting, draining or not yet ready
 LOG_TAIL_LINES = 5
 KEPT_REVISIONS = 10
+STANDARD_RESYNC = 5.0  # a ready Standard InferenceService: its Deployment's and Services' events wake it sooner
 # A replica younger than this may still be scanning its model directory: its "no version" is not a failure.
 LOAD_GRACE_SECONDS = 3.0
 # The model container's variables its storage initializer also gets: the ones naming where the
@@ -102,7 +115,8 @@ class InferenceServiceReconciler(Reconciler):
 
     name = "serving"
     kinds = ("InferenceService",)
-    watches = ("Pod",)
+    # Standard mode's children: their status is the InferenceService's (Endpoints carry its label).
+    watches = ("Pod", "Deployment", "Service", "Endpoints")
 
     def __init__(self, store: Store, home: Path, ports: PortAllocator | None = None, runtime: NodeAPI | None = None,
                  gateway: str = "127.0.0.1") -> None:
@@ -125,6 +139,9 @@ class InferenceServiceReconciler(Reconciler):
         if event_kind == "Pod" and obj["metadata"].get("name") == ROUTER_NAME and \
                 obj["metadata"].get("namespace") == ROUTER_NAMESPACE:
             return [key_of(o) for o in self.store.list("InferenceService")]
+        if event_kind == "Endpoints":
+            owner = (obj["metadata"].get("labels") or {}).get(ISVC_LABEL)
+            return [Key("InferenceService", obj["metadata"]["namespace"], owner)] if owner else []
         return list(super().keys_for(event_kind, obj))
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -140,6 +157,10 @@ class InferenceServiceReconciler(Reconciler):
         isvc = InferenceService.model_validate(obj)
         status = copy.deepcopy(obj.get("status") or {})
         before = copy.deepcopy(status)
+        if self._mode(obj, status) == "Standard":
+            return self._standard(key, obj, isvc, status, before)
+        if before.get("deploymentMode") == "Standard":
+            self._drop_standard(obj, status)
         now = time.time()
         ingress, admin = self.routes.ensure_ports()
         self._ensure_router()
@@ -193,7 +214,10 @@ class InferenceServiceReconciler(Reconciler):
         status["address"] = {"url": f"http://{key.name}.{key.namespace}.{DOMAIN}:{ingress}"}
         status["deploymentMode"] = "Knative"
         status["observedGeneration"] = obj["metadata"].get("generation", 1)
-        requeue = BUSY_REQUEUE if busy or stats is None else 1.0
+        return self._store_status(obj, status, before, BUSY_REQUEUE if busy or stats is None else 1.0)
+
+    def _store_status(self, obj: dict, status: dict, before: dict, requeue: float | None) -> float | None:
+        """Write the status when it changed, then record the pass's events."""
         if status != before:
             obj["status"] = status
             try:
@@ -207,6 +231,226 @@ class InferenceServiceReconciler(Reconciler):
         for etype, reason, message in self._events:
             self.store.record_event(obj, etype, reason, message)
         return requeue
+
+    # -- Standard mode ----------------------------------------------------------------------------
+    def _mode(self, obj: dict, status: dict) -> str:
+        """The mode this pass serves ``obj`` in: its annotation's (else the one its status records, as
+        upstream keeps it), Knative by default; Standard falls back to Knative without a pod network,
+        with a Warning event the first time, since its replicas need addresses of their own."""
+        wanted = requested_mode(obj["metadata"].get("annotations")) or status.get("deploymentMode") or "Knative"
+        if wanted != "Standard":
+            return "Knative"
+        if self.ports.pod_network:
+            return "Standard"
+        if status.get("deploymentMode") != "Knative":
+            why = PodNetwork.unavailable() or "the control plane started without one"
+            asked = (obj["metadata"].get("annotations") or {}).get(DEPLOYMENT_MODE_ANNOTATION) or "Standard"
+            self._event("Warning", "StandardModeUnavailable",
+                        f"{DEPLOYMENT_MODE_ANNOTATION} {asked} "
+                        f"needs the pod network (each replica an address of its own behind a Service), and this "
+                        f"control plane has none ({why}): serving in Knative mode, through the router")
+        return "Knative"
+
+    def _standard(self, key: Key, obj: dict, isvc: InferenceService, status: dict, before: dict) -> float | None:
+        """One pass in Standard mode (see `standard`): the children, then KServe's status."""
+        name, ns = key.name, key.namespace
+        annotations = obj["metadata"].get("annotations") or {}
+        self._drop_knative(obj, status)
+        owned = {kind: {o["metadata"]["name"]: o for o in self.store.list(kind, ns, owner_uid=obj["metadata"]["uid"])}
+                 for kind in ("Deployment", "Service", "HorizontalPodAutoscaler")}
+        keep: set[tuple[str, str]] = set()
+        outcomes: dict[str, _Outcome] = {}
+        top = "transformer" if obj["spec"].get("transformer") else "predictor"
+        busy = False
+        for component in ("predictor", "transformer"):
+            spec = obj["spec"].get(component)
+            if spec is None:
+                continue
+            child = f"{name}-{component}"
+            view = isvc.spec.predictor.model_view() if component == "predictor" else None
+            model = view.to_dict() if view is not None else None
+            outcome = outcomes[component] = _Outcome()
+            outcome.rollout.latest_created = child
+            host_path = initializer = None
+            if model is not None:
+                host_path, initializer, outcome.latest_failure = self._model_source(ns, spec, model)
+            if outcome.latest_failure is not None:
+                # No Deployment for a model it could not mount: the failure is the condition's, and
+                # what serves an earlier spec keeps serving.
+                keep |= {(kind, child) for kind in owned} | ({("Service", name)} if component == top else set())
+                continue
+            # KServe's raw predictor host, with the Service's port spelled out: transformers that
+            # split it into host and port, as they must for Knative mode's, work unchanged.
+            predictor_host = f"{name}-predictor.{ns}:{standard.SERVICE_PORT}" if component == "transformer" else None
+            template, port = standard_pod_template(obj, component, spec, model, host_path, predictor_host, initializer)
+            low, _ = standard.replicas_bounds(spec)
+            comp_annotations = {**annotations, **(spec.get("annotations") or {})}
+            keep |= {("Deployment", child), ("Service", child)}
+            deploy = self._apply_child(standard.deployment(obj, component, spec, template, low),
+                                       owned["Deployment"].get(child),
+                                       keep_replicas=standard.autoscaler_class(comp_annotations) != "none")
+            self._apply_child(standard.service(obj, child, component, port, grpc=model is not None),
+                              owned["Service"].get(child))
+            hpa = standard.autoscaler(obj, component, spec, comp_annotations)
+            if hpa is not None:
+                keep.add(("HorizontalPodAutoscaler", child))
+                self._apply_child(hpa, owned["HorizontalPodAutoscaler"].get(child))
+            if component == top:
+                keep.add(("Service", name))
+                self._apply_child(standard.service(obj, name, component, port, grpc=model is not None,
+                                                   load_balancer=True), owned["Service"].get(name))
+            busy |= self._deployment_outcome(deploy, outcome, model, initializer, self._endpoints(ns, child))
+            cstatus = status.setdefault("components", {}).setdefault(component, {})
+            for field in ("traffic", "latestCreatedRevision", "latestReadyRevision", "latestRolledoutRevision",
+                          "previousRolledoutRevision"):
+                cstatus.pop(field, None)
+            # Ready and total replicas, as Knative mode's per revision, here of the one Deployment.
+            cstatus["replicas"] = {d: {"ready": ready, "total": total}
+                                   for d, (ready, total) in outcome.replicas.items()}
+            cluster_ip = ((owned["Service"].get(child) or {}).get("spec") or {}).get("clusterIP")
+            if cluster_ip:
+                url = f"http://{cluster_ip}:{standard.SERVICE_PORT}"
+                cstatus.update(url=url, restUrl=url)
+                if model is not None:
+                    cstatus["grpcUrl"] = f"grpc://{cluster_ip}:{STANDARD_GRPC_PORT}"
+            cstatus["address"] = {"url": f"http://{child}.{ns}.svc.cluster.local"}
+        for kind, children in owned.items():
+            for child_name in children:
+                if (kind, child_name) not in keep:
+                    try:
+                        self.store.delete(kind, ns, child_name)
+                    except NotFound:
+                        pass
+        for component in set(status.get("components") or {}) - set(outcomes):
+            del status["components"][component]
+        lb = self._find("Service", ns, name) or {}
+        lb_ip = next((i["ip"] for i in ((lb.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+                      if i.get("ip")), None)
+        if lb and not any(r.get("uid") == obj["metadata"]["uid"] for r in lb["metadata"].get("ownerReferences") or []):
+            lb_ip = None  # someone else's Service of that name: its address is not this InferenceService's
+            problem = f"the Service {name} exists and is not this InferenceService's; delete or rename it"
+        elif not (lb_ip and self._endpoints(ns, name)):
+            problem = f"the LoadBalancer Service {name} has no address or no ready endpoint yet"
+        else:
+            problem = None
+        self._standard_conditions(status, outcomes, problem)
+        if lb_ip:
+            status["url"] = f"http://{lb_ip}:{standard.SERVICE_PORT}"
+        else:
+            status.pop("url", None)
+        status["address"] = {"url": f"http://{name}-{top}.{ns}.svc.cluster.local"}
+        status["deploymentMode"] = "Standard"
+        status["observedGeneration"] = obj["metadata"].get("generation", 1)
+        ready = status_true(status, "Ready")
+        return self._store_status(obj, status, before, BUSY_REQUEUE if busy or not ready else STANDARD_RESYNC)
+
+    def _apply_child(self, want: dict, current: dict | None, keep_replicas: bool = False) -> dict | None:
+        """Create ``want`` (defaulted as the API stores it) or bring ``current`` to it; the stored object,
+        or None when a racing write wins (its event brings the InferenceService back)."""
+        want = validate(want).object
+        try:
+            if current is None:
+                return self.store.create(want)
+            if want["kind"] == "Service":
+                if standard.service_shape(current) == standard.service_shape(want):
+                    return current
+                spec = {**current["spec"], **{k: want["spec"][k] for k in ("type", "selector", "ports")}}
+                return self.store.update({**current, "spec": spec})
+            if keep_replicas:
+                want["spec"]["replicas"] = current["spec"].get("replicas", want["spec"]["replicas"])
+            if current["spec"] == want["spec"]:
+                return current
+            return self.store.update({**current, "spec": want["spec"]})
+        except (AlreadyExists, Conflict, NotFound):
+            return None
+
+    def _endpoints(self, namespace: str, service: str) -> int:
+        """How many ready addresses the Service forwards to: its rules are written with its Endpoints,
+        so a component is ready once callers of its Service reach a pod, not merely once a pod is."""
+        endpoints = self._find("Endpoints", namespace, service) or {}
+        return sum(len(s.get("addresses") or []) for s in endpoints.get("subsets") or [])
+
+    def _deployment_outcome(self, deploy: dict | None, outcome: _Outcome, model: dict | None,
+                            initializer: dict | None, endpoints: int) -> bool:
+        """Fill ``outcome`` from the Deployment, its pods and its Service's ready endpoints; whether
+        anything is still in motion."""
+        if deploy is None:
+            return True
+        dstatus = deploy.get("status") or {}
+        name = deploy["metadata"]["name"]
+        pods = [p for p in self.store.list("Pod", deploy["metadata"]["namespace"], owner_uid=deploy["metadata"]["uid"])
+                if not is_terminating(p)]
+        ready = int(dstatus.get("readyReplicas") or 0)
+        outcome.replicas[name] = (ready, len(pods))
+        available = any(c.get("type") == "Available" and c.get("status") == "True"
+                        for c in dstatus.get("conditions") or [])
+        if available and ready and endpoints:
+            outcome.rollout.latest_ready = name
+            return dstatus.get("observedGeneration") != deploy["metadata"].get("generation")
+        failure = pending = None
+        if model is not None:
+            failure, pending = self._initializer_state({"model": model}, pods, initializer)
+        outcome.latest_failure = failure or (None if pending else self._restart_failure(pods))
+        outcome.latest_pending = None if outcome.latest_failure else pending
+        return True
+
+    def _standard_conditions(self, status: dict, outcomes: dict[str, _Outcome], ingress_problem: str | None) -> None:
+        """KServe's raw conditions: each component's, IngressReady (the LoadBalancer's address), Ready."""
+        status["conditions"] = [c for c in status.get("conditions") or []
+                                if c.get("type") not in ("RoutesReady", "LatestDeploymentReady")]
+        for component, outcome in outcomes.items():
+            ctype = "PredictorReady" if component == "predictor" else "TransformerReady"
+            if outcome.latest_failure:
+                set_condition(status, ctype, "False", outcome.latest_failure["reason"],
+                              outcome.latest_failure["message"])
+            elif outcome.latest_pending:
+                set_condition(status, ctype, "False", "ModelDownloading", outcome.latest_pending)
+            elif outcome.rollout.latest_ready:
+                set_condition(status, ctype, "True", "", "")
+            else:
+                set_condition(status, ctype, "False", "MinimumReplicasUnavailable",
+                              f"Deployment {outcome.rollout.latest_created} does not have minimum availability")
+            if component == "predictor":
+                _model_status(status, outcome)
+        if ingress_problem is None:
+            set_condition(status, "IngressReady", "True", "", "")
+        else:
+            set_condition(status, "IngressReady", "False", "LoadBalancerPending", ingress_problem)
+        ready = all(status_true(status, c["type"]) for c in status["conditions"]
+                    if c["type"] in ("PredictorReady", "TransformerReady", "IngressReady"))
+        if ready:
+            set_condition(status, "Ready", "True", "", "")
+        else:
+            blocking = next(c for c in status["conditions"] if c["type"] in ("PredictorReady", "TransformerReady",
+                                                                             "IngressReady") and c["status"] != "True")
+            set_condition(status, "Ready", "False", blocking.get("reason") or "NotReady", blocking.get("message") or "")
+        order = ["PredictorReady", "TransformerReady", "IngressReady", "Ready"]
+        status["conditions"].sort(key=lambda c: order.index(c["type"]) if c["type"] in order else len(order))
+
+    def _drop_knative(self, obj: dict, status: dict) -> None:
+        """What a Knative pass left (the control plane served a Standard InferenceService in Knative
+        mode while it had no pod network): its replicas, routes and revisions."""
+        owner = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        if status.pop("revisions", None) is None and owner not in self.routes.owners():
+            return
+        self.routes.set_services(owner, {})
+        for pod in owned_pods(self.store, obj):
+            request_deletion(self.store, pod)
+            self.ports.release(_pod_ports(pod))
+        for scaler_key in [k for k in self.scalers if k[:2] == (obj["metadata"]["namespace"], obj["metadata"]["name"])]:
+            del self.scalers[scaler_key]
+
+    def _drop_standard(self, obj: dict, status: dict) -> None:
+        """What a Standard pass left, when this one serves in Knative mode (the pod network is gone)."""
+        ns = obj["metadata"]["namespace"]
+        for kind in ("HorizontalPodAutoscaler", "Service", "Deployment"):
+            for child in self.store.list(kind, ns, owner_uid=obj["metadata"]["uid"]):
+                try:
+                    self.store.delete(kind, ns, child["metadata"]["name"])
+                except NotFound:
+                    pass
+        status.pop("components", None)
+        status.pop("url", None)
 
     def _event(self, etype: str, reason: str, message: str) -> None:
         """Queue an event; it is recorded once the status it reports is stored."""
@@ -265,32 +509,14 @@ class InferenceServiceReconciler(Reconciler):
         for rev in mine:
             rev.pop("failure", None)  # found again below while it lasts
             if rev.get("model"):
-                if rev["model"].get("storage") is not None and not rev["model"].get("storageUri"):
-                    # KServe's storage: form names its bucket in a Secret; the revision keeps the URI it found.
-                    try:
-                        rev["model"]["storageUri"] = self._storage_spec(ns, rev["model"]["storage"])[0]
-                    except StorageError as exc:
-                        rev["failure"] = {"reason": "InvalidStorageSpec", "message": str(exc)}
-                        continue
-                try:
-                    remote = parse_storage_uri(rev["model"]["storageUri"]).kind == "remote"
-                    if not remote:
-                        host_paths[rev["name"]] = resolve_storage_uri(rev["model"]["storageUri"], self.home, ns)
-                except StorageUriError as exc:
-                    rev["failure"] = {"reason": "InvalidStorageUri", "message": str(exc)}
+                host_path, initializer, failure = self._model_source(ns, spec, rev["model"])
+                if failure is not None:
+                    rev["failure"] = failure
                     continue
-                if remote:
-                    try:
-                        initializers[rev["name"]] = self._initializer(ns, spec, rev["model"])
-                    except StorageError as exc:
-                        rev["failure"] = {"reason": "InvalidStorageSpec", "message": str(exc)}
-                        continue
-                elif not host_paths[rev["name"]].exists():
-                    rev["failure"] = {"reason": "ModelNotFound",
-                                      "message": f"{rev['model']['storageUri']}: {host_paths[rev['name']]} "
-                                                 "does not exist (yet)"}
-                    del host_paths[rev["name"]]
-                    continue
+                if host_path is not None:
+                    host_paths[rev["name"]] = host_path
+                if initializer is not None:
+                    initializers[rev["name"]] = initializer
             if rev_stats.get(rev["name"], {}).get("ready"):
                 if not rev.get("ready"):
                     self._event("Normal", "RevisionReady", f"Revision {rev['name']} is ready")
@@ -367,6 +593,31 @@ class InferenceServiceReconciler(Reconciler):
             if rev["name"] not in keep:
                 revisions.remove(rev)
         return outcome
+
+    def _model_source(self, namespace: str, spec: dict, model: dict) -> tuple[Path | None, dict | None, dict | None]:
+        """Where a component's replicas get its model: the resolved directory of a local URI (a
+        claim's too), or the storage-initializer of a remote one; or why they cannot (a failure
+        dict). KServe's ``storage:`` form is resolved into ``model["storageUri"]`` here."""
+        if model.get("storage") is not None and not model.get("storageUri"):
+            # KServe's storage: form names its bucket in a Secret; the model keeps the URI it found.
+            try:
+                model["storageUri"] = self._storage_spec(namespace, model["storage"])[0]
+            except StorageError as exc:
+                return None, None, {"reason": "InvalidStorageSpec", "message": str(exc)}
+        try:
+            remote = parse_storage_uri(model["storageUri"]).kind == "remote"
+            path = None if remote else resolve_storage_uri(model["storageUri"], self.home, namespace)
+        except StorageUriError as exc:
+            return None, None, {"reason": "InvalidStorageUri", "message": str(exc)}
+        if path is None:
+            try:
+                return None, self._initializer(namespace, spec, model), None
+            except StorageError as exc:
+                return None, None, {"reason": "InvalidStorageSpec", "message": str(exc)}
+        if not path.exists():
+            return None, None, {"reason": "ModelNotFound",
+                                "message": f"{model['storageUri']}: {path} does not exist (yet)"}
+        return path, None, None
 
     def _initializer(self, namespace: str, spec: dict, model: dict) -> dict:
         """The storage-initializer init container of a remote model's replicas: ``SRC /mnt/models``
@@ -506,6 +757,10 @@ class InferenceServiceReconciler(Reconciler):
                 return {"reason": "ModelLoadFailed", "message": message}
             if body.get("error") and versions is None and "not found" not in str(body["error"]).lower():
                 return {"reason": "ModelLoadFailed", "message": str(body["error"])}
+        return self._restart_failure(pods)
+
+    def _restart_failure(self, pods: list[dict]) -> dict | None:
+        """A replica that keeps restarting, with the end of its log."""
         for pod in pods:
             if restart_count(pod) > 0 and self.runtime is not None:
                 try:
@@ -614,7 +869,9 @@ class InferenceServiceReconciler(Reconciler):
             if not any(ref.get("kind") == "InferenceService" for ref in pod["metadata"].get("ownerReferences") or []):
                 continue
             self.ports.release(_pod_ports(pod))
-        if not self.store.list("InferenceService"):
+        # The router serves Knative mode only: Standard-mode InferenceServices do not keep it running.
+        if all((o.get("status") or {}).get("deploymentMode") == "Standard"
+               for o in self.store.list("InferenceService")):
             try:
                 request_deletion(self.store, self.store.get("Pod", ROUTER_NAMESPACE, ROUTER_NAME))
             except NotFound:

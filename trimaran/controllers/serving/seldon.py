@@ -47,6 +47,7 @@ from trimaran.api.serving import StorageUriError, parse_storage_uri, resolve_sto
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.pods import owner_reference
 from trimaran.controllers.probes import resolve_port
+from trimaran.controllers.serving.pods import source_env
 from trimaran.controllers.serving.reconciler import (
     INGRESS_PATH_ANNOTATION,
     INGRESS_WEIGHT_ANNOTATION,
@@ -214,7 +215,9 @@ def _executor(sdep: dict, predictor: dict, protocol: str, home: Path, unit_urls:
     config = {"name": sdep["metadata"]["name"], "namespace": ns, "predictor": predictor["name"], "protocol": protocol,
               "graph": predictor["graph"], "sources": sources}
     main = {"name": "kserve-container", "command": ["python", "-m", "trimaran.serving.seldon"],
-            "env": [{"name": "SELDON_GRAPH_CONFIG", "value": json.dumps(config, sort_keys=True)}, *env]}
+            "env": [{"name": "SELDON_GRAPH_CONFIG", "value": json.dumps(config, sort_keys=True)}, *env,
+                    # The units' own PYTHONPATH, if they set one, is theirs to keep.
+                    *([] if any(e.get("name") == "PYTHONPATH" for e in env) else source_env())]}
     if mounts:
         main["volumeMounts"] = _unique(mounts, "mountPath")
     # The executor runs every unit: it asks what the orchestrator asks for, else what the first unit's container
@@ -240,7 +243,7 @@ def _triton(unit: dict, namespace: str, home: Path) -> dict:
     container = {"name": "kserve-container", "command": ["python", "-m", "trimaran.serving"],
                  "args": ["--model-name", unit["name"], "--model-dir", source["modelDir"], "--host", "127.0.0.1",
                           "--http-port", "$(PORT)", "--grpc-port", "0", "--workers", "1"],
-                 "volumeMounts": mounts}
+                 "env": source_env(), "volumeMounts": mounts}
     return {"containers": [container], "volumes": volumes}
 
 
