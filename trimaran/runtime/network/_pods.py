@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trimaran.runtime.network._cni import CNI_VERSION, CniError, find_plugin, run_list, run_plugin
+from trimaran.runtime.network._hostports import sweep_stale_hostports
 from trimaran.runtime.network._nft import abandoned_tables, apply_table, delete_table, table_name
 from trimaran.runtime.network._plan import (
     PLAN_FILE,
@@ -192,6 +193,11 @@ def sweep_abandoned(own_bridge: str) -> list[str]:
             for table in abandoned_tables(digest):
                 delete_table(table)
             swept.append(bridge)
+    # What portmap left of pods whose home is gone (swept now or before): forwarded to no bridge.
+    live = [ipaddress.ip_network(f"{info['local']}/{info['prefixlen']}", strict=False)
+            for entry in _ip_json("-4", "addr", "show", "type", "bridge") if entry.get("ifname", "").startswith("trm-")
+            for info in entry.get("addr_info", [])]
+    sweep_stale_hostports(_NETWORK_NAME, live)
     return swept
 
 
@@ -409,8 +415,11 @@ class PodNetwork:
         ips = [str(ipaddress.ip_interface(entry["address"]).ip) for entry in result.get("ips") or []]
         if not ips:
             raise CniError("the CNI result has no IP address")
+        # The mappings are kept for the DEL: portmap removes a pod's rules only when its DEL is given
+        # them again (as the kubelet passes them on every call), and does nothing otherwise.
         self._write_record(uid, {"ip": ips[0], "netns": str(netns), "namespace": namespace, "name": name,
                                  "result": result, "container_id": uid, "hostPorts": bool(mappings),
+                                 **({"portMappings": mappings} if mappings else {}),
                                  **({"pool": True} if pool else {})})
         return ips[0]
 
@@ -550,7 +559,8 @@ class PodNetwork:
             return  # nothing of it left (a pod whose netns went back to the pool): no DEL to run
         with NODE_TIMINGS.timed("network.teardown"):
             try:
-                run_list(self.conflist, "DEL", container_id, ns, self.cni_path, prev_result=data.get("result"))
+                run_list(self.conflist, "DEL", container_id, ns, self.cni_path, prev_result=data.get("result"),
+                         runtime_config={"portMappings": data.get("portMappings") or []})
             except CniError as exc:
                 log.warning("CNI DEL of pod %s: %s", pod_uid, exc)
             if ns is not None:
