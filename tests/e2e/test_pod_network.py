@@ -357,6 +357,25 @@ def test_a_host_port_reaches_the_pod_at_the_nodes_address(plane, tmp_path, kind)
         f"{name} {running['status']['podIP']}"
 
 
+def test_no_host_port_takes_the_apis_address(plane, tmp_path):
+    """A hostPort DNATs every connection to its port: on the API's, it would take the API from its
+    clients. The pod waits, as kube-scheduler's NodePorts filter words it, and the API answers."""
+    namespace = "hostport-api"
+    _apply(plane, tmp_path, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})
+    api_port = int(plane.endpoint()[0].rsplit(":", 1)[1])
+    pod = _server_pod("squatter")
+    pod["metadata"]["namespace"] = namespace
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": api_port}]
+    _apply(plane, tmp_path, pod)
+    said = poll(lambda: next((e["message"] for e in json.loads(plane.cli(
+        "get", "events", "-n", namespace, "-o", "json").stdout)["items"] if e["reason"] == "FailedScheduling"), None),
+        timeout=60, what="the pod's FailedScheduling event")
+    assert said == "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    got = json.loads(plane.cli("get", "pod", "squatter", "-n", namespace, "-o", "json").stdout)
+    assert got["status"]["phase"] == "Pending"  # and the API still answered that
+
+
 def _answers_at(ip: str, port: int) -> str | None:
     try:
         return _get(ip, port)

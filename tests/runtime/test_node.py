@@ -248,3 +248,44 @@ def test_a_cordon_holds_pods_but_those_bound_here_or_tolerating_it() -> None:
         "1 node(s) had untolerated taint {node.kubernetes.io/memory-pressure: }."
     assert n.to_k8s()["status"]["conditions"][0]["reason"] == "KubeletHasInsufficientMemory"
     assert n.observe_memory(available=1 << 30) and n.taints == [] and n.check_constraints({}) is None
+
+
+def _web(name: str, port: int, protocol: str = "TCP", host_ip: str | None = None) -> dict:
+    spec = {"name": "main", "command": ["true"],
+            "ports": [{"containerPort": 8080, "hostPort": port, "protocol": protocol,
+                       **({"hostIP": host_ip} if host_ip else {})}]}
+    return make_pod(name, [spec])
+
+
+NO_PORTS = "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+
+
+def test_a_host_port_is_one_pods_at_a_time_as_kube_schedulers_node_ports_filter() -> None:
+    n = node()
+    first = n.admit("a", [_web("a", 30080)])
+    assert isinstance(first, Admission)
+    assert n.admit("b", [_web("b", 30080)]) == NO_PORTS
+    assert n.admit("c", [_web("c", 30080, host_ip="127.0.0.1")]) == NO_PORTS  # 0.0.0.0 overlaps any address
+    assert isinstance(n.admit("d", [_web("d", 30080, protocol="UDP")]), Admission)  # another protocol
+    assert isinstance(n.admit("e", [_web("e", 30081)]), Admission)
+    assert n.admit("gang", [_web("g-0", 30090), _web("g-1", 30090)]) == NO_PORTS  # within one gang too
+    for uid in first.allocations:
+        n.release(uid)
+    assert isinstance(n.admit("b", [_web("b", 30080)]), Admission)
+
+
+def test_no_host_port_takes_an_address_the_control_plane_serves() -> None:
+    n = node()
+    n.reserve_host_ports({("TCP", "127.0.0.1", 6443)})
+    assert n.admit("a", [_web("a", 6443)]) == NO_PORTS
+    assert n.admit("b", [_web("b", 6443, host_ip="127.0.0.1")]) == NO_PORTS
+    assert isinstance(n.admit("c", [_web("c", 6443, host_ip="10.1.2.3")]), Admission)  # another address
+
+
+def test_a_restored_pod_keeps_its_host_ports() -> None:
+    from trimaran.runtime.node import pod_host_ports
+
+    n = node()
+    running = _web("a", 30080)
+    n.restore(running["metadata"]["uid"], pod_requests(running), [], host_ports=pod_host_ports(running["spec"]))
+    assert n.admit("b", [_web("b", 30080)]) == NO_PORTS

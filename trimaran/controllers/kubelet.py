@@ -89,7 +89,7 @@ from trimaran.runtime.images import (
 )
 from trimaran.runtime.local import port_mappings
 from trimaran.runtime.network import NetworkError
-from trimaran.runtime.node import StorageUsage, disk_pressure_message, ephemeral_storage_violation
+from trimaran.runtime.node import StorageUsage, disk_pressure_message, ephemeral_storage_violation, pod_host_ports
 from trimaran.runtime.qos import qos_class
 from trimaran.runtime.volumes import STORAGE_INITIALIZER, storage_volume_uris
 from trimaran.serving.storage import credential_env, initializer_container
@@ -210,7 +210,8 @@ class Kubelet(Reconciler):
             uid = pod["metadata"]["uid"]
             if phase(pod) == "Running":
                 alloc = (pod.get("status") or {}).get("allocation") or {}
-                self.node.restore(uid, pod_requests(pod), alloc.get("gpus") or [])
+                self.node.restore(uid, pod_requests(pod), alloc.get("gpus") or [],
+                                  host_ports=pod_host_ports(pod.get("spec") or {}))
                 self._started[uid] = key_of(pod)
                 self.prober.watch(pod)
 

@@ -21,7 +21,7 @@ import platform
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -133,6 +133,25 @@ def _round_cpu(cores: float) -> float:
     return round(cores * 1000) / 1000
 
 
+HostPort = tuple[str, str, int]  # (protocol, host IP, port); IP "0.0.0.0" is every address
+
+
+def pod_host_ports(pod_spec: Mapping[str, object]) -> frozenset[HostPort]:
+    """The host ports the pod's containers ask for, as kube-scheduler's NodePorts filter reads them."""
+    found = set()
+    for container in pod_spec.get("containers") or []:  # type: ignore[union-attr]
+        for port in container.get("ports") or []:
+            if port.get("hostPort"):
+                found.add((str(port.get("protocol") or "TCP").upper(), str(port.get("hostIP") or "0.0.0.0"),
+                           int(port["hostPort"])))
+    return frozenset(found)
+
+
+def _ports_conflict(a: HostPort, b: HostPort) -> bool:
+    """kube-scheduler's rule: one protocol and port, and addresses that overlap (0.0.0.0 overlaps any)."""
+    return a[0] == b[0] and a[2] == b[2] and (a[1] == b[1] or "0.0.0.0" in (a[1], b[1]))
+
+
 @dataclass(frozen=True)
 class Allocation:
     """What one admitted pod holds on the node."""
@@ -141,6 +160,7 @@ class Allocation:
     group_key: str
     requests: Resources
     gpus: tuple[GPUDevice, ...] = ()
+    host_ports: frozenset[HostPort] = frozenset()
 
     @property
     def gpu_ids(self) -> list[str]:
@@ -496,6 +516,7 @@ class Node:
         self.node_info = node_info(self.labels["kubernetes.io/arch"], f"v1.32.0-trimaran.{trimaran.__version__}",
                                    f"trimaran-shim://{trimaran.__version__}")
         self._allocations: dict[str, Allocation] = {}
+        self._reserved_ports: frozenset[HostPort] = frozenset()
         self._lock = threading.Lock()
 
     @classmethod
@@ -610,6 +631,9 @@ class Node:
                 never = f" (the gang has {len(pods)} pods, the node runs at most {self.max_pods})" \
                     if len(pods) > self.max_pods else ""
                 return f"{prefix}1 Too many pods{never}"
+            ports = {_pod_uid(pod): pod_host_ports(pod.get("spec") or {}) for pod in pods}
+            if self._ports_taken([ports[uid] for uid, _ in new]):
+                return prefix + "1 node(s) didn't have free ports for the requested pod ports."
             total = Resources()
             for _, requests in new:
                 total = total + requests
@@ -620,9 +644,24 @@ class Node:
             for uid, requests in new:
                 # Cannot fail: the GPU counts were checked above under the same lock.
                 devices = self.gpu_allocator.allocate(uid, requests.gpus)
-                admitted[uid] = Allocation(uid, group_key, requests, tuple(devices))
+                admitted[uid] = Allocation(uid, group_key, requests, tuple(devices), ports[uid])
                 self._allocations[uid] = admitted[uid]
             return Admission(group_key, admitted)
+
+    def reserve_host_ports(self, ports: Iterable[HostPort]) -> None:
+        """Ports no pod's ``hostPort`` may take: the control plane's own listeners (a hostPort is a
+        DNAT of every connection to it, so a pod would take the API's address from its clients)."""
+        with self._lock:
+            self._reserved_ports = frozenset(ports)
+
+    def _ports_taken(self, wanted: list[frozenset[HostPort]]) -> bool:
+        """Whether the new pods' host ports meet each other's, an admitted pod's or a reserved one."""
+        held = [*self._reserved_ports, *(p for a in self._allocations.values() for p in a.host_ports)]
+        for ports in wanted:
+            if any(_ports_conflict(port, other) for port in ports for other in held):
+                return True
+            held.extend(ports)
+        return False
 
     def release(self, pod_uid: str) -> None:
         """Free what the pod holds (nothing happens for an unknown uid)."""
@@ -631,14 +670,15 @@ class Node:
             self.gpu_allocator.release(pod_uid)
 
     def restore(
-        self, pod_uid: str, requests: Resources, gpu_ids: list[str], group_key: str = ""
+        self, pod_uid: str, requests: Resources, gpu_ids: list[str], group_key: str = "",
+        host_ports: frozenset[HostPort] = frozenset(),
     ) -> Allocation:
         """Record a pod that is already running (after a control-plane restart) without
         checking capacity: its processes exist whether or not they fit."""
         with self._lock:
             self.gpu_allocator.release(pod_uid)
             devices = self.gpu_allocator.restore(pod_uid, gpu_ids)
-            allocation = Allocation(pod_uid, group_key, requests, tuple(devices))
+            allocation = Allocation(pod_uid, group_key, requests, tuple(devices), host_ports)
             self._allocations[pod_uid] = allocation
             return allocation
 

@@ -272,6 +272,9 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     # Katib's SDK pushes metrics to its DB manager's gRPC API (report_metrics); before the
     # controllers start, so the first pods already resolve its name.
     plane.dbmanager = serve_dbmanager(plane.store, listeners.katib, tokens=tokens, runtime=plane.kubelet.runtime)
+    # No pod's hostPort may take an address this control plane serves (a hostPort DNATs every
+    # connection to its port, whatever listens there).
+    plane.kubelet.node.reserve_host_ports({("TCP", *sock.getsockname()[:2]) for sock in (*sockets, listeners.katib)})
     plane.kubelet.runtime.service_hosts.update(plane.dbmanager.hosts)
 
     # asyncio gives every TLS connection a 256 KiB read buffer up front: 1,000 idle watches held
