@@ -1,4 +1,5 @@
-"""apps/v1 Deployment and core v1 Service, defaulted and validated as the Kubernetes API server does.
+"""apps/v1 Deployment and DaemonSet, core v1 Service and ReplicationController, defaulted and validated as
+the Kubernetes API server does.
 
 One local rule beyond upstream, without the pod network (trimaran.runtime.network: then each pod
 has its own address and this rule is off): pods share this machine's network, so a containerPort is a
@@ -27,13 +28,15 @@ from trimaran.api.meta import (
     LabelSelector,
     NonNegInt32,
     Resource,
+    check_labels,
     is_dns1035_label,
     is_dns1123_label,
 )
 from trimaran.api.printers import AGE, PrinterColumn
 
-__all__ = ["APPS_V1", "DEPLOYMENT_COLUMNS", "ENDPOINTS_COLUMNS", "REPLICASET_COLUMNS", "SERVICE_COLUMNS", "Deployment",
-           "Endpoints", "ReplicaSet", "Service", "fixed_ports", "percent_or_int", "port_env_name",
+__all__ = ["APPS_V1", "DAEMONSET_COLUMNS", "DEPLOYMENT_COLUMNS", "ENDPOINTS_COLUMNS", "REPLICASET_COLUMNS",
+           "REPLICATIONCONTROLLER_COLUMNS", "SERVICE_COLUMNS", "DaemonSet", "Deployment", "Endpoints", "ReplicaSet",
+           "ReplicationController", "Service", "fixed_ports", "percent_or_int", "port_env_name",
            "reads_port_from_env", "selector_matches", "set_pod_network"]
 
 APPS_V1 = "apps/v1"
@@ -460,3 +463,190 @@ class ReplicaSet(Resource):
             return [FieldError.forbidden("metadata.ownerReferences", "ReplicaSets are made by Deployments here: "
                                          "apply a Deployment with this template instead")]
         return super().check()
+
+
+# --- ReplicationController (core v1) and DaemonSet (apps/v1) -------------------------------------
+
+REPLICATIONCONTROLLER_COLUMNS = REPLICASET_COLUMNS  # kubectl's: NAME DESIRED CURRENT READY AGE
+
+
+def _node_selector(obj: dict[str, Any]) -> str:
+    selector = ((_spec(obj).get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+    return ",".join(f"{k}={v}" for k, v in selector.items()) or "<none>"
+
+
+DAEMONSET_COLUMNS = (
+    PrinterColumn("Desired", "integer", value=lambda o: _status(o).get("desiredNumberScheduled", 0)),
+    PrinterColumn("Current", "integer", value=lambda o: _status(o).get("currentNumberScheduled", 0)),
+    PrinterColumn("Ready", "integer", value=lambda o: _status(o).get("numberReady", 0)),
+    PrinterColumn("Up-to-date", "integer", value=lambda o: _status(o).get("updatedNumberScheduled", 0)),
+    PrinterColumn("Available", "integer", value=lambda o: _status(o).get("numberAvailable", 0)),
+    PrinterColumn("Node Selector", value=_node_selector),
+    AGE)
+
+
+def _check_restart_always(template: PodTemplateSpec, path: str) -> list[FieldError]:
+    restart = template.spec.restart_policy
+    if restart != "Always":
+        return [FieldError.not_supported(join_path(path, "spec", "restartPolicy"), restart, ("Always",))]
+    return []
+
+
+class ReplicationControllerSpec(ApiModel):
+    replicas: NonNegInt32 | None = None
+    min_ready_seconds: NonNegInt32 | None = None
+    selector: dict[str, str] | None = None
+    template: PodTemplateSpec | None = None
+
+
+class ReplicationControllerStatus(ApiModel):
+    replicas: NonNegInt32 | None = None
+    fully_labeled_replicas: NonNegInt32 | None = None
+    ready_replicas: NonNegInt32 | None = None
+    available_replicas: NonNegInt32 | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] | None = None
+
+
+class ReplicationController(Resource):
+    """core v1 ReplicationController: ``replicas`` pods of its template, those its plain-map selector matches."""
+
+    spec: ReplicationControllerSpec = Field(default_factory=ReplicationControllerSpec)
+    status: ReplicationControllerStatus | None = None
+
+    def set_defaults(self) -> None:
+        """``SetDefaults_ReplicationController`` of core v1: the selector and the labels are the
+        template's when omitted, one replica."""
+        spec = self.spec
+        template_labels = (spec.template.metadata.labels if spec.template and spec.template.metadata else None) or {}
+        if spec.template is not None:
+            if not spec.selector:
+                spec.selector = dict(template_labels)
+            if not self.metadata.labels:
+                self.metadata.labels = dict(template_labels)
+            if spec.template.spec.restart_policy is None:
+                spec.template.spec.restart_policy = "Always"
+        if spec.replicas is None:
+            spec.replicas = 1
+        if spec.min_ready_seconds is None:
+            spec.min_ready_seconds = 0
+
+    def check(self) -> list[FieldError]:
+        """``ValidateReplicationControllerSpec``: a non-empty selector that matches the template's labels."""
+        spec = self.spec
+        errs = super().check()
+        if not spec.selector:
+            errs.append(FieldError.required("spec.selector"))
+        else:
+            errs.extend(check_labels("spec.selector", spec.selector))
+        if spec.template is None:
+            errs.append(FieldError.required("spec.template"))
+            return errs
+        template_labels = (spec.template.metadata.labels if spec.template.metadata is not None else None) or {}
+        if spec.selector and not selector_matches({"matchLabels": spec.selector}, template_labels):
+            errs.append(FieldError.invalid("spec.template.metadata.labels", template_labels,
+                                           "selector does not match labels in spec.template"))
+        errs.extend(_check_restart_always(spec.template, "spec.template"))
+        errs.extend(spec.template.check("spec.template", require_image=False))
+        return errs
+
+
+class RollingUpdateDaemonSet(ApiModel):
+    max_unavailable: int | str | None = None
+    max_surge: int | str | None = None
+
+
+class DaemonSetUpdateStrategy(ApiModel):
+    type: Literal["OnDelete", "RollingUpdate"] | None = None
+    rolling_update: RollingUpdateDaemonSet | None = None
+
+
+class DaemonSetSpec(ApiModel):
+    selector: LabelSelector | None = None
+    template: PodTemplateSpec
+    update_strategy: DaemonSetUpdateStrategy | None = None
+    min_ready_seconds: NonNegInt32 | None = None
+    revision_history_limit: NonNegInt32 | None = None
+
+
+class DaemonSetStatus(ApiModel):
+    current_number_scheduled: NonNegInt32 | None = None
+    number_misscheduled: NonNegInt32 | None = None
+    desired_number_scheduled: NonNegInt32 | None = None
+    number_ready: NonNegInt32 | None = None
+    observed_generation: int | None = None
+    updated_number_scheduled: NonNegInt32 | None = None
+    number_available: NonNegInt32 | None = None
+    number_unavailable: NonNegInt32 | None = None
+    collision_count: NonNegInt32 | None = None
+    conditions: list[Condition] | None = None
+
+
+class DaemonSet(Resource):
+    """apps/v1 DaemonSet: one pod of its template on each node that admits it (here, this one)."""
+
+    spec: DaemonSetSpec
+    status: DaemonSetStatus | None = None
+
+    def set_defaults(self) -> None:
+        """``SetDefaults_DaemonSet`` of apps/v1."""
+        spec = self.spec
+        strategy = spec.update_strategy = spec.update_strategy or DaemonSetUpdateStrategy()
+        if strategy.type is None:
+            strategy.type = "RollingUpdate"
+        if strategy.type == "RollingUpdate":
+            rolling = strategy.rolling_update = strategy.rolling_update or RollingUpdateDaemonSet()
+            if rolling.max_unavailable is None:
+                rolling.max_unavailable = 1
+            if rolling.max_surge is None:
+                rolling.max_surge = 0
+        if spec.revision_history_limit is None:
+            spec.revision_history_limit = 10
+        if spec.min_ready_seconds is None:
+            spec.min_ready_seconds = 0
+        if spec.template.spec.restart_policy is None:
+            spec.template.spec.restart_policy = "Always"
+
+    def check(self) -> list[FieldError]:
+        """``ValidateDaemonSetSpec``'s rules."""
+        spec = self.spec
+        errs = super().check()
+        template_labels = (spec.template.metadata.labels if spec.template.metadata is not None else None) or {}
+        if spec.selector is None:
+            errs.append(FieldError.required("spec.selector"))
+        else:
+            errs.extend(spec.selector.check("spec.selector"))
+            selector = spec.selector.to_dict()
+            if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+                errs.append(FieldError.invalid("spec.selector", selector, "empty selector is invalid for daemonset"))
+            elif not selector_matches(selector, template_labels):
+                errs.append(FieldError.invalid("spec.template.metadata.labels", template_labels,
+                                               "`selector` does not match template `labels`"))
+        errs.extend(_check_restart_always(spec.template, "spec.template"))
+        if spec.template.spec.active_deadline_seconds is not None:
+            errs.append(FieldError.forbidden("spec.template.spec.activeDeadlineSeconds",
+                                             "activeDeadlineSeconds in DaemonSet is not Supported"))
+        errs.extend(spec.template.check("spec.template", require_image=False))
+        strategy = spec.update_strategy
+        if strategy is not None and strategy.type == "OnDelete" and strategy.rolling_update is not None:
+            errs.append(FieldError.forbidden("spec.updateStrategy.rollingUpdate",
+                                             "may not be specified when strategy `type` is 'OnDelete'"))
+        elif strategy is not None and strategy.rolling_update is not None:
+            path = "spec.updateStrategy.rollingUpdate"
+            rolling = strategy.rolling_update
+            errs.extend(_check_int_or_percent(join_path(path, "maxUnavailable"), rolling.max_unavailable))
+            errs.extend(_check_int_or_percent(join_path(path, "maxSurge"), rolling.max_surge))
+            for name, value in (("maxUnavailable", rolling.max_unavailable), ("maxSurge", rolling.max_surge)):
+                if isinstance(value, str) and _PERCENT.match(value) and percent_or_int(value, 100, False) > 100:
+                    errs.append(FieldError.invalid(join_path(path, name), value, "must not be greater than 100%"))
+            if rolling.max_unavailable in (0, "0%") and rolling.max_surge in (0, "0%", None):
+                errs.append(FieldError.invalid(join_path(path, "maxUnavailable"), rolling.max_unavailable,
+                                               "cannot be 0 when maxSurge is 0"))
+        return errs
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        if (old.get("spec") or {}).get("selector") != (new.get("spec") or {}).get("selector"):
+            return [FieldError.invalid("spec.selector", (new.get("spec") or {}).get("selector"),
+                                       "field is immutable")]
+        return []

@@ -14,13 +14,17 @@ from typing import Any
 from trimaran.api import printers
 from trimaran.api.apps import (
     APPS_V1,
+    DAEMONSET_COLUMNS,
     DEPLOYMENT_COLUMNS,
     ENDPOINTS_COLUMNS,
     REPLICASET_COLUMNS,
+    REPLICATIONCONTROLLER_COLUMNS,
     SERVICE_COLUMNS,
+    DaemonSet,
     Deployment,
     Endpoints,
     ReplicaSet,
+    ReplicationController,
     Service,
 )
 from trimaran.api.autoscaling import API_VERSION as AUTOSCALING_V2
@@ -435,6 +439,11 @@ for _info in (
              True, HorizontalPodAutoscalerV1, ("all",), HPA_COLUMNS),
     KindInfo("ReplicaSet", APPS_V1, "apps", "v1", "replicasets", ("rs",), True, ReplicaSet, ("all",),
              REPLICASET_COLUMNS),
+    KindInfo("ReplicationController", "v1", "", "v1", "replicationcontrollers", ("rc",), True, ReplicationController,
+             ("all",), REPLICATIONCONTROLLER_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas"),
+             pod_templates=_job_template),
+    KindInfo("DaemonSet", APPS_V1, "apps", "v1", "daemonsets", ("ds",), True, DaemonSet, ("all",),
+             DAEMONSET_COLUMNS, pod_templates=_job_template),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,
              status_subresource=False),
     KindInfo("NetworkPolicy", NETWORKING_V1, "networking.k8s.io", "v1", "networkpolicies", ("netpol",), True,

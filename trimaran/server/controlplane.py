@@ -37,7 +37,13 @@ from trimaran.controllers.trainer import TrainJobReconciler, install_builtin_run
 from trimaran.controllers.training import TrainingJobReconciler
 from trimaran.controllers.tuning import ExperimentReconciler, TrialReconciler
 from trimaran.controllers.volumes import ClaimReconciler
-from trimaran.controllers.workloads import DeploymentReconciler, HorizontalPodAutoscalerReconciler, ServiceReconciler
+from trimaran.controllers.workloads import (
+    DaemonSetReconciler,
+    DeploymentReconciler,
+    HorizontalPodAutoscalerReconciler,
+    ReplicationControllerReconciler,
+    ServiceReconciler,
+)
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.local import shim_pool_size_from_env
@@ -145,7 +151,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         ExperimentReconciler(store), trials, InferenceServiceReconciler(
             store, home, ports, runtime, gateway=runtime.network.plan.gateway if runtime.network else "127.0.0.1"),
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet, node_controller,
-        DeploymentReconciler(store, ports), services, HorizontalPodAutoscalerReconciler(store, runtime),
+        DeploymentReconciler(store, ports), ReplicationControllerReconciler(store), DaemonSetReconciler(store, node),
+        services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
         GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,

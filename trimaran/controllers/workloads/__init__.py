@@ -1,7 +1,11 @@
-"""Plain Kubernetes workloads: apps/v1 Deployments, v1 Services and autoscaling/v2 HorizontalPodAutoscalers."""
+"""Plain Kubernetes workloads: apps/v1 Deployments and DaemonSets, v1 ReplicationControllers and Services,
+and autoscaling/v2 HorizontalPodAutoscalers."""
 
+from trimaran.controllers.workloads.daemonset import DaemonSetReconciler
 from trimaran.controllers.workloads.deployment import DeploymentReconciler
 from trimaran.controllers.workloads.hpa import HorizontalPodAutoscalerReconciler
+from trimaran.controllers.workloads.replicationcontroller import ReplicationControllerReconciler
 from trimaran.controllers.workloads.service import ServiceReconciler
 
-__all__ = ["DeploymentReconciler", "HorizontalPodAutoscalerReconciler", "ServiceReconciler"]
+__all__ = ["DaemonSetReconciler", "DeploymentReconciler", "HorizontalPodAutoscalerReconciler",
+           "ReplicationControllerReconciler", "ServiceReconciler"]

@@ -1,0 +1,142 @@
+"""core v1 ReplicationController: ``spec.replicas`` pods of its template, as kube-controller-manager's
+replication manager keeps them.
+
+The pods it counts are those its plain-map selector matches and that it controls: a matching pod
+that no controller owns is adopted (its ownerReferences name the RC, ``controller: true``), an owned
+pod whose labels no longer match is released. Too few: new pods ``<rc>-<5 chars>`` from the
+template; too many: the least far along go first (not scheduled, then not running, then not
+ready, then the newest), as upstream ranks them. Deleting the RC deletes its pods (the garbage
+collector, by owner references).
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from collections.abc import Iterable
+
+from trimaran.api.apps import selector_matches
+from trimaran.api.meta import replica_count
+from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
+from trimaran.controllers.pods import is_terminating, new_pod, owner_reference, phase, request_deletion
+from trimaran.controllers.workloads.deployment import is_available
+from trimaran.store import Conflict, NotFound
+
+__all__ = ["ReplicationControllerReconciler", "pod_suffix"]
+
+_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # upstream's utilrand alphabet: no vowels, no 0/1/3
+
+
+def pod_suffix() -> str:
+    """Five random characters, as the API server's generateName adds."""
+    return "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
+
+
+def _is_ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _controller_uid(pod: dict) -> str | None:
+    for ref in pod["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+class ReplicationControllerReconciler(Reconciler):
+    name = "replicationcontroller"
+    kinds = ("ReplicationController",)
+    watches = ("Pod",)
+
+    def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
+        """A pod's controller, or, for a pod no controller owns, the RCs whose selector matches it (to adopt it)."""
+        keys = list(super().keys_for(event_kind, obj))
+        if keys or event_kind != "Pod" or _controller_uid(obj) is not None or is_terminating(obj):
+            return keys
+        labels = obj["metadata"].get("labels") or {}
+        return [key_of(rc) for rc in self.store.list("ReplicationController", obj["metadata"].get("namespace", ""))
+                if (rc.get("spec") or {}).get("selector")
+                and selector_matches({"matchLabels": rc["spec"]["selector"]}, labels)]
+
+    def reconcile(self, key: Key) -> float | None:
+        try:
+            rc = self.store.get("ReplicationController", key.namespace, key.name)
+        except NotFound:
+            return None
+        if is_being_deleted(rc):
+            return None
+        spec = rc["spec"]
+        pods = self._claim(rc)
+        for pod in pods:
+            if phase(pod) in ("Failed", "Succeeded"):  # restartPolicy Always: only a failed start ends here
+                request_deletion(self.store, pod)
+        live = [p for p in pods if not is_terminating(p) and phase(p) not in ("Failed", "Succeeded")]
+        desired = replica_count(spec)
+        if len(live) < desired:
+            for _ in range(desired - len(live)):
+                self.store.create(self._build_pod(rc))
+            self.store.record_event(rc, "Normal", "SuccessfulCreate",
+                                    f"Created {desired - len(live)} pod(s) of {desired}")
+        elif len(live) > desired:
+            ranked = sorted(live, key=lambda p: (bool(p["spec"].get("nodeName")), phase(p) == "Running",
+                                                 _is_ready(p), p["metadata"].get("creationTimestamp") or ""))
+            for pod in ranked[:len(live) - desired]:
+                request_deletion(self.store, pod)
+                self.store.record_event(rc, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}")
+            live = ranked[len(live) - desired:]
+        return self._write_status(rc, live)
+
+    def _claim(self, rc: dict) -> list[dict]:
+        """The pods the RC controls: its own that still match, plus matching orphans, adopted."""
+        meta = rc["metadata"]
+        selector = {"matchLabels": rc["spec"].get("selector") or {}}
+        claimed = []
+        for pod in self.store.list("Pod", meta["namespace"]):
+            owner = _controller_uid(pod)
+            matches = selector_matches(selector, pod["metadata"].get("labels"))
+            if owner == meta["uid"]:
+                if matches or is_terminating(pod):
+                    claimed.append(pod)
+                else:
+                    self._set_owner(pod, None, meta["uid"])
+            elif owner is None and matches and not is_terminating(pod):
+                adopted = self._set_owner(pod, rc, meta["uid"])
+                if adopted is not None:
+                    claimed.append(adopted)
+        return claimed
+
+    def _set_owner(self, pod: dict, rc: dict | None, uid: str) -> dict | None:
+        """Adopt ``pod`` (``rc`` given) or release it from the RC of ``uid``; the stored pod, or None on a race."""
+        fresh = copy.deepcopy(pod)
+        refs = [r for r in fresh["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+        if rc is not None:
+            refs.append(owner_reference(rc))
+        fresh["metadata"]["ownerReferences"] = refs
+        try:
+            return self.store.update(fresh)
+        except (Conflict, NotFound):
+            return None
+
+    def _build_pod(self, rc: dict) -> dict:
+        meta = rc["metadata"]
+        template = copy.deepcopy(rc["spec"]["template"])
+        tmeta = template.get("metadata") or {}
+        return new_pod(f"{meta['name']}-{pod_suffix()}", meta["namespace"], template.get("spec") or {}, owner=rc,
+                       labels=dict(tmeta.get("labels") or {}), annotations=dict(tmeta.get("annotations") or {}))
+
+    def _write_status(self, rc: dict, live: list[dict]) -> float | None:
+        spec = rc["spec"]
+        min_ready = int(spec.get("minReadySeconds") or 0)
+        template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        before = copy.deepcopy(rc.get("status") or {})
+        status = copy.deepcopy(before)
+        status.update(replicas=len(live),
+                      fullyLabeledReplicas=sum(1 for p in live
+                                               if selector_matches({"matchLabels": template_labels},
+                                                                   p["metadata"].get("labels"))),
+                      readyReplicas=sum(1 for p in live if _is_ready(p)),
+                      availableReplicas=sum(1 for p in live if is_available(p, min_ready)),
+                      observedGeneration=rc["metadata"].get("generation", 1))
+        waiting = min_ready if min_ready and status["availableReplicas"] < status["readyReplicas"] else None
+        return self.settle_status(rc, status, before, float(waiting) if waiting else None)
