@@ -100,6 +100,7 @@ def test_rc_selector_defaults_to_the_template_labels(api: Client) -> None:
     assert made["spec"]["selector"] == {"app": "plain"}
     assert made["spec"]["replicas"] == 1
     assert made["metadata"]["labels"] == {"app": "plain"}
+    assert made["status"] == {"replicas": 0}, "replicas is not omitempty: clients (the Python client) require it"
     running(api, "plain", 1, "one pod by default")
     api.delete("ReplicationController", NS, "plain")
     gone(api, "plain", "the pod of the deleted RC")
@@ -133,6 +134,8 @@ def test_daemonset_runs_one_pod_on_the_node_and_rolls_it(plane: ControlPlaneHand
     made = api.create("DaemonSet", NS, daemonset("agent"))
     assert made["spec"]["updateStrategy"] == {"type": "RollingUpdate",
                                               "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert made["status"] == {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                              "numberReady": 0}, "the four counts clients require, before the controller's first pass"
     first, = running(api, "agent", 1, "the daemon pod")
     assert first["spec"]["nodeName"] == node
     assert first["metadata"]["name"].startswith("agent-") and len(first["metadata"]["name"]) == len("agent-") + 5

@@ -530,6 +530,8 @@ class ReplicationController(Resource):
             spec.replicas = 1
         if spec.min_ready_seconds is None:
             spec.min_ready_seconds = 0
+        if self.status is None:  # ``replicas`` is not omitempty: kube-apiserver writes 0, and clients require it
+            self.status = ReplicationControllerStatus(replicas=0)
 
     def check(self) -> list[FieldError]:
         """``ValidateReplicationControllerSpec``: a non-empty selector that matches the template's labels."""
@@ -606,6 +608,9 @@ class DaemonSet(Resource):
             spec.min_ready_seconds = 0
         if spec.template.spec.restart_policy is None:
             spec.template.spec.restart_policy = "Always"
+        if self.status is None:  # these four are not omitempty: kube-apiserver writes 0, and clients require them
+            self.status = DaemonSetStatus.model_validate({"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                                                          "desiredNumberScheduled": 0, "numberReady": 0})
 
     def check(self) -> list[FieldError]:
         """``ValidateDaemonSetSpec``'s rules."""

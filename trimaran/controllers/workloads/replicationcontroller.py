@@ -75,9 +75,8 @@ class ReplicationControllerReconciler(Reconciler):
         desired = replica_count(spec)
         if len(live) < desired:
             for _ in range(desired - len(live)):
-                self.store.create(self._build_pod(rc))
-            self.store.record_event(rc, "Normal", "SuccessfulCreate",
-                                    f"Created {desired - len(live)} pod(s) of {desired}")
+                created = self.store.create(self._build_pod(rc))
+                self.store.record_event(rc, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
         elif len(live) > desired:
             ranked = sorted(live, key=lambda p: (bool(p["spec"].get("nodeName")), phase(p) == "Running",
                                                  _is_ready(p), p["metadata"].get("creationTimestamp") or ""))
