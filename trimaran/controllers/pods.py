@@ -29,13 +29,21 @@ def owner_reference(owner: dict) -> dict:
 
 
 def new_pod(name: str, namespace: str, spec: dict, *, owner: dict | None = None, labels: dict | None = None,
-            annotations: dict | None = None) -> dict:
+            annotations: dict | None = None, generate: bool = False) -> dict:
     """A Pod as a controller creates it from its template: ``Pending``, owned by ``owner`` (its
-    controller, so GC removes it with the owner) when one is given."""
-    metadata: dict = {"name": name, "namespace": namespace, "labels": labels or {}, "annotations": annotations or {}}
+    controller, so GC removes it with the owner) when one is given. With ``generate``, ``name`` is a
+    ``generateName`` prefix the store completes, as the ReplicaSet and DaemonSet controllers name pods."""
+    metadata: dict = {"generateName" if generate else "name": name, "namespace": namespace, "labels": labels or {},
+                      "annotations": annotations or {}}
     if owner is not None:
         metadata["ownerReferences"] = [owner_reference(owner)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": "Pending"}}
+
+
+def is_ready(pod: dict) -> bool:
+    """Its Ready condition is True (upstream's ``IsPodReady``)."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def owned_pods(store: Store, owner: dict) -> list[dict]:

@@ -20,9 +20,8 @@ from collections.abc import Iterable
 
 from trimaran.api.apps import percent_or_int
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
-from trimaran.controllers.pods import is_terminating, new_pod, owned_pods, phase, request_deletion
+from trimaran.controllers.pods import is_ready, is_terminating, new_pod, owned_pods, phase, request_deletion
 from trimaran.controllers.workloads.deployment import is_available, template_hash
-from trimaran.controllers.workloads.replicationcontroller import pod_suffix
 from trimaran.runtime.node import Node
 from trimaran.store import NotFound, Store
 
@@ -45,11 +44,6 @@ def daemon_tolerations(pod_spec: dict) -> list[dict]:
     tolerations = list(pod_spec.get("tolerations") or [])
     have = {(t.get("key"), t.get("effect")) for t in tolerations}
     return tolerations + [t for t in added if (t["key"], t["effect"]) not in have]
-
-
-def _is_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _revision(pod: dict) -> str:
@@ -142,7 +136,7 @@ class DaemonSetReconciler(Reconciler):
         tmeta = template.get("metadata") or {}
         labels = {**(tmeta.get("labels") or {}), REVISION_HASH_LABEL: current,
                   GENERATION_LABEL: str(meta.get("generation", 1))}
-        pod = new_pod(f"{meta['name']}-{pod_suffix()}", meta["namespace"], copy.deepcopy(pod_spec), owner=ds,
+        pod = new_pod(f"{meta['name']}-", meta["namespace"], copy.deepcopy(pod_spec), owner=ds, generate=True,
                       labels=labels, annotations=dict(tmeta.get("annotations") or {}))
         created = self.store.create(pod)
         self.store.record_event(ds, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
@@ -157,7 +151,7 @@ class DaemonSetReconciler(Reconciler):
         available = 1 if any(is_available(p, min_ready) for p in live) else 0
         status.update(desiredNumberScheduled=desired, currentNumberScheduled=1 if live else 0,
                       numberMisscheduled=1 if misscheduled else 0,
-                      numberReady=1 if any(_is_ready(p) for p in live) else 0,
+                      numberReady=1 if any(is_ready(p) for p in live) else 0,
                       numberAvailable=available, numberUnavailable=max(desired - available, 0),
                       updatedNumberScheduled=1 if any(_revision(p) == current for p in live) else 0,
                       observedGeneration=ds["metadata"].get("generation", 1))

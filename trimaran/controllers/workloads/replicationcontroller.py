@@ -12,29 +12,16 @@ collector, by owner references).
 from __future__ import annotations
 
 import copy
-import secrets
 from collections.abc import Iterable
 
 from trimaran.api.apps import selector_matches
 from trimaran.api.meta import replica_count
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
-from trimaran.controllers.pods import is_terminating, new_pod, owner_reference, phase, request_deletion
+from trimaran.controllers.pods import is_ready, is_terminating, new_pod, owner_reference, phase, request_deletion
 from trimaran.controllers.workloads.deployment import is_available
 from trimaran.store import Conflict, NotFound
 
-__all__ = ["ReplicationControllerReconciler", "pod_suffix"]
-
-_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # upstream's utilrand alphabet: no vowels, no 0/1/3
-
-
-def pod_suffix() -> str:
-    """Five random characters, as the API server's generateName adds."""
-    return "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
-
-
-def _is_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+__all__ = ["ReplicationControllerReconciler"]
 
 
 def _controller_uid(pod: dict) -> str | None:
@@ -79,7 +66,7 @@ class ReplicationControllerReconciler(Reconciler):
                 self.store.record_event(rc, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
         elif len(live) > desired:
             ranked = sorted(live, key=lambda p: (bool(p["spec"].get("nodeName")), phase(p) == "Running",
-                                                 _is_ready(p), p["metadata"].get("creationTimestamp") or ""))
+                                                 is_ready(p), p["metadata"].get("creationTimestamp") or ""))
             for pod in ranked[:len(live) - desired]:
                 request_deletion(self.store, pod)
                 self.store.record_event(rc, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}")
@@ -121,7 +108,7 @@ class ReplicationControllerReconciler(Reconciler):
         meta = rc["metadata"]
         template = copy.deepcopy(rc["spec"]["template"])
         tmeta = template.get("metadata") or {}
-        return new_pod(f"{meta['name']}-{pod_suffix()}", meta["namespace"], template.get("spec") or {}, owner=rc,
+        return new_pod(f"{meta['name']}-", meta["namespace"], template.get("spec") or {}, owner=rc, generate=True,
                        labels=dict(tmeta.get("labels") or {}), annotations=dict(tmeta.get("annotations") or {}))
 
     def _write_status(self, rc: dict, live: list[dict]) -> float | None:
@@ -134,7 +121,7 @@ class ReplicationControllerReconciler(Reconciler):
                       fullyLabeledReplicas=sum(1 for p in live
                                                if selector_matches({"matchLabels": template_labels},
                                                                    p["metadata"].get("labels"))),
-                      readyReplicas=sum(1 for p in live if _is_ready(p)),
+                      readyReplicas=sum(1 for p in live if is_ready(p)),
                       availableReplicas=sum(1 for p in live if is_available(p, min_ready)),
                       observedGeneration=rc["metadata"].get("generation", 1))
         waiting = min_ready if min_ready and status["availableReplicas"] < status["readyReplicas"] else None
