@@ -656,6 +656,8 @@ class Node:
 
     def _ports_taken(self, wanted: list[frozenset[HostPort]]) -> bool:
         """Whether the new pods' host ports meet each other's, an admitted pod's or a reserved one."""
+        if not any(wanted):
+            return False  # most pods ask for none: no walk over every admitted pod's
         held = [*self._reserved_ports, *(p for a in self._allocations.values() for p in a.host_ports)]
         for ports in wanted:
             if any(_ports_conflict(port, other) for port in ports for other in held):
