@@ -116,8 +116,9 @@ def attack_images(target: Path, registry, test_images) -> dict[str, tuple[str, s
     """Each attack's image reference in the registry, and its pod's command."""
     pushed: dict[str, tuple[str, str]] = {}
     for name, (layers, command) in _attacks(target).items():
-        # Tagged per target directory: another run beside this one aims at a directory of its own.
-        tag = f"escape-{name}-{target.name}"
+        # Tagged per target directory: another run beside this one aims at a directory of its own. By
+        # its digest: mkdtemp's suffix may hold "_" next to "-", which an OCI ref.name must not.
+        tag = f"escape-{name}-{hashlib.sha256(str(target).encode()).hexdigest()[:12]}"
         test_images.layout.build(tag, layers, ImageSpec(), base="busybox")
         pushed[name] = (registry.push(test_images, tag, f"escape/{name}:1"), command)
     return pushed
