@@ -20,7 +20,7 @@ from trimaran.runtime.node import (
     ephemeral_storage_violation,
     parse_eviction_hard,
 )
-from trimaran.server.kube.logs import _LogCursor, _tail_start
+from trimaran.server.kube.logs import _PARTIAL_LINE, _LogCursor, _tail_start, _whole
 
 from .helpers import make_pod
 
@@ -164,11 +164,23 @@ def _read_from(files: list[Path], start: tuple[int, int]) -> bytes:
 
 def test_a_tail_reaches_back_across_rotated_files(tmp_path: Path) -> None:
     files = _rotated(tmp_path, [b"a\nb\n", b"c\nd\n", b"e\n"])
-    assert _read_from(files, _tail_start(files, 1)) == b"e\n"
-    assert _read_from(files, _tail_start(files, 2)) == b"d\ne\n"
-    assert _read_from(files, _tail_start(files, 4)) == b"b\nc\nd\ne\n"
-    assert _read_from(files, _tail_start(files, 10)) == b"a\nb\nc\nd\ne\n"
-    assert _read_from(files, _tail_start(files, 0)) == b""
+    assert _read_from(files, _tail_start(files, 1, False)) == b"e\n"
+    assert _read_from(files, _tail_start(files, 2, False)) == b"d\ne\n"
+    assert _read_from(files, _tail_start(files, 4, False)) == b"b\nc\nd\ne\n"
+    assert _read_from(files, _tail_start(files, 10, False)) == b"a\nb\nc\nd\ne\n"
+    assert _read_from(files, _tail_start(files, 0, False)) == b""
+
+
+def test_a_tail_of_a_running_container_leaves_out_the_line_it_has_begun(tmp_path: Path) -> None:
+    files = _rotated(tmp_path, [b"a\nb\n", b"c\nd"])
+    assert _whole(_read_from(files, _tail_start(files, 1, True))) == b"c\n"
+    assert _whole(_read_from(files, _tail_start(files, 2, True))) == b"b\nc\n"
+    assert _read_from(files, _tail_start(files, 1, False)) == b"d"
+    (tmp_path / "alone").mkdir()
+    alone = _rotated(tmp_path / "alone", [b"a\nb\n", b"begun"])  # the live file holds only the begun line
+    assert _whole(_read_from(alone, _tail_start(alone, 1, True))) == b"b\n"
+    long = b"x" * _PARTIAL_LINE
+    assert _whole(b"a\n" + long) == b"a\n" + long  # containerd logs a line this long in parts
 
 
 def test_a_cursor_follows_a_rotation_without_losing_or_repeating(tmp_path: Path) -> None:

@@ -206,6 +206,58 @@ print(json.dumps({
 '''
 
 
+PARTIAL_LINES = r"""
+import json, os, sys, threading, time
+from kubernetes import client, config, watch
+
+config.load_kube_config()
+core = client.CoreV1Api()
+release = sys.argv[1]
+core.create_namespace({"metadata": {"name": "partial",
+                                    "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})
+# One write holds a whole line and the start of the next; the rest of that line comes only when
+# the test says so, and the last line never ends.
+code = ("import os, time\n"
+        "os.write(1, b'first\\nbegun')\n"
+        "open('/release/written', 'w').close()\n"
+        "while not os.path.exists('/release/go'): time.sleep(0.05)\n"
+        "os.write(1, b' ended\\nlast')\n")
+core.create_namespaced_pod("partial", {"metadata": {"name": "p"}, "spec": {
+    "restartPolicy": "Never",
+    "containers": [{"name": "c", "image": "python:3.11", "command": ["python", "-c", code],
+                    "volumeMounts": [{"name": "release", "mountPath": "/release"}]}],
+    "volumes": [{"name": "release", "hostPath": {"path": release}}]}})
+deadline = time.monotonic() + 180
+while not os.path.exists(os.path.join(release, "written")):
+    assert time.monotonic() < deadline
+    time.sleep(0.05)
+while not (running := core.read_namespaced_pod_log("p", "partial")):
+    assert time.monotonic() < deadline
+    time.sleep(0.05)
+running_tail = core.read_namespaced_pod_log("p", "partial", tail_lines=1)
+
+streamed, opened = [], threading.Event()
+
+
+def follow():
+    response = core.read_namespaced_pod_log("p", "partial", follow=True, _preload_content=False)
+    opened.set()
+    for chunk in response.stream(16):
+        streamed.append(chunk.decode())
+
+
+follower = threading.Thread(target=follow)
+follower.start()
+opened.wait()
+open(os.path.join(release, "go"), "w").close()
+follower.join(timeout=120)
+print(json.dumps({"running": running, "running_tail": running_tail, "streamed": "".join(streamed),
+                  "follow_ended": not follower.is_alive(),
+                  "ended": core.read_namespaced_pod_log("p", "partial"),
+                  "ended_tail": core.read_namespaced_pod_log("p", "partial", tail_lines=1)}))
+"""
+
+
 def test_custom_objects_crud_and_watch(plane: ControlPlaneHandle, tmp_path: Path) -> None:
     release = tmp_path / "release"
     release.mkdir()
@@ -248,6 +300,19 @@ def test_typed_pods_and_logs_plain_and_followed(plane: ControlPlaneHandle, tmp_p
     assert out["streamed"] == ["waiting for the release"] + [f"line {i}" for i in range(5)]
     assert out["tail"] == "line 3\nline 4\n"
     assert out["final_phase"] == "Succeeded"
+
+
+def test_a_line_is_logged_once_it_ends_as_a_cri_runtime_logs_it(plane: ControlPlaneHandle, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    release.mkdir()
+    release.chmod(0o777)  # the pod, no one's root on the host, leaves a mark there
+    out = run_client(sys.executable, plane, PARTIAL_LINES, tmp_path, str(release))
+    assert out["running"] == "first\n"  # "begun" is in the file, but its line has not ended
+    assert out["running_tail"] == "first\n"
+    assert out["follow_ended"]
+    assert out["streamed"] == "first\nbegun ended\nlast"  # the container's end ends its last line
+    assert out["ended"] == "first\nbegun ended\nlast"
+    assert out["ended_tail"] == "last"
 
 
 def test_typed_builtins_without_api_version_or_kind(plane: ControlPlaneHandle, tmp_path: Path) -> None:

@@ -2,7 +2,12 @@
 
 A log is the live file and the files the shim rotated it into (the node's ``log_files``),
 read as one stream: ``tailLines``, ``sinceSeconds`` and ``limitBytes`` count across them, and a
-follow goes on into the new file when the live one is rotated."""
+follow goes on into the new file when the live one is rotated.
+
+The file holds the container's output as written (attach sessions read it raw), while a CRI
+runtime's log holds whole lines: containerd writes a line once its newline comes, or a part of
+``_PARTIAL_LINE`` bytes of a longer one. So while the container runs, a line it has begun is held
+back here, as ``kubectl logs`` against containerd would not see it yet."""
 
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ _TAIL_BLOCK = 64 * 1024
 # A follow sends at most this much per read, so a log of many rotated files streams rather than
 # being read into memory at once.
 _FOLLOW_CHUNK = 1 << 20
+# containerd's max_container_log_line_size: a line this long is logged in parts before its end.
+_PARTIAL_LINE = 16 * 1024
 
 
 class LogOptions:
@@ -52,8 +59,15 @@ class LogOptions:
         self.timestamps = timestamps
 
 
-def _tail_start(files: list[Path], lines: int) -> tuple[int, int]:
-    """``(file, offset)`` where the last ``lines`` lines of ``files``, read as one stream, begin."""
+def _whole(data: bytes) -> bytes:
+    """``data`` without a line begun at its end (a part of ``_PARTIAL_LINE`` bytes or more is kept)."""
+    cut = data.rfind(b"\n") + 1
+    return data if len(data) - cut >= _PARTIAL_LINE else data[:cut]
+
+
+def _tail_start(files: list[Path], lines: int, held: bool) -> tuple[int, int]:
+    """``(file, offset)`` where the last ``lines`` lines of ``files``, read as one stream, begin;
+    where ``held``, a line begun at the end is not one of them."""
     last = len(files) - 1
     if lines == 0:
         return last, _size(files[last])
@@ -70,10 +84,13 @@ def _tail_start(files: list[Path], lines: int) -> tuple[int, int]:
                 pos -= step
                 fh.seek(pos)
                 block = fh.read(step)
-                # A final newline ends the last line; it does not start another.
-                if at_end and block.endswith(b"\n"):
-                    block = block[:-1]
-                at_end = False
+                if at_end:
+                    if held:
+                        block = _whole(block)
+                    # A final newline ends the last line; it does not start another.
+                    at_end = not block  # a block of only the held line: the end is further back
+                    if block.endswith(b"\n"):
+                        block = block[:-1]
                 count = block.count(b"\n")
                 if seen + count >= lines:
                     cut = len(block)
@@ -184,6 +201,12 @@ class _LogCursor:
             self._fh = None
 
 
+def _running(status: dict, container: str) -> bool:
+    """Whether the pod's status has ``container`` running (its output may yet end a line)."""
+    return any(cs.get("name") == container and "running" in (cs.get("state") or {})
+               for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])])
+
+
 def _stamp(chunk: bytes, at_line_start: bool, when: float) -> tuple[bytes, bool]:
     """Prefix each line of ``chunk`` with an RFC 3339 time (when it was read: the files keep none)."""
     stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ ").encode()
@@ -246,8 +269,9 @@ def pod_log(hub: WatchHub, node: NodeAPI, pod: dict, options: LogOptions,
     listing = functools.partial(node.log_files, namespace, name, container, attempt)
     files = listing()
     path = files[-1]
+    held = not options.previous and _running(status, container)
     if options.tail_lines is not None:
-        index, start = _tail_start(files, options.tail_lines)
+        index, start = _tail_start(files, options.tail_lines, held)
     elif options.since_seconds is not None:
         index, start = _since_start(files, options.since_seconds)
     else:
@@ -268,6 +292,8 @@ def pod_log(hub: WatchHub, node: NodeAPI, pod: dict, options: LogOptions,
         finally:
             cursor.close()
         data = b"".join(parts)
+        if held and (remaining is None or remaining > 0):  # read to the end, not cut by limitBytes
+            data = _whole(data)
         if options.timestamps:
             data, _ = _stamp(data, True, path.stat().st_mtime if path.exists() else time.time())
         return Response(data, media_type="text/plain")
@@ -280,20 +306,30 @@ def pod_log(hub: WatchHub, node: NodeAPI, pod: dict, options: LogOptions,
         watcher = None
         if not ended:
             watcher, ended = await _watch_pod(hub, pod)
+        begun = b""  # a line read but not yet ended, held while the container may still end it
         try:
             while True:
                 chunk = cursor.read(min(remaining, _FOLLOW_CHUNK) if remaining is not None else _FOLLOW_CHUNK)
                 if chunk:
                     if remaining is not None:
                         remaining -= len(chunk)
-                    if options.timestamps:
-                        chunk, line_start = _stamp(chunk, line_start, time.time())
-                    yield chunk
+                    chunk = begun + chunk
+                    if not ended and (remaining is None or remaining > 0):
+                        whole = _whole(chunk)
+                        chunk, begun = whole, chunk[len(whole):]
+                    else:
+                        begun = b""
+                    if chunk:
+                        if options.timestamps:
+                            chunk, line_start = _stamp(chunk, line_start, time.time())
+                        yield chunk
                     if remaining is not None and remaining <= 0:
                         return
                     pause = _FOLLOW_POLL
                     continue
                 if ended or watcher is None:  # what it wrote before it ended has been sent
+                    if begun:
+                        yield _stamp(begun, line_start, time.time())[0] if options.timestamps else begun
                     return
                 try:
                     event = await watcher.next(pause)
