@@ -89,3 +89,10 @@ def test_a_page_costs_its_page(filled: SQLiteStore, obj: Callable[..., dict[str,
     assert fetched[0] < 1000 and sum(fetched[:-1]) <= 256 + 1  # the last statement is the count
     with pytest.raises(ValueError):
         filled.list_page("ConfigMap", None, after=None, limit=0)
+
+
+def test_a_namespaces_page_from_a_position_in_another_namespace(filled: SQLiteStore) -> None:
+    assert [_key(o) for o in filled.list_page("PyTorchJob", "b", after=("a", "j39"), limit=2).items] == \
+        [("b", "j00"), ("b", "j01")]
+    later = filled.list_page("PyTorchJob", "b", after=("c", "j00"), limit=2)
+    assert later.items == [] and not later.more

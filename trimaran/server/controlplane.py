@@ -195,6 +195,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     from trimaran.server.kube.watch import MAX_STREAMS_PER_CLIENT, Streams
     from trimaran.server.kubeconfig import ensure_user_token, write_kubeconfig
     from trimaran.server.listeners import record_given, stop_pods_given, take_listeners
+    from trimaran.server.memory import MemoryReturner, limit_malloc_arenas
     from trimaran.server.monitoring import write_prometheus_config
     from trimaran.server.tls import ensure_pki
 
@@ -202,6 +203,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     # SIGUSR1 writes every thread's stack to the log (stderr): what a start that does not answer is
     # doing (daemon.start_server asks for it before it gives up).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    limit_malloc_arenas()  # before the threads: see server/memory.py
     try:
         plane = build_control_plane(home)
     except HomeLocked as exc:
@@ -288,6 +290,8 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     # a quarter of a gigabyte. Requests are small, and a large body is read in more pieces.
     asyncio.sslproto.SSLProtocol.max_size = 32 * 1024
 
+    returner = MemoryReturner(plane.store)
+
     async def run() -> None:
         hub.start(asyncio.get_running_loop())
         # What is loaded now lives as long as the process: out of the collector's sight, so that a
@@ -295,6 +299,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
         gc.collect()
         gc.freeze()
         plane.manager.start()
+        returner.start()
         write_server_info(home, url=url, pid=os.getpid(), pod_port=pod_port,
                           katib_db_manager=plane.dbmanager.address if plane.dbmanager else None)
         log.info("control plane listening on %s (pods: %s:%s; home %s)", url, plane.pod_host, pod_port, home)
@@ -302,6 +307,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
             await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, sockets, strict=True)))
         finally:
             hub.stop()
+            returner.stop()
 
     try:
         asyncio.run(run())

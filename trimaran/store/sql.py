@@ -487,6 +487,12 @@ class SQLStore(Store):
         values: dict[str, Any] = {"kind": kind, "namespace": namespace}
         values.update((f"needle_{i}", _contains_pattern(needle)) for i, needle in enumerate(needles))
         position = after or ("", "")
+        if namespace is not None:
+            # Within one namespace the position is a name alone, so the index reads the page in
+            # order (a (namespace, name) comparison there has SQLite sort everything past it).
+            if position[0] > namespace:
+                return Page([], False, None)
+            position = (namespace, position[1] if position[0] == namespace else "")
         items: list[dict[str, Any]] = []
         batch = max(limit + 1, _PAGE_BATCH)
         while True:
@@ -520,11 +526,12 @@ class SQLStore(Store):
         if prepared is None:
             position = (objects.c.namespace, objects.c.name)
             # The first page is past ("", ""): every object, as no name is empty.
-            past = tuple_(*position) > tuple_(bindparam("after_namespace"), bindparam("after_name"))
+            if by_namespace:
+                past = and_(objects.c.namespace == bindparam("namespace"), objects.c.name > bindparam("after_name"))
+            else:
+                past = tuple_(*position) > tuple_(bindparam("after_namespace"), bindparam("after_name"))
             query = select(*position, objects.c.resource_version, objects.c.body).where(
                 objects.c.kind == bindparam("kind"), past)
-            if by_namespace:
-                query = query.where(objects.c.namespace == bindparam("namespace"))
             for i in range(needles):
                 query = query.where(objects.c.body.like(bindparam(f"needle_{i}"), escape="/"))
             query = query.order_by(*position).limit(bindparam("batch"))

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["EVENT", "KubeAPI", "MAX_BODY_BYTES", "Target"]
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit for a request body
+_DELETE_PAGE = 500  # objects a deletecollection reads at a time
 MAX_WATCH_SECONDS = 1800  # a watch without timeoutSeconds ends here, and none lasts longer
 _BOOKMARK_EVERY = 30.0
 _UNKNOWN_FIELD = 'unknown field "'
@@ -798,12 +799,19 @@ class KubeAPI:
 
     async def _delete_collection(self, request: Request, target: Target, propagation: str, dry_run: bool
                                  ) -> Response:
-        _, items, _ = await self._select(request, target)
-        for obj in items:
-            try:
-                await asyncio.to_thread(request_delete, self.store, obj, propagation, None, dry_run)
-            except (NotFound, Conflict):
-                continue  # gone or changed meanwhile: deletecollection is best effort per item
+        after: tuple[str, str] | None = None
+        while True:  # a page at a time, so that a collection of thousands is never held whole
+            paged = await self._select_page(request, target, after, _DELETE_PAGE)
+            items = paged[1].items if paged is not None else (await self._select(request, target))[1]
+            for obj in items:
+                try:
+                    await asyncio.to_thread(request_delete, self.store, obj, propagation, None, dry_run)
+                except (NotFound, Conflict):
+                    continue  # gone or changed meanwhile: deletecollection is best effort per item
+            if paged is None or not paged[1].more:
+                break
+            last = items[-1]["metadata"]
+            after = (last.get("namespace") or "", last["name"])
         return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
 
     # Scale -----------------------------------------------------------------------------
