@@ -60,6 +60,10 @@ def ready_time(pod: dict) -> str:
     return next(c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "Ready")
 
 
+def image_of(pod: dict) -> str:
+    return pod["spec"]["containers"][0]["image"]
+
+
 def env_of(pod: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in pod["spec"]["containers"][0].get("env") or []}
 
@@ -125,7 +129,7 @@ def test_ordered_pods_claims_rolling_update_history_undo_and_scale(plane: Contro
     # A partitioned update: only ordinals at or above the partition take the new template.
     kubectl(plane, tmp_path, "patch", "sts", "web", "-p",
             '{"spec":{"updateStrategy":{"rollingUpdate":{"partition":2}}}}')
-    kubectl(plane, tmp_path, "set", "env", "sts/web", "VERSION=v2")
+    kubectl(plane, tmp_path, "set", "image", "sts/web", "main=python:3.12")
     second = poll(lambda: api.get("StatefulSet", NS, "web")["status"].get("updateRevision") != first
                   and api.get("StatefulSet", NS, "web")["status"]["updateRevision"], what="a second revision")
     out = kubectl(plane, tmp_path, "rollout", "status", "sts/web", "--timeout=90s")
@@ -133,7 +137,7 @@ def test_ordered_pods_claims_rolling_update_history_undo_and_scale(plane: Contro
     pods = all_at(api, "web", 3, None, "web-2 updated")
     assert {n: p["metadata"]["labels"]["controller-revision-hash"] for n, p in pods.items()} == \
         {"web-0": first, "web-1": first, "web-2": second}
-    assert env_of(pods["web-2"]) == {"VERSION": "v2"} and env_of(pods["web-0"]) == {}
+    assert image_of(pods["web-2"]) == "python:3.12" and image_of(pods["web-0"]) == "python"
     status = api.get("StatefulSet", NS, "web")["status"]
     assert (status["currentRevision"], status["currentReplicas"], status["updatedReplicas"]) == (first, 2, 1)
 
@@ -150,12 +154,12 @@ def test_ordered_pods_claims_rolling_update_history_undo_and_scale(plane: Contro
     assert history[0].strip() == "statefulset.apps/web" and history[1].split() == ["REVISION", "CHANGE-CAUSE"]
     assert [line.split()[0] for line in history[2:] if line.strip()] == ["1", "2"]
     detail = kubectl(plane, tmp_path, "rollout", "history", "sts/web", "--revision=2")
-    assert "VERSION:\tv2" in detail or "VERSION: v2" in " ".join(detail.split())
+    assert "Image: python:3.12" in " ".join(detail.split())
 
     # Undo: the first template again, under its old revision, which becomes revision 3.
     assert "rolled back" in kubectl(plane, tmp_path, "rollout", "undo", "sts/web")
     pods = all_at(api, "web", 3, first, "all back at the first revision")
-    assert all(env_of(p) == {} for p in pods.values())
+    assert {image_of(p) for p in pods.values()} == {"python"}
     numbers = {r["metadata"]["name"]: r["revision"] for r in api.list("ControllerRevision", NS, selector="app=web")}
     assert numbers == {second: 2, first: 3}
 

@@ -20,13 +20,20 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from trimaran.api.core import PodTemplateSpec, Volume, is_valid_port_name
+from trimaran.api.core import (
+    PersistentVolumeClaimSpec,
+    PersistentVolumeClaimStatus,
+    PodTemplateSpec,
+    Volume,
+    is_valid_port_name,
+)
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import (
     ApiModel,
     Condition,
     LabelSelector,
     NonNegInt32,
+    ObjectMeta,
     Resource,
     check_labels,
     is_dns1035_label,
@@ -711,11 +718,21 @@ class StatefulSetOrdinals(ApiModel):
     start: int | None = None
 
 
+class PersistentVolumeClaimTemplate(ApiModel):
+    """A claim a StatefulSet makes per ordinal: a PersistentVolumeClaim, its apiVersion and kind optional."""
+
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PersistentVolumeClaimSpec | None = None
+    status: PersistentVolumeClaimStatus | None = None
+
+
 class StatefulSetSpec(ApiModel):
     replicas: int | None = None
     selector: LabelSelector | None = None
     template: PodTemplateSpec
-    volume_claim_templates: list[dict[str, Any]] | None = None
+    volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = None
     service_name: str | None = None
     pod_management_policy: str | None = None
     update_strategy: StatefulSetUpdateStrategy | None = None
@@ -795,9 +812,10 @@ class StatefulSet(Resource):
         if spec.template.spec.restart_policy is None:
             spec.template.spec.restart_policy = "Always"
         for claim in spec.volume_claim_templates or []:  # SetDefaults_PersistentVolumeClaim on each template
-            if isinstance(claim.get("spec"), dict):
-                claim["spec"].setdefault("volumeMode", "Filesystem")
-            claim.setdefault("status", {}).setdefault("phase", "Pending")
+            if claim.spec is not None and claim.spec.volume_mode is None:
+                claim.spec.volume_mode = "Filesystem"
+            claim.status = claim.status or PersistentVolumeClaimStatus()
+            claim.status.phase = claim.status.phase or "Pending"
         if self.status is None:  # ``replicas`` and ``availableReplicas`` are not omitempty: kube-apiserver writes 0
             self.status = StatefulSetStatus(replicas=0, available_replicas=0)
 
@@ -858,7 +876,7 @@ class StatefulSet(Resource):
                                             "`selector` does not match template `labels`"))
         # The pods mount each claim template as a volume of its name, which the controller adds.
         template = spec.template.model_copy(deep=True)
-        claims = [str((c.get("metadata") or {}).get("name") or "") for c in spec.volume_claim_templates or []]
+        claims = [c.metadata.name or "" for c in spec.volume_claim_templates or []]
         template.spec.volumes = [v for v in template.spec.volumes or [] if v.name not in claims] + [
             Volume(name=c, persistentVolumeClaim={"claimName": c}) for c in claims if c]
         errs.extend(template.check("spec.template", require_image=False))
