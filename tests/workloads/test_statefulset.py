@@ -172,6 +172,21 @@ def test_ordered_pods_claims_rolling_update_history_undo_and_scale(plane: Contro
                                                            for c in api.list("PersistentVolumeClaim", NS)}
     assert kubectl(plane, tmp_path, "get", "sts", "web", "-o", "jsonpath={.spec.replicas}") == "1"
 
+    # Deleted with --cascade=orphan and made again: the set takes its pod and its history back.
+    kept = api.get("Pod", NS, "web-0")["metadata"]["uid"]
+    kubectl(plane, tmp_path, "delete", "sts", "web", "--cascade=orphan")
+    again = api.create("StatefulSet", NS, statefulset("web", 1, "web-svc"))
+    uid = again["metadata"]["uid"]
+    poll(lambda: api.get("Pod", NS, "web-0")["metadata"].get("ownerReferences", [{}])[0].get("uid") == uid,
+         timeout=30, interval=0.2, what="web-0 adopted")
+    assert api.get("Pod", NS, "web-0")["metadata"]["uid"] == kept
+    poll(lambda: {r["metadata"]["ownerReferences"][0]["uid"]
+                  for r in api.list("ControllerRevision", NS, selector="app=web")} == {uid},
+         timeout=30, interval=0.2, what="the revisions adopted")
+    status = poll(lambda: api.get("StatefulSet", NS, "web")["status"].get("readyReplicas") == 1
+                  and api.get("StatefulSet", NS, "web")["status"], timeout=30, interval=0.2, what="web ready again")
+    assert (status["currentRevision"], status["updateRevision"]) == (first, first)
+
 
 def test_parallel_pods_and_claims_deleted_with_scale_and_set(plane: ControlPlaneHandle, api: Client,
                                                              tmp_path: Path) -> None:

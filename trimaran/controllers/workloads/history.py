@@ -16,7 +16,7 @@ import copy
 import json
 from typing import Any
 
-from trimaran.api.apps import APPS_V1
+from trimaran.api.apps import APPS_V1, selector_matches
 from trimaran.controllers.pods import owner_reference
 from trimaran.controllers.workloads.deployment import template_hash
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
@@ -61,8 +61,25 @@ def equal_data(left: Any, right: Any) -> bool:
 
 
 def owned_revisions(store: Store, owner: dict) -> list[dict]:
-    """The owner's ControllerRevisions, oldest revision first."""
-    revisions = store.list("ControllerRevision", owner["metadata"]["namespace"], owner_uid=owner["metadata"]["uid"])
+    """The owner's ControllerRevisions, oldest revision first; revisions no controller owns that its
+    selector matches are adopted first (upstream's ``adoptOrphanRevisions``: a workload deleted with
+    ``--cascade=orphan`` and made again takes its history back)."""
+    meta = owner["metadata"]
+    revisions = []
+    for revision in store.list("ControllerRevision", meta["namespace"], shared=True):
+        refs = revision["metadata"].get("ownerReferences") or []
+        controller = next((r.get("uid") for r in refs if r.get("controller")), None)
+        if controller is None and selector_matches(owner["spec"].get("selector"), revision["metadata"].get("labels")) \
+                and (owner["spec"].get("selector") or {}):
+            adopted = copy.deepcopy(revision)
+            adopted["metadata"]["ownerReferences"] = [*refs, owner_reference(owner)]
+            try:
+                revision = store.update(adopted)
+            except (Conflict, NotFound):
+                continue
+            controller = meta["uid"]
+        if controller == meta["uid"]:
+            revisions.append(revision)
     return sorted(revisions, key=lambda r: (int(r.get("revision") or 0), r["metadata"]["name"]))
 
 
