@@ -203,6 +203,16 @@ def test_parallel_pods_and_claims_deleted_with_scale_and_set(plane: ControlPlane
     kubectl(plane, tmp_path, "scale", "sts", "par", "--replicas=1")
     poll(lambda: [c["metadata"]["name"] for c in api.list("PersistentVolumeClaim", NS, selector="app=par")]
          == ["data-par-0"], timeout=60, interval=0.2, what="par-1's claim deleted with its pod")
+    # The policy changed: the claims' owners follow it.
+    def owners() -> list[str]:
+        return [r["kind"] for r in api.get("PersistentVolumeClaim", NS, "data-par-0")["metadata"].get(
+            "ownerReferences") or []]
+    kubectl(plane, tmp_path, "patch", "sts", "par", "-p",
+            '{"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Retain"}}}')
+    poll(lambda: owners() == [], timeout=30, interval=0.2, what="the claim kept whatever becomes of the set")
+    kubectl(plane, tmp_path, "patch", "sts", "par", "-p",
+            '{"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Delete"}}}')
+    poll(lambda: owners() == ["StatefulSet"], timeout=30, interval=0.2, what="the claim owned by the set again")
     kubectl(plane, tmp_path, "delete", "sts", "par")
     poll(lambda: not api.list("PersistentVolumeClaim", NS, selector="app=par")
          and not api.list("Pod", NS, selector="app=par"), timeout=60, interval=0.2, what="par's pods and claims gone")

@@ -51,6 +51,9 @@ from trimaran.store import AlreadyExists, Conflict, NotFound
 __all__ = ["StatefulSetReconciler", "claim_name", "pod_ordinal"]
 
 _MEMBER = re.compile(r"^(.*)-([0-9]+)$")
+# When a pod cannot be made yet for want of a change no watch reports (a claim being deleted), as
+# upstream's requeue after an error.
+_RETRY_SECONDS = 1.0
 
 
 def pod_ordinal(set_name: str, pod: dict) -> int | None:
@@ -159,7 +162,8 @@ class StatefulSetReconciler(Reconciler):
     def _sync_pods(self, sts: dict, pods: list[dict], current: dict, update: dict) -> float | None:
         """One pass of upstream's ``updateStatefulSet``: create, delete and roll pods within the set's
         policies. ``pods`` is updated in place (new pods added, deleted ones marked terminating). The
-        seconds until a pod that is ready becomes available, when the pass waits on one."""
+        seconds until another look is due without an event (a pod's minReadySeconds to pass, a claim
+        to go), or None."""
         spec = sts["spec"]
         name = sts["metadata"]["name"]
         start = int((spec.get("ordinals") or {}).get("start") or 0)
@@ -182,6 +186,8 @@ class StatefulSetReconciler(Reconciler):
             if phase(pod) in ("Failed", "Succeeded") and not is_terminating(pod):
                 # restartPolicy Always: a pod ends only when it could not start; a new one takes its place
                 self._delete_pod(sts, pod)
+        if spec.get("volumeClaimTemplates"):
+            self._sync_claim_owners(sts, slots)
         unhealthy = next((p for p in [*[slots[o] for o in sorted(slots)], *condemned]
                           if p is not None and not _healthy(p, min_ready)), None)
         for ordinal in sorted(slots):
@@ -193,8 +199,8 @@ class StatefulSetReconciler(Reconciler):
                 else:
                     revision = update
                 created = self._create_pod(sts, ordinal, revision)
-                if created is None:
-                    return None
+                if created is None:  # a claim still being deleted, or a pod of that name: look again
+                    return _RETRY_SECONDS
                 pods.append(created)
                 slots[ordinal] = created
                 if monotonic:
@@ -284,7 +290,7 @@ class StatefulSetReconciler(Reconciler):
         try:
             created = self.store.create(pod)
         except AlreadyExists:
-            return None  # the old pod of this name is still going away: its deletion wakes the set
+            return None  # the old pod of this name is still going away
         self.store.record_event(sts, "Normal", "SuccessfulCreate",
                                 f"create Pod {name} in StatefulSet {meta['name']} successful")
         return created
@@ -322,6 +328,32 @@ class StatefulSetReconciler(Reconciler):
                                     f"create Claim {name} Pod {pod['metadata']['name']} in StatefulSet "
                                     f"{meta['name']} success")
         return True
+
+    def _sync_claim_owners(self, sts: dict, slots: dict[int, dict | None]) -> None:
+        """The owners of the claims of the pods in range as the retention policy says now (upstream's
+        ``updateClaimOwnerRefForSetAndPod``): the set under ``whenDeleted: Delete``, else none."""
+        meta = sts["metadata"]
+        owned = (sts["spec"].get("persistentVolumeClaimRetentionPolicy") or {}).get("whenDeleted") == "Delete"
+        set_ref = {"apiVersion": sts["apiVersion"], "kind": sts["kind"], "name": meta["name"], "uid": meta["uid"]}
+        claims = {c["metadata"]["name"]: c for c in self.store.list("PersistentVolumeClaim", meta["namespace"],
+                                                                    shared=True)}
+        for ordinal, pod in slots.items():
+            if pod is None or is_terminating(pod):
+                continue
+            for template in sts["spec"]["volumeClaimTemplates"]:
+                claim = claims.get(claim_name(template["metadata"]["name"], meta["name"], ordinal))
+                if claim is None or is_being_deleted(claim):
+                    continue
+                refs = claim["metadata"].get("ownerReferences") or []
+                wanted = [r for r in refs if r.get("uid") not in (meta["uid"], pod["metadata"]["uid"])]
+                wanted += [set_ref] if owned else []
+                if wanted != refs:
+                    fresh = copy.deepcopy(claim)
+                    fresh["metadata"]["ownerReferences"] = wanted
+                    try:
+                        self.store.update(fresh)
+                    except (Conflict, NotFound):
+                        pass
 
     def _release_claims(self, sts: dict, pod: dict) -> None:
         """``whenScaled: Delete``: the condemned pod owns its claims, so they go after it."""
