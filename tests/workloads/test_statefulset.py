@@ -262,3 +262,16 @@ def test_daemonset_revisions_serve_rollout_history_and_undo(plane: ControlPlaneH
     assert "rolled back" in kubectl(plane, tmp_path, "rollout", "undo", "ds/agent")
     all_at(api, "agent", 1, first_hash, "the agent back at its first template")
     assert api.get("ControllerRevision", NS, f"agent-{first_hash}")["revision"] == 3
+
+
+def test_max_unavailable_rolls_that_many_pods_at_once(plane: ControlPlaneHandle, api: Client, tmp_path: Path) -> None:
+    api.create("StatefulSet", NS, statefulset(
+        "wide", 3, podManagementPolicy="Parallel",
+        updateStrategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 3}}))
+    all_at(api, "wide", 3, None, "wide-0..2 ready")
+    kubectl(plane, tmp_path, "set", "image", "sts/wide", "main=python:3.12")
+    kubectl(plane, tmp_path, "rollout", "status", "sts/wide", "--timeout=90s")
+    pods = all_at(api, "wide", 3, api.get("StatefulSet", NS, "wide")["status"]["updateRevision"], "all rolled")
+    # All three went at once: wide-0 came back before wide-2 was Ready (one at a time, it would come after).
+    assert pods["wide-0"]["metadata"]["creationTimestamp"] <= ready_time(pods["wide-2"])
+    assert {image_of(p) for p in pods.values()} == {"python:3.12"}

@@ -247,13 +247,14 @@ class StatefulSetReconciler(Reconciler):
                 if not _healthy(pod, min_ready):
                     return self._until_available(pod, min_ready)
             return None
+        # maxUnavailable: as many of the highest outdated pods go at once as leave at most that many
+        # of all the replicas unhealthy.
         allowed = max(percent_or_int(rolling["maxUnavailable"], len(replicas), round_up=False), 1)
-        targets = [p for p in replicas[floor:] if p is not None]
-        unavailable = sum(1 for p in targets if not _healthy(p, min_ready)) + len(replicas[floor:]) - len(targets)
-        for pod in reversed(targets):
+        unavailable = sum(1 for p in replicas if p is None or not _healthy(p, min_ready))
+        for pod in reversed(replicas[floor:]):
             if unavailable >= allowed:
                 break
-            if _revision_of(pod) != updated and not is_terminating(pod) and _healthy(pod, min_ready):
+            if pod is not None and _revision_of(pod) != updated and not is_terminating(pod):
                 self._delete_pod(sts, pod)
                 unavailable += 1
         return None
