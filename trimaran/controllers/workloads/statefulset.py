@@ -193,11 +193,15 @@ class StatefulSetReconciler(Reconciler):
         for ordinal in sorted(slots):
             pod = slots[ordinal]
             if pod is None:
-                if rolling is not None and strategy.get("type") == "RollingUpdate" and \
-                        ordinal < start + int(rolling.get("partition") or 0):
-                    revision = current
+                # newVersionedStatefulSetPod: below the partition (or, without rollingUpdate, the
+                # count already at the current revision) a pod is made from the current revision.
+                if rolling is not None:
+                    below = start + int(rolling.get("partition") or 0)
+                elif strategy.get("type", "RollingUpdate") == "RollingUpdate":
+                    below = start + int((sts.get("status") or {}).get("currentReplicas") or 0)
                 else:
-                    revision = update
+                    below = start
+                revision = current if ordinal < below else update
                 created = self._create_pod(sts, ordinal, revision)
                 if created is None:  # a claim still being deleted, or a pod of that name: look again
                     return _RETRY_SECONDS
