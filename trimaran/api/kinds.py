@@ -14,18 +14,22 @@ from typing import Any
 from trimaran.api import printers
 from trimaran.api.apps import (
     APPS_V1,
+    CONTROLLERREVISION_COLUMNS,
     DAEMONSET_COLUMNS,
     DEPLOYMENT_COLUMNS,
     ENDPOINTS_COLUMNS,
     REPLICASET_COLUMNS,
     REPLICATIONCONTROLLER_COLUMNS,
     SERVICE_COLUMNS,
+    STATEFULSET_COLUMNS,
+    ControllerRevision,
     DaemonSet,
     Deployment,
     Endpoints,
     ReplicaSet,
     ReplicationController,
     Service,
+    StatefulSet,
 )
 from trimaran.api.autoscaling import API_VERSION as AUTOSCALING_V2
 from trimaran.api.autoscaling import API_VERSION_V1 as AUTOSCALING_V1
@@ -444,6 +448,10 @@ for _info in (
              pod_templates=_job_template),
     KindInfo("DaemonSet", APPS_V1, "apps", "v1", "daemonsets", ("ds",), True, DaemonSet, ("all",),
              DAEMONSET_COLUMNS, pod_templates=_job_template),
+    KindInfo("StatefulSet", APPS_V1, "apps", "v1", "statefulsets", ("sts",), True, StatefulSet, ("all",),
+             STATEFULSET_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas"), pod_templates=_job_template),
+    KindInfo("ControllerRevision", APPS_V1, "apps", "v1", "controllerrevisions", (), True, ControllerRevision,
+             printer_columns=CONTROLLERREVISION_COLUMNS, status_subresource=False),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,
              status_subresource=False),
     KindInfo("NetworkPolicy", NETWORKING_V1, "networking.k8s.io", "v1", "networkpolicies", ("netpol",), True,

@@ -43,6 +43,7 @@ from trimaran.controllers.workloads import (
     HorizontalPodAutoscalerReconciler,
     ReplicationControllerReconciler,
     ServiceReconciler,
+    StatefulSetReconciler,
 )
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.runtime import LocalRuntime, Node
@@ -152,6 +153,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
             store, home, ports, runtime, gateway=runtime.network.plan.gateway if runtime.network else "127.0.0.1"),
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet, node_controller,
         DeploymentReconciler(store, ports), ReplicationControllerReconciler(store), DaemonSetReconciler(store, node),
+        StatefulSetReconciler(store),
         services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
         GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason)])
