@@ -47,7 +47,7 @@ from trimaran.api.meta import Resource
 from trimaran.api.monitoring import API_VERSION as MONITORING_V1
 from trimaran.api.monitoring import PodMonitor, ServiceMonitor
 from trimaran.api.networking import API_VERSION as NETWORKING_V1
-from trimaran.api.networking import NETWORKPOLICY_COLUMNS, NetworkPolicy
+from trimaran.api.networking import NETWORKPOLICY_COLUMNS, NetworkPolicy, format_selector
 from trimaran.api.pipelines import (
     KFP_API_VERSION,
     TRIMARAN_API_VERSION,
@@ -93,13 +93,34 @@ class UnknownKindError(LookupError):
     """No registered kind matches; the message is kubectl's."""
 
 
+def read_path(obj: dict[str, Any], path: str) -> Any:
+    """The value at a dotted field path such as ``.spec.replicas`` (a subresource's path), or None."""
+    value: Any = obj
+    for part in path.strip(".").split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
 @dataclass(frozen=True)
 class Scale:
-    """The ``scale`` subresource of a CRD: where the replica count is read and written."""
+    """The ``scale`` subresource: where the replica count is read and written, and the selector of
+    the pods it counts (a CRD's string at ``label_selector_path``, or a built-in kind's
+    ``spec.selector``, a LabelSelector or an RC's map, which the Scale gives as a string)."""
 
     spec_replicas_path: str  # ".spec.pytorchReplicaSpecs.Worker.replicas"
     status_replicas_path: str
     label_selector_path: str = ""
+
+    def selector(self, obj: dict[str, Any]) -> str | None:
+        """The Scale's ``status.selector`` for ``obj``: None where the kind names none."""
+        if not self.label_selector_path:
+            return None
+        value = read_path(obj, self.label_selector_path)
+        if not isinstance(value, dict):
+            return value
+        if value.keys() <= {"matchLabels", "matchExpressions"}:
+            return "" if not value else format_selector(value)
+        return ",".join(f"{k}={v}" for k, v in sorted(value.items()))
 
 
 _CONDITION_STATE = (PrinterColumn("State", json_path=".status.conditions[-1:].type"), AGE)
@@ -444,12 +465,14 @@ for _info in (
     KindInfo("ReplicaSet", APPS_V1, "apps", "v1", "replicasets", ("rs",), True, ReplicaSet, ("all",),
              REPLICASET_COLUMNS),
     KindInfo("ReplicationController", "v1", "", "v1", "replicationcontrollers", ("rc",), True, ReplicationController,
-             ("all",), REPLICATIONCONTROLLER_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas"),
+             ("all",), REPLICATIONCONTROLLER_COLUMNS,
+             scale=Scale(".spec.replicas", ".status.replicas", ".spec.selector"),
              pod_templates=_job_template),
     KindInfo("DaemonSet", APPS_V1, "apps", "v1", "daemonsets", ("ds",), True, DaemonSet, ("all",),
              DAEMONSET_COLUMNS, pod_templates=_job_template),
     KindInfo("StatefulSet", APPS_V1, "apps", "v1", "statefulsets", ("sts",), True, StatefulSet, ("all",),
-             STATEFULSET_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas"), pod_templates=_job_template),
+             STATEFULSET_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".spec.selector"),
+             pod_templates=_job_template),
     KindInfo("ControllerRevision", APPS_V1, "apps", "v1", "controllerrevisions", (), True, ControllerRevision,
              printer_columns=CONTROLLERREVISION_COLUMNS, status_subresource=False),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,

@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from trimaran.api import ManifestError, kinds, printers, validate
 from trimaran.api.errors import FieldError
-from trimaran.api.kinds import KindInfo
+from trimaran.api.kinds import KindInfo, read_path
 from trimaran.api.podsecurity import Policy
 from trimaran.controllers.gc import request_delete
 from trimaran.server.kube import patch as patching
@@ -820,14 +820,14 @@ class KubeAPI:
     def _scale_of(info: KindInfo, obj: dict) -> dict:
         assert info.scale is not None
         meta = obj["metadata"]
-        selector = _dotted_get(obj, info.scale.label_selector_path) if info.scale.label_selector_path else None
-        status: dict[str, Any] = {"replicas": _dotted_get(obj, info.scale.status_replicas_path) or 0}
+        selector = info.scale.selector(obj)
+        status: dict[str, Any] = {"replicas": read_path(obj, info.scale.status_replicas_path) or 0}
         if selector:
             status["selector"] = selector
         return {"kind": "Scale", "apiVersion": "autoscaling/v1",
                 "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                              if k in meta},
-                "spec": {"replicas": _dotted_get(obj, info.scale.spec_replicas_path) or 0}, "status": status}
+                "spec": {"replicas": read_path(obj, info.scale.spec_replicas_path) or 0}, "status": status}
 
     async def _write_scale(self, target: Target, current: dict, scale: Any, dry_run: bool) -> Response:
         info = target.info
@@ -847,13 +847,6 @@ class KubeAPI:
         response = await self._store_update(info, admitted, dry_run, [])
         stored = orjson.loads(response.body)
         return _json_response(self._scale_of(info, stored))
-
-
-def _dotted_get(obj: dict, path: str) -> Any:
-    cur: Any = obj
-    for part in path.strip(".").split("."):
-        cur = cur.get(part) if isinstance(cur, dict) else None
-    return cur
 
 
 def _dotted_set(obj: dict, path: str, value: Any) -> bool:
