@@ -34,6 +34,8 @@ from trimaran.api.batch import Job
 from trimaran.api.coordination import API_VERSION as COORDINATION_V1
 from trimaran.api.coordination import LEASE_COLUMNS, Lease
 from trimaran.api.core import ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, ServiceAccount
+from trimaran.api.cronjob import API_VERSION as CRONJOB_V1
+from trimaran.api.cronjob import CRONJOB_COLUMNS, CronJob
 from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
 from trimaran.api.inferencegraph import InferenceGraph
@@ -484,3 +486,13 @@ for _version in SELDON_VERSIONS:
                           PrinterColumn("Address", json_path=".status.address.url", priority=1), AGE),
                       scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
                       pod_templates=_seldon_components))
+
+
+def _cronjob_template(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    """A CronJob: its Job template's pod template."""
+    job = _mapping(_mapping(_mapping(obj.get("spec")).get("jobTemplate")).get("spec"))
+    yield from _template("spec.jobTemplate.spec.template", job.get("template"))
+
+
+register(KindInfo("CronJob", CRONJOB_V1, "batch", "v1", "cronjobs", ("cj",), True, CronJob, ("all",), CRONJOB_COLUMNS,
+                  pod_templates=_cronjob_template))

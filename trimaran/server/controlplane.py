@@ -44,6 +44,7 @@ from trimaran.controllers.workloads import (
     ReplicationControllerReconciler,
     ServiceReconciler,
 )
+from trimaran.controllers.workloads.cronjob import CronJobReconciler
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.local import shim_pool_size_from_env
@@ -154,7 +155,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         DeploymentReconciler(store, ports), ReplicationControllerReconciler(store), DaemonSetReconciler(store, node),
         services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
-        GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason)])
+        GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason),
+        CronJobReconciler(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs, cluster_network=cluster_network)
 
