@@ -36,6 +36,8 @@ from trimaran.api.coordination import LEASE_COLUMNS, Lease
 from trimaran.api.core import ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, ServiceAccount
 from trimaran.api.cronjob import API_VERSION as CRONJOB_V1
 from trimaran.api.cronjob import CRONJOB_COLUMNS, CronJob
+from trimaran.api.discovery import API_VERSION as DISCOVERY_V1
+from trimaran.api.discovery import ENDPOINTSLICE_COLUMNS, EndpointSlice
 from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
 from trimaran.api.inferencegraph import InferenceGraph
@@ -216,7 +218,7 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 
 #: Kubernetes' own API groups among those served here; every other group is a custom resource's.
 KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "coordination.k8s.io", "networking.k8s.io",
-                               "policy", "apiextensions.k8s.io"})
+                               "policy", "apiextensions.k8s.io", "discovery.k8s.io"})
 
 
 @dataclass(frozen=True)
@@ -496,3 +498,5 @@ def _cronjob_template(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 
 register(KindInfo("CronJob", CRONJOB_V1, "batch", "v1", "cronjobs", ("cj",), True, CronJob, ("all",), CRONJOB_COLUMNS,
                   pod_templates=_cronjob_template))
+register(KindInfo("EndpointSlice", DISCOVERY_V1, "discovery.k8s.io", "v1", "endpointslices", (), True, EndpointSlice,
+                  printer_columns=ENDPOINTSLICE_COLUMNS, status_subresource=False))

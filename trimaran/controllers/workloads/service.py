@@ -29,7 +29,9 @@ import logging
 from pathlib import Path
 
 from trimaran.api.apps import selector_matches
+from trimaran.api.discovery import MANAGED_BY_LABEL, MANAGED_BY_SLICES, SERVICE_NAME_LABEL
 from trimaran.controllers.base import Key, Reconciler, key_of
+from trimaran.controllers.conditions import is_true
 from trimaran.controllers.pods import LOOPBACK, is_terminating, owner_reference, phase
 from trimaran.controllers.probes import resolve_port
 from trimaran.controllers.workloads.deployment import is_available
@@ -151,10 +153,12 @@ class ServiceReconciler(Reconciler):
         selector = spec.get("selector")
         if not selector:
             return None  # endpoints are the user's to manage; nothing to forward
-        pods = [p for p in self.store.list("Pod", key.namespace, shared=True)
-                if selector_matches({"matchLabels": selector}, p["metadata"].get("labels")) and not is_terminating(p)]
+        selected = [p for p in self.store.list("Pod", key.namespace, shared=True)
+                    if selector_matches({"matchLabels": selector}, p["metadata"].get("labels"))]
+        pods = [p for p in selected if not is_terminating(p)]
         self._say_if_empty(svc, selector, pods)
         self._write_endpoints(svc, pods)
+        self._write_slices(svc, selected)
         wanted: set[Address] = set()
         unforwarded: list[str] = []
         for port in spec.get("ports") or []:
@@ -244,6 +248,69 @@ class ServiceReconciler(Reconciler):
         except (Conflict, AlreadyExists):
             self.wake(key_of(svc))  # written meanwhile: compare again
 
+    def _write_slices(self, svc: dict, pods: list[dict]) -> None:
+        """The Service's EndpointSlices, as the EndpointSlice controller keeps them beside Endpoints:
+        one per address type and set of ports its pods serve (a placeholder without endpoints when
+        none does), named ``<svc>-<random>``; every live pod that has an address is an endpoint,
+        ready, serving and terminating as upstream's conditions say."""
+        spec, meta = svc["spec"], svc["metadata"]
+        # (address type, its ports' keys) -> (its ports, its endpoints)
+        wanted: dict[tuple, tuple[list[dict], list[dict]]] = {}
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            address = self._slice_address(pod)
+            if address is None:
+                continue
+            ports = [_slice_port(p, target) for p in spec.get("ports") or []
+                     if (target := resolve_port(pod, p.get("targetPort", p["port"]))) is not None]
+            serving = bool(spec.get("publishNotReadyAddresses")) or is_true(pod.get("status") or {}, "Ready")
+            terminating = is_terminating(pod)
+            pod_meta, pod_spec = pod["metadata"], pod.get("spec") or {}
+            endpoint: dict = {"addresses": [address], "conditions": {
+                "ready": bool(spec.get("publishNotReadyAddresses")) or serving and not terminating,
+                "serving": serving, "terminating": terminating}}
+            if pod_spec.get("hostname") and pod_spec.get("subdomain") == meta["name"]:
+                endpoint["hostname"] = pod_spec["hostname"]
+            endpoint["targetRef"] = {"kind": "Pod", "namespace": pod_meta["namespace"], "name": pod_meta["name"],
+                                     "uid": pod_meta["uid"]}
+            if pod_spec.get("nodeName"):
+                endpoint["nodeName"] = pod_spec["nodeName"]
+            family = "IPv6" if ":" in address else "IPv4"
+            wanted.setdefault((family, tuple(map(_slice_port_key, ports))), (ports, []))[1].append(endpoint)
+        if not wanted:  # upstream's placeholder: the Service's address type, no ports, no endpoints
+            wanted[("IPv6" if ":" in (spec.get("clusterIP") or "") else "IPv4", ())] = ([], [])
+        labels = {**(meta.get("labels") or {}), SERVICE_NAME_LABEL: meta["name"], MANAGED_BY_LABEL: MANAGED_BY_SLICES}
+        if spec.get("clusterIP") == "None":
+            labels["service.kubernetes.io/headless"] = ""
+        existing = self.store.list("EndpointSlice", meta["namespace"], label_selector={
+            SERVICE_NAME_LABEL: meta["name"], MANAGED_BY_LABEL: MANAGED_BY_SLICES})
+        try:
+            for current in existing:
+                group = (current.get("addressType"), tuple(map(_slice_port_key, current.get("ports") or [])))
+                if group not in wanted:
+                    self.store.delete("EndpointSlice", meta["namespace"], current["metadata"]["name"])
+                    continue
+                endpoints = wanted.pop(group)[1] or None
+                if current.get("endpoints") != endpoints or current["metadata"].get("labels") != labels:
+                    current["endpoints"] = endpoints
+                    current["metadata"]["labels"] = labels
+                    self.store.update(current)
+            for (family, _), (ports, endpoints) in wanted.items():
+                self.store.create({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"generateName": f"{meta['name']}-", "namespace": meta["namespace"], "labels": labels,
+                                 "ownerReferences": [owner_reference(svc)]},
+                    "addressType": family, "endpoints": endpoints or None, "ports": list(ports)})
+        except (Conflict, AlreadyExists, NotFound):
+            self.wake(key_of(svc))  # written meanwhile: compare again
+
+    def _slice_address(self, pod: dict) -> str | None:
+        """Where an endpoint is: on the pod network its IP once it has one, else loopback once it runs."""
+        if phase(pod) in ("Succeeded", "Failed"):
+            return None
+        if self.network is not None:
+            return (pod.get("status") or {}).get("podIP") or None
+        return _pod_address(pod) if phase(pod) == "Running" else None
+
     def _assign_ip(self, svc: dict) -> str | None:
         meta = svc["metadata"]
         taken = {(s.get("spec") or {}).get("clusterIP") for s in self.store.list("Service", shared=True)}
@@ -330,11 +397,12 @@ class ServiceReconciler(Reconciler):
         targets: list[tuple[tuple[str, int], ...]] = []
         addresses: dict[str, str | None] = {}
         if selector:
-            pods = [p for p in self.store.list("Pod", key.namespace, shared=True)
-                    if selector_matches({"matchLabels": selector}, p["metadata"].get("labels"))
-                    and not is_terminating(p)]
+            selected = [p for p in self.store.list("Pod", key.namespace, shared=True)
+                        if selector_matches({"matchLabels": selector}, p["metadata"].get("labels"))]
+            pods = [p for p in selected if not is_terminating(p)]
             self._say_if_empty(svc, selector, pods)
             self._write_endpoints(svc, pods)
+            self._write_slices(svc, selected)
         subsets = self._endpoint_subsets(key)
         for port in ports:
             found = set()
@@ -435,6 +503,18 @@ def _listen_failure(svc: dict, address: Address, exc: OSError) -> str:
     return (f"{ip}:{port}: port {port} is held by another process on this machine (a pod of another "
             f"control plane, or a server listening on every address); a pod that calls "
             f"{svc['metadata']['name']}:{port} reaches that process instead. Give the Service another port.")
+
+
+def _slice_port(port: dict, number: int) -> dict:
+    """An EndpointSlice's port for a Service port served at ``number`` (a name always, "" for none)."""
+    out = {"name": port.get("name") or "", "port": number, "protocol": port.get("protocol", "TCP")}
+    if port.get("appProtocol"):
+        out["appProtocol"] = port["appProtocol"]
+    return out
+
+
+def _slice_port_key(port: dict) -> tuple:
+    return (port.get("name") or "", port.get("port"), port.get("protocol", "TCP"), port.get("appProtocol"))
 
 
 def _pod_address(pod: dict) -> str:
