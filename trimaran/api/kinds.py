@@ -58,6 +58,8 @@ from trimaran.api.pipelines import (
     Run,
     run_reference_errors,
 )
+from trimaran.api.policy import API_VERSION as POLICY_V1
+from trimaran.api.policy import PDB_COLUMNS, PodDisruptionBudget
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
 from trimaran.api.seldon import SeldonDeployment
@@ -500,3 +502,5 @@ register(KindInfo("CronJob", CRONJOB_V1, "batch", "v1", "cronjobs", ("cj",), Tru
                   pod_templates=_cronjob_template))
 register(KindInfo("EndpointSlice", DISCOVERY_V1, "discovery.k8s.io", "v1", "endpointslices", (), True, EndpointSlice,
                   printer_columns=ENDPOINTSLICE_COLUMNS, status_subresource=False))
+register(KindInfo("PodDisruptionBudget", POLICY_V1, "policy", "v1", "poddisruptionbudgets", ("pdb",), True,
+                  PodDisruptionBudget, printer_columns=PDB_COLUMNS))
