@@ -272,6 +272,15 @@ def test_kubectl_get_create_job_from_and_a_real_firing(plane: ControlPlaneHandle
     assert header.split() == ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE"]
     assert row.split()[:-1] == ["hello", "*/5", "*", "*", "*", "*", "Etc/UTC", "False", "0", "<none>"]
 
+    # kubectl's own generator sends protobuf.
+    kubectl(plane, tmp_path, "create", "cronjob", "typed", "--image=python", "--schedule=@hourly", "--",
+            "python", "-c", "pass")
+    typed = json.loads(kubectl(plane, tmp_path, "get", "cronjob", "typed", "-o", "json").stdout)["spec"]
+    assert (typed["schedule"], typed["concurrencyPolicy"], typed["successfulJobsHistoryLimit"]) == \
+        ("@hourly", "Allow", 3)
+    assert typed["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+    kubectl(plane, tmp_path, "delete", "cronjob", "typed")
+
     # kubectl builds the Job itself: the manual annotation, the CronJob as its controller.
     kubectl(plane, tmp_path, "create", "job", "by-hand", "--from=cronjob/hello")
     job = json.loads(kubectl(plane, tmp_path, "get", "job", "by-hand", "-o", "json").stdout)

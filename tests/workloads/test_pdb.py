@@ -163,10 +163,10 @@ def test_status_and_the_eviction_apis_429(plane: ControlPlaneHandle, api: Client
                                                      "currently"}]
     assert api.get("Pod", NS, victim)["metadata"].get("deletionTimestamp") is None
 
-    # A percent bound counts against the Deployment's replicas: 34% of 3, rounded up, may go.
+    # A percent bound counts against the Deployment's replicas: 34% of 3, rounded up, may go (made by
+    # kubectl's own generator, which sends protobuf).
     ok(kubectl(plane, tmp_path, "delete", "pdb", "trio-min"))
-    ok(kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(budget("trio-pct", "trio",
-                                                                               maxUnavailable="34%"))))
+    ok(kubectl(plane, tmp_path, "create", "pdb", "trio-pct", "--selector=app=trio", "--max-unavailable=34%"))
     status = status_of(api, "trio-pct", currentHealthy=3, desiredHealthy=1, expectedPods=3, disruptionsAllowed=2)
     assert status["conditions"][0]["reason"] == "SufficientPods"
     assert ok(kubectl(plane, tmp_path, "get", "pdb", "trio-pct", "--no-headers")).split()[:4] == \

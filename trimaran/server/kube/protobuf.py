@@ -1,10 +1,10 @@
 """Request bodies in Kubernetes' protobuf encoding, for the core kinds kubectl's generators send.
 
-``kubectl create namespace|configmap|secret|serviceaccount|deployment|job|service NAME``,
+``kubectl create namespace|configmap|secret|serviceaccount|deployment|job|cronjob|service|pdb NAME``,
 ``kubectl run``, ``kubectl expose`` and ``kubectl autoscale`` build typed objects and send them as
 ``application/vnd.kubernetes.protobuf``: the magic ``k8s\\0``, then a ``runtime.Unknown`` holding the
 TypeMeta and the object's own message. The messages below are the subset of k8s.io/api core/v1,
-apps/v1, batch/v1, autoscaling/v1 and apimachinery meta/v1 those commands fill in, with upstream's
+apps/v1, batch/v1, autoscaling/v1, policy/v1 and apimachinery meta/v1 those commands fill in, with upstream's
 field numbers, declared as descriptors and parsed by the protobuf library; the result is the
 object's JSON form, which the API then admits like any other body. A field outside that subset
 that carries a value (``kubectl run --overrides`` can set any) is refused rather than dropped; Go
@@ -115,16 +115,32 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
                        ("apiVersion", 5, _STRING, False), ("controller", 6, _BOOL, False),
                        ("blockOwnerDeletion", 7, _BOOL, False)],
 }
+# batch/v1 CronJob and policy/v1 PodDisruptionBudget, as `kubectl create cronjob|poddisruptionbudget` fill them in.
+_SCHEMA.update({
+    "CronJob": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "CronJobSpec", False)],
+    "CronJobSpec": [("schedule", 1, _STRING, False), ("startingDeadlineSeconds", 2, _INT64, False),
+                    ("concurrencyPolicy", 3, _STRING, False), ("suspend", 4, _BOOL, False),
+                    ("jobTemplate", 5, "JobTemplateSpec", False), ("successfulJobsHistoryLimit", 6, _INT32, False),
+                    ("failedJobsHistoryLimit", 7, _INT32, False), ("timeZone", 8, _STRING, False)],
+    "JobTemplateSpec": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "JobSpec", False)],
+    "PodDisruptionBudget": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "PodDisruptionBudgetSpec", False)],
+    "PodDisruptionBudgetSpec": [("minAvailable", 1, "IntOrString", False), ("selector", 2, "LabelSelector", False),
+                                ("maxUnavailable", 3, "IntOrString", False),
+                                ("unhealthyPodEvictionPolicy", 4, _STRING, False)],
+})
 # Go encodes a non-pointer scalar even when it is zero, and its JSON leaves zero out (omitempty):
 # zeros are dropped but for these pointer fields, where zero is a value ("0 replicas").
 _ZERO_MEANS_ZERO = {("DeploymentSpec", "replicas"), ("JobSpec", "parallelism"), ("JobSpec", "completions"),
                     ("JobSpec", "backoffLimit"), ("JobSpec", "ttlSecondsAfterFinished"),
-                    ("HorizontalPodAutoscalerSpec", "minReplicas")}
+                    ("HorizontalPodAutoscalerSpec", "minReplicas"), ("CronJobSpec", "startingDeadlineSeconds"),
+                    ("CronJobSpec", "successfulJobsHistoryLimit"), ("CronJobSpec", "failedJobsHistoryLimit")}
 # The kinds a body may carry: (apiVersion, kind) -> message.
 _KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "ServiceAccount", "Service", "Pod")}
 _KINDS["autoscaling/v1", "HorizontalPodAutoscaler"] = "HorizontalPodAutoscaler"
 _KINDS["apps/v1", "Deployment"] = "Deployment"
 _KINDS["batch/v1", "Job"] = "Job"
+_KINDS["batch/v1", "CronJob"] = "CronJob"
+_KINDS["policy/v1", "PodDisruptionBudget"] = "PodDisruptionBudget"
 
 
 class ProtobufError(ValueError):
