@@ -1,6 +1,7 @@
 """discovery.k8s.io/v1 EndpointSlices the Service controller writes beside Endpoints, read back with
 the real kubectl from a real control plane: names, labels, owner, endpoints with their conditions
-(ready, serving, terminating), ports, the placeholder of a Service without pods, and the columns."""
+(ready, serving, terminating), ports, the placeholder of a Service without pods, the columns, and a
+selectorless Service's Endpoints mirrored."""
 
 from __future__ import annotations
 
@@ -122,3 +123,32 @@ def test_slices_follow_the_services_pods(plane: ControlPlaneHandle, api: Client,
     poll(lambda: not slices(plane, tmp_path, "web") and not slices(plane, tmp_path, "lonely"), timeout=30,
          interval=0.3, what="the slices collected")
     kubectl(plane, tmp_path, "delete", "pod", "web-b")
+
+
+@needs_kubectl
+def test_a_selectorless_services_endpoints_are_mirrored(plane: ControlPlaneHandle, tmp_path: Path) -> None:
+    outside = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db", "namespace": NS},
+               "spec": {"ports": [{"name": "pg", "port": 5432}]}}
+    endpoints = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "db", "namespace": NS,
+                                                                       "labels": {"team": "data"}},
+                 "subsets": [{"addresses": [{"ip": "192.0.2.10"}], "notReadyAddresses": [{"ip": "192.0.2.11"}],
+                              "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]}]}
+    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                     "items": [outside, endpoints]}))
+    mirrored, = poll(lambda: slices(plane, tmp_path, "db"), timeout=30, interval=0.3, what="the mirrored slice")
+    assert mirrored["metadata"]["labels"] == {
+        "team": "data", "kubernetes.io/service-name": "db",
+        "endpointslice.kubernetes.io/managed-by": "endpointslicemirroring-controller.k8s.io"}
+    ref, = mirrored["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"]) == ("Endpoints", "db")
+    assert mirrored["ports"] == [{"name": "pg", "port": 5432, "protocol": "TCP"}]
+    assert [(e["addresses"], e["conditions"]) for e in mirrored["endpoints"]] == \
+        [(["192.0.2.10"], {"ready": True}), (["192.0.2.11"], {"ready": False})]
+    # The Endpoints change: so does the slice, in place.
+    kubectl(plane, tmp_path, "patch", "endpoints", "db", "--type=json", "-p",
+            '[{"op": "remove", "path": "/subsets/0/notReadyAddresses"}]')
+    poll(lambda: [e["addresses"] for s in slices(plane, tmp_path, "db") for e in s.get("endpoints") or []]
+         == [["192.0.2.10"]], timeout=30, interval=0.3, what="the slice following its Endpoints")
+    assert slices(plane, tmp_path, "db")[0]["metadata"]["name"] == mirrored["metadata"]["name"]
+    kubectl(plane, tmp_path, "delete", "service,endpoints", "db")
+    poll(lambda: not slices(plane, tmp_path, "db"), timeout=30, interval=0.3, what="the mirrored slice collected")

@@ -10,13 +10,13 @@ from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import ApiModel, Int32, Resource, is_dns1123_subdomain
 from trimaran.api.printers import AGE, PrinterColumn
 
-__all__ = ["API_VERSION", "ENDPOINTSLICE_COLUMNS", "EndpointSlice", "MANAGED_BY_LABEL", "MANAGED_BY_SLICES",
-           "SERVICE_NAME_LABEL"]
+__all__ = ["API_VERSION", "ENDPOINTSLICE_COLUMNS", "MANAGED_BY_MIRRORING", "MANAGED_BY_SLICES", "EndpointSlice"]
 
 API_VERSION = "discovery.k8s.io/v1"
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+# The value of labels.ENDPOINTSLICE_MANAGED_BY_LABEL on the slices the EndpointSlice controller keeps...
 MANAGED_BY_SLICES = "endpointslice-controller.k8s.io"
+# ...and on those the mirroring controller copies from a selectorless Service's Endpoints.
+MANAGED_BY_MIRRORING = "endpointslicemirroring-controller.k8s.io"
 _ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
 _PROTOCOLS = ("SCTP", "TCP", "UDP")
 _MAX_ADDRESSES = 100

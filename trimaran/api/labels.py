@@ -26,3 +26,11 @@ TRIAL_LABEL = "katib.kubeflow.org/trial"
 # JobSet's, on every Job and pod of a replicated job; Trainer's, on a TrainJob's JobSet and pods.
 REPLICATED_JOB_NAME_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
 TRAINJOB_NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
+
+# Kubernetes' own, on the EndpointSlices of a Service.
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+ENDPOINTSLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+HEADLESS_SERVICE_LABEL = "service.kubernetes.io/headless"
+# On Endpoints that must not be mirrored into slices (kube-apiserver's own, of `kubernetes`).
+SKIP_MIRROR_LABEL = "endpointslice.kubernetes.io/skip-mirror"
+__all__ += ["ENDPOINTSLICE_MANAGED_BY_LABEL", "HEADLESS_SERVICE_LABEL", "SERVICE_NAME_LABEL", "SKIP_MIRROR_LABEL"]

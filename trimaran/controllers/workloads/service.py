@@ -29,7 +29,13 @@ import logging
 from pathlib import Path
 
 from trimaran.api.apps import selector_matches
-from trimaran.api.discovery import MANAGED_BY_LABEL, MANAGED_BY_SLICES, SERVICE_NAME_LABEL
+from trimaran.api.discovery import MANAGED_BY_MIRRORING, MANAGED_BY_SLICES
+from trimaran.api.labels import (
+    ENDPOINTSLICE_MANAGED_BY_LABEL,
+    HEADLESS_SERVICE_LABEL,
+    SERVICE_NAME_LABEL,
+    SKIP_MIRROR_LABEL,
+)
 from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.controllers.conditions import is_true
 from trimaran.controllers.pods import LOOPBACK, is_terminating, owner_reference, phase
@@ -47,6 +53,7 @@ __all__ = ["ServiceReconciler", "cluster_ip_candidates", "service_names"]
 log = logging.getLogger(__name__)
 
 _SECOND, _THIRD, _FOURTH = 254, 256, 254
+_SLICE_MANAGERS = (MANAGED_BY_SLICES, MANAGED_BY_MIRRORING)
 
 
 def service_names(name: str, namespace: str) -> list[str]:
@@ -67,7 +74,8 @@ def cluster_ip_candidates(home: Path | None, namespace: str, name: str) -> list[
 class ServiceReconciler(Reconciler):
     name = "service"
     kinds = ("Service",)
-    watches = ("Pod",)
+    # Endpoints: a Service without a selector forwards to (and mirrors into slices) those its owner writes.
+    watches = ("Pod", "Endpoints")
 
     def __init__(self, store: Store, runtime: NodeAPI, network: ClusterNetwork | None = None, *,
                  home: Path | None = None) -> None:
@@ -77,8 +85,6 @@ class ServiceReconciler(Reconciler):
         self.runtime = runtime
         self.home = home
         self.network = network
-        if network is not None:  # a Service without a selector forwards to the Endpoints its owner writes
-            self.watches = ("Pod", "Endpoints")
         self.proxy = ServiceProxy()
         self._listening: dict[Key, set[Address]] = {}
         self._names: dict[Key, str] = {}  # the Services whose names are published, and their address
@@ -152,6 +158,7 @@ class ServiceReconciler(Reconciler):
             return None
         selector = spec.get("selector")
         if not selector:
+            self._mirror_slices(svc)
             return None  # endpoints are the user's to manage; nothing to forward
         selected = [p for p in self.store.list("Pod", key.namespace, shared=True)
                     if selector_matches({"matchLabels": selector}, p["metadata"].get("labels"))]
@@ -278,15 +285,50 @@ class ServiceReconciler(Reconciler):
             wanted.setdefault((family, tuple(map(_slice_port_key, ports))), (ports, []))[1].append(endpoint)
         if not wanted:  # upstream's placeholder: the Service's address type, no ports, no endpoints
             wanted[("IPv6" if ":" in (spec.get("clusterIP") or "") else "IPv4", ())] = ([], [])
-        labels = {**(meta.get("labels") or {}), SERVICE_NAME_LABEL: meta["name"], MANAGED_BY_LABEL: MANAGED_BY_SLICES}
+        labels = {**(meta.get("labels") or {}), ENDPOINTSLICE_MANAGED_BY_LABEL: MANAGED_BY_SLICES}
         if spec.get("clusterIP") == "None":
-            labels["service.kubernetes.io/headless"] = ""
-        existing = self.store.list("EndpointSlice", meta["namespace"], label_selector={
-            SERVICE_NAME_LABEL: meta["name"], MANAGED_BY_LABEL: MANAGED_BY_SLICES})
+            labels[HEADLESS_SERVICE_LABEL] = ""
+        self._sync_slices(svc, wanted, labels, svc)
+
+    def _mirror_slices(self, svc: dict) -> None:
+        """A Service without a selector: its Endpoints (its owner's to write) mirrored into slices, as
+        upstream's EndpointSlice mirroring controller does (owned by the Endpoints), unless they say
+        ``skip-mirror``."""
+        meta = svc["metadata"]
+        try:
+            endpoints = self.store.get("Endpoints", meta["namespace"], meta["name"])
+        except NotFound:
+            endpoints = {"metadata": {}}
+        ep_labels = endpoints["metadata"].get("labels") or {}
+        wanted: dict[tuple, tuple[list[dict], list[dict]]] = {}
+        for subset in [] if ep_labels.get(SKIP_MIRROR_LABEL) == "true" else endpoints.get("subsets") or []:
+            ports = [_slice_port(p, p["port"]) for p in subset.get("ports") or []]
+            for ready, field in ((True, "addresses"), (False, "notReadyAddresses")):
+                for address in subset.get(field) or []:
+                    endpoint: dict = {"addresses": [address["ip"]], "conditions": {"ready": ready}}
+                    endpoint.update({k: address[k] for k in ("hostname", "nodeName", "targetRef") if address.get(k)})
+                    family = "IPv6" if ":" in address["ip"] else "IPv4"
+                    wanted.setdefault((family, tuple(map(_slice_port_key, ports))), (ports, []))[1].append(endpoint)
+        labels = {k: v for k, v in ep_labels.items() if k != SKIP_MIRROR_LABEL}
+        self._sync_slices(svc, wanted, {**labels, ENDPOINTSLICE_MANAGED_BY_LABEL: MANAGED_BY_MIRRORING}, endpoints)
+
+    def _sync_slices(self, svc: dict, wanted: dict[tuple, tuple[list[dict], list[dict]]], labels: dict,
+                     owner: dict) -> None:
+        """Make the Service's slices of one manager (``labels`` say which) those ``wanted`` (address
+        type and port keys -> ports and endpoints): a slice that matches one is updated in place, a new
+        one (owned by ``owner``) is created by ``generateName`` ``<svc>-``; the rest of the Service's
+        slices are deleted."""
+        meta = svc["metadata"]
+        labels = {**labels, SERVICE_NAME_LABEL: meta["name"]}
+        ours = labels[ENDPOINTSLICE_MANAGED_BY_LABEL]
+        existing = [s for s in self.store.list("EndpointSlice", meta["namespace"],
+                                               label_selector={SERVICE_NAME_LABEL: meta["name"]})
+                    if (s["metadata"].get("labels") or {}).get(ENDPOINTSLICE_MANAGED_BY_LABEL) in _SLICE_MANAGERS]
         try:
             for current in existing:
                 group = (current.get("addressType"), tuple(map(_slice_port_key, current.get("ports") or [])))
-                if group not in wanted:
+                mine = current["metadata"]["labels"][ENDPOINTSLICE_MANAGED_BY_LABEL] == ours
+                if not mine or group not in wanted:
                     self.store.delete("EndpointSlice", meta["namespace"], current["metadata"]["name"])
                     continue
                 endpoints = wanted.pop(group)[1] or None
@@ -298,7 +340,7 @@ class ServiceReconciler(Reconciler):
                 self.store.create({
                     "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                     "metadata": {"generateName": f"{meta['name']}-", "namespace": meta["namespace"], "labels": labels,
-                                 "ownerReferences": [owner_reference(svc)]},
+                                 "ownerReferences": [owner_reference(owner)]},
                     "addressType": family, "endpoints": endpoints or None, "ports": list(ports)})
         except (Conflict, AlreadyExists, NotFound):
             self.wake(key_of(svc))  # written meanwhile: compare again
@@ -403,6 +445,8 @@ class ServiceReconciler(Reconciler):
             self._say_if_empty(svc, selector, pods)
             self._write_endpoints(svc, pods)
             self._write_slices(svc, selected)
+        else:
+            self._mirror_slices(svc)
         subsets = self._endpoint_subsets(key)
         for port in ports:
             found = set()
