@@ -16,6 +16,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import ControlPlaneHandle, shared_plane
 from tests.helpers import poll
@@ -72,6 +74,41 @@ def test_schedules_fire_as_robfig_reads_them() -> None:
     assert parse_schedule("0 0 30 2 *").next(at) is None  # February 30th never comes
     paris = parse_schedule("TZ=Europe/Paris 0 9 * * *")
     assert paris.next(at) == datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+
+
+def _robfig_fires(expression: str, moment: datetime) -> bool:
+    """robfig/cron's match of a canonical expression: day of month and day of week ANDed when either
+    is "*", else ORed (Go's Weekday: Sunday is 0)."""
+    fields = expression.split()
+
+    def has(i: int, value: int) -> bool:
+        return fields[i] == "*" or str(value) in fields[i].split(",")
+    dom, dow = has(2, moment.day), has(4, moment.isoweekday() % 7)
+    days = dom and dow if "*" in (fields[2], fields[4]) else dom or dow
+    return has(0, moment.minute) and has(1, moment.hour) and has(3, moment.month) and days
+
+
+_TERM = st.one_of(st.sampled_from(["*", "?", "*/2", "*/7", "mon-fri", "jan", "L", "5/15", "1-31", "0-6"]),
+                  st.integers(0, 40).map(str),
+                  st.tuples(st.integers(0, 31), st.integers(0, 31)).map("{0[0]}-{0[1]}".format))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_TERM, min_size=1, max_size=2).map(",".join), min_size=5, max_size=5).map(" ".join))
+def test_any_schedule_is_refused_in_words_or_fires_as_robfig_would(schedule: str) -> None:
+    try:
+        parsed = parse_schedule(schedule)
+    except ValueError as exc:
+        assert str(exc)
+        return
+    at = datetime(2026, 2, 27, 23, 58, 30, tzinfo=timezone.utc)
+    fired = parsed.next(at)
+    # The first minute robfig's rule accepts within 40 days, found minute by minute.
+    moment = at.replace(second=0) + timedelta(minutes=1)
+    while moment < at + timedelta(days=40) and not _robfig_fires(parsed.expression, moment):
+        moment += timedelta(minutes=1)
+    expected = moment if moment < at + timedelta(days=40) else None
+    assert fired == expected or expected is None and (fired is None or fired >= at + timedelta(days=40))
 
 
 def _refusal(obj: dict) -> str:
