@@ -74,6 +74,15 @@ def test_schedules_fire_as_robfig_reads_them() -> None:
     assert parse_schedule("0 0 30 2 *").next(at) is None  # February 30th never comes
     paris = parse_schedule("TZ=Europe/Paris 0 9 * * *")
     assert paris.next(at) == datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+    # Across daylight saving as robfig steps: 2:30 does not exist on March 8th in New York (skipped),
+    # 1:30 happens twice on November 1st (fires twice).
+    spring = parse_schedule("TZ=America/New_York 30 2 * * *")
+    assert spring.next(datetime(2026, 3, 7, 12, 0, tzinfo=timezone.utc)) == \
+        datetime(2026, 3, 9, 6, 30, tzinfo=timezone.utc)
+    fall = parse_schedule("TZ=America/New_York 30 1 * * *")
+    first = fall.next(datetime(2026, 10, 31, 12, 0, tzinfo=timezone.utc))
+    assert first == datetime(2026, 11, 1, 5, 30, tzinfo=timezone.utc)
+    assert fall.next(first) == datetime(2026, 11, 1, 6, 30, tzinfo=timezone.utc)
 
 
 def _robfig_fires(expression: str, moment: datetime) -> bool:

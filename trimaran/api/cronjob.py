@@ -6,7 +6,8 @@ fields (minute, hour, day of month, month, day of week; names ``jan``/``mon`` in
 <duration>``, with robfig's error words, which kube-apiserver puts after ``spec.schedule: Invalid
 value``. The times a parsed schedule fires at are cronsim's (the library recurring runs use), fed a
 canonical expression of the parsed fields, so robfig's day rule holds: day of month and day of week
-are ANDed when either is a bare ``*`` (a stepped ``*/2`` is not), else ORed.
+are ANDed when either is a bare ``*`` (a stepped ``*/2`` is not), else ORed; and robfig's way across
+daylight saving (a time in the gap is skipped, one in the overlap fires twice).
 """
 
 # Annotations are evaluated eagerly (no `from __future__ import annotations`), as in batch.py.
@@ -97,7 +98,10 @@ class CronSchedule:
         if self.every is not None:
             return after.replace(microsecond=0) + self.every
         try:
-            return next(CronSim(self.expression, after.astimezone(self.zone))).astimezone(timezone.utc)
+            # Six fields (robfig's seconds, always 0): cronsim then steps in absolute time across a
+            # daylight-saving change, as robfig does (a time in the gap is skipped, one in the overlap
+            # fires twice), rather than as Debian's cron, which it mimics for five fields.
+            return next(CronSim("0 " + self.expression, after.astimezone(self.zone))).astimezone(timezone.utc)
         except (CronSimError, StopIteration):
             return None
 
