@@ -360,3 +360,36 @@ def test_kubectl_get_create_job_from_and_a_real_firing(plane: ControlPlaneHandle
                      "-o", "json").stdout
     reasons = {e["reason"] for e in json.loads(events)["items"]}
     assert {"SuccessfulCreate", "SawCompletedJob", "UnexpectedJob"} <= reasons
+
+
+@needs_kubectl
+def test_create_job_from_a_cronjob_carries_its_whole_template(plane: ControlPlaneHandle, tmp_path: Path) -> None:
+    """kubectl sends the Job in protobuf: volumes, resources, env from references, security contexts and
+    tolerations all arrive, zeros that mean something (runAsUser 0, optional false) among them."""
+    rich = cronjob("rich")
+    pod_spec = rich["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    pod_spec.update(
+        automountServiceAccountToken=False, securityContext={"runAsUser": 0, "fsGroup": 1000},
+        tolerations=[{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}],
+        volumes=[{"name": "scratch", "emptyDir": {}},
+                 {"name": "conf", "configMap": {"name": "settings", "optional": False,
+                                                "items": [{"key": "a", "path": "a.txt"}]}},
+                 {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}}])
+    pod_spec["containers"][0].update(
+        resources={"limits": {"cpu": "1", "memory": "64Mi"}, "requests": {"cpu": "100m"}},
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"},
+                      {"name": "conf", "mountPath": "/conf", "readOnly": True}],
+        env=[{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+             {"name": "LR", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "lr", "optional": True}}},
+             {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}}],
+        envFrom=[{"prefix": "S_", "secretRef": {"name": "creds", "optional": True}}],
+        securityContext={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
+    rich["spec"]["jobTemplate"]["spec"]["backoffLimit"] = 0
+    rich["spec"]["suspend"] = True  # only the copy matters here
+    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(rich))
+    kubectl(plane, tmp_path, "create", "job", "rich-copy", "--from=cronjob/rich")
+    stored = json.loads(kubectl(plane, tmp_path, "get", "cronjob", "rich", "-o", "json").stdout)
+    job = json.loads(kubectl(plane, tmp_path, "get", "job", "rich-copy", "-o", "json").stdout)
+    assert job["spec"]["template"]["spec"] == stored["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert job["spec"]["backoffLimit"] == 0
+    kubectl(plane, tmp_path, "delete", "cronjob", "rich")
