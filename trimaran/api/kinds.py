@@ -38,6 +38,10 @@ from trimaran.api.batch import Job
 from trimaran.api.coordination import API_VERSION as COORDINATION_V1
 from trimaran.api.coordination import LEASE_COLUMNS, Lease
 from trimaran.api.core import ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, ServiceAccount
+from trimaran.api.cronjob import API_VERSION as CRONJOB_V1
+from trimaran.api.cronjob import CRONJOB_COLUMNS, CronJob
+from trimaran.api.discovery import API_VERSION as DISCOVERY_V1
+from trimaran.api.discovery import ENDPOINTSLICE_COLUMNS, EndpointSlice
 from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
 from trimaran.api.inferencegraph import InferenceGraph
@@ -58,6 +62,8 @@ from trimaran.api.pipelines import (
     Run,
     run_reference_errors,
 )
+from trimaran.api.policy import API_VERSION as POLICY_V1
+from trimaran.api.policy import PDB_COLUMNS, PodDisruptionBudget
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
 from trimaran.api.seldon import SeldonDeployment
@@ -239,7 +245,7 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 
 #: Kubernetes' own API groups among those served here; every other group is a custom resource's.
 KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "coordination.k8s.io", "networking.k8s.io",
-                               "policy", "apiextensions.k8s.io"})
+                               "policy", "apiextensions.k8s.io", "discovery.k8s.io"})
 
 
 @dataclass(frozen=True)
@@ -515,3 +521,17 @@ for _version in SELDON_VERSIONS:
                           PrinterColumn("Address", json_path=".status.address.url", priority=1), AGE),
                       scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
                       pod_templates=_seldon_components))
+
+
+def _cronjob_template(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    """A CronJob: its Job template's pod template."""
+    job = _mapping(_mapping(_mapping(obj.get("spec")).get("jobTemplate")).get("spec"))
+    yield from _template("spec.jobTemplate.spec.template", job.get("template"))
+
+
+register(KindInfo("CronJob", CRONJOB_V1, "batch", "v1", "cronjobs", ("cj",), True, CronJob, ("all",), CRONJOB_COLUMNS,
+                  pod_templates=_cronjob_template))
+register(KindInfo("EndpointSlice", DISCOVERY_V1, "discovery.k8s.io", "v1", "endpointslices", (), True, EndpointSlice,
+                  printer_columns=ENDPOINTSLICE_COLUMNS, status_subresource=False))
+register(KindInfo("PodDisruptionBudget", POLICY_V1, "policy", "v1", "poddisruptionbudgets", ("pdb",), True,
+                  PodDisruptionBudget, printer_columns=PDB_COLUMNS))

@@ -8,8 +8,9 @@ a client that only reads labels does not load pydantic.
 from __future__ import annotations
 
 __all__ = [
-    "CONTROLLER_REVISION_HASH_LABEL", "EXPERIMENT_LABEL", "JOB_NAME_LABEL", "JOB_ROLE_LABEL", "OPERATOR_NAME_LABEL",
-    "POD_INDEX_LABEL", "REPLICATED_JOB_NAME_KEY", "REPLICA_INDEX_LABEL", "REPLICA_TYPE_LABEL", "REVISION_HASH_LABEL",
+    "CONTROLLER_REVISION_HASH_LABEL", "ENDPOINTSLICE_MANAGED_BY_LABEL", "EXPERIMENT_LABEL", "HEADLESS_SERVICE_LABEL",
+    "JOB_NAME_LABEL", "JOB_ROLE_LABEL", "OPERATOR_NAME_LABEL", "POD_INDEX_LABEL", "REPLICATED_JOB_NAME_KEY",
+    "REPLICA_INDEX_LABEL", "REPLICA_TYPE_LABEL", "REVISION_HASH_LABEL", "SERVICE_NAME_LABEL", "SKIP_MIRROR_LABEL",
     "STATEFULSET_POD_NAME_LABEL", "TRAINJOB_NAME_LABEL", "TRIAL_LABEL",
 ]
 
@@ -33,3 +34,10 @@ CONTROLLER_REVISION_HASH_LABEL = "controller-revision-hash"  # a pod's revision 
 REVISION_HASH_LABEL = "controller.kubernetes.io/hash"  # a StatefulSet's ControllerRevision's hash
 STATEFULSET_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+
+# Kubernetes' own, on the EndpointSlices of a Service.
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+ENDPOINTSLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+HEADLESS_SERVICE_LABEL = "service.kubernetes.io/headless"
+# On Endpoints that must not be mirrored into slices (kube-apiserver's own, of `kubernetes`).
+SKIP_MIRROR_LABEL = "endpointslice.kubernetes.io/skip-mirror"

@@ -45,7 +45,9 @@ from trimaran.controllers.workloads import (
     ServiceReconciler,
     StatefulSetReconciler,
 )
+from trimaran.controllers.workloads.cronjob import CronJobReconciler
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
+from trimaran.controllers.workloads.pdb import PodDisruptionBudgetReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.local import shim_pool_size_from_env
 from trimaran.runtime.network import PodNetwork
@@ -156,7 +158,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         StatefulSetReconciler(store),
         services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
-        GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason)])
+        GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason),
+        CronJobReconciler(store), PodDisruptionBudgetReconciler(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs, cluster_network=cluster_network)
 
