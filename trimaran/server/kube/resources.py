@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from trimaran.api import ManifestError, kinds, printers, validate
+from trimaran.api.crd import served_as
 from trimaran.api.errors import FieldError
 from trimaran.api.kinds import KindInfo
 from trimaran.api.podsecurity import Policy
@@ -132,6 +133,14 @@ class KubeAPI:
     def served(self) -> list[KindInfo]:
         """Every kind served, Events included, in registration order."""
         return list(self._by_path.values())
+
+    def add_kind(self, info: KindInfo) -> None:
+        """Serve a kind registered at run time (a user's CRD: ``server/kube/crd.py``)."""
+        self._by_path.setdefault((info.group, info.version, info.plural), info)
+
+    def remove_kind(self, info: KindInfo) -> None:
+        if self._by_path.get((info.group, info.version, info.plural)) == info:
+            del self._by_path[(info.group, info.version, info.plural)]
 
     def kind_at(self, group: str, version: str, plural: str) -> KindInfo | None:
         return self._by_path.get((group, version, plural))
@@ -274,7 +283,7 @@ class KubeAPI:
             obj = await asyncio.to_thread(self.store.get, info.kind, target.namespace or "", target.name)
         except NotFound:
             raise StatusError.not_found(info.group, info.plural, target.name or "") from None
-        return obj
+        return served_as(info, obj)
 
     @staticmethod
     def _stored_as(target: Target, current: dict) -> Target:
@@ -331,7 +340,7 @@ class KubeAPI:
             return revision, items
 
         revision, items = await asyncio.to_thread(read)
-        return revision, [o for o in items if accepts(o)], accepts
+        return revision, [served_as(info, o) for o in items if accepts(o)], accepts
 
     async def _reached(self, wanted: int) -> int | None:
         """None once the store has reached revision ``wanted`` (waiting up to :data:`_TOO_LARGE_WAIT`),
@@ -427,6 +436,7 @@ class KubeAPI:
         include = params.get("includeObject", "Metadata")
 
         def encode(kind: str, obj: dict, headers: bool) -> bytes:
+            obj = served_as(info, obj) if kind != "ERROR" else obj
             shown = table(info, [obj], obj["metadata"].get("resourceVersion", ""), include, headers) \
                 if as_table and kind != "BOOKMARK" and kind != "ERROR" else obj
             return orjson.dumps({"type": kind, "object": shown}) + b"\n"
@@ -581,7 +591,7 @@ class KubeAPI:
         if managed:
             patching.track_update(None, admitted, manager)
         if dry_run:
-            return _json_response(admitted, 201, _warning_headers(warnings))
+            return _json_response(served_as(info, admitted), 201, _warning_headers(warnings))
 
         def write() -> dict:
             if info.namespaced:
@@ -596,7 +606,7 @@ class KubeAPI:
             created = await asyncio.to_thread(write)
         except AlreadyExists:
             raise StatusError.already_exists(info.group, info.plural, admitted["metadata"].get("name", "")) from None
-        return _json_response(created, 201, _warning_headers(warnings))
+        return _json_response(served_as(info, created), 201, _warning_headers(warnings))
 
     def _check_update(self, info: KindInfo, current: dict, new: dict) -> None:
         errors = info.model.update_errors(current, new)
@@ -633,7 +643,7 @@ class KubeAPI:
                             status_only: bool = False) -> Response:
         """Write ``new`` (its spec and metadata, or only its status), checked against its resourceVersion."""
         if dry_run:
-            return _json_response(new, 200, _warning_headers(warnings))
+            return _json_response(served_as(info, new), 200, _warning_headers(warnings))
         write = self.store.update_status if status_only else self.store.update
         try:
             stored = await asyncio.to_thread(write, new)
@@ -643,7 +653,7 @@ class KubeAPI:
                                        "version and try again") from None
         except NotFound:
             raise StatusError.not_found(info.group, info.plural, new["metadata"]["name"]) from None
-        return _json_response(stored, 200, _warning_headers(warnings))
+        return _json_response(served_as(info, stored), 200, _warning_headers(warnings))
 
     async def _store_status(self, info: KindInfo, new: dict, dry_run: bool) -> Response:
         return await self._store_update(info, new, dry_run, [], status_only=True)
