@@ -133,6 +133,13 @@ def test_objects_are_validated_by_the_structural_schema_in_kube_apiservers_words
     kept = kubectl("apply", "--validate=warn", "-f", "-", input=cr("Gizmo", "g1", color="red", bogus=1))
     assert 'unknown field "spec.bogus"' in kept.stderr
     assert json.loads(kubectl("get", "gizmo", "g1", "-o", "json").stdout)["spec"] == {"color": "red", "replicas": 1}
+    # A changed CRD is served as changed from the next request on.
+    wider = yaml.safe_load(crd("Gizmo", "gizmos"))
+    wider["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"][
+        "maximum"] = 20
+    assert kubectl("apply", "-f", "-", input=yaml.safe_dump(wider)).stdout.strip().endswith("configured")
+    kubectl("apply", "-f", "-", input=cr("Gizmo", "g1", color="red", replicas=11))
+    assert json.loads(kubectl("get", "gizmo", "g1", "-o", "json").stdout)["spec"]["replicas"] == 11
 
 
 def test_status_and_scale_subresources_and_generation(kubectl) -> None:  # noqa: ANN001
@@ -211,6 +218,18 @@ def test_deleting_a_crd_deletes_its_objects(kubectl) -> None:  # noqa: ANN001
     # Created again, it starts empty: the old objects went with it.
     kubectl("apply", "-f", "-", input=crd("Gadget", "gadgets"))
     assert kubectl("get", "gadgets", "-o", "name").stdout.split() == []
+
+
+def test_a_finalizer_holds_an_object_until_it_is_removed(kubectl) -> None:  # noqa: ANN001
+    kubectl("apply", "-f", "-", input=crd("Widget2", "widget2s"))
+    held = json.loads(cr("Widget2", "f1", color="red"))
+    held["metadata"]["finalizers"] = ["example.com/cleanup"]
+    kubectl("apply", "-f", "-", input=json.dumps(held))
+    kubectl("delete", "widget2", "f1", "--wait=false")
+    marked = json.loads(kubectl("get", "widget2", "f1", "-o", "json").stdout)
+    assert marked["metadata"]["deletionTimestamp"]
+    kubectl("patch", "widget2", "f1", "--type=merge", "-p", '{"metadata": {"finalizers": null}}')
+    assert "NotFound" in kubectl("get", "widget2", "f1", check=False).stderr
 
 
 PYTHON_CLIENT = r'''

@@ -147,10 +147,8 @@ def structural_errors(schema: Any, path: str, level: str = "root") -> list[Field
             errs.append(FieldError.forbidden(f"{path}.properties[metadata]", "must not specify anything other than "
                                              "name and generateName, but metadata is implicitly specified"))
     if "default" in schema and not errs:
-        # A default must itself be valid and already pruned (apiextensions checks it the same way).
-        value = copy.deepcopy(schema["default"])
-        errs.extend(FieldError(e.path.replace("<default>", f"{path}.default", 1), e.type, e.detail, e.value,
-                               e.supported) for e in schema_errors(value, schema, "<default>"))
+        # A default must itself be valid by the schema it defaults (apiextensions checks it too).
+        errs.extend(schema_errors(copy.deepcopy(schema["default"]), schema, f"{path}.default"))
     return errs
 
 

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from trimaran.api import kinds
-from trimaran.api.crd import CRD_INFO, CRD_KIND, crd_status, kind_infos
+from trimaran.api.crd import CRD_INFO, CRD_KIND, crd_status, is_custom, kind_infos
 from trimaran.server.kube import discovery
 from trimaran.server.kube.errors import StatusError
 from trimaran.server.kube.resources import KubeAPI, Target
@@ -98,8 +98,13 @@ class CustomResources:
 
     # Requests --------------------------------------------------------------------------------
 
-    def _own(self) -> dict[str, dict]:
-        return {c["metadata"]["name"]: c for c in discovery.crd_objects(self.api.served(), self.started)}
+    def _own(self) -> list[dict]:
+        return discovery.crd_objects(self.api.served(), self.started)
+
+    def _own_names(self) -> set[str]:
+        # Cheap, for every request: the objects themselves cost every kind's schema.
+        return {f"{i.plural}.{i.group}" for i in self.api.served()
+                if not i.builtin and i.model is not None and not is_custom(i)}
 
     async def serve(self, request: Request, segments: list[str], guard: Callable[[str], None]) -> Response:
         name = segments[1] if len(segments) > 1 else None
@@ -109,16 +114,16 @@ class CustomResources:
         target = Target(CRD_INFO, None, name, sub)
         verb = KubeAPI.verb(request, target)
         guard(verb)
-        own = await asyncio.to_thread(self._own)
-        if name in own:
+        if name in self._own_names():
             if verb != "get":
                 raise StatusError(403, "Forbidden", f'customresourcedefinitions.apiextensions.k8s.io "{name}" is '
                                   f"forbidden: {name} is Trimaran's own CustomResourceDefinition: it is read-only "
                                   "(Trimaran serves that kind itself)",
                                   {"name": name, "group": "apiextensions.k8s.io", "kind": "customresourcedefinitions"})
+            [crd] = [c for c in await asyncio.to_thread(self._own) if c["metadata"]["name"] == name]
             if wants_table(request.headers.get("accept", "")):
-                return _json(table(CRD_INFO, [own[name]], "1", request.query_params.get("includeObject", "Metadata")))
-            return _json(own[name])
+                return _json(table(CRD_INFO, [crd], "1", request.query_params.get("includeObject", "Metadata")))
+            return _json(crd)
         dry_run = request.query_params.get("dryRun") == "All"
         if verb == "delete" and not dry_run:
             await asyncio.to_thread(self._delete_objects, name or "")
@@ -127,7 +132,7 @@ class CustomResources:
                 await asyncio.to_thread(self._delete_objects, stored["metadata"]["name"])
         response = await self.api.serve(request, target, verb)
         if verb == "list":
-            return self._with_own(request, response, list(own.values()))
+            return self._with_own(request, response, await asyncio.to_thread(self._own))
         if verb not in _WRITES or response.status_code >= 300 or dry_run:
             return response
         if verb == "deletecollection":

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from trimaran.api import ManifestError, kinds, printers, validate
-from trimaran.api.crd import served_as
+from trimaran.api.crd import is_custom, served_as
 from trimaran.api.errors import FieldError
 from trimaran.api.kinds import KindInfo
 from trimaran.api.podsecurity import Policy
@@ -653,6 +653,14 @@ class KubeAPI:
                                        "version and try again") from None
         except NotFound:
             raise StatusError.not_found(info.group, info.plural, new["metadata"]["name"]) from None
+        meta = stored["metadata"]
+        if is_custom(info) and meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            # The garbage collector watches the kinds known at start only: the write that removes a
+            # user's object's last finalizer ends it, as kube-apiserver's store does.
+            try:
+                await asyncio.to_thread(self.store.delete, info.kind, meta.get("namespace") or "", meta["name"])
+            except NotFound:
+                pass
         return _json_response(served_as(info, stored), 200, _warning_headers(warnings))
 
     async def _store_status(self, info: KindInfo, new: dict, dry_run: bool) -> Response:

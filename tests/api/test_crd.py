@@ -1,0 +1,125 @@
+"""``api/crd.py`` without a server: a CRD's checks and an object's pruning, defaulting and
+validation by a structural schema, in apiextensions-apiserver's words."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from trimaran.api import ManifestError, kinds, validate
+from trimaran.api.crd import default, kind_infos, prune, schema_errors, structural_errors
+
+SCHEMA: dict[str, Any] = {"type": "object", "properties": {
+    "spec": {"type": "object", "required": ["size"], "properties": {
+        "size": {"x-kubernetes-int-or-string": True},
+        "mode": {"type": "string", "default": "fast", "enum": ["fast", "slow"]},
+        "ports": {"type": "array", "maxItems": 2, "items": {"type": "object", "properties": {
+            "port": {"type": "integer", "exclusiveMinimum": True, "minimum": 0}, "name": {"type": "string",
+                                                                                   "default": "http"}}}},
+        "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
+        "nested": {"type": "object", "default": {}, "properties": {"depth": {"type": "integer", "default": 2}}},
+        "optional": {"type": "string", "nullable": True}}}}}
+
+
+def crd(**spec: Any) -> dict[str, Any]:
+    base = {"group": "test.io", "scope": "Namespaced", "names": {"plural": "things", "kind": "Thing"},
+            "versions": [{"name": "v1", "served": True, "storage": True,
+                          "schema": {"openAPIV3Schema": copy.deepcopy(SCHEMA)}}]}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "things.test.io"}, "spec": {**base, **spec}}
+
+
+def messages(errors: list) -> list[str]:
+    return [str(e) for e in errors]
+
+
+def test_structural_errors_name_the_schema_field() -> None:
+    schema = {"type": "object", "properties": {
+        "spec": {"properties": {"list": {"type": "array"}, "any": {"type": "object", "$ref": "#/x"}}},
+        "metadata": {"type": "object", "properties": {"labels": {"type": "object"}}},
+        "status": {"type": "object", "x-kubernetes-int-or-string": True}}}
+    assert messages(structural_errors(schema, "s")) == [
+        "s.properties[spec].type: Required value: must not be empty for specified object fields",
+        "s.properties[spec].properties[list].items: Required value: must be specified",
+        "s.properties[spec].properties[any].$ref: Forbidden: $ref is not supported",
+        's.properties[status].type: Invalid value: "object": must be empty if x-kubernetes-int-or-string is true',
+        "s.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but "
+        "metadata is implicitly specified"]
+    assert messages(structural_errors({"type": "string"}, "s")) == [
+        's.type: Invalid value: "string": must be object at the root']
+    assert messages(structural_errors({"type": "object", "properties": {"a": {"type": "integer", "default": "x"}}},
+                                      "s")) == [
+        's.properties[a].default: Invalid value: "string": s.properties[a].default in body must be of type '
+        'integer: "string"']
+
+
+def test_prune_default_and_validate_as_apiextensions() -> None:
+    body = {"spec": {"size": "10Gi", "ports": [{"port": 80, "junk": 1}], "junk": True, "optional": None,
+                     "labels": {"a": "b"}}, "junk": {}}
+    pruned: list[str] = []
+    prune(body, SCHEMA, "", pruned, root=True)
+    assert pruned == ["spec.ports[0].junk", "spec.junk", "junk"]
+    default(body, SCHEMA)
+    assert body["spec"]["mode"] == "fast" and body["spec"]["ports"] == [{"port": 80, "name": "http"}]
+    assert body["spec"]["nested"] == {"depth": 2} and body["spec"]["optional"] is None
+    assert schema_errors(body, SCHEMA, "") == []
+    bad = {"spec": {"size": 1.5, "mode": "warp", "ports": [{"port": 0}, {}, {}], "labels": {"k": "long"}}}
+    assert messages(schema_errors(bad, SCHEMA, "")) == [
+        'spec.size: Invalid value: "number": spec.size in body must be of type integer-or-string: "number"',
+        'spec.mode: Unsupported value: "warp": supported values: "fast", "slow"',
+        "spec.ports: Invalid value: 3: spec.ports in body should have at most 2 items",
+        "spec.ports[0].port: Invalid value: 0: spec.ports[0].port in body should be greater than 0",
+        "spec.labels.k: Too long: may not be more than 3 bytes"]
+    assert messages(schema_errors({"spec": {}}, SCHEMA, "")) == ["spec.size: Required value"]
+
+
+def test_a_crd_is_defaulted_and_checked() -> None:
+    stored = validate(crd()).object
+    assert stored["spec"]["names"]["singular"] == "thing" and stored["spec"]["names"]["listKind"] == "ThingList"
+    assert stored["spec"]["conversion"] == {"strategy": "None"}
+    two = crd(versions=[{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": SCHEMA}},
+                        {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": SCHEMA}}],
+              group="nodot", scope="Global")
+    with pytest.raises(ManifestError) as refused:
+        validate(two)
+    text = str(refused.value)
+    for words in ('spec.group: Invalid value: "nodot": should be a domain with at least one dot',
+                  'metadata.name: Invalid value: "things.test.io": must be spec.names.plural+"."+spec.group',
+                  'spec.scope: Unsupported value: "Global": supported values: "Cluster", "Namespaced"',
+                  'spec.versions[1].name: Duplicate value: "v1"',
+                  "must have exactly one version marked as storage version"):
+        assert words in text, text
+
+
+def test_a_crd_may_not_take_a_kind_or_resource_trimaran_serves() -> None:
+    taken = crd(group="kubeflow.org", names={"plural": "tfjobs", "kind": "TFJob"})
+    taken["metadata"]["name"] = "tfjobs.kubeflow.org"
+    with pytest.raises(ManifestError, match="Trimaran's own CustomResourceDefinition, which is read-only"):
+        validate(taken)
+    with pytest.raises(ManifestError, match='spec.names.kind: Invalid value: "Job": the kind is already served'):
+        validate(crd(names={"plural": "things", "kind": "Job"}))
+
+
+def test_objects_of_a_registered_version_are_stored_in_the_storage_version() -> None:
+    definition = validate(crd(versions=[
+        {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": SCHEMA}},
+        {"name": "v2", "served": True, "storage": False,
+         "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}])).object
+    infos = kind_infos(definition)
+    assert [i.api_version for i in infos] == ["test.io/v1", "test.io/v2"]
+    for info in infos:
+        kinds.register(info)
+    try:
+        result = validate({"apiVersion": "test.io/v2", "kind": "Thing", "metadata": {"name": "t"},
+                           "spec": {"anything": 1}})
+        assert result.object["apiVersion"] == "test.io/v1" and result.object["spec"] == {"anything": 1}
+        assert result.warnings == []
+        with pytest.raises(ManifestError, match="spec.size: Required value"):
+            validate({"apiVersion": "test.io/v1", "kind": "Thing", "metadata": {"name": "t"}, "spec": {}})
+    finally:
+        for info in infos:
+            kinds.unregister(info)
+    with pytest.raises(ManifestError, match='no matches for kind "Thing"'):
+        validate({"apiVersion": "test.io/v1", "kind": "Thing", "metadata": {"name": "t"}})
