@@ -108,7 +108,7 @@ def test_objects_of_a_registered_version_are_stored_in_the_storage_version() -> 
         {"name": "v2", "served": True, "storage": False,
          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}])).object
     infos = kind_infos(definition)
-    assert [i.api_version for i in infos] == ["test.io/v1", "test.io/v2"]
+    assert [i.api_version for i in infos] == ["test.io/v2", "test.io/v1"]  # v2 is preferred, v1 stores
     for info in infos:
         kinds.register(info)
     try:

@@ -53,7 +53,7 @@ def crd(kind: str, plural: str, group: str = "example.com", scope: str = "Namesp
                                                      "x-kubernetes-preserve-unknown-fields": True}}},
                               "status": {"type": "object", "properties": {
                                   "replicas": {"type": "integer"}, "ready": {"type": "integer"}}}}}}},
-                     {"name": "v1beta1", "served": True, "storage": False,
+                     {"name": "v1beta1", "served": True, "storage": False, "deprecated": True,
                       "schema": {"openAPIV3Schema": {"type": "object",
                                                      "x-kubernetes-preserve-unknown-fields": True}}}]}})
 
@@ -104,6 +104,12 @@ def test_a_crd_is_established_and_its_kind_served_at_once(kubectl) -> None:  # n
     # Conversion None: the other served version answers with its own apiVersion, the object unchanged.
     other = json.loads(kubectl("get", "widgets.v1beta1.example.com", "w1", "-o", "json").stdout)
     assert other["apiVersion"] == "example.com/v1beta1" and other["spec"] == got["spec"]
+    # A write in a deprecated version is stored (in the storage version) with apiextensions' warning.
+    older = kubectl("apply", "-f", "-", input=cr("Widget", "w2", version="v1beta1", color="blue", free=1))
+    assert "Warning: example.com/v1beta1 Widget is deprecated; use example.com/v1 Widget" in older.stderr
+    stored = json.loads(kubectl("get", "widgets", "w2", "-o", "json").stdout)
+    assert stored["apiVersion"] == "example.com/v1" and stored["spec"] == {"color": "blue", "free": 1}
+    assert "status" not in stored  # a custom resource is stored without one until it is written
 
 
 def test_kubectl_explain_reads_the_crds_schema(kubectl) -> None:  # noqa: ANN001
@@ -192,6 +198,10 @@ def test_a_crd_that_is_not_structural_or_misnamed_is_refused(kubectl) -> None:  
                   "must have exactly one version marked as storage version"):
         assert words in refused.stderr, refused.stderr
     assert "NotFound" in kubectl("get", "crd", "x", check=False).stderr
+    typo = yaml.safe_load(crd("Whatsit", "whatsits"))
+    typo["spec"]["versions"][0]["printerColumns"] = []
+    refused = kubectl("apply", "-f", "-", input=yaml.safe_dump(typo), check=False)
+    assert 'strict decoding error: unknown field "spec.versions[0].printerColumns"' in refused.stderr
 
 
 def test_trimarans_own_crds_stay_read_only(kubectl) -> None:  # noqa: ANN001

@@ -28,7 +28,7 @@ from trimaran.api.printers import PrinterColumn
 
 __all__ = ["CRD_INFO", "CRD_KIND", "CustomResource", "CustomResourceDefinition", "crd_status", "default",
            "is_custom", "kind_infos", "prune", "published_schema", "schema_errors", "served_as",
-           "structural_errors"]
+           "structural_errors", "version_priority"]
 
 CRD_KIND = "CustomResourceDefinition"
 GROUP = "apiextensions.k8s.io"
@@ -283,6 +283,7 @@ class CustomResource(Resource):
 
     openapi_v3_schema: ClassVar[dict[str, Any]] = {}
     storage_api_version: ClassVar[str] = ""  # objects of every version are stored in this one
+    deprecation_warning: ClassVar[str] = ""  # a deprecated version's warning, sent with each write
     _body: dict[str, Any] = PrivateAttr(default_factory=dict)
     _pruned: list[str] = PrivateAttr(default_factory=list)
 
@@ -302,7 +303,8 @@ class CustomResource(Resource):
         default(self._body, self.openapi_v3_schema)
 
     def admission_warnings(self) -> list[str]:
-        return [f'unknown field "{path}"' for path in self._pruned]
+        deprecated = [self.deprecation_warning] if self.deprecation_warning else []
+        return [f'unknown field "{path}"' for path in self._pruned] + deprecated
 
     def check(self) -> list[FieldError]:
         errs = super().check()
@@ -419,6 +421,33 @@ def _names_errors(names: Any) -> list[FieldError]:
     return errs
 
 
+# The fields of a CRD's spec apiextensions decodes (typed there: anything else is an unknown field).
+_SPEC_FIELDS: dict[str, Any] = {
+    "group": None, "scope": None, "preserveUnknownFields": None,
+    "names": {"plural": None, "singular": None, "shortNames": None, "kind": None, "listKind": None,
+              "categories": None},
+    "conversion": {"strategy": None, "webhook": None},
+    "versions": [{"name": None, "served": None, "storage": None, "deprecated": None, "deprecationWarning": None,
+                  "schema": {"openAPIV3Schema": None}, "selectableFields": None,
+                  "subresources": {"status": None, "scale": {"specReplicasPath": None, "statusReplicasPath": None,
+                                                             "labelSelectorPath": None}},
+                  "additionalPrinterColumns": [{"name": None, "type": None, "format": None, "description": None,
+                                                "priority": None, "jsonPath": None}]}],
+}
+
+
+def _unknown_fields(value: Any, known: Any, path: str, out: list[str]) -> None:
+    if isinstance(known, list) and isinstance(value, list):
+        for i, item in enumerate(value):
+            _unknown_fields(item, known[0], join_path(path, i), out)
+    elif isinstance(known, dict) and isinstance(value, dict):
+        for key, item in value.items():
+            if key not in known:
+                out.append(join_path(path, key))
+            else:
+                _unknown_fields(item, known[key], join_path(path, key), out)
+
+
 class CustomResourceDefinition(Resource):
     """``apiextensions.k8s.io/v1`` CustomResourceDefinition: its spec is kept as sent, checked with
     apiextensions' rules and words."""
@@ -435,9 +464,18 @@ class CustomResourceDefinition(Resource):
         if isinstance(conversion, dict):
             conversion.setdefault("strategy", "None")
 
+    def admission_warnings(self) -> list[str]:
+        unknown: list[str] = []
+        _unknown_fields(self.spec, _SPEC_FIELDS, "spec", unknown)
+        return [f'unknown field "{path}"' for path in unknown]
+
     def check(self) -> list[FieldError]:
         errs = super().check()
         spec = self.spec
+        if spec.get("preserveUnknownFields") is True:
+            errs.append(FieldError.invalid("spec.preserveUnknownFields", True, "cannot set to true, set "
+                                           "x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema "
+                                           "instead"))
         group = spec.get("group")
         names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
         if not group:
@@ -529,19 +567,48 @@ def _with_root_fields(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_KUBE_VERSION = re.compile(r"v([1-9][0-9]*)(?:(alpha|beta)([1-9][0-9]*))?")
+
+
+def version_priority(name: str) -> tuple[int, int, int, str]:
+    """A sort key putting versions in Kubernetes' order (v2, v1, v1beta2, v1beta1, v1alpha1, then
+    others by name), as discovery lists a group's versions and picks its preferred one."""
+    match = _KUBE_VERSION.fullmatch(name)
+    if match is None:
+        return (3, 0, 0, name)
+    stage = {None: 0, "beta": 1, "alpha": 2}[match.group(2)]
+    return (stage, -int(match.group(1)), -int(match.group(3) or 0), "")
+
+
+def _deprecation(version: dict[str, Any], spec: dict[str, Any]) -> str:
+    """apiextensions' warning for a write in a deprecated version: its own, or one naming the next
+    served version that is not deprecated."""
+    if not version.get("deprecated"):
+        return ""
+    if version.get("deprecationWarning"):
+        return str(version["deprecationWarning"])
+    kind, group = spec["names"]["kind"], spec["group"]
+    message = f"{group}/{version['name']} {kind} is deprecated"
+    newer = sorted((v["name"] for v in spec["versions"] if v.get("served") and not v.get("deprecated")
+                    and version_priority(v["name"]) < version_priority(version["name"])), key=version_priority)
+    return f"{message}; use {group}/{newer[0]} {kind}" if newer else message
+
+
 def kind_infos(crd: dict[str, Any]) -> list[KindInfo]:
-    """One registry entry per served version of a stored (valid) CRD, the storage version's first."""
+    """One registry entry per served version of a stored (valid) CRD, in Kubernetes' version order
+    (the first is the group's preferred version, which short names find)."""
     spec = crd["spec"]
     names = spec["names"]
     group = spec["group"]
     infos: list[KindInfo] = []
-    versions = sorted((v for v in spec["versions"] if v.get("served")), key=lambda v: not v.get("storage"))
+    versions = sorted((v for v in spec["versions"] if v.get("served")), key=lambda v: version_priority(v["name"]))
     storage = next(v["name"] for v in spec["versions"] if v.get("storage"))
     for version in versions:
         schema = version["schema"]["openAPIV3Schema"]
+        warning = _deprecation(version, spec)
         model = type(f"{names['kind']}_{version['name']}", (CustomResource,),
                      {"openapi_v3_schema": schema, "storage_api_version": f"{group}/{storage}",
-                      "__module__": __name__})
+                      "deprecation_warning": warning, "__module__": __name__})
         subresources = version.get("subresources") or {}
         scale = subresources.get("scale")
         columns = tuple(PrinterColumn(c["name"], c["type"], c["jsonPath"], int(c.get("priority") or 0),

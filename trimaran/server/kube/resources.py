@@ -586,7 +586,7 @@ class KubeAPI:
         admitted, warnings = await asyncio.to_thread(self._admit, target, obj, validation)
         admitted["metadata"].pop("resourceVersion", None)
         admitted["metadata"].pop("deletionTimestamp", None)
-        if info.status_subresource:
+        if info.status_subresource and not is_custom(info):  # a custom resource is stored without one
             admitted.setdefault("status", {})  # the controllers' to fill; an empty one, as kube-apiserver stores it
         if managed:
             patching.track_update(None, admitted, manager)
