@@ -242,6 +242,23 @@ def test_a_finalizer_holds_an_object_until_it_is_removed(kubectl) -> None:  # no
     assert "NotFound" in kubectl("get", "widget2", "f1", check=False).stderr
 
 
+def test_owner_references_to_and_from_users_objects_are_collected(kubectl) -> None:  # noqa: ANN001
+    kubectl("apply", "-f", "-", input=crd("Widget3", "widget3s"))
+    owner = json.loads(kubectl("create", "-f", "-", "-o", "json", input=cr("Widget3", "owner", color="red")).stdout)
+    ref = {"apiVersion": "example.com/v1", "kind": "Widget3", "name": "owner", "uid": owner["metadata"]["uid"]}
+    kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "owned-by-widget", "ownerReferences": [ref]}}))
+    holder = json.loads(kubectl("create", "configmap", "holder", "-o", "json").stdout)
+    owned = json.loads(cr("Widget3", "owned", color="blue"))
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "holder",
+                                             "uid": holder["metadata"]["uid"]}]
+    kubectl("create", "-f", "-", input=json.dumps(owned))
+    kubectl("delete", "widget3", "owner")
+    kubectl("wait", "--for=delete", "configmap/owned-by-widget", "--timeout=60s")
+    kubectl("delete", "configmap", "holder")
+    kubectl("wait", "--for=delete", "widget3/owned", "--timeout=60s")
+
+
 PYTHON_CLIENT = r'''
 import json
 from kubernetes import client, config, dynamic
