@@ -261,7 +261,7 @@ def test_owner_references_to_and_from_users_objects_are_collected(kubectl) -> No
 
 PYTHON_CLIENT = r'''
 import json
-from kubernetes import client, config, dynamic
+from kubernetes import client, config, dynamic, watch
 from kubernetes.client.rest import ApiException
 
 config.load_kube_config()
@@ -282,6 +282,11 @@ patched = objects.patch_namespaced_custom_object(G, V, NS, P, "c1", {"spec": {"r
 status = objects.patch_namespaced_custom_object_status(G, V, NS, P, "c1", {"status": {"replicas": 5}})
 scale = objects.get_namespaced_custom_object_scale(G, V, NS, P, "c1")
 listed = objects.list_namespaced_custom_object(G, V, NS, P)
+stream = watch.Watch()
+watched = []
+for event in stream.stream(objects.list_namespaced_custom_object, G, V, NS, P, timeout_seconds=60):
+    watched.append([event["type"], event["object"]["metadata"]["name"], event["object"]["spec"]["replicas"]])
+    stream.stop()
 dyn = dynamic.DynamicClient(api)
 resource = dyn.resources.get(api_version="example.com/v1", kind="Contraption")
 dyn_obj = resource.get(name="c1", namespace=NS)
@@ -295,8 +300,9 @@ try:
 except ApiException as exc:
     gone = exc.status
 print(json.dumps({"created": created["spec"], "invalid": invalid, "patched": patched["metadata"]["generation"],
-                  "status": status["status"], "scale": scale["spec"], "listed": [o["metadata"]["name"]
-                  for o in listed["items"]], "dynamic": dyn_obj.spec.color, "after": after["spec"],
+                  "status": status["status"], "scale": scale["spec"], "watched": watched,
+                  "listed": [o["metadata"]["name"] for o in listed["items"]], "dynamic": dyn_obj.spec.color,
+                  "after": after["spec"],
                   "established": [c.type for c in crd_status.conditions], "gone": gone}))
 '''
 
@@ -312,6 +318,7 @@ def test_the_python_client_custom_objects_and_dynamic_client(plane: ControlPlane
         ("spec.replicas", "Invalid value: -1: spec.replicas in body should be greater than or equal to 0")]
     assert out["patched"] == 2 and out["status"] == {"replicas": 5} and out["scale"] == {"replicas": 5}
     assert out["listed"] == ["c1"] and out["dynamic"] == "red" and out["after"]["color"] == "blue"
+    assert out["watched"] == [["ADDED", "c1", 5]]
     assert out["established"] == ["NamesAccepted", "Established"] and out["gone"] == 404
 
 
