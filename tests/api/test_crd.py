@@ -123,3 +123,45 @@ def test_objects_of_a_registered_version_are_stored_in_the_storage_version() -> 
             kinds.unregister(info)
     with pytest.raises(ManifestError, match='no matches for kind "Thing"'):
         validate({"apiVersion": "test.io/v1", "kind": "Thing", "metadata": {"name": "t"}})
+
+
+def test_x_kubernetes_validations_are_evaluated_by_cel() -> None:
+    schema = {"type": "object", "x-kubernetes-validations": [
+        {"rule": "self.metadata.name.startsWith('ok')", "message": "name must start with ok"}],
+        "properties": {"spec": {"type": "object", "x-kubernetes-validations": [
+            {"rule": "self.min <= self.max", "messageExpression": "'min ' + string(self.min) + ' > max'"},
+            {"rule": "!has(self.locked) || self.locked == oldSelf.locked", "fieldPath": ".locked",
+             "reason": "FieldValueForbidden", "message": "locked is immutable"},
+            {"rule": "self.name.lowerAscii() == self.name"}],  # Kubernetes' own function: not enforced here
+            "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}, "name": {"type": "string"},
+                           "locked": {"type": "boolean"},
+                           "tags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [
+                               {"rule": "size(self) <= 3"}]}}}}}}
+    definition = crd()
+    definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema
+    [info] = kind_infos(validate(definition).object)
+    kinds.register(info)
+    try:
+        def thing(object_name: str, **spec: Any) -> dict[str, Any]:
+            return {"apiVersion": "test.io/v1", "kind": "Thing", "metadata": {"name": object_name}, "spec": spec}
+
+        with pytest.raises(ManifestError) as refused:
+            validate(thing("bad", min=3, max=2, name="A", tags=["ab", "long"]))
+        assert messages(refused.value.field_errors) == [
+            '<nil>: Invalid value: "object": name must start with ok',
+            'spec: Invalid value: "object": min 3 > max',
+            'spec.tags[1]: Invalid value: "string": failed rule: size(self) <= 3']
+        old = validate(thing("ok", min=1, max=2, locked=True)).object
+        assert info.model.update_errors(old, validate(thing("ok", min=1, max=3, locked=True)).object) == []
+        assert messages(info.model.update_errors(old, validate(thing("ok", min=1, max=2, locked=False)).object)) \
+            == ["spec.locked: Forbidden: locked is immutable"]
+    finally:
+        kinds.unregister(info)
+    broken = crd()
+    broken["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = [{"rule": "self.("},
+                                                                                              {"message": "m"}]
+    with pytest.raises(ManifestError) as refused:
+        validate(broken)
+    text = str(refused.value)
+    assert "openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: \"self.(\": compilation failed" in text
+    assert "openAPIV3Schema.x-kubernetes-validations[1].rule: Required value" in text

@@ -148,6 +148,24 @@ def test_objects_are_validated_by_the_structural_schema_in_kube_apiservers_words
     assert json.loads(kubectl("get", "gizmo", "g1", "-o", "json").stdout)["spec"]["replicas"] == 11
 
 
+def test_cel_rules_of_the_schema_are_enforced(kubectl) -> None:  # noqa: ANN001
+    ruled = yaml.safe_load(crd("Ranged", "rangeds"))
+    spec_schema = ruled["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema["properties"]["maxReplicas"] = {"type": "integer"}
+    spec_schema["x-kubernetes-validations"] = [
+        {"rule": "!has(self.maxReplicas) || self.replicas <= self.maxReplicas",
+         "message": "replicas must not exceed maxReplicas"},
+        {"rule": "self.color == oldSelf.color", "message": "color is immutable", "fieldPath": ".color"}]
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(ruled))
+    refused = kubectl("apply", "-f", "-", input=cr("Ranged", "r", color="red", replicas=5, maxReplicas=3),
+                      check=False)
+    assert 'spec: Invalid value: "object": replicas must not exceed maxReplicas' in refused.stderr, refused.stderr
+    kubectl("apply", "-f", "-", input=cr("Ranged", "r", color="red", replicas=3, maxReplicas=3))
+    changed = kubectl("apply", "-f", "-", input=cr("Ranged", "r", color="blue", replicas=3, maxReplicas=3),
+                      check=False)
+    assert 'spec.color: Invalid value: "object": color is immutable' in changed.stderr, changed.stderr
+
+
 def test_status_and_scale_subresources_and_generation(kubectl) -> None:  # noqa: ANN001
     kubectl("apply", "-f", "-", input=crd("Doohickey", "doohickeys"))
     kubectl("apply", "-f", "-", input=cr("Doohickey", "d1", color="red"))

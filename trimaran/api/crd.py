@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import PrivateAttr
 
+from trimaran.api.celrules import has_rules, rule_definition_errors, rule_errors
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.kinds import KindInfo, Scale, all_kinds, register
 from trimaran.api.meta import Resource, is_dns1035_label, is_dns1123_subdomain
@@ -146,6 +147,8 @@ def structural_errors(schema: Any, path: str, level: str = "root") -> list[Field
         if set(meta) - {"type", "description"} or set(meta.get("properties") or {}) - {"name", "generateName"}:
             errs.append(FieldError.forbidden(f"{path}.properties[metadata]", "must not specify anything other than "
                                              "name and generateName, but metadata is implicitly specified"))
+    if "x-kubernetes-validations" in schema:
+        errs.extend(rule_definition_errors(schema["x-kubernetes-validations"], f"{path}.x-kubernetes-validations"))
     if "default" in schema and not errs:
         # A default must itself be valid by the schema it defaults (apiextensions checks it too).
         errs.extend(schema_errors(copy.deepcopy(schema["default"]), schema, f"{path}.default"))
@@ -284,6 +287,7 @@ class CustomResource(Resource):
     openapi_v3_schema: ClassVar[dict[str, Any]] = {}
     storage_api_version: ClassVar[str] = ""  # objects of every version are stored in this one
     deprecation_warning: ClassVar[str] = ""  # a deprecated version's warning, sent with each write
+    has_rules: ClassVar[bool] = False  # x-kubernetes-validations somewhere in the schema
     _body: dict[str, Any] = PrivateAttr(default_factory=dict)
     _pruned: list[str] = PrivateAttr(default_factory=list)
 
@@ -315,7 +319,21 @@ class CustomResource(Resource):
         for name in self.openapi_v3_schema.get("required") or []:
             if name not in self._body and name not in _ROOT_FIELDS:
                 errs.append(FieldError.required(name))
+        if self.has_rules and not errs:  # as apiextensions: the rules see an object of the right shape
+            errs.extend(rule_errors(self._rule_view(self.to_dict()), self.openapi_v3_schema, ""))
         return errs
+
+    @staticmethod
+    def _rule_view(obj: dict[str, Any]) -> dict[str, Any]:
+        """The object as CEL rules at the root see it: metadata's name and generateName only."""
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k in ("name", "generateName")}
+        return {**obj, "metadata": meta}
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        if not cls.has_rules:
+            return []
+        return rule_errors(cls._rule_view(new), cls.openapi_v3_schema, "", cls._rule_view(old), transitions_only=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "apiVersion": self.storage_api_version, **copy.deepcopy(self._body)}
@@ -608,7 +626,7 @@ def kind_infos(crd: dict[str, Any]) -> list[KindInfo]:
         warning = _deprecation(version, spec)
         model = type(f"{names['kind']}_{version['name']}", (CustomResource,),
                      {"openapi_v3_schema": schema, "storage_api_version": f"{group}/{storage}",
-                      "deprecation_warning": warning, "__module__": __name__})
+                      "deprecation_warning": warning, "has_rules": has_rules(schema), "__module__": __name__})
         subresources = version.get("subresources") or {}
         scale = subresources.get("scale")
         columns = tuple(PrinterColumn(c["name"], c["type"], c["jsonPath"], int(c.get("priority") or 0),
