@@ -342,6 +342,7 @@ def test_the_python_client_custom_objects_and_dynamic_client(plane: ControlPlane
 
 def test_users_crds_survive_a_restart(fresh_plane: ControlPlaneHandle, tmp_path: Path) -> None:
     from trimaran.server.daemon import start_server, stop_server
+    from trimaran.store import open_store
 
     definition = yaml.safe_load(crd("Whirligig", "whirligigs"))
     body = {"apiVersion": "example.com/v1", "kind": "Whirligig", "metadata": {"name": "k"}, "spec": {"color": "red"}}
@@ -360,5 +361,12 @@ print(json.dumps(got["spec"]))
     assert run_client(sys.executable, fresh_plane, script, tmp_path, "create", json.dumps(definition),
                       json.dumps(body)) == {"color": "red", "replicas": 1}
     stop_server(fresh_plane.home)
+    # A stored CRD that no longer passes (its kind is served by Trimaran now) does not stop the start.
+    store = open_store(fresh_plane.home / "trimaran.db")
+    try:
+        clash = yaml.safe_load(crd("TFJob", "tfjobs", group="kubeflow.org"))
+        store.create(clash)
+    finally:
+        store.close()
     start_server(home=fresh_plane.home)
     assert run_client(sys.executable, fresh_plane, script, tmp_path, "read") == {"color": "red", "replicas": 1}

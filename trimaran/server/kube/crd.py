@@ -11,6 +11,7 @@ registered again.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,8 @@ from trimaran.store import Conflict, NotFound
 from trimaran.store._objects import now_rfc3339
 
 __all__ = ["CustomResources"]
+
+log = logging.getLogger(__name__)
 
 _WRITES = ("create", "update", "patch", "delete", "deletecollection")
 _STATUS_TRIES = 5
@@ -60,11 +63,21 @@ class CustomResources:
             crd = self._with_status(name)
             if crd is None or crd["metadata"].get("deletionTimestamp"):
                 return crd
-            infos = kind_infos(crd)
-            for info in infos:
-                kinds.register(info)
-                self.api.add_kind(info)
-            self._registered[name] = infos
+            registered: list[kinds.KindInfo] = []
+            try:
+                for info in kind_infos(crd):
+                    kinds.register(info)
+                    self.api.add_kind(info)
+                    registered.append(info)
+            except (KeyError, TypeError, ValueError) as exc:
+                # A CRD stored before a check it now fails (a kind Trimaran has come to serve itself):
+                # the control plane starts without it rather than not at all.
+                log.warning("CustomResourceDefinition %s is not served: %s", name, exc)
+                for info in registered:
+                    kinds.unregister(info)
+                    self.api.remove_kind(info)
+                return crd
+            self._registered[name] = registered
             return crd
 
     def _with_status(self, name: str) -> dict | None:
