@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from trimaran.api import ManifestError, kinds, validate
-from trimaran.api.crd import default, kind_infos, prune, schema_errors, structural_errors
+from trimaran.api.crd import default, kind_infos, prune, schema_errors, served_as, structural_errors
 
 SCHEMA: dict[str, Any] = {"type": "object", "properties": {
     "spec": {"type": "object", "required": ["size"], "properties": {
@@ -165,3 +165,24 @@ def test_x_kubernetes_validations_are_evaluated_by_cel() -> None:
     text = str(refused.value)
     assert "openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: \"self.(\": compilation failed" in text
     assert "openAPIV3Schema.x-kubernetes-validations[1].rule: Required value" in text
+
+
+def test_formats_and_defaults_on_read() -> None:
+    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "when": {"type": "string", "format": "date-time"}, "id": {"type": "string", "format": "uuid"},
+        "every": {"type": "string", "format": "duration"}, "ip": {"type": "string", "format": "ipv4"}}}}}
+    assert messages(schema_errors({"spec": {"when": "2024-05-01T12:00:00Z", "id": "7f0c6c1e-0b7a-4c1e-9d1a-"
+                                           "0123456789ab", "every": "1h30m", "ip": "10.0.0.1"}}, schema, "")) == []
+    assert messages(schema_errors({"spec": {"when": "yesterday", "every": "1 hour", "ip": "::1"}}, schema, "")) == [
+        'spec.when: Invalid value: "yesterday": spec.when in body must be of type date-time: "yesterday"',
+        'spec.every: Invalid value: "1 hour": spec.every in body must be of type duration: "1 hour"',
+        'spec.ip: Invalid value: "::1": spec.ip in body must be of type ipv4: "::1"']
+    definition = validate(crd()).object
+    later = copy.deepcopy(definition)
+    later["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["added"] = {
+        "type": "string", "default": "later"}
+    [before], [after] = kind_infos(definition), kind_infos(later)
+    stored = {"apiVersion": "test.io/v1", "kind": "Thing", "metadata": {"name": "t"},
+              "spec": {"size": 1, "mode": "slow", "nested": {"depth": 2}}}
+    assert served_as(before, stored) is stored  # nothing to default: the stored object itself
+    assert served_as(after, stored)["spec"]["added"] == "later" and "added" not in stored["spec"]

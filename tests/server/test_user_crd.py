@@ -108,7 +108,8 @@ def test_a_crd_is_established_and_its_kind_served_at_once(kubectl) -> None:  # n
     older = kubectl("apply", "-f", "-", input=cr("Widget", "w2", version="v1beta1", color="blue", free=1))
     assert "Warning: example.com/v1beta1 Widget is deprecated; use example.com/v1 Widget" in older.stderr
     stored = json.loads(kubectl("get", "widgets", "w2", "-o", "json").stdout)
-    assert stored["apiVersion"] == "example.com/v1" and stored["spec"] == {"color": "blue", "free": 1}
+    # Read, it is defaulted by the storage version's schema (v1beta1 has no defaults of its own).
+    assert stored["apiVersion"] == "example.com/v1" and stored["spec"] == {"color": "blue", "free": 1, "replicas": 1}
     assert "status" not in stored  # a custom resource is stored without one until it is written
 
 

@@ -14,9 +14,12 @@ than the walk itself.
 
 from __future__ import annotations
 
+import base64
 import copy
+import ipaddress
 import json
 import re
+from datetime import date, datetime
 from typing import Any, ClassVar
 
 from pydantic import PrivateAttr
@@ -66,6 +69,36 @@ def _is_type(value: Any, wanted: str) -> bool:
     if wanted == "integer" and actual == "number":
         return float(value).is_integer()  # 2.0 is an integer to Go's JSON decoder
     return actual == wanted or (wanted == "number" and actual == "integer")
+
+
+_DURATION = re.compile(r"-?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+|0")
+
+
+def _valid_format(value: str, fmt: str) -> bool:
+    """Whether ``value`` is a string of kube-openapi's ``format`` (formats it does not check pass)."""
+    try:
+        if fmt == "date-time":
+            datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+            return "T" in value.upper()
+        if fmt == "date":
+            return re.fullmatch(r"\d{4}-\d{2}-\d{2}", value) is not None and bool(date.fromisoformat(value))
+        if fmt == "uuid":
+            return re.fullmatch(r"[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}", value) is not None
+        if fmt == "byte":
+            base64.b64decode(value, validate=True)
+            return True
+        if fmt == "ipv4":
+            return isinstance(ipaddress.ip_address(value), ipaddress.IPv4Address)
+        if fmt == "ipv6":
+            return isinstance(ipaddress.ip_address(value), ipaddress.IPv6Address)
+        if fmt == "cidr":
+            ipaddress.ip_network(value, strict=False)
+            return "/" in value
+        if fmt == "duration":
+            return _DURATION.fullmatch(value) is not None
+    except ValueError:
+        return False
+    return True
 
 
 def _number_text(value: float) -> str:
@@ -237,6 +270,9 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str) -> list[FieldEr
             errs.append(FieldError.invalid(path, value, f"{path} in body should be a multiple of "
                                            f"{_number_text(factor)}"))
     if isinstance(value, str):
+        fmt = schema.get("format")
+        if isinstance(fmt, str) and not _valid_format(value, fmt):
+            errs.append(FieldError.invalid(path, value, f'{path} in body must be of type {fmt}: "{value}"'))
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             errs.append(FieldError.too_long(path, schema["maxLength"]))
         if "minLength" in schema and len(value) < schema["minLength"]:
@@ -288,6 +324,8 @@ class CustomResource(Resource):
     storage_api_version: ClassVar[str] = ""  # objects of every version are stored in this one
     deprecation_warning: ClassVar[str] = ""  # a deprecated version's warning, sent with each write
     has_rules: ClassVar[bool] = False  # x-kubernetes-validations somewhere in the schema
+    storage_schema: ClassVar[dict[str, Any]] = {}  # the storage version's, which defaults what is read
+    storage_defaults: ClassVar[bool] = False  # whether it has any default
     _body: dict[str, Any] = PrivateAttr(default_factory=dict)
     _pruned: list[str] = PrivateAttr(default_factory=list)
 
@@ -339,12 +377,28 @@ class CustomResource(Resource):
         return {**super().to_dict(), "apiVersion": self.storage_api_version, **copy.deepcopy(self._body)}
 
 
+def _has_default(schema: Any) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    children = [*(schema.get("properties") or {}).values(), schema.get("items"), schema.get("additionalProperties")]
+    return "default" in schema or any(_has_default(child) for child in children)
+
+
 def served_as(info: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
-    """A user's object as the version ``info`` serves it: with conversion None, versions differ in
-    ``apiVersion`` only (objects are stored in the storage version). Other kinds' objects unchanged."""
-    if obj.get("apiVersion") == info.api_version or not is_custom(info) or obj.get("kind") != info.kind:
+    """A user's object as the version ``info`` serves it, read from the store: defaulted by the
+    storage version's schema (a default added to the CRD later shows on older objects, as
+    apiextensions defaults what it reads from etcd), then, as conversion None converts, with the
+    served version's ``apiVersion``. Other kinds' objects are returned unchanged."""
+    if not is_custom(info) or obj.get("kind") != info.kind:
         return obj
-    return {**obj, "apiVersion": info.api_version}
+    model: type[CustomResource] = info.model  # type: ignore[assignment]
+    if model.storage_defaults:
+        body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
+        defaulted = copy.deepcopy(body)
+        default(defaulted, model.storage_schema)
+        if defaulted != body:
+            obj = {**obj, **defaulted}
+    return obj if obj.get("apiVersion") == info.api_version else {**obj, "apiVersion": info.api_version}
 
 
 def is_custom(info: KindInfo) -> bool:
@@ -620,13 +674,16 @@ def kind_infos(crd: dict[str, Any]) -> list[KindInfo]:
     group = spec["group"]
     infos: list[KindInfo] = []
     versions = sorted((v for v in spec["versions"] if v.get("served")), key=lambda v: version_priority(v["name"]))
-    storage = next(v["name"] for v in spec["versions"] if v.get("storage"))
+    storage = next(v for v in spec["versions"] if v.get("storage"))
+    storage_schema = storage["schema"]["openAPIV3Schema"]
     for version in versions:
         schema = version["schema"]["openAPIV3Schema"]
         warning = _deprecation(version, spec)
         model = type(f"{names['kind']}_{version['name']}", (CustomResource,),
-                     {"openapi_v3_schema": schema, "storage_api_version": f"{group}/{storage}",
-                      "deprecation_warning": warning, "has_rules": has_rules(schema), "__module__": __name__})
+                     {"openapi_v3_schema": schema, "storage_api_version": f"{group}/{storage['name']}",
+                      "deprecation_warning": warning, "has_rules": has_rules(schema),
+                      "storage_schema": storage_schema, "storage_defaults": _has_default(storage_schema),
+                      "__module__": __name__})
         subresources = version.get("subresources") or {}
         scale = subresources.get("scale")
         columns = tuple(PrinterColumn(c["name"], c["type"], c["jsonPath"], int(c.get("priority") or 0),
