@@ -114,7 +114,9 @@ def test_objects_of_a_registered_version_are_stored_in_the_storage_version() -> 
     try:
         result = validate({"apiVersion": "test.io/v2", "kind": "Thing", "metadata": {"name": "t"},
                            "spec": {"anything": 1}})
-        assert result.object["apiVersion"] == "test.io/v1" and result.object["spec"] == {"anything": 1}
+        # Stored in v1, pruned by v1's schema; read, it is defaulted by it too.
+        assert result.object["apiVersion"] == "test.io/v1" and result.object["spec"] == {}
+        assert served_as(infos[0], result.object)["spec"] == {"mode": "fast", "nested": {"depth": 2}}
         assert result.warnings == []
         with pytest.raises(ManifestError, match="spec.size: Required value"):
             validate({"apiVersion": "test.io/v1", "kind": "Thing", "metadata": {"name": "t"}, "spec": {}})

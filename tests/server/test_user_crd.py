@@ -106,10 +106,12 @@ def test_a_crd_is_established_and_its_kind_served_at_once(kubectl) -> None:  # n
     assert other["apiVersion"] == "example.com/v1beta1" and other["spec"] == got["spec"]
     # A write in a deprecated version is stored (in the storage version) with apiextensions' warning.
     older = kubectl("apply", "-f", "-", input=cr("Widget", "w2", version="v1beta1", color="blue", free=1))
+    assert json.loads(kubectl("get", "widgets.v1beta1.example.com", "w2", "-o", "json").stdout)["spec"] == \
+        {"color": "blue", "replicas": 1}
     assert "Warning: example.com/v1beta1 Widget is deprecated; use example.com/v1 Widget" in older.stderr
     stored = json.loads(kubectl("get", "widgets", "w2", "-o", "json").stdout)
-    # Read, it is defaulted by the storage version's schema (v1beta1 has no defaults of its own).
-    assert stored["apiVersion"] == "example.com/v1" and stored["spec"] == {"color": "blue", "free": 1, "replicas": 1}
+    # Stored in v1, it is pruned and defaulted by v1's schema, read in any version.
+    assert stored["apiVersion"] == "example.com/v1" and stored["spec"] == {"color": "blue", "replicas": 1}
     assert "status" not in stored  # a custom resource is stored without one until it is written
 
 

@@ -324,8 +324,7 @@ class CustomResource(Resource):
     storage_api_version: ClassVar[str] = ""  # objects of every version are stored in this one
     deprecation_warning: ClassVar[str] = ""  # a deprecated version's warning, sent with each write
     has_rules: ClassVar[bool] = False  # x-kubernetes-validations somewhere in the schema
-    storage_schema: ClassVar[dict[str, Any]] = {}  # the storage version's, which defaults what is read
-    storage_defaults: ClassVar[bool] = False  # whether it has any default
+    storage_schema: ClassVar[dict[str, Any]] = {}  # the storage version's: what is stored and read is coerced by it
     _body: dict[str, Any] = PrivateAttr(default_factory=dict)
     _pruned: list[str] = PrivateAttr(default_factory=list)
 
@@ -374,31 +373,34 @@ class CustomResource(Resource):
         return rule_errors(cls._rule_view(new), cls.openapi_v3_schema, "", cls._rule_view(old), transitions_only=True)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "apiVersion": self.storage_api_version, **copy.deepcopy(self._body)}
-
-
-def _has_default(schema: Any) -> bool:
-    if not isinstance(schema, dict):
-        return False
-    children = [*(schema.get("properties") or {}).values(), schema.get("items"), schema.get("additionalProperties")]
-    return "default" in schema or any(_has_default(child) for child in children)
+        """The stored form: in the storage version, pruned by its schema where this version's differs."""
+        body = copy.deepcopy(self._body)
+        if self.storage_schema is not self.openapi_v3_schema:
+            prune(body, self.storage_schema, "", [], root=True)
+        return {**super().to_dict(), "apiVersion": self.storage_api_version, **body}
 
 
 def served_as(info: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
-    """A user's object as the version ``info`` serves it, read from the store: defaulted by the
-    storage version's schema (a default added to the CRD later shows on older objects, as
-    apiextensions defaults what it reads from etcd), then, as conversion None converts, with the
-    served version's ``apiVersion``. Other kinds' objects are returned unchanged."""
+    """A user's object as the version ``info`` serves it, read from the store: pruned and defaulted
+    by the storage version's schema, as apiextensions reads from etcd (a field the CRD dropped goes,
+    a default it added shows on older objects), then, as conversion None converts, with the served
+    version's ``apiVersion``. Other kinds' objects are returned unchanged."""
     if not is_custom(info) or obj.get("kind") != info.kind:
         return obj
     model: type[CustomResource] = info.model  # type: ignore[assignment]
-    if model.storage_defaults:
-        body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
-        defaulted = copy.deepcopy(body)
-        default(defaulted, model.storage_schema)
-        if defaulted != body:
-            obj = {**obj, **defaulted}
+    body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
+    coerced = _coerced(body, model.storage_schema)
+    if coerced != body:
+        obj = {**{k: v for k, v in obj.items() if k in _ROOT_FIELDS}, **coerced}
     return obj if obj.get("apiVersion") == info.api_version else {**obj, "apiVersion": info.api_version}
+
+
+def _coerced(body: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``body`` (an object less its apiVersion, kind and metadata) pruned and defaulted by ``schema``."""
+    out = copy.deepcopy(body)
+    prune(out, schema, "", [], root=True)
+    default(out, schema)
+    return out
 
 
 def is_custom(info: KindInfo) -> bool:
@@ -682,7 +684,7 @@ def kind_infos(crd: dict[str, Any]) -> list[KindInfo]:
         model = type(f"{names['kind']}_{version['name']}", (CustomResource,),
                      {"openapi_v3_schema": schema, "storage_api_version": f"{group}/{storage['name']}",
                       "deprecation_warning": warning, "has_rules": has_rules(schema),
-                      "storage_schema": storage_schema, "storage_defaults": _has_default(storage_schema),
+                      "storage_schema": storage_schema,
                       "__module__": __name__})
         subresources = version.get("subresources") or {}
         scale = subresources.get("scale")
