@@ -389,10 +389,37 @@ def served_as(info: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
         return obj
     model: type[CustomResource] = info.model  # type: ignore[assignment]
     body = {k: v for k, v in obj.items() if k not in _ROOT_FIELDS}
-    coerced = _coerced(body, model.storage_schema)
-    if coerced != body:
-        obj = {**{k: v for k, v in obj.items() if k in _ROOT_FIELDS}, **coerced}
+    if _would_change(body, model.storage_schema, root=True):  # rarely: the CRD changed since the write
+        obj = {**{k: v for k, v in obj.items() if k in _ROOT_FIELDS}, **_coerced(body, model.storage_schema)}
     return obj if obj.get("apiVersion") == info.api_version else {**obj, "apiVersion": info.api_version}
+
+
+def _would_change(value: Any, schema: Any, root: bool = False) -> bool:
+    """Whether `prune` or `default` would change ``value``: a read-only walk, so that reading an
+    object costs no copy of it."""
+    if not isinstance(schema, dict):
+        return False
+    if isinstance(value, list):
+        items = schema.get("items")
+        return isinstance(items, dict) and any(_would_change(item, items) for item in value)
+    if not isinstance(value, dict):
+        return False
+    properties = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    for key, sub in properties.items():
+        if isinstance(sub, dict) and "default" in sub and (
+                key not in value or (value[key] is None and not sub.get("nullable"))):
+            return True
+    keeps = schema.get("x-kubernetes-preserve-unknown-fields") is True or extra is True
+    open_root = root or schema.get("x-kubernetes-embedded-resource") is True
+    for key, item in value.items():
+        sub = properties.get(key, extra if isinstance(extra, dict) else None)
+        if sub is not None:
+            if _would_change(item, sub):
+                return True
+        elif not keeps and not (open_root and key in _ROOT_FIELDS):
+            return True
+    return False
 
 
 def _coerced(body: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
