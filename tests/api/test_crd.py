@@ -188,3 +188,18 @@ def test_formats_and_defaults_on_read() -> None:
               "spec": {"size": 1, "mode": "slow", "nested": {"depth": 2}}}
     assert served_as(before, stored) is stored  # nothing to default: the stored object itself
     assert served_as(after, stored)["spec"]["added"] == "later" and "added" not in stored["spec"]
+
+
+def test_any_of_one_of_and_not_as_kube_openapi_words_them() -> None:
+    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "size": {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string",
+                                                                                      "pattern": "^[0-9]+Gi$"}]},
+        "mode": {"type": "string", "oneOf": [{"enum": ["a", "b"]}, {"enum": ["b", "c"]}]},
+        "name": {"type": "string", "not": {"enum": ["forbidden"]}}}}}}
+    assert schema_errors({"spec": {"size": 3, "mode": "a", "name": "ok"}}, schema, "") == []
+    assert messages(schema_errors({"spec": {"size": "3Mi", "mode": "b", "name": "forbidden"}}, schema, "")) == [
+        '<nil>: Invalid value: "": "spec.size" must validate at least one schema (anyOf)',
+        "spec.size: Invalid value: \"3Mi\": spec.size in body should match '^[0-9]+Gi$'",
+        '<nil>: Invalid value: "": "spec.mode" must validate one and only one schema (oneOf). Found 2 valid '
+        'alternatives',
+        '<nil>: Invalid value: "": "spec.name" must not validate the schema (not)']

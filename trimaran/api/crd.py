@@ -311,8 +311,41 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str) -> list[FieldEr
         if "minProperties" in schema and len(value) < schema["minProperties"]:
             errs.append(FieldError.invalid(path, len(value), f"{path} in body should have at least "
                                            f"{schema['minProperties']} properties"))
-    for option in schema.get("allOf") or []:
-        errs.extend(schema_errors(value, option, path))
+    return errs + _composite_errors(value, schema, path)
+
+
+def _closest(branches: list[list[FieldError]]) -> list[FieldError]:
+    """The failed branch that matched best (kube-openapi counts the checks that passed): one whose
+    type fits before one whose does not, then the fewest errors."""
+    return min(branches, key=lambda errs: (any("must be of type" in e.detail for e in errs), len(errs)))
+
+
+def _composite(path: str, message: str) -> FieldError:
+    # kube-openapi's composite errors are not field errors: apiextensions reports them at the root.
+    return FieldError.invalid("<nil>", "", f"{json.dumps(path or '.')} {message}")
+
+
+def _composite_errors(value: Any, schema: dict[str, Any], path: str) -> list[FieldError]:
+    """allOf, anyOf, oneOf and not, as kube-openapi words them (with the closest branch's errors)."""
+    errs: list[FieldError] = []
+    all_of = [schema_errors(value, option, path) for option in schema.get("allOf") or []]
+    if any(all_of):
+        errs.extend(e for branch in all_of for e in branch)
+        none = ". None validated" if all(all_of) else ""
+        errs.append(_composite(path, f"must validate all the schemas (allOf){none}"))
+    any_of = [schema_errors(value, option, path) for option in schema.get("anyOf") or []]
+    if any_of and all(any_of):
+        errs.append(_composite(path, "must validate at least one schema (anyOf)"))
+        errs.extend(_closest(any_of))
+    one_of = [schema_errors(value, option, path) for option in schema.get("oneOf") or []]
+    valid = sum(1 for branch in one_of if not branch)
+    if one_of and valid != 1:
+        found = "Found none valid" if not valid else f"Found {valid} valid alternatives"
+        errs.append(_composite(path, f"must validate one and only one schema (oneOf). {found}"))
+        if not valid:
+            errs.extend(_closest(one_of))
+    if isinstance(schema.get("not"), dict) and not schema_errors(value, schema["not"], path):
+        errs.append(_composite(path, "must not validate the schema (not)"))
     return errs
 
 
