@@ -4,9 +4,11 @@ validation by a structural schema, in apiextensions-apiserver's words."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from trimaran.api import ManifestError, kinds, validate
 from trimaran.api.crd import default, kind_infos, prune, schema_errors, served_as, structural_errors
@@ -203,3 +205,53 @@ def test_any_of_one_of_and_not_as_kube_openapi_words_them() -> None:
         '<nil>: Invalid value: "": "spec.mode" must validate one and only one schema (oneOf). Found 2 valid '
         'alternatives',
         '<nil>: Invalid value: "": "spec.name" must not validate the schema (not)']
+
+
+SHARED_SCHEMAS = Path("/work/shared/schemas")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(not SHARED_SCHEMAS.exists(), reason="the upstream CRDs are kept in shared/schemas")
+def test_upstream_crds_and_the_repositorys_manifests_of_their_kinds_are_accepted() -> None:
+    """Kubeflow's own CRDs, applied as a user's (group and kind renamed), pass the CRD checks, and every
+    manifest of this repository of their kinds passes their schemas, rules included."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    registered: dict[tuple[str, str], list] = {}
+    try:
+        for path in sorted(SHARED_SCHEMAS.rglob("*.yaml")):
+            for doc in yaml.load_all(path.read_text(), Loader=loader):
+                if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                spec, names = doc["spec"], doc["spec"]["names"]
+                original = (spec["group"], names["kind"])
+                if original in registered:
+                    continue  # a second CRD of one kind (mpi-operator's MPIJob beside the training operator's)
+                doc["spec"]["names"] = {"kind": "X" + names["kind"], "plural": "x" + names["plural"]}
+                spec["group"] = "x." + spec["group"]
+                doc["metadata"] = {"name": f"x{names['plural']}.{spec['group']}"}
+                doc.pop("status", None)
+                registered[original] = kind_infos(validate(doc).object)
+                for info in registered[original]:
+                    kinds.register(info)
+        checked = 0
+        for path in [*(REPO / "examples").rglob("*.yaml"), *(REPO / "tests").rglob("*.yaml")]:
+            try:
+                docs = list(yaml.load_all(path.read_text(), Loader=loader))
+            except yaml.YAMLError:
+                continue
+            for doc in docs:
+                if not isinstance(doc, dict) or "/" not in str(doc.get("apiVersion", "")):
+                    continue
+                group, version = doc["apiVersion"].split("/")
+                infos = registered.get((group, doc.get("kind")))
+                if not infos or not any(i.version == version for i in infos):
+                    continue
+                renamed = {**copy.deepcopy(doc), "apiVersion": f"x.{group}/{version}", "kind": "X" + doc["kind"]}
+                renamed.setdefault("metadata", {}).setdefault("name", "x")
+                validate(renamed)
+                checked += 1
+        assert checked >= 20, checked
+    finally:
+        for infos in registered.values():
+            for info in infos:
+                kinds.unregister(info)
