@@ -192,6 +192,17 @@ def test_formats_and_defaults_on_read() -> None:
     assert served_as(after, stored)["spec"]["added"] == "later" and "added" not in stored["spec"]
 
 
+def test_list_types_refuse_duplicates() -> None:
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+        "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port"],
+                  "items": {"type": "object", "properties": {"port": {"type": "integer"},
+                                                             "name": {"type": "string"}}}}}}
+    assert schema_errors({"tags": ["a", "b"], "ports": [{"port": 1}, {"port": 2}]}, schema, "") == []
+    assert messages(schema_errors({"tags": ["a", "a"], "ports": [{"port": 1}, {"port": 1, "name": "x"}]}, schema,
+                                  "")) == ['tags[1]: Duplicate value: "a"', 'ports[1]: Duplicate value: "object"']
+
+
 def test_any_of_one_of_and_not_as_kube_openapi_words_them() -> None:
     schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
         "size": {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string",

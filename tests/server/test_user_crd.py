@@ -235,6 +235,7 @@ def test_trimarans_own_crds_stay_read_only(kubectl) -> None:  # noqa: ANN001
     assert applied.returncode != 0 and "read-only" in applied.stderr
     names = kubectl("get", "crd", "-o", "name").stdout.split()
     assert "customresourcedefinition.apiextensions.k8s.io/tfjobs.kubeflow.org" in names
+    assert names == sorted(names)  # users' and Trimaran's own together, by name
 
 
 def test_deleting_a_crd_deletes_its_objects(kubectl) -> None:  # noqa: ANN001

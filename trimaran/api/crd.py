@@ -294,6 +294,7 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str) -> list[FieldEr
         if isinstance(items, dict):
             for i, item in enumerate(value):
                 errs.extend(schema_errors(item, items, join_path(path, i)))
+        errs.extend(_list_type_errors(value, schema, path))
     if isinstance(value, dict):
         for name in schema.get("required") or []:
             if name not in value:
@@ -312,6 +313,25 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str) -> list[FieldEr
             errs.append(FieldError.invalid(path, len(value), f"{path} in body should have at least "
                                            f"{schema['minProperties']} properties"))
     return errs + _composite_errors(value, schema, path)
+
+
+def _list_type_errors(value: list[Any], schema: dict[str, Any], path: str) -> list[FieldError]:
+    """``x-kubernetes-list-type``: a set's items, and a map's items' keys, appear once."""
+    list_type = schema.get("x-kubernetes-list-type")
+    keys = schema.get("x-kubernetes-list-map-keys") or []
+    if list_type not in ("set", "map"):
+        return []
+    errs: list[FieldError] = []
+    seen: set[str] = set()
+    for i, item in enumerate(value):
+        if list_type == "map" and not isinstance(item, dict):
+            continue
+        key = item if list_type == "set" else {k: item.get(k) for k in keys}
+        text = json.dumps(key, sort_keys=True)
+        if text in seen:
+            errs.append(FieldError.duplicate(join_path(path, i), key))
+        seen.add(text)
+    return errs
 
 
 def _closest(branches: list[list[FieldError]]) -> list[FieldError]:

@@ -162,13 +162,14 @@ class CustomResources:
 
     @staticmethod
     def _with_own(request: Request, response: Response, own: list[dict]) -> Response:
-        """A list of the stored CRDs with Trimaran's own before them."""
+        """A list of the stored CRDs and Trimaran's own, by name as kube-apiserver lists them (the
+        first page only, when the list is paged)."""
         if response.status_code != 200 or request.query_params.get("continue"):
             return response
         body = orjson.loads(response.body)
         if body.get("kind") == "Table":
             rows = table(CRD_INFO, own, "", request.query_params.get("includeObject", "Metadata"))["rows"]
-            body["rows"] = rows + body["rows"]
+            body["rows"] = sorted(rows + body["rows"], key=lambda row: row["cells"][0])
         else:
-            body["items"] = own + body["items"]
+            body["items"] = sorted(own + body["items"], key=lambda crd: crd["metadata"]["name"])
         return _json(body)
