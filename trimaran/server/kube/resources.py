@@ -340,7 +340,10 @@ class KubeAPI:
             return revision, items
 
         revision, items = await asyncio.to_thread(read)
-        return revision, [served_as(info, o) for o in items if accepts(o)], accepts
+        items = [o for o in items if accepts(o)]
+        if is_custom(info):  # as the version asked for (crd.served_as)
+            items = [served_as(info, o) for o in items]
+        return revision, items, accepts
 
     async def _reached(self, wanted: int) -> int | None:
         """None once the store has reached revision ``wanted`` (waiting up to :data:`_TOO_LARGE_WAIT`),
