@@ -658,8 +658,9 @@ class KubeAPI:
             raise StatusError.not_found(info.group, info.plural, new["metadata"]["name"]) from None
         meta = stored["metadata"]
         if is_custom(info) and meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            # The garbage collector watches the kinds known at start only: the write that removes a
-            # user's object's last finalizer ends it, as kube-apiserver's store does.
+            # The write that removes a user's object's last finalizer ends it at once, as
+            # kube-apiserver's store does (the collector would, a moment later: a read right after
+            # the write would still find it).
             try:
                 await asyncio.to_thread(self.store.delete, info.kind, meta.get("namespace") or "", meta["name"])
             except NotFound:
