@@ -95,6 +95,22 @@ def test_a_crd_is_defaulted_and_checked() -> None:
         assert words in text, text
 
 
+def test_protected_groups_need_the_api_approval_annotation() -> None:
+    gateway = crd(group="gateway.networking.k8s.io")
+    gateway["metadata"]["name"] = "things.gateway.networking.k8s.io"
+    with pytest.raises(ManifestError) as refused:
+        validate(gateway)
+    assert "metadata.annotations[api-approved.kubernetes.io]: Required value: protected groups must have approval " \
+        'annotation "api-approved.kubernetes.io", see https://github.com/kubernetes/enhancements/pull/1111' \
+        in str(refused.value)
+    gateway["metadata"]["annotations"] = {"api-approved.kubernetes.io": "https://github.com/kubernetes/kubernetes/pull/1"}
+    assert validate(gateway).object["spec"]["group"] == "gateway.networking.k8s.io"
+    own = crd(group="networking.k8s.io")
+    own["metadata"] = {"name": "things.networking.k8s.io", "annotations": {"api-approved.kubernetes.io": "x"}}
+    with pytest.raises(ManifestError, match="spec.group: Forbidden: networking.k8s.io is one of Kubernetes' own"):
+        validate(own)
+
+
 def test_a_crd_may_not_take_a_kind_or_resource_trimaran_serves() -> None:
     taken = crd(group="kubeflow.org", names={"plural": "tfjobs", "kind": "TFJob"})
     taken["metadata"]["name"] = "tfjobs.kubeflow.org"

@@ -26,7 +26,7 @@ from pydantic import PrivateAttr
 
 from trimaran.api.celrules import has_rules, rule_definition_errors, rule_errors
 from trimaran.api.errors import FieldError, join_path
-from trimaran.api.kinds import KindInfo, Scale, all_kinds, register
+from trimaran.api.kinds import KUBERNETES_GROUPS, KindInfo, Scale, all_kinds, register
 from trimaran.api.meta import Resource, is_dns1035_label, is_dns1123_subdomain
 from trimaran.api.printers import PrinterColumn
 
@@ -638,6 +638,11 @@ class CustomResourceDefinition(Resource):
             errs.extend(FieldError.invalid("spec.group", group, p) for p in is_dns1123_subdomain(str(group)))
             if "." not in str(group):
                 errs.append(FieldError.invalid("spec.group", group, "should be a domain with at least one dot"))
+        if isinstance(group, str) and _protected(group) and \
+                not (self.metadata.annotations or {}).get(_APPROVAL):
+            errs.append(FieldError.required(f"metadata.annotations[{_APPROVAL}]", f'protected groups must have '
+                                            f'approval annotation "{_APPROVAL}", see '
+                                            "https://github.com/kubernetes/enhancements/pull/1111"))
         name = self.metadata.name or ""
         if names.get("plural") and group and name != f"{names['plural']}.{group}":
             errs.append(FieldError.invalid("metadata.name", name, 'must be spec.names.plural+"."+spec.group'))
@@ -684,11 +689,22 @@ class CustomResourceDefinition(Resource):
         return errs
 
 
+_APPROVAL = "api-approved.kubernetes.io"
+
+
+def _protected(group: str) -> bool:
+    """Kubernetes' community groups, where a CRD needs the API review's approval annotation."""
+    return any(group == root or group.endswith("." + root) for root in ("k8s.io", "kubernetes.io"))
+
+
 def _registry_conflicts(spec: dict[str, Any]) -> list[FieldError]:
     """A kind the store already keeps under another group (objects are stored by kind), or a
     group's plural Trimaran serves itself."""
     names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
     errs: list[FieldError] = []
+    if spec.get("group") in KUBERNETES_GROUPS:
+        return [FieldError.forbidden("spec.group", f"{spec['group']} is one of Kubernetes' own API groups, which "
+                                     "Trimaran serves itself")]
     for info in all_kinds():
         if is_custom(info) and info.group == spec.get("group"):
             continue
