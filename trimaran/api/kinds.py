@@ -92,7 +92,7 @@ from trimaran.api.tuning import API_VERSION as KATIB_V1BETA1
 from trimaran.api.tuning import Experiment, Suggestion, Trial
 
 __all__ = ["KindInfo", "PodTemplate", "PrinterColumn", "Scale", "UnknownKindError", "all_kinds", "for_object",
-           "lookup", "register"]
+           "lookup", "register", "unregister"]
 
 
 class UnknownKindError(LookupError):
@@ -323,6 +323,19 @@ def register(info: KindInfo) -> KindInfo:
     for name in info.names():
         _by_name.setdefault(name, []).append(info)
     return info
+
+
+def unregister(info: KindInfo) -> None:
+    """Remove a kind registered at run time (a user's CustomResourceDefinition, deleted or changed)."""
+    if _by_object.get((info.api_version, info.kind)) != info:
+        return
+    del _by_object[(info.api_version, info.kind)]
+    for name in info.names():
+        left = [i for i in _by_name.get(name, []) if i != info]
+        if left:
+            _by_name[name] = left
+        else:
+            _by_name.pop(name, None)
 
 
 def lookup(name: str) -> KindInfo:

@@ -73,6 +73,7 @@ class Reconciler(ABC):
     name: str = "reconciler"
     kinds: tuple[str, ...] = ()
     watches: tuple[str, ...] = ()
+    every_kind: bool = False  # wakes for changes of any kind, those registered later too
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -272,9 +273,10 @@ class ControllerManager:
         for r in self.reconcilers:
             kinds.update(r.kinds)
             kinds.update(r.watches)
+        watched = None if any(r.every_kind for r in self.reconcilers) else kinds
         while not self._stop.is_set():
             try:
-                for event in self.store.watch(kinds=kinds, since=since, stop=self._stop, timeout=1.0):
+                for event in self.store.watch(kinds=watched, since=since, stop=self._stop, timeout=1.0):
                     since = event.revision
                     for r in self.reconcilers:
                         kind = event.object["kind"]

@@ -156,11 +156,10 @@ class GarbageCollector(Reconciler):
     """
 
     name = "garbage-collector"
+    every_kind = True  # users' CRDs add kinds at run time: the manager's watch is not narrowed to those of now
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
-        self.kinds = _store_kinds()
-        self._namespaced = {info.kind: info.namespaced for info in kinds.all_kinds()}
         # The uid each key had at its latest event: a deleted object's dependents are found by it.
         # Entries go when the reconcile of a key finds the object gone.
         self._uids: dict[Key, str] = {}
@@ -168,6 +167,15 @@ class GarbageCollector(Reconciler):
         # deletion looks for dependents among those kinds only, not through every kind.
         self._dependent_kinds: dict[str | None, set[str]] = {}
         self._uids_lock = threading.Lock()
+
+    @property  # type: ignore[override]
+    def kinds(self) -> tuple[str, ...]:
+        """Every kind registered now, users' CRDs' included."""
+        return _store_kinds()
+
+    @staticmethod
+    def _namespaced() -> dict[str, bool]:
+        return {info.kind: info.namespaced for info in kinds.all_kinds()}
 
     # -- what wakes it ---------------------------------------------------------------------------
     def keys_for_event(self, event: WatchEvent) -> Iterable[Key]:
@@ -313,7 +321,7 @@ class GarbageCollector(Reconciler):
 
     # -- owners and dependents -------------------------------------------------------------------
     def _owner_key(self, obj: dict, ref: dict) -> Key | None:
-        namespaced = self._namespaced.get(ref.get("kind"))
+        namespaced = self._namespaced().get(ref.get("kind"))
         if namespaced is None or not ref.get("name"):
             return None
         return Key(ref["kind"], (obj["metadata"].get("namespace") or "") if namespaced else "", ref["name"])
@@ -340,7 +348,8 @@ class GarbageCollector(Reconciler):
         namespace, or anywhere for a cluster-scoped owner (``namespace`` "")."""
         kinds = self.kinds if kinds is None else [kind for kind in self.kinds if kind in kinds]
         if namespace:
-            wanted = [kind for kind in kinds if self._namespaced[kind]]
+            scoped = self._namespaced()
+            wanted = [kind for kind in kinds if scoped[kind]]
             return [obj for kind in wanted for obj in self.store.list(kind, namespace, owner_uid=uid)]
         return [obj for kind in kinds for obj in self.store.list(kind, owner_uid=uid)]
 

@@ -15,10 +15,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from trimaran.server.kube import discovery, metrics, openapi
+from trimaran.server.kube.crd import CustomResources
 from trimaran.server.kube.errors import StatusError, status_response
 from trimaran.server.kube.resources import EVENT, KubeAPI, Target
 from trimaran.server.kube.streaming import STREAMING, authorize
-from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import WatchHub
 from trimaran.server.tokens import Principal
 
@@ -47,7 +47,8 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
         server_address: ``host:port`` as clients reach the server (for ``/api``).
         started: When the control plane started (RFC 3339), the CRDs' creation time.
     """
-    served = api.served() + [discovery.CRD_INFO]
+    crds = CustomResources(api, started)
+    served = api.served  # users' CRDs add and remove kinds at run time
 
     def guard(request: Request, verb: str, target_ns: str | None, group: str, plural: str) -> None:
         principal = principal_of(request)
@@ -63,14 +64,14 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
 
     async def groups(request: Request) -> Response:
         principal_of(request)
-        listed = discovery.api_group_list(served)
+        listed = discovery.api_group_list(served())
         listed["groups"].append(metrics.api_group())  # served by metrics.metrics_routes, mounted by the app
         return _json(listed)
 
     async def openapi_root(request: Request) -> Response:
         principal_of(request)
         # Building the schemas takes seconds the first time: off the event loop, which serves on.
-        return _json(await asyncio.to_thread(openapi.openapi_index, served))
+        return _json(await asyncio.to_thread(openapi.openapi_index, served()))
 
     async def openapi_v2(request: Request) -> Response:
         principal_of(request)
@@ -86,7 +87,7 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
             group, version = parts[1], parts[2]
         else:
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
-        body = await asyncio.to_thread(openapi.document_bytes, group, version, served)
+        body = await asyncio.to_thread(openapi.document_bytes, group, version, served())
         if not body:
             raise StatusError(404, "NotFound", f"no OpenAPI document for {'/'.join(parts)}")
         return Response(body, media_type="application/json")
@@ -94,13 +95,14 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
     async def resource(request: Request, group: str, version: str, rest: str) -> Response:
         segments = [s for s in rest.split("/") if s]
         if not segments:
-            body = discovery.api_resource_list(group, version, served)
+            body = discovery.api_resource_list(group, version, served())
             if body is None:
                 raise StatusError(404, "NotFound", "the server could not find the requested resource")
             principal_of(request)
             return _json(body)
         if group == "apiextensions.k8s.io" and segments[0] == "customresourcedefinitions":
-            return _crds(request, segments)
+            return await crds.serve(request, segments, lambda verb: guard(
+                request, verb, None, "apiextensions.k8s.io", "customresourcedefinitions"))
         target = api.resolve(group, version, segments)
         verb = api.verb(request, target)
         if target.subresource in STREAMING and group == "":
@@ -108,22 +110,6 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
         else:
             guard(request, verb, target.scope, group, target.info.plural)
         return await api.serve(request, target, verb)
-
-    def _crds(request: Request, segments: list[str]) -> Response:
-        guard(request, "list", None, "apiextensions.k8s.io", "customresourcedefinitions")
-        if request.method != "GET":
-            raise StatusError.method_not_allowed("CustomResourceDefinitions are read-only: Trimaran serves its own")
-        crds = discovery.crd_objects(api.served(), started)
-        if len(segments) > 1:
-            crds = [c for c in crds if c["metadata"]["name"] == segments[1]]
-            if not crds:
-                raise StatusError.not_found("apiextensions.k8s.io", "customresourcedefinitions", segments[1])
-            return _json(crds[0])
-        revision = str(api.store.current_revision())
-        if wants_table(request.headers.get("accept", "")):
-            return _json(table(discovery.CRD_INFO, crds, revision))
-        return _json({"kind": "CustomResourceDefinitionList", "apiVersion": "apiextensions.k8s.io/v1",
-                      "metadata": {"resourceVersion": revision}, "items": crds})
 
     async def core_resource(request: Request) -> Response:
         return await resource(request, "", "v1", request.path_params.get("rest", ""))
@@ -133,7 +119,7 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
         rest = request.path_params.get("rest", "")
         version, _, rest = rest.partition("/")
         if not version:
-            versions = list(dict.fromkeys(i.version for i in served if i.group == group))
+            versions = list(dict.fromkeys(i.version for i in served() if i.group == group))
             if not versions:
                 raise StatusError(404, "NotFound", "the server could not find the requested resource")
             principal_of(request)

@@ -1,5 +1,5 @@
-"""Discovery (``/version``, ``/api``, ``/apis``, ``/apis/G/V``) and the read-only
-``CustomResourceDefinition`` list, all derived from the kinds the API serves.
+"""Discovery (``/version``, ``/api``, ``/apis``, ``/apis/G/V``) and Trimaran's own (read-only)
+``CustomResourceDefinition`` objects, all derived from the kinds the API serves.
 
 Legacy (non-aggregated) discovery only: client-go reads it when a server answers plain JSON, and
 it is what every kubectl and client version understands.
@@ -11,6 +11,7 @@ import platform
 from typing import Any
 
 import trimaran
+from trimaran.api.crd import CRD_INFO, is_custom
 from trimaran.api.kinds import KindInfo
 from trimaran.server.kube.openapi import kind_schema
 
@@ -91,18 +92,12 @@ def api_resource_list(group: str, version: str, served: list[KindInfo]) -> dict[
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
-# The CRDs themselves, listed read-only, for clients that look a custom kind up there (kubectl's
-# field-validation check does, for a group version missing from /openapi/v3).
-CRD_INFO = KindInfo("CustomResourceDefinition", "apiextensions.k8s.io/v1", "apiextensions.k8s.io", "v1",
-                    "customresourcedefinitions", ("crd", "crds"), False, model=None,  # type: ignore[arg-type]
-                    status_subresource=False)
-
-
 def crd_objects(served: list[KindInfo], created: str) -> list[dict[str, Any]]:
-    """One ``CustomResourceDefinition`` per custom (non-core) kind, its versions merged."""
+    """One ``CustomResourceDefinition`` per custom (non-core) kind of Trimaran's own, its versions
+    merged (users' CRDs are stored objects: ``server/kube/crd.py``)."""
     by_name: dict[str, dict[str, Any]] = {}
     for info in served:
-        if info.builtin or info.model is None:
+        if info.builtin or info.model is None or is_custom(info):
             continue
         name = f"{info.plural}.{info.group}"
         crd = by_name.get(name)

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from trimaran.api.crd import is_custom, published_schema
 from trimaran.api.kinds import KindInfo
 
 __all__ = ["kind_schema", "openapi_document", "openapi_index", "openapi_v2"]
@@ -51,6 +52,9 @@ def _convert(node: Any, rename: dict[str, str]) -> Any:
 @lru_cache(maxsize=64)
 def _model_schema(info: KindInfo) -> tuple[dict[str, Any], dict[str, Any]]:
     """The kind's schema and its components, names prefixed by the kind to keep kinds apart."""
+    if is_custom(info):  # a user's CRD: its version's own schema, which has no references
+        return {**published_schema(info), "x-kubernetes-group-version-kind": [
+            {"group": info.group, "version": info.version, "kind": info.kind}]}, {}
     raw = info.model.model_json_schema(by_alias=True)
     prefix = f"{info.group or 'core'}.{info.version}.{info.kind}."
     rename = {name: prefix + name for name in raw.get("$defs", {})}

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from trimaran.api import ManifestError, kinds, printers, validate
+from trimaran.api.crd import is_custom, served_as
 from trimaran.api.errors import FieldError
 from trimaran.api.kinds import KindInfo, read_path
 from trimaran.api.podsecurity import Policy
@@ -141,6 +142,14 @@ class KubeAPI:
     def served(self) -> list[KindInfo]:
         """Every kind served, Events included, in registration order."""
         return list(self._by_path.values())
+
+    def add_kind(self, info: KindInfo) -> None:
+        """Serve a kind registered at run time (a user's CRD: ``server/kube/crd.py``)."""
+        self._by_path.setdefault((info.group, info.version, info.plural), info)
+
+    def remove_kind(self, info: KindInfo) -> None:
+        if self._by_path.get((info.group, info.version, info.plural)) == info:
+            del self._by_path[(info.group, info.version, info.plural)]
 
     def kind_at(self, group: str, version: str, plural: str) -> KindInfo | None:
         return self._by_path.get((group, version, plural))
@@ -283,7 +292,7 @@ class KubeAPI:
             obj = await asyncio.to_thread(self.store.get, info.kind, target.namespace or "", target.name)
         except NotFound:
             raise StatusError.not_found(info.group, info.plural, target.name or "") from None
-        return obj
+        return served_as(info, obj)
 
     @staticmethod
     def _stored_as(target: Target, current: dict) -> Target:
@@ -340,7 +349,10 @@ class KubeAPI:
             return revision, items
 
         revision, items = await asyncio.to_thread(read)
-        return revision, [o for o in items if accepts(o)], accepts
+        items = [o for o in items if accepts(o)]
+        if is_custom(info):  # as the version asked for (crd.served_as)
+            items = [served_as(info, o) for o in items]
+        return revision, items, accepts
 
     async def _select_page(self, request: Request, target: Target, after: tuple[str, str] | None,
                            limit: int) -> tuple[int, Page] | None:
@@ -476,6 +488,7 @@ class KubeAPI:
         include = params.get("includeObject", "Metadata")
 
         def encode(kind: str, obj: dict, headers: bool) -> bytes:
+            obj = served_as(info, obj) if kind != "ERROR" else obj
             shown = table(info, [obj], obj["metadata"].get("resourceVersion", ""), include, headers) \
                 if as_table and kind != "BOOKMARK" and kind != "ERROR" else obj
             return orjson.dumps({"type": kind, "object": shown}) + b"\n"
@@ -625,12 +638,12 @@ class KubeAPI:
         admitted, warnings = await asyncio.to_thread(self._admit, target, obj, validation)
         admitted["metadata"].pop("resourceVersion", None)
         admitted["metadata"].pop("deletionTimestamp", None)
-        if info.status_subresource:
+        if info.status_subresource and not is_custom(info):  # a custom resource is stored without one
             admitted.setdefault("status", {})  # the controllers' to fill; an empty one, as kube-apiserver stores it
         if managed:
             patching.track_update(None, admitted, manager)
         if dry_run:
-            return _json_response(admitted, 201, _warning_headers(warnings))
+            return _json_response(served_as(info, admitted), 201, _warning_headers(warnings))
 
         def write() -> dict:
             if info.namespaced:
@@ -645,7 +658,7 @@ class KubeAPI:
             created = await asyncio.to_thread(write)
         except AlreadyExists:
             raise StatusError.already_exists(info.group, info.plural, admitted["metadata"].get("name", "")) from None
-        return _json_response(created, 201, _warning_headers(warnings))
+        return _json_response(served_as(info, created), 201, _warning_headers(warnings))
 
     def _check_update(self, info: KindInfo, current: dict, new: dict) -> None:
         errors = info.model.update_errors(current, new)
@@ -682,7 +695,7 @@ class KubeAPI:
                             status_only: bool = False) -> Response:
         """Write ``new`` (its spec and metadata, or only its status), checked against its resourceVersion."""
         if dry_run:
-            return _json_response(new, 200, _warning_headers(warnings))
+            return _json_response(served_as(info, new), 200, _warning_headers(warnings))
         write = self.store.update_status if status_only else self.store.update
         try:
             stored = await asyncio.to_thread(write, new)
@@ -692,7 +705,16 @@ class KubeAPI:
                                        "version and try again") from None
         except NotFound:
             raise StatusError.not_found(info.group, info.plural, new["metadata"]["name"]) from None
-        return _json_response(stored, 200, _warning_headers(warnings))
+        meta = stored["metadata"]
+        if is_custom(info) and meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            # The write that removes a user's object's last finalizer ends it at once, as
+            # kube-apiserver's store does (the collector would, a moment later: a read right after
+            # the write would still find it).
+            try:
+                await asyncio.to_thread(self.store.delete, info.kind, meta.get("namespace") or "", meta["name"])
+            except NotFound:
+                pass
+        return _json_response(served_as(info, stored), 200, _warning_headers(warnings))
 
     async def _store_status(self, info: KindInfo, new: dict, dry_run: bool) -> Response:
         return await self._store_update(info, new, dry_run, [], status_only=True)
