@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,6 +51,13 @@ class Store(abc.ABC):
 
     Every method is safe to call from many threads at once.
     """
+
+    #: Admission of new objects (the control plane sets it: ``trimaran.controllers.quota``): called
+    #: by `create` inside its write transaction with the object as it will be stored (its name
+    #: generated); it returns the object, defaulted, or raises to refuse it. It may read the store
+    #: but not write it. Checked and written under one lock, so two creates racing for the last of
+    #: a quota cannot both pass.
+    admit_create: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @abc.abstractmethod
     def create(self, obj: dict[str, Any], *, uid: str | None = None) -> dict[str, Any]:

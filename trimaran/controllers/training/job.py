@@ -29,6 +29,7 @@ from trimaran.api.labels import (
     REPLICA_TYPE_LABEL,
 )
 from trimaran.api.meta import pod_hostname, replica_count
+from trimaran.api.quota import AdmissionRefused
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import (
     is_finished,
@@ -244,6 +245,8 @@ class TrainingJobReconciler(Reconciler):
                 pod = self._build_pod(job, fw, rtype, index, addresses, group, size, queued_at)
                 try:
                     self.store.create(pod)
+                except AdmissionRefused:
+                    raise  # a quota or a LimitRange: a FailedCreate event on the job, and a retry
                 except Exception as exc:  # noqa: BLE001 - AlreadyExists while the old pod terminates
                     log.debug("create %s: %s", pod["metadata"]["name"], exc)
             pods = owned_pods(self.store, job)
