@@ -343,12 +343,13 @@ def _ratio_error(kind: str, name: str, enforced: str, requests: dict, limits: di
 
 
 def _bounds(item: dict, kind: str, requests: dict, limits: dict) -> list[str]:
+    # Upstream walks Go maps (in no fixed order); by name here, so a message is the same each time.
     errors = []
-    for name, enforced in (item.get("min") or {}).items():
+    for name, enforced in sorted((item.get("min") or {}).items()):
         errors.append(_min_error(kind, name, enforced, requests, limits))
-    for name, enforced in (item.get("max") or {}).items():
+    for name, enforced in sorted((item.get("max") or {}).items()):
         errors.append(_max_error(kind, name, enforced, requests, limits))
-    for name, enforced in (item.get("maxLimitRequestRatio") or {}).items():
+    for name, enforced in sorted((item.get("maxLimitRequestRatio") or {}).items()):
         errors.append(_ratio_error(kind, name, enforced, requests, limits))
     return [e for e in errors if e]
 
