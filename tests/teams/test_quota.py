@@ -73,6 +73,11 @@ def test_a_pod_past_the_quota_is_refused_in_kube_apiservers_words(plane: Control
     header, row = kubectl("get", "quota").stdout.splitlines()
     assert header.split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
     assert row.startswith("team-a") and row.rstrip().endswith("pods: 1/10, requests.cpu: 100m/200m")
+    # kubectl's generator (a protobuf body), with a limits key for the LIMIT column.
+    kubectl("create", "quota", "team-b", "--hard=limits.memory=1Gi,secrets=5")
+    poll(lambda: used(api, ns, "team-b").get("limits.memory") == "0", what="team-b's status")
+    row = next(line for line in kubectl("get", "quota").stdout.splitlines() if line.startswith("team-b"))
+    assert row.split()[2:] == ["secrets:", f"{len(api.list('secrets', ns))}/5", "limits.memory:", "0/1Gi"]
 
 
 def test_a_quota_on_cpu_needs_every_container_to_state_it(api: Client) -> None:

@@ -114,17 +114,26 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
     "OwnerReference": [("kind", 1, _STRING, False), ("name", 3, _STRING, False), ("uid", 4, _STRING, False),
                        ("apiVersion", 5, _STRING, False), ("controller", 6, _BOOL, False),
                        ("blockOwnerDeletion", 7, _BOOL, False)],
+    # `kubectl create priorityclass` and `kubectl create quota`; a Quantity is a message of its string.
+    "PriorityClass": [("metadata", 1, "ObjectMeta", False), ("value", 2, _INT32, False),
+                      ("globalDefault", 3, _BOOL, False), ("description", 4, _STRING, False),
+                      ("preemptionPolicy", 5, _STRING, False)],
+    "ResourceQuota": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "ResourceQuotaSpec", False)],
+    "ResourceQuotaSpec": [("hard", 1, ("map", "Quantity"), False), ("scopes", 2, _STRING, True)],
+    "Quantity": [("string", 1, _STRING, False)],
 }
 # Go encodes a non-pointer scalar even when it is zero, and its JSON leaves zero out (omitempty):
 # zeros are dropped but for these pointer fields, where zero is a value ("0 replicas").
 _ZERO_MEANS_ZERO = {("DeploymentSpec", "replicas"), ("JobSpec", "parallelism"), ("JobSpec", "completions"),
                     ("JobSpec", "backoffLimit"), ("JobSpec", "ttlSecondsAfterFinished"),
-                    ("HorizontalPodAutoscalerSpec", "minReplicas")}
+                    ("HorizontalPodAutoscalerSpec", "minReplicas"), ("PriorityClass", "value")}
 # The kinds a body may carry: (apiVersion, kind) -> message.
 _KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "ServiceAccount", "Service", "Pod")}
 _KINDS["autoscaling/v1", "HorizontalPodAutoscaler"] = "HorizontalPodAutoscaler"
 _KINDS["apps/v1", "Deployment"] = "Deployment"
 _KINDS["batch/v1", "Job"] = "Job"
+_KINDS["v1", "ResourceQuota"] = "ResourceQuota"
+_KINDS["scheduling.k8s.io/v1", "PriorityClass"] = "PriorityClass"
 
 
 class ProtobufError(ValueError):
@@ -143,7 +152,11 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
                 entry = message.nested_type.add(name=f"{json_name[0].upper()}{json_name[1:]}Entry")
                 entry.options.map_entry = True
                 entry.field.add(name="key", json_name="key", number=1, label=_OPTIONAL, type=_STRING)
-                entry.field.add(name="value", json_name="value", number=2, label=_OPTIONAL, type=kind[1])
+                value = entry.field.add(name="value", json_name="value", number=2, label=_OPTIONAL)
+                if isinstance(kind[1], str):  # a message (a Quantity)
+                    value.type, value.type_name = _MESSAGE, f".{_PACKAGE}.{kind[1]}"
+                else:
+                    value.type = kind[1]
                 field.label = _REPEATED
                 field.type = _MESSAGE
                 field.type_name = f".{_PACKAGE}.{name}.{entry.name}"
@@ -177,7 +190,8 @@ def _to_json(message: Any) -> dict[str, Any]:
         elif field.message_type is not None and field.message_type.GetOptions().map_entry:
             entry_value = field.message_type.fields_by_name["value"]
             out[field.json_name] = {
-                k: base64.b64encode(v).decode() if entry_value.type == _BYTES else v for k, v in value.items()}
+                k: base64.b64encode(v).decode() if entry_value.type == _BYTES else
+                v.string if entry_value.type == _MESSAGE else v for k, v in value.items()}
         elif field.message_type is not None and field.is_repeated:
             out[field.json_name] = [_to_json(item) for item in value]
         elif field.message_type is not None:
