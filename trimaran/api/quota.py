@@ -107,9 +107,10 @@ class Usage:
             self.binary[name] = binary
         self.amounts[name] = self.amounts.get(name, Decimal(0)) + amount
 
-    def merge(self, other: Usage) -> None:
+    def merge(self, other: Usage, sign: int = 1) -> None:
+        """Add ``other`` (``sign`` -1: take it away)."""
         for name, amount in other.amounts.items():
-            self.add(name, amount, other.binary.get(name, False))
+            self.add(name, amount * sign, other.binary.get(name, False))
 
     def text(self, name: str) -> str:
         return canonical(self.amounts.get(name, Decimal(0)), self.binary.get(name, False))

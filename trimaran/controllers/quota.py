@@ -16,6 +16,7 @@ objects it counts come and go (pods that ended count nothing), and makes the bui
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 from collections.abc import Iterable
@@ -40,6 +41,7 @@ __all__ = ["Admission", "ResourceQuotaReconciler", "ensure_system_priority_class
 
 log = logging.getLogger(__name__)
 
+_LEDGERS_KEPT = 1024
 # Quota keys of the core kinds' own counts (besides ``count/<plural>``).
 _LEGACY_KEYS = {"services": "Service", "configmaps": "ConfigMap", "secrets": "Secret",
                 "replicationcontrollers": "ReplicationController", "resourcequotas": "ResourceQuota",
@@ -78,6 +80,8 @@ class Admission:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._lock = threading.Lock()  # admission (under the store's write lock) and the controller share the ledgers
+        self._ledgers: dict[tuple[str, str, str], _Ledger] = {}
 
     def admit(self, obj: dict) -> dict:
         """``Store.admit_create``: ``obj`` defaulted, or `AdmissionRefused`."""
@@ -94,10 +98,12 @@ class Admission:
         except UnknownKindError:
             return obj
         if kind in ("Pod", "PersistentVolumeClaim") and not info.group:
-            obj = copy.deepcopy(obj)  # defaulted here: the caller's dict stays as it made it
+            # Defaulted here, the caller's dict left as it made it: a copy of what is written to.
+            limit_ranges = self.store.list("LimitRange", namespace, shared=True)
+            obj = copy.deepcopy(obj) if limit_ranges else {**obj, "spec": dict(obj.get("spec") or {})}
             if kind == "Pod":
                 self._priority(obj)
-            refusal = apply_limit_ranges(obj, self.store.list("LimitRange", namespace, shared=True))
+            refusal = apply_limit_ranges(obj, limit_ranges)
             if refusal:
                 raise AdmissionRefused(info.plural, info.group, meta.get("name", ""), refusal)
         self._quota(obj, info)
@@ -123,7 +129,7 @@ class Admission:
         """The Priority plugin: ``spec.priority`` and ``spec.preemptionPolicy`` from the pod's class
         (or the globalDefault one). Refused before a generated name is known, so a refusal names
         the ``generateName`` prefix, as upstream's."""
-        meta, spec = pod["metadata"], pod.setdefault("spec", {})
+        meta, spec = pod["metadata"], pod["spec"]
         shown = meta.get("generateName") or meta.get("name", "")
         name = spec.get("priorityClassName")
         if name:
@@ -177,10 +183,50 @@ class Admission:
             counted = {i.kind: i for i in filter(None, map(_kind_counted, hard))}.values()
         used = Usage()
         for info in counted:
-            for obj in self.store.list(info.kind, namespace, shared=True):
-                if quota_matches(quota, obj):
-                    used.merge(object_usage(obj, info.plural, info.group))
+            objects = self.store.list(info.kind, namespace, shared=True)
+            with self._lock:
+                used.merge(self._ledger(quota, info).count(quota, info, objects))
         return used
+
+    def _ledger(self, quota: dict, info: KindInfo) -> _Ledger:
+        # By the quota's spec, not its resourceVersion: the controller's status writes change that.
+        key = (quota["metadata"].get("uid", ""), json.dumps(quota.get("spec"), sort_keys=True), info.kind)
+        ledger = self._ledgers.get(key)
+        if ledger is None:
+            if len(self._ledgers) >= _LEDGERS_KEPT:
+                self._ledgers.clear()
+            ledger = self._ledgers[key] = _Ledger()
+        return ledger
+
+
+class _Ledger:
+    """One quota's use by the objects of one kind, kept from one count to the next: only objects
+    whose resourceVersion changed are counted again (a create in a namespace of thousands of pods
+    would otherwise add up every pod's requests, inside the store's write lock)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[str, Usage | None]] = {}
+        self.total = Usage()
+
+    def count(self, quota: dict, info: KindInfo, objects: list[dict]) -> Usage:
+        current: dict[str, tuple[str, Usage | None]] = {}
+        for obj in objects:
+            name, version = obj["metadata"]["name"], obj["metadata"].get("resourceVersion", "")
+            known = self.seen.get(name)
+            if known is not None and known[0] == version:
+                current[name] = known
+                continue
+            usage = object_usage(obj, info.plural, info.group) if quota_matches(quota, obj) else None
+            if known is not None and known[1] is not None:
+                self.total.merge(known[1], -1)
+            if usage is not None:
+                self.total.merge(usage)
+            current[name] = (version, usage)
+        for name, (_, usage) in self.seen.items():
+            if name not in current and usage is not None:
+                self.total.merge(usage, -1)
+        self.seen = current
+        return self.total
 
 
 class ResourceQuotaReconciler(Reconciler):
