@@ -73,6 +73,9 @@ def test_a_pod_past_the_quota_is_refused_in_kube_apiservers_words(plane: Control
     header, row = kubectl("get", "quota").stdout.splitlines()
     assert header.split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
     assert row.startswith("team-a") and row.rstrip().endswith("pods: 1/10, requests.cpu: 100m/200m")
+    described = kubectl("describe", "quota", "team-a").stdout
+    assert [line.split() for line in described.splitlines()[-2:]] == [["pods", "1", "10"],
+                                                                     ["requests.cpu", "100m", "200m"]]
     # kubectl's generator (a protobuf body), with a limits key for the LIMIT column.
     kubectl("create", "quota", "team-b", "--hard=limits.memory=1Gi,secrets=5")
     poll(lambda: used(api, ns, "team-b").get("limits.memory") == "0", what="team-b's status")
@@ -200,3 +203,23 @@ def test_the_python_client_reads_the_quota_and_its_refusal(api: Client, plane: C
         'pods "big" is forbidden: exceeded quota: q, requested: requests.memory=100Mi, used: requests.memory=0, '
         'limited: requests.memory=64Mi')
     config.close()
+
+
+def test_scopes_pick_the_pods_a_quota_counts(api: Client) -> None:
+    ns = namespace(api, "q-scopes")
+    api.create("priorityclasses", None, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                         "metadata": {"name": "gold-q"}, "value": 100})
+    api.create("resourcequotas", ns, quota("gold-only", {"pods": "1"}, scopeSelector={"matchExpressions": [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["gold-q"]}]}))
+    api.create("resourcequotas", ns, quota("best-effort", {"pods": "2"}, scopes=["BestEffort"]))
+    api.create("pods", ns, pod("plain-1"))
+    api.create("pods", ns, pod("plain-2"))
+    error = refusal(api, "pods", ns, pod("plain-3"))
+    assert "exceeded quota: best-effort, requested: pods=1, used: pods=2, limited: pods=2" in error.body["message"]
+    gold = pod("gold-1", {"cpu": "10m"})
+    gold["spec"]["priorityClassName"] = "gold-q"
+    api.create("pods", ns, gold)  # not BestEffort: only the gold quota counts it
+    error = refusal(api, "pods", ns, {**gold, "metadata": {"name": "gold-2"}})
+    assert "exceeded quota: gold-only, requested: pods=1, used: pods=1, limited: pods=1" in error.body["message"]
+    poll(lambda: (used(api, ns, "gold-only"), used(api, ns, "best-effort")) == ({"pods": "1"}, {"pods": "2"}),
+         what="each quota counting its own pods")
