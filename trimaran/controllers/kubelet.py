@@ -1,8 +1,9 @@
 """The node agent: pods in the store become processes on this machine.
 
-Scheduling is gang admission in FIFO order: the pods of one group (a training job's replicas)
-start together or not at all, and a group that does not fit holds back the groups behind it
-until resources free up, unless it could never fit this node at all.
+Scheduling is gang admission by priority, then in FIFO order: the pods of one group (a training
+job's replicas) start together or not at all, and a group that does not fit holds back the groups
+behind it until resources free up, unless it could never fit this node at all; meanwhile it
+preempts pods of lower priority that would make room (unless its class says ``Never``).
 
 Restarts in place (``restartPolicy`` Always/OnFailure) happen here, as kubelet does them, with a
 short exponential back-off. Each pod runs under a shim process that outlives the control plane:
