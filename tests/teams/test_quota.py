@@ -135,6 +135,37 @@ def test_counts_of_any_kind_and_extended_resources(api: Client) -> None:
                                         "requests.nvidia.com/gpu": "0"}, what="the quota's status")
 
 
+def test_claims_count_their_storage(api: Client) -> None:
+    ns = namespace(api, "q-storage")
+    api.create("resourcequotas", ns, quota("q", {"requests.storage": "1Gi", "persistentvolumeclaims": "2"}))
+
+    def claim(name: str, size: str) -> dict:
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}
+
+    api.create("persistentvolumeclaims", ns, claim("a", "512Mi"))
+    error = refusal(api, "persistentvolumeclaims", ns, claim("b", "1Gi"))
+    assert error.body["message"] == ('persistentvolumeclaims "b" is forbidden: exceeded quota: q, requested: '
+                                     'requests.storage=1Gi, used: requests.storage=512Mi, limited: '
+                                     'requests.storage=1Gi')
+    poll(lambda: used(api, ns, "q") == {"persistentvolumeclaims": "1", "requests.storage": "512Mi"},
+         what="the claim counted")
+
+
+def test_a_pytorchjobs_refused_pods_are_said_on_the_job(api: Client) -> None:
+    ns = namespace(api, "q-training")
+    api.create("resourcequotas", ns, quota("q", {"pods": "0"}))
+    api.create("pytorchjobs", ns, {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "train"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "python", "command": SLEEP}]}}}}}})
+    event = poll(lambda: next((e for e in api.events("PyTorchJob", ns, "train") if e["reason"] == "FailedCreate"),
+                              None), timeout=30, what="a FailedCreate event on the PyTorchJob")
+    assert event["message"] == ('Error creating: pods "train-master-0" is forbidden: exceeded quota: q, requested: '
+                                'pods=1, used: pods=0, limited: pods=0')
+    assert api.list("pods", ns) == []
+
+
 def test_racing_creates_do_not_both_pass(api: Client, plane: ControlPlaneHandle) -> None:
     ns = namespace(api, "q-race")
     start = len(api.list("configmaps", ns))
