@@ -251,8 +251,9 @@ class ResourceQuotaReconciler(Reconciler):
         found: dict[str, set[str]] = {}
         for quota in self.store.list("ResourceQuota", shared=True):
             found.setdefault(quota["metadata"]["namespace"], set()).add(quota["metadata"]["name"])
-        with self._lock:
-            self._quotas = found
+        with self._lock:  # merged, not replaced: an event handled since the list may have added one
+            for namespace, names in found.items():
+                self._quotas.setdefault(namespace, set()).update(names)
         return [Key("ResourceQuota", ns, name) for ns, names in found.items() for name in names]
 
     def keys_for_event(self, event: WatchEvent) -> Iterable[Key]:
@@ -269,6 +270,8 @@ class ResourceQuotaReconciler(Reconciler):
         try:
             quota = self.store.get("ResourceQuota", key.namespace, key.name)
         except NotFound:
+            with self._lock:
+                self._quotas.get(key.namespace, set()).discard(key.name)
             return None
         status = quota_status(quota, self.admission.usage(quota))
         before = quota.get("status") or {}
