@@ -100,6 +100,8 @@ def test_a_jobs_pods_get_the_defaults_and_kubectl_lists_them(plane: ControlPlane
     header, row = kubectl("get", "limits").stdout.splitlines()
     assert header.split() == ["NAME", "CREATED", "AT"]
     assert row.split()[0] == "mem" and row.split()[1].endswith("Z")
+    described = kubectl("describe", "limits", "mem").stdout.splitlines()
+    assert described[-1].split() == ["Container", "memory", "-", "-", "128Mi", "128Mi", "-"]
     kubectl("create", "job", "work", "--image=python", "--", "python", "-c", "pass")
     pods = poll(lambda: api.list("pods", ns), what="the job's pod")
     resources = pods[0]["spec"]["containers"][0]["resources"]
