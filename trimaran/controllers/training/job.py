@@ -241,12 +241,21 @@ class TrainingJobReconciler(Reconciler):
             group = job["metadata"]["uid"] if first else f"{job['metadata']['uid']}/{len(pods)}-{recreations}"
             size = len(missing)
             queued_at = time.time()
+            made: list[dict] = []
             for rtype, index in missing:
                 pod = self._build_pod(job, fw, rtype, index, addresses, group, size, queued_at)
                 try:
-                    self.store.create(pod)
+                    made.append(self.store.create(pod))
                 except AdmissionRefused:
-                    raise  # a quota or a LimitRange: a FailedCreate event on the job, and a retry
+                    # A quota or a LimitRange: a FailedCreate event on the job, and a retry of the
+                    # whole gang. Its part made in this pass goes (never admitted: the gang was not
+                    # whole), or it would wait for a member made later under another group.
+                    for pod in made:
+                        try:
+                            self.store.delete("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                        except NotFound:
+                            pass
+                    raise
                 except Exception as exc:  # noqa: BLE001 - AlreadyExists while the old pod terminates
                     log.debug("create %s: %s", pod["metadata"]["name"], exc)
             pods = owned_pods(self.store, job)
