@@ -143,3 +143,23 @@ def test_never_preempts_nobody_but_is_admitted_first(plane_with: Callable[..., C
     api.delete("pods", ns, "blocker")
     poll(lambda: running(api, ns, "urgent"), timeout=60, what="the higher priority admitted first")
     assert api.get("pods", ns, "early")["status"]["phase"] == "Pending"
+
+
+def test_preemption_takes_the_lowest_priority_that_makes_room(plane_with: Callable[..., ControlPlaneHandle]) -> None:
+    handle = plane_with(TRIMARAN_GPUS="2")
+    api = handle.api()
+    ns = "default"
+    for name, value in (("gpu-low", 10), ("gpu-mid", 20), ("gpu-top", 1000)):
+        api.create("priorityclasses", None, priority_class(name, value))
+    gpu = {"nvidia.com/gpu": "1"}
+    for name in ("low", "mid"):
+        api.create("pods", ns, with_class(pod(name, gpu, gpu), f"gpu-{name}"))
+    for name in ("low", "mid"):
+        poll(lambda name=name: running(api, ns, name), timeout=60, what=f"{name} running")
+    api.create("pods", ns, with_class(pod("top", gpu, gpu), "gpu-top"))
+    poll(lambda: running(api, ns, "top"), timeout=60, what="the preemptor running on the GPU it freed")
+    with pytest.raises(APIError):
+        api.get("pods", ns, "low")  # the victim: the lowest priority whose GPU is enough
+    mid = api.get("pods", ns, "mid")
+    assert running(api, ns, "mid") and not mid["metadata"].get("deletionTimestamp")  # reprieved
+    assert condition(mid, "DisruptionTarget") is None
