@@ -95,6 +95,11 @@ def _show(text: str) -> str:
     return canonical(parse_quantity(text), _is_binary(text))
 
 
+def _canonical_list(amounts: dict[str, str]) -> dict[str, str]:
+    """A resource list as kube-apiserver stores it: canonical amounts, by name (Go writes a map sorted)."""
+    return {name: _show(amounts[name]) for name in sorted(amounts)}
+
+
 class Usage:
     """Amounts by resource name, keeping whether each came in binary units (for printing)."""
 
@@ -169,6 +174,11 @@ class ResourceQuota(Resource):
     spec: ResourceQuotaSpec | None = None
     status: ResourceQuotaStatus | None = None
 
+    def set_defaults(self) -> None:
+        """Amounts stored in their canonical form, as kube-apiserver re-serialises a Quantity (``1000m`` is ``1``)."""
+        if self.spec is not None and self.spec.hard:
+            self.spec.hard = _canonical_list(self.spec.hard)
+
     def check(self) -> list[FieldError]:
         """Resource names, non-negative amounts, known scopes and scope operators (ValidateResourceQuota)."""
         errs = super().check()
@@ -221,6 +231,9 @@ class LimitRange(Resource):
         """SetDefaults_LimitRangeItem: a Container item's default limit is its max, its default
         request its default limit, else its min."""
         for item in (self.spec.limits if self.spec else []):
+            for field in ("max", "min", "default", "default_request", "max_limit_request_ratio"):
+                if getattr(item, field):
+                    setattr(item, field, _canonical_list(getattr(item, field)))
             if item.type != "Container":
                 continue
             default = dict(item.default or {})
@@ -229,7 +242,8 @@ class LimitRange(Resource):
             request = dict(item.default_request or {})
             for name, value in {**(item.min or {}), **default}.items():
                 request.setdefault(name, value)
-            item.default, item.default_request = default or None, request or None
+            item.default = _canonical_list(default) or None
+            item.default_request = _canonical_list(request) or None
 
     def check(self) -> list[FieldError]:
         """ValidateLimitRange's checks, in its words."""
