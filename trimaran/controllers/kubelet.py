@@ -316,9 +316,10 @@ class Kubelet(Reconciler):
     def _preempt(self, pods: list[dict], everything: list[dict]) -> None:
         """PreemptLowerPriority, as the scheduler's DefaultPreemption on this one node: the fewest
         lower-priority pods whose room lets the gang in get the ``DisruptionTarget`` condition
-        (``PreemptionByScheduler``) and a graceful delete; the gang, ``nominatedNodeName``, and it
-        waits for them to go. Nothing more is preempted while lower-priority pods are still
-        terminating (upstream's podEligibleToPreemptOthers), and ``preemptionPolicy: Never`` preempts nothing."""
+        (``PreemptionByScheduler``) and a graceful delete, and the gang's pods ``nominatedNodeName``
+        while they wait for them to go. Nothing more is preempted while lower-priority pods are
+        still terminating (upstream's podEligibleToPreemptOthers); ``preemptionPolicy: Never``
+        preempts nothing."""
         if any((p.get("spec") or {}).get("preemptionPolicy") == "Never" for p in pods):
             return
         priority = _gang_priority(pods)
@@ -332,9 +333,9 @@ class Kubelet(Reconciler):
             return
         by_uid = {p["metadata"]["uid"]: p for p in holding}
         preemptor = pods[0]
+        scheduler = (preemptor.get("spec") or {}).get("schedulerName") or "default-scheduler"
         for uid in victims:
             victim = copy.deepcopy(by_uid[uid])
-            scheduler = (preemptor.get("spec") or {}).get("schedulerName") or "default-scheduler"
             status = dict(victim.get("status") or {})
             set_condition(status, "DisruptionTarget", "True", "PreemptionByScheduler",
                           f"{scheduler}: preempting to accommodate a higher priority pod")
