@@ -26,6 +26,7 @@ __all__ = [
     "AdmissionRefused",
     "LimitRange",
     "ResourceQuota",
+    "Usage",
     "apply_limit_ranges",
     "canonical",
     "check_quota",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import threading
 from collections.abc import Iterable
 
@@ -38,8 +37,6 @@ from trimaran.store import AlreadyExists, NotFound, Store
 from trimaran.store.base import WatchEvent
 
 __all__ = ["Admission", "ResourceQuotaReconciler", "ensure_system_priority_classes"]
-
-log = logging.getLogger(__name__)
 
 _LEDGERS_KEPT = 1024
 # Quota keys of the core kinds' own counts (besides ``count/<plural>``).
