@@ -52,12 +52,20 @@ def test_the_builtin_classes_and_kubectls_columns(plane: ControlPlaneHandle, tmp
     assert "maximum allowed value of a user defined priority is 1000000000" in refused.stderr
 
 
-def test_admission_sets_the_pods_priority_from_its_class(api: Client) -> None:
+def test_admission_sets_the_pods_priority_from_its_class(api: Client, plane: ControlPlaneHandle) -> None:
     ns = namespace(api, "prio-admission")
     api.create("priorityclasses", None, priority_class("team-high", 1000, preemptionPolicy="Never"))
     created = api.create("pods", ns, with_class(pod("p"), "team-high"))
     assert created["spec"]["priority"] == 1000
     assert created["spec"]["preemptionPolicy"] == "Never"
+    kubernetes = pytest.importorskip("kubernetes")
+    config = kubernetes.config.new_client_from_config(str(plane.home / "kubeconfig"))
+    core = kubernetes.client.CoreV1Api(config)
+    written = core.read_namespaced_pod("p", ns)
+    written.spec.priority, written.spec.preemption_policy = None, None  # a PUT that leaves them out keeps them
+    replaced = core.replace_namespaced_pod("p", ns, written)
+    assert (replaced.spec.priority, replaced.spec.preemption_policy) == (1000, "Never")
+    config.close()
     plain = api.create("pods", ns, pod("plain"))
     assert plain["spec"]["priority"] == 0 and plain["spec"]["preemptionPolicy"] == "PreemptLowerPriority"
     error = refusal(api, "pods", ns, with_class(pod("q"), "nope"))

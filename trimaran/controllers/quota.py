@@ -36,7 +36,7 @@ from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.store import AlreadyExists, NotFound, Store
 from trimaran.store.base import WatchEvent
 
-__all__ = ["Admission", "ResourceQuotaReconciler", "ensure_system_priority_classes"]
+__all__ = ["Admission", "ResourceQuotaReconciler", "ensure_system_priority_classes", "keep_priority"]
 
 _LEDGERS_KEPT = 1024
 # Quota keys of the core kinds' own counts (besides ``count/<plural>``).
@@ -61,6 +61,15 @@ def _pod_resource(key: str) -> bool:
     """Whether a quota's key is one the pod evaluator matches on (upstream's MatchingResources)."""
     return key in ("pods", "count/pods", "cpu", "memory", "ephemeral-storage") or \
         key.startswith(("requests.", "limits.", "hugepages-")) and key != "requests.storage"
+
+
+def keep_priority(pod: dict, stored: dict) -> None:
+    """The Priority plugin on an update: a pod's priority and preemption policy, set when it was
+    created, stay when a client's update leaves them out (a PUT of a spec written by hand)."""
+    spec, before = pod.setdefault("spec", {}), stored.get("spec") or {}
+    for field in ("priority", "preemptionPolicy"):
+        if spec.get(field) is None and before.get(field) is not None:
+            spec[field] = before[field]
 
 
 def ensure_system_priority_classes(store: Store) -> None:

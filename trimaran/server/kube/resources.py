@@ -29,6 +29,7 @@ from trimaran.api.kinds import KindInfo
 from trimaran.api.podsecurity import Policy
 from trimaran.api.quota import AdmissionRefused
 from trimaran.controllers.gc import request_delete
+from trimaran.controllers.quota import keep_priority
 from trimaran.server.kube import patch as patching
 from trimaran.server.kube import protobuf, streaming
 from trimaran.server.kube.admission import PodSecurityAdmission
@@ -550,6 +551,8 @@ class KubeAPI:
             if refused:
                 raise StatusError.invalid(info.group, info.kind, admitted["metadata"].get("name", ""), refused)
         others += self.pod_security.admit(info, admitted, current)
+        if current is not None and info.kind == "Pod":
+            keep_priority(admitted, current)
         return admitted, (unknown if validation != "Ignore" else []) + others
 
     def _stored_or_none(self, kind: str, namespace: str, name: str) -> dict | None:
