@@ -78,7 +78,7 @@ def test_admission_sets_the_pods_priority_from_its_class(api: Client, plane: Con
                                      'PriorityClass name')
 
 
-def test_one_global_default_applies_to_pods_that_name_none(api: Client) -> None:
+def test_one_global_default_applies_to_pods_that_name_none(api: Client, plane: ControlPlaneHandle) -> None:
     ns = namespace(api, "prio-default")
     api.create("priorityclasses", None, priority_class("everyone", 10, globalDefault=True))
     try:
@@ -90,6 +90,14 @@ def test_one_global_default_applies_to_pods_that_name_none(api: Client) -> None:
         assert caught.value.body["message"] == ('priorityclasses.scheduling.k8s.io "another" is forbidden: '
                                                 'PriorityClass everyone is already marked as default. Only one '
                                                 'default can exist')
+        kubernetes = pytest.importorskip("kubernetes")
+        config = kubernetes.config.new_client_from_config(str(plane.home / "kubeconfig"))
+        api.create("priorityclasses", None, priority_class("later", 20))
+        with pytest.raises(kubernetes.client.ApiException) as refused:  # made the default by an update
+            kubernetes.client.SchedulingV1Api(config).patch_priority_class("later", {"globalDefault": True})
+        assert refused.value.status == 403 and "PriorityClass everyone is already marked as default" in \
+            refused.value.body
+        config.close()
     finally:
         api.delete("priorityclasses", None, "everyone")  # the other tests' pods name no class
 
@@ -138,12 +146,15 @@ def test_never_preempts_nobody_but_is_admitted_first(plane_with: Callable[..., C
     poll(lambda: running(api, ns, "blocker"), timeout=60, what="the blocker running")
     api.create("pods", ns, pod("early", {"cpu": "1"}))
     api.create("pods", ns, with_class(pod("urgent", {"cpu": "1"}), "urgent"))
-    api.create("pods", ns, with_class(pod("probe", {"cpu": "1"}), "urgent"))
-    # The node's passes run one at a time: once the later pod is judged, the pass that judged
-    # "urgent" (and would have preempted for it) is over.
-    for name in ("urgent", "probe"):
-        poll(lambda name=name: (condition(api.get("pods", ns, name), "PodScheduled") or {}).get("reason")
-             == "Unschedulable", timeout=30, what=f"{name} unschedulable")
+
+    def judged() -> int:
+        return sum(e.get("count", 1) for e in api.events("Pod", ns, "urgent") if e["reason"] == "FailedScheduling")
+
+    poll(judged, timeout=30, what="urgent judged unschedulable")
+    # The node's passes run one at a time, each judging "urgent" first (and preempting for it, if
+    # it would, before the pass ends): once a later pass has judged it, the first one is over.
+    api.create("pods", ns, pod("probe", {"cpu": "1"}))  # a change that makes the node look again
+    poll(lambda: judged() >= 2, timeout=30, what="urgent judged again")
     blocker = api.get("pods", ns, "blocker")
     assert not blocker["metadata"].get("deletionTimestamp") and condition(blocker, "DisruptionTarget") is None
     assert "nominatedNodeName" not in api.get("pods", ns, "urgent")["status"]

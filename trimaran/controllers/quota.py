@@ -36,7 +36,7 @@ from trimaran.controllers.base import Key, Reconciler, key_of
 from trimaran.store import AlreadyExists, NotFound, Store
 from trimaran.store.base import WatchEvent
 
-__all__ = ["Admission", "ResourceQuotaReconciler", "ensure_system_priority_classes", "keep_priority"]
+__all__ = ["Admission", "ResourceQuotaReconciler", "admit_update", "ensure_system_priority_classes"]
 
 _LEDGERS_KEPT = 1024
 # Quota keys of the core kinds' own counts (besides ``count/<plural>``).
@@ -63,13 +63,34 @@ def _pod_resource(key: str) -> bool:
         key.startswith(("requests.", "limits.", "hugepages-")) and key != "requests.storage"
 
 
-def keep_priority(pod: dict, stored: dict) -> None:
-    """The Priority plugin on an update: a pod's priority and preemption policy, set when it was
-    created, stay when a client's update leaves them out (a PUT of a spec written by hand)."""
-    spec, before = pod.setdefault("spec", {}), stored.get("spec") or {}
-    for field in ("priority", "preemptionPolicy"):
-        if spec.get(field) is None and before.get(field) is not None:
-            spec[field] = before[field]
+def admit_update(store: Store, obj: dict, stored: dict) -> None:
+    """The Priority plugin on an update (the API's; controllers' updates change neither): a pod's
+    priority and preemption policy, set when it was created, stay when a client's update leaves
+    them out (a PUT of a spec written by hand); a PriorityClass may become the globalDefault only
+    while no other is. Raises `AdmissionRefused`."""
+    if obj.get("kind") == "Pod":
+        spec, before = obj.setdefault("spec", {}), stored.get("spec") or {}
+        for field in ("priority", "preemptionPolicy"):
+            if spec.get(field) is None and before.get(field) is not None:
+                spec[field] = before[field]
+    elif obj.get("kind") == "PriorityClass":
+        _one_default(store, obj)
+
+
+def _global_default(store: Store) -> dict | None:
+    """The globalDefault class; of several, the lowest, as upstream picks."""
+    defaults = [c for c in store.list("PriorityClass", shared=True) if c.get("globalDefault")]
+    return min(defaults, key=lambda c: c.get("value", 0)) if defaults else None
+
+
+def _one_default(store: Store, priority_class: dict) -> None:
+    if not priority_class.get("globalDefault"):
+        return
+    existing = _global_default(store)
+    if existing is not None and existing["metadata"]["name"] != priority_class["metadata"]["name"]:
+        raise AdmissionRefused("priorityclasses", "scheduling.k8s.io", priority_class["metadata"]["name"],
+                               f"PriorityClass {existing['metadata']['name']} is already marked as default. "
+                               "Only one default can exist")
 
 
 def ensure_system_priority_classes(store: Store) -> None:
@@ -95,7 +116,7 @@ class Admission:
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or ""
         if kind == "PriorityClass":
-            self._one_default(obj)
+            _one_default(self.store, obj)
             return obj
         if not namespace:
             return obj
@@ -117,20 +138,6 @@ class Admission:
 
     # -- Priority ------------------------------------------------------------------------------
 
-    def _global_default(self) -> dict | None:
-        """The globalDefault class; of several, the lowest, as upstream picks."""
-        defaults = [c for c in self.store.list("PriorityClass", shared=True) if c.get("globalDefault")]
-        return min(defaults, key=lambda c: c.get("value", 0)) if defaults else None
-
-    def _one_default(self, priority_class: dict) -> None:
-        if not priority_class.get("globalDefault"):
-            return
-        existing = self._global_default()
-        if existing is not None:
-            raise AdmissionRefused("priorityclasses", "scheduling.k8s.io", priority_class["metadata"]["name"],
-                                   f"PriorityClass {existing['metadata']['name']} is already marked as default. "
-                                   "Only one default can exist")
-
     def _priority(self, pod: dict) -> None:
         """The Priority plugin: ``spec.priority`` and ``spec.preemptionPolicy`` from the pod's class
         (or the globalDefault one). Refused before a generated name is known, so a refusal names
@@ -144,7 +151,7 @@ class Admission:
             except NotFound:
                 raise AdmissionRefused("pods", "", shown, f"no PriorityClass with name {name} was found") from None
         else:
-            found = self._global_default()
+            found = _global_default(self.store)
             if found is not None:
                 spec["priorityClassName"] = found["metadata"]["name"]
         priority = int(found.get("value", 0)) if found else 0

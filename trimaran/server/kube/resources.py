@@ -29,7 +29,7 @@ from trimaran.api.kinds import KindInfo
 from trimaran.api.podsecurity import Policy
 from trimaran.api.quota import AdmissionRefused
 from trimaran.controllers.gc import request_delete
-from trimaran.controllers.quota import keep_priority
+from trimaran.controllers.quota import admit_update
 from trimaran.server.kube import patch as patching
 from trimaran.server.kube import protobuf, streaming
 from trimaran.server.kube.admission import PodSecurityAdmission
@@ -551,8 +551,11 @@ class KubeAPI:
             if refused:
                 raise StatusError.invalid(info.group, info.kind, admitted["metadata"].get("name", ""), refused)
         others += self.pod_security.admit(info, admitted, current)
-        if current is not None and info.kind == "Pod":
-            keep_priority(admitted, current)
+        if current is not None:
+            try:
+                admit_update(self.store, admitted, current)  # the Priority plugin's part in updates
+            except AdmissionRefused as exc:
+                raise _forbidden(exc) from None
         return admitted, (unknown if validation != "Ignore" else []) + others
 
     def _stored_or_none(self, kind: str, namespace: str, name: str) -> dict | None:
