@@ -81,6 +81,8 @@ def test_a_pod_past_the_quota_is_refused_in_kube_apiservers_words(plane: Control
     poll(lambda: used(api, ns, "team-b").get("limits.memory") == "0", what="team-b's status")
     row = next(line for line in kubectl("get", "quota").stdout.splitlines() if line.startswith("team-b"))
     assert row.split()[2:] == ["secrets:", f"{len(api.list('secrets', ns))}/5", "limits.memory:", "0/1Gi"]
+    for field in ("resourcequota.spec.hard", "limitrange.spec.limits", "priorityclass.preemptionPolicy"):
+        assert "FIELD:" in kubectl("explain", field).stdout
 
 
 def test_a_quota_on_cpu_needs_every_container_to_state_it(api: Client) -> None:
