@@ -68,3 +68,15 @@ def test_limit_ranges_apply_in_turn_and_the_first_refusal_says_why() -> None:
     ratio = {"spec": {"limits": [{"type": "Container", "maxLimitRequestRatio": {"memory": "2"}}]}}
     assert apply_limit_ranges(pod(container(limits={"memory": "1Gi"})), [ratio]) == (
         "memory max limit to request ratio per Container is 2, but no request is specified or request is 0")
+
+
+def test_a_controllers_pod_with_numbers_and_no_resources_is_judged_too() -> None:
+    """Pods the controllers build from templates reach admission unvalidated: a number for a
+    quantity, ``resources: None``."""
+    new = pod({"name": "c", "resources": None}, {"name": "d", "resources": {"requests": {"cpu": 0.05}, "limits": None}})
+    ranges = [{"spec": {"limits": [{"type": "Container", "min": {"cpu": "100m"}, "defaultRequest": {"cpu": "200m"}},
+                                   {"type": "Pod", "min": {"cpu": "250m"}}]}}]
+    assert apply_limit_ranges(new, ranges) == "minimum cpu usage per Container is 100m, but request is 50m"
+    assert new["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "200m"}}
+    usage = object_usage(new, "pods", "")
+    assert usage.text("requests.cpu") == "250m"

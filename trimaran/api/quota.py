@@ -68,7 +68,8 @@ _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2*
 _DECIMAL = (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3), ("", 0), ("m", -3), ("u", -6), ("n", -9))
 
 
-def _is_binary(text: str) -> bool:
+def _is_binary(amount: str | int | float) -> bool:
+    text = str(amount)
     return text.endswith("i") and text[-2:-1] in "KMGTPE"
 
 
@@ -91,8 +92,9 @@ def canonical(value: Decimal, binary: bool = False) -> str:
     return f"{math.ceil(value.scaleb(9))}n"
 
 
-def _show(text: str) -> str:
-    """A stated quantity in its canonical form (``0.5`` → ``500m``, ``1024Mi`` → ``1Gi``)."""
+def _show(text: str | int | float) -> str:
+    """A stated quantity in its canonical form (``0.5`` → ``500m``, ``1024Mi`` → ``1Gi``); a number
+    too, as a controller's pod may carry one its template never had validated."""
     return canonical(parse_quantity(text), _is_binary(text))
 
 
@@ -396,8 +398,9 @@ def _default_pod(pod: dict, limit_range: dict) -> None:
             defaults["limits"].update(item.get("default") or {})
     notes = []
     for prefix, container in _containers(pod.get("spec") or {}):
-        resources = container.setdefault("resources", {})
-        limits, requests = resources.setdefault("limits", {}), resources.setdefault("requests", {})
+        resources = container["resources"] = dict(container.get("resources") or {})
+        limits = resources["limits"] = dict(resources.get("limits") or {})
+        requests = resources["requests"] = dict(resources.get("requests") or {})
         set_limits = sorted(name for name in defaults["limits"] if name not in limits)
         set_requests = sorted(name for name in defaults["requests"] if name not in requests)
         for name in set_limits:
@@ -484,7 +487,7 @@ def _add_list(usage: Usage, amounts: Mapping[str, Any], names: Mapping[str, Iter
     for name, amount in amounts.items():
         value = parse_quantity(amount)
         for key in names.get(name, ()):
-            usage.add(key, value, _is_binary(str(amount)))
+            usage.add(key, value, _is_binary(amount))
 
 
 def _container_usage(container: dict) -> Usage:
@@ -542,12 +545,12 @@ def object_usage(obj: dict, plural: str, group: str) -> Usage:
         spec = obj.get("spec") or {}
         storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
         if storage is not None:
-            usage.add("requests.storage", parse_quantity(storage), _is_binary(str(storage)))
+            usage.add("requests.storage", parse_quantity(storage), _is_binary(storage))
         if spec.get("storageClassName"):
             prefix = f"{spec['storageClassName']}.storageclass.storage.k8s.io/"
             usage.add(prefix + "persistentvolumeclaims", Decimal(1))
             if storage is not None:
-                usage.add(prefix + "requests.storage", parse_quantity(storage), _is_binary(str(storage)))
+                usage.add(prefix + "requests.storage", parse_quantity(storage), _is_binary(storage))
     if not group and kind == "Service":
         spec = obj.get("spec") or {}
         if spec.get("type") == "LoadBalancer":
