@@ -65,6 +65,9 @@ from trimaran.api.pipelines import (
 from trimaran.api.policy import API_VERSION as POLICY_V1
 from trimaran.api.policy import PDB_COLUMNS, PodDisruptionBudget
 from trimaran.api.printers import AGE, PrinterColumn
+from trimaran.api.quota import LIMITRANGE_COLUMNS, QUOTA_COLUMNS, LimitRange, ResourceQuota
+from trimaran.api.scheduling import API_VERSION as SCHEDULING_V1
+from trimaran.api.scheduling import PRIORITYCLASS_COLUMNS, PriorityClass
 from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
 from trimaran.api.seldon import SeldonDeployment
 from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
@@ -548,3 +551,14 @@ register(KindInfo("EndpointSlice", DISCOVERY_V1, "discovery.k8s.io", "v1", "endp
                   printer_columns=ENDPOINTSLICE_COLUMNS, status_subresource=False))
 register(KindInfo("PodDisruptionBudget", POLICY_V1, "policy", "v1", "poddisruptionbudgets", ("pdb",), True,
                   PodDisruptionBudget, printer_columns=PDB_COLUMNS))
+# Quotas, limits and priorities (api/quota.py, api/scheduling.py; admission in controllers/quota.py).
+KUBERNETES_GROUPS = KUBERNETES_GROUPS | {"scheduling.k8s.io"}
+for _info in (
+    KindInfo("ResourceQuota", "v1", "", "v1", "resourcequotas", ("quota",), True, ResourceQuota,
+             printer_columns=QUOTA_COLUMNS),
+    KindInfo("LimitRange", "v1", "", "v1", "limitranges", ("limits",), True, LimitRange,
+             printer_columns=LIMITRANGE_COLUMNS, status_subresource=False),
+    KindInfo("PriorityClass", SCHEDULING_V1, "scheduling.k8s.io", "v1", "priorityclasses", ("pc",), False,
+             PriorityClass, printer_columns=PRIORITYCLASS_COLUMNS, status_subresource=False),
+):
+    register(_info)

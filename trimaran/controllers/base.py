@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Histogram
 
+from trimaran.api.quota import AdmissionRefused
 from trimaran.store import Conflict, NotFound, Store
 from trimaran.store.base import WatchEvent
 
@@ -310,6 +311,9 @@ class ControllerManager:
                 after = r.reconcile(key)
                 with self._failing_lock:
                     self._failing.pop((r.name, key), None)
+            except AdmissionRefused as exc:  # a pod or object it made was refused: said on its object
+                log.info("%s: reconcile %s: %s", r.name, key, exc)
+                after = self._failed(r, key, exc)
             except Exception as exc:
                 log.exception("%s: reconcile %s failed", r.name, key)
                 after = self._failed(r, key, exc)
@@ -321,8 +325,14 @@ class ControllerManager:
 
     def _failed(self, r: Reconciler, key: Key, exc: Exception) -> float:
         """Tell the object's owner: a Warning event ``ReconcileError`` on it (the same one at most
-        once a minute); return when to retry (1 s, doubling to a minute while it keeps failing)."""
-        message = f"{r.name}: {type(exc).__name__}: {exc}" if str(exc) else f"{r.name}: {type(exc).__name__}"
+        once a minute), or ``FailedCreate`` with the API's refusal when admission refused what it
+        made (the Job and ReplicaSet controllers' words); return when to retry (1 s, doubling to a
+        minute while it keeps failing)."""
+        reason = "ReconcileError"
+        if isinstance(exc, AdmissionRefused):
+            reason, message = "FailedCreate", f"Error creating: {exc}"
+        else:
+            message = f"{r.name}: {type(exc).__name__}: {exc}" if str(exc) else f"{r.name}: {type(exc).__name__}"
         now = time.monotonic()
         with self._failing_lock:
             failures, last, said = self._failing.get((r.name, key), (0, float("-inf"), ""))
@@ -331,7 +341,7 @@ class ControllerManager:
         if report:
             try:
                 self.store.record_event(self.store.get(key.kind, key.namespace, key.name), "Warning",
-                                        "ReconcileError", message)
+                                        reason, message)
             except NotFound:
                 pass  # gone meanwhile: nobody to tell
             except Exception:  # the store itself failing: the log line above is all there can be

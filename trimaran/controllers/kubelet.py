@@ -1,8 +1,9 @@
 """The node agent: pods in the store become processes on this machine.
 
-Scheduling is gang admission in FIFO order: the pods of one group (a training job's replicas)
-start together or not at all, and a group that does not fit holds back the groups behind it
-until resources free up, unless it could never fit this node at all.
+Scheduling is gang admission by priority, then in FIFO order: the pods of one group (a training
+job's replicas) start together or not at all, and a group that does not fit holds back the groups
+behind it until resources free up, unless it could never fit this node at all; meanwhile it
+preempts pods of lower priority that would make room (unless its class says ``Never``).
 
 Restarts in place (``restartPolicy`` Always/OnFailure) happen here, as kubelet does them, with a
 short exponential back-off. Each pod runs under a shim process that outlives the control plane:
@@ -283,14 +284,16 @@ class Kubelet(Reconciler):
     def _schedule(self) -> None:
         # Decoded once, not at every pass (a pass per pod event reads them all); the pending ones
         # copied, as admission writes to them.
-        pending = [copy.deepcopy(p) for p in self.store.list("Pod", shared=True)
+        everything = self.store.list("Pod", shared=True)
+        pending = [copy.deepcopy(p) for p in everything
                    if phase(p) == "Pending" and not is_terminating(p)
                    and p["metadata"]["uid"] not in self._started and p["metadata"]["uid"] not in self._preparing]
         groups: dict[str, list[dict]] = {}
         for pod in pending:
             ann = pod["metadata"].get("annotations") or {}
             groups.setdefault(ann.get(GANG_ANNOTATION) or pod["metadata"]["uid"], []).append(pod)
-        ordered = sorted(groups.items(), key=lambda kv: min(_queued_at(p) for p in kv[1]))
+        # The scheduling queue's order: higher priority first, then first come (FIFO).
+        ordered = sorted(groups.items(), key=lambda kv: (-_gang_priority(kv[1]), min(_queued_at(p) for p in kv[1])))
         for group, pods in ordered:
             size = int((pods[0]["metadata"].get("annotations") or {}).get(GANG_SIZE_ANNOTATION, "1"))
             if len(pods) < size:
@@ -303,11 +306,54 @@ class Kubelet(Reconciler):
             if isinstance(admission, str):
                 self._unschedulable(pods, admission)
                 if self._could_ever_fit(pods):
-                    break  # FIFO: later groups wait behind this one
+                    self._preempt(pods, everything)
+                    break  # later groups wait behind this one
                 continue
             for pod in pods:
                 uid = pod["metadata"]["uid"]
                 self._prepare(pod, admission.env(uid), admission.allocations[uid].gpu_ids)
+
+    def _preempt(self, pods: list[dict], everything: list[dict]) -> None:
+        """PreemptLowerPriority, as the scheduler's DefaultPreemption on this one node: the fewest
+        lower-priority pods whose room lets the gang in get the ``DisruptionTarget`` condition
+        (``PreemptionByScheduler``) and a graceful delete, and the gang's pods ``nominatedNodeName``
+        while they wait for them to go. Nothing more is preempted while lower-priority pods are
+        still terminating (upstream's podEligibleToPreemptOthers); ``preemptionPolicy: Never``
+        preempts nothing."""
+        if any((p.get("spec") or {}).get("preemptionPolicy") == "Never" for p in pods):
+            return
+        priority = _gang_priority(pods)
+        holding = [p for p in everything if self.node.allocation(p["metadata"]["uid"]) is not None
+                   and _priority(p) < priority]
+        if not holding or any(is_terminating(p) for p in holding):
+            return
+        victims = self.node.preemption_victims(pods, [(p["metadata"]["uid"], _priority(p)) for p in holding
+                                                      if not is_terminating(p)])
+        if not victims:
+            return
+        by_uid = {p["metadata"]["uid"]: p for p in holding}
+        preemptor = pods[0]
+        scheduler = (preemptor.get("spec") or {}).get("schedulerName") or "default-scheduler"
+        for uid in victims:
+            victim = copy.deepcopy(by_uid[uid])
+            status = dict(victim.get("status") or {})
+            set_condition(status, "DisruptionTarget", "True", "PreemptionByScheduler",
+                          f"{scheduler}: preempting to accommodate a higher priority pod")
+            victim["status"] = status
+            try:
+                self.store.update_status(victim)
+            except (Conflict, NotFound):
+                continue  # changed or gone meanwhile: the next pass looks again
+            self.store.record_event(victim, "Normal", "Preempted",
+                                    f"Preempted by pod {preemptor['metadata']['uid']} on node {self.node.name}")
+            request_deletion(self.store, victim)
+        for pod in pods:
+            try:
+                fresh = self.store.get("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                fresh.setdefault("status", {})["nominatedNodeName"] = self.node.name
+                self.store.update_status(fresh)
+            except (Conflict, NotFound):
+                pass
 
     def _could_ever_fit(self, pods: list[dict]) -> bool:
         total = Resources()
@@ -987,6 +1033,15 @@ def _limits_storage(pod: dict) -> bool:
                for c in spec.get("containers") or []) or any(
         (v.get("emptyDir") or {}).get("sizeLimit") and (v.get("emptyDir") or {}).get("medium") != "Memory"
         for v in spec.get("volumes") or [] if "emptyDir" in v)
+
+
+def _priority(pod: dict) -> int:
+    """``spec.priority``, which the Priority admission plugin set (0 for pods from before it)."""
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
+def _gang_priority(pods: list[dict]) -> int:
+    return max(_priority(p) for p in pods)
 
 
 def _queued_at(pod: dict) -> tuple[float, str]:

@@ -648,6 +648,34 @@ class Node:
                 self._allocations[uid] = admitted[uid]
             return Admission(group_key, admitted)
 
+    def preemption_victims(self, pods: list[dict], candidates: list[tuple[str, int]]) -> list[str] | None:
+        """The admitted pods to remove so that the gang ``pods`` fits, chosen among ``candidates``
+        (``(uid, priority)``, the lower-priority pods), as the scheduler's preemption picks them on
+        one node: all removed, then as many put back ("reprieved") as still leave room, highest
+        priority first. None when even removing them all is not enough."""
+        with self._lock:
+            new = [pod_requests(pod) for pod in pods if _pod_uid(pod) not in self._allocations]
+            need = Resources()
+            for requests in new:
+                need = need + requests
+            removable = {uid: self._allocations[uid].requests for uid, _ in candidates if uid in self._allocations}
+            free = self.capacity - self._allocated_locked()
+            for requests in removable.values():
+                free = free + requests
+            kept = len(self._allocations) - len(removable)
+            if self._shortfall(need, free) or kept + len(new) > self.max_pods:
+                return None
+            victims = []
+            for uid, _ in sorted(candidates, key=lambda c: -c[1]):
+                if uid not in removable:
+                    continue
+                without = free - removable[uid]
+                if self._shortfall(need, without) is None and kept + 1 + len(new) <= self.max_pods:
+                    free, kept = without, kept + 1  # reprieved: it keeps running
+                else:
+                    victims.append(uid)
+            return victims
+
     def reserve_host_ports(self, ports: Iterable[HostPort]) -> None:
         """Ports no pod's ``hostPort`` may take: the control plane's own listeners (a hostPort is a
         DNAT of every connection to it, so a pod would take the API's address from its clients)."""

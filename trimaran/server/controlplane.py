@@ -28,6 +28,7 @@ from trimaran.controllers.node import NodeController
 from trimaran.controllers.pipelines.recurring import RecurringRunReconciler
 from trimaran.controllers.pipelines.run import RunReconciler
 from trimaran.controllers.ports import PortAllocator
+from trimaran.controllers.quota import ResourceQuotaReconciler
 from trimaran.controllers.serving import (
     InferenceGraphReconciler,
     InferenceServiceReconciler,
@@ -159,7 +160,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
         GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason),
-        CronJobReconciler(store), PodDisruptionBudgetReconciler(store)])
+        CronJobReconciler(store), PodDisruptionBudgetReconciler(store),
+        ResourceQuotaReconciler(store)])  # and the store's admission of new objects (controllers/quota.py)
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs, cluster_network=cluster_network)
 

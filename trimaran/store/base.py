@@ -68,6 +68,13 @@ class Store(abc.ABC):
     Every method is safe to call from many threads at once.
     """
 
+    #: Admission of new objects (the control plane sets it: ``trimaran.controllers.quota``): called
+    #: by `create` inside its write transaction with the object as it will be stored (its name
+    #: generated); it returns the object, defaulted, or raises to refuse it. It may read the store
+    #: but not write it. Checked and written under one lock, so two creates racing for the last of
+    #: a quota cannot both pass.
+    admit_create: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
     @abc.abstractmethod
     def create(self, obj: dict[str, Any], *, uid: str | None = None) -> dict[str, Any]:
         """Store a new object and return it as stored.

@@ -423,6 +423,8 @@ class SQLStore(Store):
             if key is None:
                 key = self._free_generated_key(conn, obj["kind"], meta_in.get("namespace") or "", prefix)
                 obj = {**obj, "metadata": {**meta_in, "name": key[2]}}
+            if self.admit_create is not None:
+                obj = self.admit_create(obj)
             revision = self._next_revision(conn)
             body = prepare_create(obj, revision, uid)
             text = _codec.dumps(body)

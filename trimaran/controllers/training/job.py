@@ -29,6 +29,7 @@ from trimaran.api.labels import (
     REPLICA_TYPE_LABEL,
 )
 from trimaran.api.meta import pod_hostname, replica_count
+from trimaran.api.quota import AdmissionRefused
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted
 from trimaran.controllers.conditions import (
     is_finished,
@@ -240,10 +241,21 @@ class TrainingJobReconciler(Reconciler):
             group = job["metadata"]["uid"] if first else f"{job['metadata']['uid']}/{len(pods)}-{recreations}"
             size = len(missing)
             queued_at = time.time()
+            made: list[dict] = []
             for rtype, index in missing:
                 pod = self._build_pod(job, fw, rtype, index, addresses, group, size, queued_at)
                 try:
-                    self.store.create(pod)
+                    made.append(self.store.create(pod))
+                except AdmissionRefused:
+                    # A quota or a LimitRange: a FailedCreate event on the job, and a retry of the
+                    # whole gang. Its part made in this pass goes (never admitted: the gang was not
+                    # whole), or it would wait for a member made later under another group.
+                    for pod in made:
+                        try:
+                            self.store.delete("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+                        except NotFound:
+                            pass
+                    raise
                 except Exception as exc:  # noqa: BLE001 - AlreadyExists while the old pod terminates
                     log.debug("create %s: %s", pod["metadata"]["name"], exc)
             pods = owned_pods(self.store, job)

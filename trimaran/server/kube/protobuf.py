@@ -114,6 +114,13 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
     "OwnerReference": [("kind", 1, _STRING, False), ("name", 3, _STRING, False), ("uid", 4, _STRING, False),
                        ("apiVersion", 5, _STRING, False), ("controller", 6, _BOOL, False),
                        ("blockOwnerDeletion", 7, _BOOL, False)],
+    # `kubectl create priorityclass` and `kubectl create quota`; a Quantity is a message of its string.
+    "PriorityClass": [("metadata", 1, "ObjectMeta", False), ("value", 2, _INT32, False),
+                      ("globalDefault", 3, _BOOL, False), ("description", 4, _STRING, False),
+                      ("preemptionPolicy", 5, _STRING, False)],
+    "ResourceQuota": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "ResourceQuotaSpec", False)],
+    "ResourceQuotaSpec": [("hard", 1, ("map", "Quantity"), False), ("scopes", 2, _STRING, True)],
+    "Quantity": [("string", 1, _STRING, False)],
 }
 # batch/v1 CronJob and policy/v1 PodDisruptionBudget, as `kubectl create cronjob|poddisruptionbudget` fill them in.
 _SCHEMA.update({
@@ -201,7 +208,8 @@ _EMPTY_IS_A_VALUE = {("VolumeSource", name) for name, *_ in _SCHEMA["VolumeSourc
 _ZERO_MEANS_ZERO = {("DeploymentSpec", "replicas"), ("JobSpec", "parallelism"), ("JobSpec", "completions"),
                     ("JobSpec", "backoffLimit"), ("JobSpec", "ttlSecondsAfterFinished"),
                     ("HorizontalPodAutoscalerSpec", "minReplicas"), ("CronJobSpec", "startingDeadlineSeconds"),
-                    ("CronJobSpec", "successfulJobsHistoryLimit"), ("CronJobSpec", "failedJobsHistoryLimit")}
+                    ("CronJobSpec", "successfulJobsHistoryLimit"), ("CronJobSpec", "failedJobsHistoryLimit"),
+                    ("PriorityClass", "value")}
 _ZERO_MEANS_ZERO |= {
     ("PodSpec", "automountServiceAccountToken"), ("PodSpec", "enableServiceLinks"),
     ("Toleration", "tolerationSeconds"), ("KeyToPath", "mode"),
@@ -217,6 +225,8 @@ _KINDS["apps/v1", "Deployment"] = "Deployment"
 _KINDS["batch/v1", "Job"] = "Job"
 _KINDS["batch/v1", "CronJob"] = "CronJob"
 _KINDS["policy/v1", "PodDisruptionBudget"] = "PodDisruptionBudget"
+_KINDS["v1", "ResourceQuota"] = "ResourceQuota"
+_KINDS["scheduling.k8s.io/v1", "PriorityClass"] = "PriorityClass"
 
 
 class ProtobufError(ValueError):
@@ -276,7 +286,7 @@ def _to_json(message: Any) -> dict[str, Any]:
             entry_value = field.message_type.fields_by_name["value"]
             out[field.json_name] = {
                 k: base64.b64encode(v).decode() if entry_value.type == _BYTES else
-                v.string if entry_value.message_type is not None else v for k, v in value.items()}
+                v.string if entry_value.type == _MESSAGE else v for k, v in value.items()}
         elif field.message_type is not None and field.is_repeated:
             out[field.json_name] = [_to_json(item) for item in value]
         elif (name, field.json_name) in _INLINE:

@@ -28,7 +28,9 @@ from trimaran.api.crd import is_custom, served_as
 from trimaran.api.errors import FieldError
 from trimaran.api.kinds import KindInfo, read_path
 from trimaran.api.podsecurity import Policy
+from trimaran.api.quota import AdmissionRefused
 from trimaran.controllers.gc import request_delete
+from trimaran.controllers.quota import admit_update
 from trimaran.server.kube import patch as patching
 from trimaran.server.kube import protobuf, streaming
 from trimaran.server.kube.admission import PodSecurityAdmission
@@ -611,6 +613,11 @@ class KubeAPI:
             if refused:
                 raise StatusError.invalid(info.group, info.kind, admitted["metadata"].get("name", ""), refused)
         others += self.pod_security.admit(info, admitted, current)
+        if current is not None:
+            try:
+                admit_update(self.store, admitted, current)  # the Priority plugin's part in updates
+            except AdmissionRefused as exc:
+                raise _forbidden(exc) from None
         return admitted, (unknown if validation != "Ignore" else []) + others
 
     def _stored_or_none(self, kind: str, namespace: str, name: str) -> dict | None:
@@ -643,6 +650,8 @@ class KubeAPI:
         if managed:
             patching.track_update(None, admitted, manager)
         if dry_run:
+            if self.store.admit_create is not None:  # defaulted and judged as a create would be, not stored
+                admitted = await asyncio.to_thread(_admitted_by_plugins, self.store.admit_create, admitted)
             return _json_response(served_as(info, admitted), 201, _warning_headers(warnings))
 
         def write() -> dict:
@@ -652,7 +661,10 @@ class KubeAPI:
                     raise StatusError(403, "Forbidden", f'{info.plural} "{admitted["metadata"].get("name", "")}" '
                                       f'is forbidden: unable to create new content in namespace '
                                       f'{namespace["metadata"]["name"]} because it is being terminated')
-            return self.store.create(admitted, uid=uid)
+            try:
+                return self.store.create(admitted, uid=uid)
+            except AdmissionRefused as exc:  # LimitRanger, Priority, ResourceQuota (controllers/quota.py)
+                raise _forbidden(exc) from None
 
         try:
             created = await asyncio.to_thread(write)
@@ -869,6 +881,17 @@ class KubeAPI:
         response = await self._store_update(info, admitted, dry_run, [])
         stored = orjson.loads(response.body)
         return _json_response(self._scale_of(info, stored))
+
+
+def _forbidden(exc: AdmissionRefused) -> StatusError:
+    return StatusError(403, "Forbidden", str(exc), {"name": exc.name, "group": exc.group, "kind": exc.plural})
+
+
+def _admitted_by_plugins(admit: Callable[[dict], dict], obj: dict) -> dict:
+    try:
+        return admit(obj)
+    except AdmissionRefused as exc:
+        raise _forbidden(exc) from None
 
 
 def _dotted_set(obj: dict, path: str, value: Any) -> bool:
