@@ -55,6 +55,8 @@ from trimaran.api.pipelines import (
     run_reference_errors,
 )
 from trimaran.api.printers import AGE, PrinterColumn
+from trimaran.api.rbac import API_VERSION as RBAC_V1
+from trimaran.api.rbac import BINDING_COLUMNS, ROLE_COLUMNS, ClusterRole, ClusterRoleBinding, Role, RoleBinding
 from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
 from trimaran.api.seldon import SeldonDeployment
 from trimaran.api.serving import API_VERSION as KSERVE_V1BETA1
@@ -214,7 +216,7 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 
 #: Kubernetes' own API groups among those served here; every other group is a custom resource's.
 KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "coordination.k8s.io", "networking.k8s.io",
-                               "policy", "apiextensions.k8s.io"})
+                               "policy", "apiextensions.k8s.io", "rbac.authorization.k8s.io"})
 
 
 @dataclass(frozen=True)
@@ -484,3 +486,16 @@ for _version in SELDON_VERSIONS:
                           PrinterColumn("Address", json_path=".status.address.url", priority=1), AGE),
                       scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
                       pod_templates=_seldon_components))
+
+# RBAC (rbac.authorization.k8s.io/v1): evaluated by trimaran.server.rbac.
+for _info in (
+    KindInfo("Role", RBAC_V1, "rbac.authorization.k8s.io", "v1", "roles", (), True, Role,
+             printer_columns=ROLE_COLUMNS, status_subresource=False),
+    KindInfo("ClusterRole", RBAC_V1, "rbac.authorization.k8s.io", "v1", "clusterroles", (), False, ClusterRole,
+             printer_columns=ROLE_COLUMNS, status_subresource=False),
+    KindInfo("RoleBinding", RBAC_V1, "rbac.authorization.k8s.io", "v1", "rolebindings", (), True, RoleBinding,
+             printer_columns=BINDING_COLUMNS, status_subresource=False),
+    KindInfo("ClusterRoleBinding", RBAC_V1, "rbac.authorization.k8s.io", "v1", "clusterrolebindings", (), False,
+             ClusterRoleBinding, printer_columns=BINDING_COLUMNS, status_subresource=False),
+):
+    register(_info)

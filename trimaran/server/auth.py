@@ -1,6 +1,7 @@
 """Who is calling: every request but the health checks carries a bearer token, loopback included
-(pods share this machine). The token names a `Principal` (`trimaran.server.tokens`); what it may
-do is checked where the request is understood (the API knows the verb and namespace).
+(pods share this machine). The token names a `Principal` (`trimaran.server.tokens`): a user and its
+groups; what it may do is RBAC's (`trimaran.server.rbac`), checked where the request is understood
+(the API knows the verb, resource and namespace).
 
 A browser cannot send a header from a link, so the dashboard also takes the token once in its
 query string (``/dashboard/?token=TOKEN``, as ``trimaran dashboard`` prints it): the answer sets an
@@ -94,9 +95,9 @@ class TokenMiddleware:
         refused = check(request, self.tokens)
         principal = getattr(request.state, "principal", None)
         if refused is None and is_dashboard(request.url.path) and principal is not None \
-                and principal.namespaces is not None:
-            refused = Response("the dashboard shows every namespace: it needs a token that is not limited to some",
-                               status_code=403, media_type="text/plain")
+                and not principal.allows("list", None, "pods"):
+            refused = Response("the dashboard shows every namespace: it needs a token that may list pods in all "
+                               "of them", status_code=403, media_type="text/plain")
         if refused is not None:
             await refused(scope, receive, send)
             return

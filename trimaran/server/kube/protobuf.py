@@ -114,6 +114,41 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
     "OwnerReference": [("kind", 1, _STRING, False), ("name", 3, _STRING, False), ("uid", 4, _STRING, False),
                        ("apiVersion", 5, _STRING, False), ("controller", 6, _BOOL, False),
                        ("blockOwnerDeletion", 7, _BOOL, False)],
+    # rbac.authorization.k8s.io/v1 (`kubectl create role|clusterrole|rolebinding|clusterrolebinding`),
+    # authorization.k8s.io/v1 (`kubectl auth can-i`) and authentication.k8s.io/v1 (`kubectl auth
+    # whoami`, `kubectl create token`).
+    "PolicyRule": [("verbs", 1, _STRING, True), ("apiGroups", 2, _STRING, True), ("resources", 3, _STRING, True),
+                   ("resourceNames", 4, _STRING, True), ("nonResourceURLs", 5, _STRING, True)],
+    "AggregationRule": [("clusterRoleSelectors", 1, "LabelSelector", True)],
+    "Role": [("metadata", 1, "ObjectMeta", False), ("rules", 2, "PolicyRule", True)],
+    "ClusterRole": [("metadata", 1, "ObjectMeta", False), ("rules", 2, "PolicyRule", True),
+                    ("aggregationRule", 3, "AggregationRule", False)],
+    "Subject": [("kind", 1, _STRING, False), ("apiGroup", 2, _STRING, False), ("name", 3, _STRING, False),
+                ("namespace", 4, _STRING, False)],
+    "RoleRef": [("apiGroup", 1, _STRING, False), ("kind", 2, _STRING, False), ("name", 3, _STRING, False)],
+    "RoleBinding": [("metadata", 1, "ObjectMeta", False), ("subjects", 2, "Subject", True),
+                    ("roleRef", 3, "RoleRef", False)],
+    "ResourceAttributes": [("namespace", 1, _STRING, False), ("verb", 2, _STRING, False),
+                           ("group", 3, _STRING, False),
+                           ("version", 4, _STRING, False), ("resource", 5, _STRING, False),
+                           ("subresource", 6, _STRING, False), ("name", 7, _STRING, False)],
+    "NonResourceAttributes": [("path", 1, _STRING, False), ("verb", 2, _STRING, False)],
+    "SelfSubjectAccessReview": [("metadata", 1, "ObjectMeta", False),
+                                ("spec", 2, "SelfSubjectAccessReviewSpec", False)],
+    "SelfSubjectAccessReviewSpec": [("resourceAttributes", 1, "ResourceAttributes", False),
+                                    ("nonResourceAttributes", 2, "NonResourceAttributes", False)],
+    "SubjectAccessReview": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "SubjectAccessReviewSpec", False)],
+    "SubjectAccessReviewSpec": [("resourceAttributes", 1, "ResourceAttributes", False),
+                                ("nonResourceAttributes", 2, "NonResourceAttributes", False),
+                                ("user", 3, _STRING, False), ("groups", 4, _STRING, True), ("uid", 6, _STRING, False)],
+    "SelfSubjectRulesReview": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "SelfSubjectRulesReviewSpec", False)],
+    "SelfSubjectRulesReviewSpec": [("namespace", 1, _STRING, False)],
+    "SelfSubjectReview": [("metadata", 1, "ObjectMeta", False)],
+    "TokenRequest": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "TokenRequestSpec", False)],
+    "TokenRequestSpec": [("audiences", 1, _STRING, True), ("boundObjectRef", 3, "BoundObjectReference", False),
+                         ("expirationSeconds", 4, _INT64, False)],
+    "BoundObjectReference": [("kind", 1, _STRING, False), ("apiVersion", 2, _STRING, False),
+                             ("name", 3, _STRING, False), ("uid", 4, _STRING, False)],
 }
 # Go encodes a non-pointer scalar even when it is zero, and its JSON leaves zero out (omitempty):
 # zeros are dropped but for these pointer fields, where zero is a value ("0 replicas").
@@ -125,6 +160,14 @@ _KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "S
 _KINDS["autoscaling/v1", "HorizontalPodAutoscaler"] = "HorizontalPodAutoscaler"
 _KINDS["apps/v1", "Deployment"] = "Deployment"
 _KINDS["batch/v1", "Job"] = "Job"
+for _kind in ("Role", "ClusterRole", "RoleBinding"):
+    _KINDS["rbac.authorization.k8s.io/v1", _kind] = _kind
+_KINDS["rbac.authorization.k8s.io/v1", "ClusterRoleBinding"] = "RoleBinding"  # the same fields
+for _kind in ("SelfSubjectAccessReview", "SubjectAccessReview", "SelfSubjectRulesReview"):
+    _KINDS["authorization.k8s.io/v1", _kind] = _kind
+_KINDS["authorization.k8s.io/v1", "LocalSubjectAccessReview"] = "SubjectAccessReview"
+_KINDS["authentication.k8s.io/v1", "SelfSubjectReview"] = "SelfSubjectReview"
+_KINDS["authentication.k8s.io/v1", "TokenRequest"] = "TokenRequest"
 
 
 class ProtobufError(ValueError):

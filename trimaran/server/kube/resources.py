@@ -39,6 +39,7 @@ from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_f
 from trimaran.server.kube.streaming import STREAMING
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, WatchHub
+from trimaran.server.rbac import access as rbac  # a module: rbac's own modules import this package's
 from trimaran.store import AlreadyExists, Conflict, DiskFull, NotFound, Store
 from trimaran.store._objects import generated_name
 from trimaran.store.base import WatchEvent
@@ -549,6 +550,7 @@ class KubeAPI:
             if refused:
                 raise StatusError.invalid(info.group, info.kind, admitted["metadata"].get("name", ""), refused)
         others += self.pod_security.admit(info, admitted, current)
+        rbac.admit(admitted)  # a role or binding granting what its writer lacks is refused
         return admitted, (unknown if validation != "Ignore" else []) + others
 
     def _stored_or_none(self, kind: str, namespace: str, name: str) -> dict | None:

@@ -1,0 +1,211 @@
+"""RBAC against a real control plane, through the real kubectl and the ``kubernetes`` Python client:
+the bootstrap roles and their aggregation, refusals in kube-apiserver's words, bindings taking
+effect at once, escalation prevention, ``auth can-i`` / ``whoami``, and ServiceAccount tokens."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import shared_plane
+from tests.helpers import poll
+from tests.server.sdk import run_client
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is installed by .ci/run (Debian's kubernetes-client)")
+
+plane = shared_plane("rbac")
+
+
+@pytest.fixture
+def kubectl(plane, tmp_path):  # noqa: ANN001, ANN201
+    env = dict(plane.env, KUBECONFIG=str(plane.home / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "kcache"),
+               HOME=str(tmp_path))
+
+    def run(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([KUBECTL, *args], env=env, input=input, capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    return run
+
+
+def _user_token(plane, user: str, *extra: str) -> str:  # noqa: ANN001
+    """A token of ``user`` with no role: only RBAC objects grant it anything."""
+    return plane.cli("token", "create", "--role", "none", "--user", user, *extra).stdout.strip()
+
+
+def test_bootstrap_roles_are_upstreams_and_printed_as_kubectl_prints_them(plane, kubectl) -> None:  # noqa: ANN001
+    names = kubectl("get", "clusterroles", "-o", "name").stdout.split()
+    for role in ("cluster-admin", "admin", "edit", "view", "system:basic-user", "system:discovery",
+                 "system:public-info-viewer", "system:aggregate-to-view"):
+        assert f"clusterrole.rbac.authorization.k8s.io/{role}" in names
+    header = kubectl("get", "clusterrole", "cluster-admin").stdout.splitlines()[0].split()
+    assert header == ["NAME", "CREATED", "AT"]
+    wide = kubectl("get", "clusterrolebinding", "cluster-admin", "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]
+    assert wide[1].split()[1] == "ClusterRole/cluster-admin" and "system:masters" in wide[1]
+    binding = json.loads(kubectl("get", "clusterrolebinding", "system:public-info-viewer", "-o", "json").stdout)
+    assert [s["name"] for s in binding["subjects"]] == ["system:authenticated", "system:unauthenticated"]
+
+    # view takes in system:aggregate-to-view's rules; edit takes in view's; admin edit's.
+    def rules(name: str) -> list[dict]:
+        return json.loads(kubectl("get", "clusterrole", name, "-o", "json").stdout).get("rules") or []
+
+    pods_read = {"verbs": ["get", "list", "watch"], "apiGroups": [""]}
+    poll(lambda: any(r.items() >= pods_read.items() and "pods" in r["resources"] for r in rules("admin")),
+         timeout=30, what="admin to aggregate view's rules through edit")
+    assert not any("secrets" in r.get("resources", []) for r in rules("view"))
+    assert any("secrets" in r.get("resources", []) and "create" in r["verbs"] for r in rules("edit"))
+    assert not any("rolebindings" in r.get("resources", []) for r in rules("edit"))
+    assert any("rolebindings" in r.get("resources", []) for r in rules("admin"))
+
+
+def test_a_binding_grants_at_once_and_refusals_are_kube_apiservers(plane, kubectl) -> None:  # noqa: ANN001
+    kubectl("create", "namespace", "rbac-a")
+    alice = _user_token(plane, "alice", "--group", "team-a")
+    denied = kubectl("--token", alice, "-n", "rbac-a", "get", "pods", check=False)
+    assert denied.returncode == 1
+    assert denied.stderr.strip() == ('Error from server (Forbidden): pods is forbidden: User "alice" cannot list '
+                                     'resource "pods" in API group "" in the namespace "rbac-a"')
+    named = kubectl("--token", alice, "-n", "rbac-a", "get", "deployment", "web", check=False)
+    assert ('deployments.apps "web" is forbidden: User "alice" cannot get resource "deployments" in API group '
+            '"apps" in the namespace "rbac-a"') in named.stderr
+    assert kubectl("--token", alice, "auth", "can-i", "list", "pods", "-n", "rbac-a", check=False).stdout == "no\n"
+
+    # No wait: the next request is decided by the binding just made.
+    kubectl("-n", "rbac-a", "create", "rolebinding", "team-a-view", "--clusterrole=view", "--group=team-a")
+    assert kubectl("--token", alice, "-n", "rbac-a", "get", "pods").returncode == 0
+    can = kubectl("--token", alice, "auth", "can-i", "list", "pods", "-n", "rbac-a")
+    assert can.stdout == "yes\n"
+    cannot = kubectl("--token", alice, "auth", "can-i", "create", "pods", "-n", "rbac-a", check=False)
+    assert (cannot.returncode, cannot.stdout) == (1, "no\n")
+    assert kubectl("--token", alice, "auth", "can-i", "get", "secrets", "-n", "rbac-a", check=False).stdout == "no\n"
+    assert kubectl("--token", alice, "auth", "can-i", "list", "pods", "-n", "default", check=False).stdout == "no\n"
+    assert kubectl("--token", alice, "auth", "can-i", "get", "/version").stdout == "yes\n"
+    listed = kubectl("--token", alice, "auth", "can-i", "--list", "-n", "rbac-a").stdout.splitlines()
+    assert listed[0].split()[:4] == ["Resources", "Non-Resource", "URLs", "Resource"]
+    assert any(line.split()[0] == "pods" and "[get list watch]" in line for line in listed)
+    assert any(line.split()[0] == "selfsubjectaccessreviews.authorization.k8s.io" for line in listed)
+
+    whoami = kubectl("--token", alice, "auth", "whoami").stdout.splitlines()
+    assert whoami[1].split() == ["Username", "alice"]
+    assert whoami[2].split() == ["Groups", "[team-a", "system:authenticated]"]
+    me = json.loads(kubectl("auth", "whoami", "-o", "json").stdout)
+    assert me["status"]["userInfo"]["username"] == "admin"
+    assert "system:masters" in me["status"]["userInfo"]["groups"]
+
+    kubectl("-n", "rbac-a", "delete", "rolebinding", "team-a-view")
+    assert kubectl("--token", alice, "-n", "rbac-a", "get", "pods", check=False).returncode == 1
+
+
+def test_escalation_is_refused_unless_held_or_escalate(plane, kubectl) -> None:  # noqa: ANN001
+    kubectl("create", "namespace", "rbac-b")
+    bob = _user_token(plane, "bob")
+    kubectl("-n", "rbac-b", "create", "rolebinding", "bob-admin", "--clusterrole=admin", "--user=bob")
+    # What bob holds he may grant.
+    kubectl("--token", bob, "-n", "rbac-b", "create", "role", "cm-reader", "--verb=get", "--resource=configmaps")
+    kubectl("--token", bob, "-n", "rbac-b", "create", "rolebinding", "carol-edit", "--clusterrole=edit",
+            "--user=carol")
+    refused = kubectl("--token", bob, "-n", "rbac-b", "create", "role", "grab", "--verb=get,list",
+                      "--resource=nodes", check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        'Error from server (Forbidden): roles.rbac.authorization.k8s.io "grab" is forbidden: user "bob" '
+        '(groups=["system:authenticated"]) is attempting to grant RBAC permissions not currently held:\n'
+        '{APIGroups:[""], Resources:["nodes"], Verbs:["get" "list"]}')
+    bind = kubectl("--token", bob, "-n", "rbac-b", "create", "rolebinding", "grab", "--clusterrole=cluster-admin",
+                   "--user=bob", check=False)
+    assert bind.returncode == 1 and "is attempting to grant RBAC permissions not currently held" in bind.stderr
+    assert 'rolebindings.rbac.authorization.k8s.io "grab" is forbidden' in bind.stderr
+    assert kubectl("-n", "rbac-b", "get", "role,rolebinding", "-o", "name").stdout.split() == [
+        "role.rbac.authorization.k8s.io/cm-reader", "rolebinding.rbac.authorization.k8s.io/bob-admin",
+        "rolebinding.rbac.authorization.k8s.io/carol-edit"]
+    # `bind` on the role lets him bind it without holding it, as upstream.
+    kubectl("create", "clusterrole", "bind-cluster-admin", "--verb=bind", "--resource=clusterroles",
+            "--resource-name=cluster-admin")
+    kubectl("-n", "rbac-b", "create", "rolebinding", "bob-binds", "--clusterrole=bind-cluster-admin", "--user=bob")
+    kubectl("--token", bob, "-n", "rbac-b", "create", "rolebinding", "grab", "--clusterrole=cluster-admin",
+            "--user=bob")
+    # A roleRef cannot change.
+    patched = kubectl("-n", "rbac-b", "patch", "rolebinding", "carol-edit", "--type=merge",
+                      "-p", '{"roleRef":{"name":"view"}}', check=False)
+    assert patched.returncode == 1 and "cannot change roleRef" in patched.stderr
+
+
+def test_service_account_tokens_and_token_request(plane, kubectl) -> None:  # noqa: ANN001
+    kubectl("create", "namespace", "rbac-c")
+    kubectl("-n", "rbac-c", "create", "serviceaccount", "robot")
+    token = kubectl("-n", "rbac-c", "create", "token", "robot", "--duration=15m").stdout.strip()
+    assert token.count(".") == 2
+    who = json.loads(kubectl("--token", token, "auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
+    assert who == {"username": "system:serviceaccount:rbac-c:robot",
+                   "groups": ["system:serviceaccounts", "system:serviceaccounts:rbac-c", "system:authenticated"]}
+    denied = kubectl("--token", token, "-n", "rbac-c", "get", "configmaps", check=False)
+    assert 'User "system:serviceaccount:rbac-c:robot" cannot list resource "configmaps"' in denied.stderr
+    kubectl("-n", "rbac-c", "create", "rolebinding", "robot-edit", "--clusterrole=edit",
+            "--serviceaccount=rbac-c:robot")
+    kubectl("--token", token, "-n", "rbac-c", "create", "configmap", "made-by-robot")
+    too_short = kubectl("-n", "rbac-c", "create", "token", "robot", "--duration=1m", check=False)
+    assert "may not specify a duration less than 10 minutes" in too_short.stderr
+    missing = kubectl("-n", "rbac-c", "create", "token", "nobody", check=False)
+    assert 'serviceaccounts "nobody" not found' in missing.stderr
+    # A token of a view user may not mint tokens.
+    viewer = plane.cli("token", "create", "--role", "view", "--namespace", "rbac-c").stdout.strip()
+    minted = kubectl("--token", viewer, "-n", "rbac-c", "create", "token", "robot", check=False)
+    assert 'cannot create resource "serviceaccounts/token"' in minted.stderr
+
+
+PYTHON_CLIENT = r'''
+import json
+from kubernetes import client, config
+
+config.load_kube_config()
+rbac, authz = client.RbacAuthorizationV1Api(), client.AuthorizationV1Api()
+out = {}
+# A ClusterRole labelled for view joins it: the aggregation controller adds its rules.
+rbac.create_cluster_role(client.V1ClusterRole(
+    metadata=client.V1ObjectMeta(name="podtemplate-reader",
+                                 labels={"rbac.authorization.k8s.io/aggregate-to-view": "true"}),
+    rules=[client.V1PolicyRule(api_groups=[""], resources=["podtemplates"], verbs=["get"])]))
+rbac.create_namespaced_role_binding("default", client.V1RoleBinding(
+    metadata=client.V1ObjectMeta(name="dave-view"),
+    role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="view"),
+    subjects=[client.RbacV1Subject(kind="User", name="dave", api_group="rbac.authorization.k8s.io")]))
+out["bindings"] = [b.metadata.name for b in rbac.list_namespaced_role_binding("default").items]
+
+def sar(verb, resource):
+    review = authz.create_subject_access_review(client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+        user="dave", resource_attributes=client.V1ResourceAttributes(namespace="default", verb=verb,
+                                                                      resource=resource))))
+    return review.status.allowed, review.status.reason
+
+out["dave_pods"] = sar("list", "pods")
+out["dave_delete"] = sar("delete", "pods")
+from kubernetes import watch
+w = watch.Watch()
+for event in w.stream(rbac.list_cluster_role, field_selector="metadata.name=view", timeout_seconds=60):
+    if any("podtemplates" in (r.resources or []) for r in event["object"].rules or []):
+        w.stop()
+out["dave_podtemplates"] = sar("get", "podtemplates")
+ssar = authz.create_self_subject_access_review(client.V1SelfSubjectAccessReview(
+    spec=client.V1SelfSubjectAccessReviewSpec(non_resource_attributes=client.V1NonResourceAttributes(
+        path="/metrics", verb="get"))))
+out["me_metrics"] = ssar.status.allowed
+print(json.dumps(out))
+'''
+
+
+def test_the_python_client(plane, tmp_path) -> None:  # noqa: ANN001
+    out = run_client(sys.executable, plane, PYTHON_CLIENT, tmp_path)
+    assert "dave-view" in out["bindings"]
+    assert out["dave_pods"] == [True, 'RBAC: allowed by RoleBinding "dave-view/default" of ClusterRole "view" to '
+                                      'User "dave"']
+    assert out["dave_delete"] == [False, None]
+    assert out["dave_podtemplates"][0] is True
+    assert out["me_metrics"] is True

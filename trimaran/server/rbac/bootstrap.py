@@ -1,0 +1,112 @@
+"""The RBAC objects the control plane keeps: the bootstrap policy, each ``--role`` token's
+bindings, and each namespace's binding of its pods' token.
+
+Bootstrap roles are reconciled at start as kube-apiserver reconciles them: a missing one is made,
+and one annotated ``rbac.authorization.kubernetes.io/autoupdate: "true"`` gets back any rule it
+lost (rules added by hand stay). A ``--role`` token's bindings (``trimaran:token:<id>``, labelled
+with the token's id) follow the token file: made when a token appears, deleted when it is revoked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from trimaran.api.rbac import API_GROUP, API_VERSION
+from trimaran.server.rbac.policy import AUTOUPDATE, bootstrap_objects
+from trimaran.store import AlreadyExists, Conflict, NotFound, Store
+
+__all__ = ["POD_BINDING", "TOKEN_LABEL", "ensure_bootstrap", "ensure_pod_binding", "sync_token_bindings"]
+
+log = logging.getLogger(__name__)
+
+TOKEN_LABEL = "trimaran.io/token"
+# The RoleBinding that lets a namespace's pods (its ``default`` ServiceAccount's token) edit it.
+POD_BINDING = "trimaran:pods-edit"
+_ROLE_OF = {"view": "view", "edit": "edit", "admin": "admin"}
+
+
+def _create(store: Store, obj: dict[str, Any]) -> None:
+    try:
+        store.create(obj)
+    except AlreadyExists:
+        pass
+
+
+def ensure_bootstrap(store: Store) -> None:
+    """Make the bootstrap roles and bindings that are missing; give autoupdated roles back their rules."""
+    for obj in bootstrap_objects():
+        meta = obj["metadata"]
+        try:
+            current = store.get(obj["kind"], "", meta["name"])
+        except NotFound:
+            _create(store, obj)
+            continue
+        annotations = current["metadata"].get("annotations") or {}
+        if obj["kind"] != "ClusterRole" or "aggregationRule" in obj or \
+                annotations.get(next(iter(AUTOUPDATE))) != "true":
+            continue
+        rules = list(current.get("rules") or [])
+        missing = [r for r in obj["rules"] if r not in rules]
+        if missing:
+            try:
+                store.update({**current, "rules": rules + missing})
+            except (Conflict, NotFound):
+                log.warning("RBAC bootstrap: ClusterRole %s changed while being reconciled", meta["name"])
+
+
+def _token_bindings(token_id: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    role = entry.get("role")
+    if role not in _ROLE_OF:
+        return []
+    user = entry.get("user") or entry.get("name") or f"token:{token_id}"
+    name = f"trimaran:token:{token_id}"
+    subject = [{"kind": "User", "apiGroup": API_GROUP, "name": user}]
+    namespaces = entry.get("namespaces")
+    if not namespaces:
+        return [{"apiVersion": API_VERSION, "kind": "ClusterRoleBinding",
+                 "metadata": {"name": name, "labels": {TOKEN_LABEL: token_id}},
+                 "roleRef": {"apiGroup": API_GROUP, "kind": "ClusterRole",
+                             "name": "cluster-admin" if role == "admin" else _ROLE_OF[role]},
+                 "subjects": subject}]
+    return [{"apiVersion": API_VERSION, "kind": "RoleBinding",
+             "metadata": {"name": name, "namespace": ns, "labels": {TOKEN_LABEL: token_id}},
+             "roleRef": {"apiGroup": API_GROUP, "kind": "ClusterRole", "name": _ROLE_OF[role]},
+             "subjects": subject} for ns in namespaces]
+
+
+def sync_token_bindings(store: Store, entries: dict[str, dict[str, Any]]) -> bool:
+    """Make the bindings of every ``--role`` token in ``entries`` that lack them, delete those of
+    tokens no longer there; whether anything changed."""
+    changed = False
+    wanted = {(b["kind"], b["metadata"].get("namespace", ""), b["metadata"]["name"]): b
+              for token_id, entry in entries.items() for b in _token_bindings(token_id, entry)}
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        for obj in store.list(kind):
+            if TOKEN_LABEL not in (obj["metadata"].get("labels") or {}):
+                continue
+            key = (kind, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+            if wanted.pop(key, None) is None:
+                try:
+                    store.delete(*key)
+                    changed = True
+                except NotFound:
+                    pass
+    for binding in wanted.values():
+        _create(store, binding)
+        changed = True
+    return changed
+
+
+def ensure_pod_binding(store: Store, namespace: str) -> bool:
+    """Let ``namespace``'s pods edit it: a RoleBinding of its ``default`` ServiceAccount (whose
+    token every pod gets) to ``edit``, as a Kubeflow profile binds its ``default-editor``; whether
+    it was made now."""
+    try:
+        store.create({"apiVersion": API_VERSION, "kind": "RoleBinding",
+                      "metadata": {"name": POD_BINDING, "namespace": namespace},
+                      "roleRef": {"apiGroup": API_GROUP, "kind": "ClusterRole", "name": "edit"},
+                      "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
+    except AlreadyExists:
+        return False
+    return True
