@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 from trimaran.api.rbac import aggregated_rules
 from trimaran.controllers.base import Key, Reconciler, key_of
-from trimaran.store import Conflict, NotFound
+from trimaran.store import Conflict, NotFound, Store
 
-__all__ = ["ClusterRoleAggregator"]
+__all__ = ["ClusterRoleAggregator", "aggregate_all"]
 
 CONFLICT_RETRY_SECONDS = 0.05
 
@@ -45,3 +45,22 @@ class ClusterRoleAggregator(Reconciler):
         except NotFound:
             return None
         return None
+
+
+def aggregate_all(store: Store) -> None:
+    """Fill every aggregated ClusterRole now, to a fixed point (``admin`` gathers ``edit``, which
+    gathers ``view``): at start, so that no request meets the default roles still empty."""
+    for _ in range(8):  # deeper chains, and roles changed meanwhile, are the controller's
+        changed = False
+        roles = store.list("ClusterRole")
+        for role in roles:
+            rules = aggregated_rules(role, roles) if role.get("aggregationRule") else None
+            if rules is not None and rules != (role.get("rules") or []):
+                role["rules"] = rules
+                try:
+                    store.update(role)
+                except (Conflict, NotFound):
+                    continue
+                changed = True
+        if not changed:
+            return

@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from trimaran.api.rbac import API_GROUP, API_VERSION
+from trimaran.server.rbac.aggregation import aggregate_all
 from trimaran.server.rbac.policy import AUTOUPDATE, bootstrap_objects
 from trimaran.store import AlreadyExists, Conflict, NotFound, Store
 
@@ -34,7 +35,8 @@ def _create(store: Store, obj: dict[str, Any]) -> None:
 
 
 def ensure_bootstrap(store: Store) -> None:
-    """Make the bootstrap roles and bindings that are missing; give autoupdated roles back their rules."""
+    """Make the bootstrap roles and bindings that are missing; give autoupdated roles back their
+    rules; fill the aggregated ones."""
     for obj in bootstrap_objects():
         meta = obj["metadata"]
         try:
@@ -53,6 +55,7 @@ def ensure_bootstrap(store: Store) -> None:
                 store.update({**current, "rules": rules + missing})
             except (Conflict, NotFound):
                 log.warning("RBAC bootstrap: ClusterRole %s changed while being reconciled", meta["name"])
+    aggregate_all(store)
 
 
 def _token_bindings(token_id: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
