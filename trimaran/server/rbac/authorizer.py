@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 MASTERS = "system:masters"
-_DECISIONS_KEPT = 100_000
+# Decisions (and compiled rule lists) kept until the next change: a bound on memory (~3 MB).
+_DECISIONS_KEPT = 10_000
 
 
 class UserInfo(Protocol):
