@@ -88,6 +88,13 @@ def test_a_binding_grants_at_once_and_refusals_are_kube_apiservers(plane, kubect
     assert kubectl("--token", alice, "auth", "can-i", "get", "secrets", "-n", "rbac-a", check=False).stdout == "no\n"
     assert kubectl("--token", alice, "auth", "can-i", "list", "pods", "-n", "default", check=False).stdout == "no\n"
     assert kubectl("--token", alice, "auth", "can-i", "get", "/version").stdout == "yes\n"
+    # The admin asks as alice (impersonation): the binding names her group, not her.
+    assert kubectl("auth", "can-i", "list", "pods", "-n", "rbac-a", "--as=alice", "--as-group=team-a").stdout == \
+        "yes\n"
+    assert kubectl("auth", "can-i", "list", "pods", "-n", "rbac-a", "--as=alice", check=False).stdout == "no\n"
+    posing = kubectl("--token", alice, "get", "pods", "-n", "rbac-a", "--as=root", check=False)
+    assert ('users "root" is forbidden: User "alice" cannot impersonate resource "users" in API group "" at the '
+            'cluster scope') in posing.stderr
     listed = kubectl("--token", alice, "auth", "can-i", "--list", "-n", "rbac-a").stdout.splitlines()
     assert listed[0].split()[:4] == ["Resources", "Non-Resource", "URLs", "Resource"]
     assert any(line.split()[0] == "pods" and "[get list watch]" in line for line in listed)
