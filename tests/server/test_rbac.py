@@ -162,6 +162,18 @@ def test_service_account_tokens_and_token_request(plane, kubectl) -> None:  # no
     assert "may not specify a duration less than 10 minutes" in too_short.stderr
     missing = kubectl("-n", "rbac-c", "create", "token", "nobody", check=False)
     assert 'serviceaccounts "nobody" not found' in missing.stderr
+    # A pod's token is its ServiceAccount's, and a namespace's pods may edit it.
+    from trimaran.server.tokens import TokenStore
+
+    kubectl("create", "namespace", "rbac-d")
+    pod_token = TokenStore(plane.home).service_account_token("rbac-d", "builder")
+    who = json.loads(kubectl("--token", pod_token, "auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
+    assert who["username"] == "system:serviceaccount:rbac-d:builder"
+    kubectl("--token", pod_token, "-n", "rbac-d", "create", "configmap", "made-in-a-pod")
+    elsewhere = kubectl("--token", pod_token, "-n", "rbac-c", "create", "configmap", "x", check=False)
+    assert elsewhere.returncode == 1 and "cannot create resource \"configmaps\"" in elsewhere.stderr
+    assert kubectl("-n", "rbac-d", "get", "rolebinding", "trimaran:pods-edit", "-o", "wide").stdout.split()[-1] == \
+        "system:serviceaccounts:rbac-d"
     # A token of a view user may not mint tokens.
     viewer = plane.cli("token", "create", "--role", "view", "--namespace", "rbac-c").stdout.strip()
     minted = kubectl("--token", viewer, "-n", "rbac-c", "create", "token", "robot", check=False)

@@ -14,10 +14,10 @@ A token names a user and its groups; what the user may do is RBAC's (``trimaran.
 a token made with ``--role view|edit|admin`` gets bindings to the default ClusterRole of that
 name, a RoleBinding in each of its namespaces or, without namespaces, a ClusterRoleBinding
 (``admin`` everywhere is ``cluster-admin``), made by the control plane when it sees the token. The
-kubeconfig's token is in ``system:masters``. A pod's token is its namespace's ``default``
-ServiceAccount, which may edit its own namespace (a RoleBinding the control plane makes when it
-first sees the namespace's token); ``TokenRequest`` mints tokens of any ServiceAccount
-(``trimaran.server.rbac.serviceaccounts``).
+kubeconfig's token is in ``system:masters``. A pod's token is its ServiceAccount's (``default``
+unless the pod names another); a namespace's ServiceAccounts may edit it once one of its pods used
+its token (a RoleBinding the control plane makes then); ``TokenRequest`` mints tokens of any
+ServiceAccount (``trimaran.server.rbac.serviceaccounts``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class Principal:
             ``system:serviceaccount:<ns>:<name>``.
         groups: Its groups, ``system:authenticated`` among them.
         role: The role a ``--role`` token was made with (``view``, ``edit``, ``admin``), else None.
-        namespaces: Where that role was given; ``None`` for all namespaces.
+        namespaces: Where that role was given; ``None`` for all namespaces. A ServiceAccount's:
+            its own namespace (where a client of it works by default, as KFP's API takes it).
         token_id: The user token's id, when it is one.
     """
 
@@ -189,10 +190,14 @@ class TokenStore:
             self._reload()
             return dict(self._entries)
 
-    def service_account_token(self, namespace: str) -> str:
-        """The token every pod of ``namespace`` gets (stable for the life of the home)."""
-        mac = hmac.new(self._service_account_key(), namespace.encode(), hashlib.sha256).hexdigest()
-        return f"{_SA_PREFIX}.{namespace}.{mac}"
+    def service_account_token(self, namespace: str, name: str = "default") -> str:
+        """The token the pods of ``namespace`` running as ServiceAccount ``name`` get (stable for the
+        life of the home): ``tsa.NS.MAC`` for ``default``, ``tsa.NS.NAME.MAC`` for another."""
+        if name == "default":  # the form pods had before tokens named their ServiceAccount
+            mac = hmac.new(self._service_account_key(), namespace.encode(), hashlib.sha256).hexdigest()
+            return f"{_SA_PREFIX}.{namespace}.{mac}"
+        mac = hmac.new(self._service_account_key(), f"{namespace}/{name}".encode(), hashlib.sha256).hexdigest()
+        return f"{_SA_PREFIX}.{namespace}.{name}.{mac}"
 
     def _service_account_key(self) -> bytes:
         with self._lock:
@@ -216,19 +221,21 @@ class TokenStore:
         if not token:
             return None
         if token.startswith(_SA_PREFIX + "."):
-            _, _, rest = token.partition(".")
-            namespace, _, _ = rest.rpartition(".")
-            if namespace and hmac.compare_digest(token, self.service_account_token(namespace)):
+            # A namespace has no dots; a ServiceAccount's name may.
+            namespace, _, rest = token[len(_SA_PREFIX) + 1:].partition(".")
+            name = rest.rpartition(".")[0] or "default"
+            if namespace and hmac.compare_digest(token, self.service_account_token(namespace, name)):
                 if self.on_service_account is not None:
                     self.on_service_account(namespace)
-                return self._principal(f"system:serviceaccount:{namespace}:default",
-                                       service_account_groups(namespace))
+                return self._principal(f"system:serviceaccount:{namespace}:{name}", service_account_groups(namespace),
+                                       namespaces=frozenset({namespace}))
             return None
         if token.startswith(_JWT_PREFIX):
             claims = verify_jwt(token, self.sign)
             if claims is None:
                 return None
-            return self._principal(claims["sub"], service_account_groups(claims["kubernetes.io"]["namespace"]))
+            namespace = claims["kubernetes.io"]["namespace"]
+            return self._principal(claims["sub"], service_account_groups(namespace), namespaces=frozenset({namespace}))
         parts = token.split("_", 2)
         if len(parts) != 3 or parts[0] != _USER_PREFIX:
             return None

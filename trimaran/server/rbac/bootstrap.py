@@ -22,7 +22,7 @@ __all__ = ["POD_BINDING", "TOKEN_LABEL", "ensure_bootstrap", "ensure_pod_binding
 log = logging.getLogger(__name__)
 
 TOKEN_LABEL = "trimaran.io/token"
-# The RoleBinding that lets a namespace's pods (its ``default`` ServiceAccount's token) edit it.
+# The RoleBinding that lets a namespace's pods (its ServiceAccounts' tokens) edit it.
 POD_BINDING = "trimaran:pods-edit"
 _ROLE_OF = {"view": "view", "edit": "edit", "admin": "admin"}
 
@@ -102,14 +102,15 @@ def sync_token_bindings(store: Store, entries: dict[str, dict[str, Any]]) -> boo
 
 
 def ensure_pod_binding(store: Store, namespace: str) -> bool:
-    """Let ``namespace``'s pods edit it: a RoleBinding of its ``default`` ServiceAccount (whose
-    token every pod gets) to ``edit``, as a Kubeflow profile binds its ``default-editor``; whether
-    it was made now."""
+    """Let ``namespace``'s pods edit it: a RoleBinding of its ServiceAccounts' group to ``edit``
+    (whatever ServiceAccount a pod runs as), as a Kubeflow profile binds its ``default-editor``;
+    whether it was made now."""
     try:
         store.create({"apiVersion": API_VERSION, "kind": "RoleBinding",
                       "metadata": {"name": POD_BINDING, "namespace": namespace},
                       "roleRef": {"apiGroup": API_GROUP, "kind": "ClusterRole", "name": "edit"},
-                      "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
+                      "subjects": [{"kind": "Group", "apiGroup": API_GROUP,
+                                    "name": f"system:serviceaccounts:{namespace}"}]})
     except AlreadyExists:
         return False
     return True
