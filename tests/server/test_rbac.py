@@ -228,3 +228,22 @@ def test_the_python_client(plane, tmp_path) -> None:  # noqa: ANN001
     assert out["dave_delete"] == [False, None]
     assert out["dave_podtemplates"][0] is True
     assert out["me_metrics"] is True
+
+
+def test_a_role_token_keeps_its_role_when_its_namespace_is_made_again(plane, kubectl) -> None:  # noqa: ANN001
+    token = plane.cli("token", "create", "--role", "edit", "--namespace", "rbac-e").stdout.strip()
+    token_id = token.split("_")[1]
+    kubectl("create", "namespace", "rbac-e")
+    kubectl("--token", token, "-n", "rbac-e", "create", "configmap", "first")
+    kubectl("delete", "namespace", "rbac-e")  # waits until it is gone, its RoleBindings with it
+    kubectl("create", "namespace", "rbac-e")
+    assert kubectl("-n", "rbac-e", "get", "rolebindings", "-o", "name").stdout == ""
+    kubectl("--token", token, "-n", "rbac-e", "create", "configmap", "second")
+    binding = json.loads(kubectl("-n", "rbac-e", "get", "rolebinding", f"trimaran:token:{token_id}", "-o",
+                                 "json").stdout)
+    assert binding["roleRef"]["name"] == "edit" and binding["metadata"]["labels"] == {"trimaran.io/token": token_id}
+    # Revoked, the token is refused, and its bindings are gone (the token file is read again by the
+    # next request the control plane authenticates).
+    plane.cli("token", "revoke", token_id)
+    assert kubectl("--token", token, "-n", "rbac-e", "get", "configmaps", check=False).returncode == 1
+    assert kubectl("-n", "rbac-e", "get", "rolebindings", "-o", "name").stdout == ""

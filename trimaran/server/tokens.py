@@ -116,9 +116,11 @@ class TokenStore:
         self._entries: dict[str, dict] = {}
         self._sa_key: bytes | None = None
         # Set by the control plane (trimaran.server.rbac.start): what decides requests, and what
-        # to do when the tokens change (make their bindings) or a namespace's pod token is first used.
+        # to do when the tokens change, or a user token or a namespace's pod token is used (keep
+        # their bindings).
         self.authorizer: Authorizer | None = None
         self.on_change: Callable[[dict[str, dict]], None] | None = None
+        self.on_user_token: Callable[[str, dict], None] | None = None
         self.on_service_account: Callable[[str], None] | None = None
 
     # User tokens -------------------------------------------------------------------------
@@ -244,6 +246,8 @@ class TokenStore:
             entry = self._entries.get(parts[1])
         if entry is None or not hmac.compare_digest(entry["digest"], _digest(token)):
             return None
+        if self.on_user_token is not None:
+            self.on_user_token(parts[1], entry)
         namespaces = entry.get("namespaces")
         user = entry.get("user") or entry.get("name") or f"token:{parts[1]}"
         return self._principal(user, tuple(entry.get("groups") or ()), entry.get("role"),

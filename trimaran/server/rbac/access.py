@@ -8,7 +8,13 @@ from typing import Any
 from trimaran.api.rbac import API_GROUP
 from trimaran.server.kube.errors import StatusError
 from trimaran.server.rbac.authorizer import Attributes, Authorizer
-from trimaran.server.rbac.bootstrap import ensure_bootstrap, ensure_pod_binding, sync_token_bindings
+from trimaran.server.rbac.bootstrap import (
+    POD_BINDING,
+    ensure_bootstrap,
+    ensure_pod_binding,
+    ensure_token_bindings,
+    sync_token_bindings,
+)
 from trimaran.server.rbac.escalation import check_write
 from trimaran.server.tokens import Principal, TokenStore
 from trimaran.store import Store
@@ -65,20 +71,23 @@ def start(store: Store, tokens: TokenStore) -> Authorizer:
     the tokens' bindings, keep them following the token file, and follow the store's changes."""
     authorizer = Authorizer(store)
     ensure_bootstrap(store)
-    ensured: set[str] = set()
 
     def tokens_changed(entries: dict[str, dict]) -> None:
         if sync_token_bindings(store, entries):
             authorizer.changed()
 
+    # Per request: a lookup in the authorizer's index; a write only when a binding is missing.
+    def user_token_used(token_id: str, entry: dict) -> None:
+        if entry.get("role") and ensure_token_bindings(store, token_id, entry, authorizer.has_binding):
+            authorizer.changed()
+
     def pod_token_used(namespace: str) -> None:
-        if namespace not in ensured:
-            ensured.add(namespace)
-            if ensure_pod_binding(store, namespace):
-                authorizer.changed()
+        if not authorizer.has_binding(namespace, POD_BINDING) and ensure_pod_binding(store, namespace):
+            authorizer.changed()
 
     tokens.authorizer = authorizer
     tokens.on_change = tokens_changed
+    tokens.on_user_token = user_token_used
     tokens.on_service_account = pod_token_used
     tokens_changed(tokens.entries())
     authorizer.start()

@@ -127,6 +127,9 @@ class _Index:
         # subject key → bindings naming it (cluster-wide; by namespace).
         self.cluster_bindings: dict[str, list[dict[str, Any]]] = {}
         self.bindings: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # (namespace, name) of every binding; "" for a ClusterRoleBinding's namespace.
+        self.binding_names = {(b["metadata"].get("namespace", ""), b["metadata"]["name"])
+                              for kind in ("RoleBinding", "ClusterRoleBinding") for b in objects[kind]}
         for b in objects["ClusterRoleBinding"]:
             for key in _subject_keys(b):
                 self.cluster_bindings.setdefault(key, []).append(b)
@@ -212,6 +215,10 @@ class Authorizer:
             if generation == self._generation:
                 self._index = built
         return built
+
+    def has_binding(self, namespace: str, name: str) -> bool:
+        """Whether a RoleBinding ``namespace/name`` (a ClusterRoleBinding: namespace "") exists."""
+        return (namespace, name) in self._current().binding_names
 
     # Deciding -------------------------------------------------------------------------------
 
