@@ -158,6 +158,12 @@ def test_service_account_tokens_and_token_request(plane, kubectl) -> None:  # no
     kubectl("-n", "rbac-c", "create", "rolebinding", "robot-edit", "--clusterrole=edit",
             "--serviceaccount=rbac-c:robot")
     kubectl("--token", token, "-n", "rbac-c", "create", "configmap", "made-by-robot")
+    # A token dies with its ServiceAccount, even one of the same name made again.
+    other = kubectl("-n", "rbac-c", "create", "token", "robot").stdout.strip()
+    kubectl("-n", "rbac-c", "delete", "serviceaccount", "robot")
+    kubectl("-n", "rbac-c", "create", "serviceaccount", "robot")
+    gone = kubectl("--token", other, "-n", "rbac-c", "get", "configmaps", check=False)
+    assert gone.returncode == 1 and "Unauthorized" in gone.stderr
     too_short = kubectl("-n", "rbac-c", "create", "token", "robot", "--duration=1m", check=False)
     assert "may not specify a duration less than 10 minutes" in too_short.stderr
     missing = kubectl("-n", "rbac-c", "create", "token", "nobody", check=False)

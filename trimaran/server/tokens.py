@@ -122,6 +122,8 @@ class TokenStore:
         self.on_change: Callable[[dict[str, dict]], None] | None = None
         self.on_user_token: Callable[[str, dict], None] | None = None
         self.on_service_account: Callable[[str], None] | None = None
+        # Whether ServiceAccount (namespace, name, uid) still exists: a TokenRequest token dies with it.
+        self.account_exists: Callable[[str, str, str], bool] | None = None
 
     # User tokens -------------------------------------------------------------------------
 
@@ -237,6 +239,10 @@ class TokenStore:
             if claims is None:
                 return None
             namespace = claims["kubernetes.io"]["namespace"]
+            account = claims["kubernetes.io"]["serviceaccount"]
+            if self.account_exists is not None and not self.account_exists(namespace, account["name"],
+                                                                            account["uid"]):
+                return None
             return self._principal(claims["sub"], service_account_groups(namespace), namespaces=frozenset({namespace}))
         parts = token.split("_", 2)
         if len(parts) != 3 or parts[0] != _USER_PREFIX:

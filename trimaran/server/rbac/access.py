@@ -17,7 +17,7 @@ from trimaran.server.rbac.bootstrap import (
 )
 from trimaran.server.rbac.escalation import check_write
 from trimaran.server.tokens import Principal, TokenStore
-from trimaran.store import Store
+from trimaran.store import NotFound, Store
 
 __all__ = ["RBAC_KINDS", "admit", "authorize", "authorize_path", "forbidden", "start", "wrote"]
 
@@ -85,7 +85,14 @@ def start(store: Store, tokens: TokenStore) -> Authorizer:
         if not authorizer.has_binding(namespace, POD_BINDING) and ensure_pod_binding(store, namespace):
             authorizer.changed()
 
+    def account_exists(namespace: str, name: str, uid: str) -> bool:
+        try:
+            return store.get("ServiceAccount", namespace, name)["metadata"].get("uid") == uid
+        except NotFound:
+            return False
+
     tokens.authorizer = authorizer
+    tokens.account_exists = account_exists
     tokens.on_change = tokens_changed
     tokens.on_user_token = user_token_used
     tokens.on_service_account = pod_token_used
