@@ -168,6 +168,10 @@ def test_service_account_tokens_and_token_request(plane, kubectl) -> None:  # no
     assert "may not specify a duration less than 10 minutes" in too_short.stderr
     missing = kubectl("-n", "rbac-c", "create", "token", "nobody", check=False)
     assert 'serviceaccounts "nobody" not found' in missing.stderr
+    # Every namespace's default ServiceAccount, which pods run as.
+    default = kubectl("-n", "rbac-c", "create", "token", "default").stdout.strip()
+    assert json.loads(kubectl("--token", default, "auth", "whoami", "-o", "json").stdout)["status"]["userInfo"][
+        "username"] == "system:serviceaccount:rbac-c:default"
     # A pod's token is its ServiceAccount's, and a namespace's pods may edit it.
     from trimaran.server.tokens import TokenStore
 

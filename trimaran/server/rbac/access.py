@@ -16,6 +16,7 @@ from trimaran.server.rbac.bootstrap import (
     sync_token_bindings,
 )
 from trimaran.server.rbac.escalation import check_write
+from trimaran.server.rbac.serviceaccounts import DEFAULT_ACCOUNT
 from trimaran.server.tokens import Principal, TokenStore
 from trimaran.store import NotFound, Store
 
@@ -89,7 +90,8 @@ def start(store: Store, tokens: TokenStore) -> Authorizer:
         try:
             return store.get("ServiceAccount", namespace, name)["metadata"].get("uid") == uid
         except NotFound:
-            return False
+            return name == DEFAULT_ACCOUNT and not uid  # a namespace's default, never stored
+
 
     tokens.authorizer = authorizer
     tokens.account_exists = account_exists

@@ -16,8 +16,11 @@ from trimaran.server.kube.errors import StatusError
 from trimaran.server.tokens import TokenStore, make_jwt
 from trimaran.store import NotFound, Store
 
-__all__ = ["AUDIENCE", "ISSUER", "token_request"]
+__all__ = ["AUDIENCE", "DEFAULT_ACCOUNT", "ISSUER", "token_request"]
 
+# Every namespace has it, though nothing here stores it (a cluster's ServiceAccount controller makes
+# it): pods without a serviceAccountName run as it.
+DEFAULT_ACCOUNT = "default"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 AUDIENCE = ISSUER  # kube-apiserver's --api-audiences default to its issuer
 _DEFAULT_SECONDS = 3600
@@ -56,7 +59,9 @@ async def token_request(store: Store, tokens: TokenStore, namespace: str, name: 
     try:
         account = await asyncio.to_thread(store.get, "ServiceAccount", namespace, name)
     except NotFound:
-        raise StatusError.not_found("", "serviceaccounts", name) from None
+        if name != DEFAULT_ACCOUNT:
+            raise StatusError.not_found("", "serviceaccounts", name) from None
+        account = {"metadata": {"uid": ""}}  # every namespace's, which pods run as, stored or not
     now = int(time.time())
     identity: dict[str, Any] = {"namespace": namespace,
                                 "serviceaccount": {"name": name, "uid": account["metadata"].get("uid", "")}}
