@@ -1,6 +1,6 @@
 """The Kubernetes API of the control plane, through kubectl and raw watch clients, in one run.
 
-    .venv/bin/python bench/bench_kube_api.py [--only get|watch|start] [--runs 15] [--writes 300]
+    .venv/bin/python bench/bench_kube_api.py [--only get|watch|start|scale] [--runs 15] [--writes 300]
 
 1. ``kubectl get pytorchjobs`` with 500 PyTorchJobs stored (created through the API, suspended
    with ``spec.runPolicy.suspend: true`` so no pod starts): median wall time of the whole kubectl
@@ -21,6 +21,11 @@
    ``python -c "import time; time.sleep(30)"``) until all 4 pods report phase Running, seen on a
    pod watch opened before kubectl starts (target < 0.5 s); beside ``trimaran apply -f -`` of the
    same manifest, interleaved, and the floor of starting the same 4 commands with Popen.
+4. Scale (``--sizes 1000,5000,20000``): ConfigMaps in one namespace, grown to each size in turn;
+   ``kubectl get configmaps`` (kubectl pages at 500; target < 1 s at 20,000) beside one unpaged
+   GET, and a raw walk in pages of 500 (linear in N: the same cost an object at every size); then
+   the control plane's RSS and store file before, at the largest size, and after a DELETE of the
+   collection (target: RSS within 20 MB of before).
 
 ``--server-nodelay`` is a diagnostic: it starts the control plane with TCP_NODELAY on its sockets
 (see NODELAY_SITECUSTOMIZE), to show what the ~40 ms delayed-ACK wait per response costs.
@@ -667,9 +672,121 @@ def bench_start(p: Plane, rounds: int) -> dict:
     return out
 
 
+def configmap(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"bench": "scale"}},
+            "data": {f"key{i}": "v" * 40 for i in range(5)}}
+
+
+async def create_configmaps(ep: Endpoint, namespace: str, names: range, connections: int = 4) -> None:
+    pending = iter(names)
+    context = ep.ssl_context()
+
+    async def worker() -> None:
+        conn = await Conn.open(ep, context)
+        for i in pending:
+            status, body = await conn.request("POST", f"/api/v1/namespaces/{namespace}/configmaps",
+                                              configmap(f"cm-{i:05d}"))
+            assert status == 201, body
+        conn.close()
+
+    await asyncio.gather(*(worker() for _ in range(connections)))
+
+
+async def one_request(ep: Endpoint, method: str, path: str, body: object | None = None) -> tuple[int, dict]:
+    conn = await Conn.open(ep)
+    try:
+        return await conn.request(method, path, body)
+    finally:
+        conn.close()
+
+
+async def paged_walk(ep: Endpoint, path: str, limit: int) -> tuple[float, int, int]:
+    """Seconds to walk ``path`` in pages of ``limit`` on one connection, the items seen, the pages."""
+    conn = await Conn.open(ep)
+    try:
+        t0, seen, pages, token = time.perf_counter(), 0, 0, ""
+        while True:
+            query = f"?limit={limit}" + (f"&continue={token}" if token else "")
+            status, body = await conn.request("GET", path + query)
+            assert status == 200, body
+            seen += len(body["items"])
+            pages += 1
+            token = body["metadata"].get("continue") or ""
+            if not token:
+                return time.perf_counter() - t0, seen, pages
+    finally:
+        conn.close()
+
+
+def store_mb(p: Plane) -> float:
+    return sum(f.stat().st_size for f in p.home.glob("trimaran.db*")) / 2**20
+
+
+def bench_scale(p: Plane, sizes: list[int], runs: int) -> dict:
+    """ConfigMaps stored in one namespace, grown to each size in turn: ``kubectl get`` (which pages
+    at 500) against one unpaged request, a raw walk in pages of 500, and the control plane's RSS
+    and store file before the objects, at the largest size and after deleting them all."""
+    ns, path = "bench-scale", "/api/v1/namespaces/bench-scale/configmaps"
+    asyncio.run(one_request(p.ep, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}}))
+    asyncio.run(settle(p.ep))
+    before = (p.rss_mb(), store_mb(p))
+    out: dict = {}
+    made = 0
+    for size in sizes:
+        asyncio.run(create_configmaps(p.ep, ns, range(made, size)))
+        made = size
+        kubectl(p, "get", "configmap", "-n", ns, "cm-00000")  # discovery cached, as for a user
+        got, whole, unpaged, walks = [], [], [], []
+        for _ in range(runs):
+            seconds, text = timed(kubectl, p, "get", "configmaps", "-n", ns)
+            assert text.count("\n") == size + 1, text[:200]
+            got.append(seconds)
+            seconds, text = timed(kubectl, p, "get", "configmaps", "-n", ns, "--chunk-size=0")
+            assert text.count("\n") == size + 1, text[:200]
+            whole.append(seconds)
+            t0 = time.perf_counter()
+            status, body = asyncio.run(one_request(p.ep, "GET", path))
+            unpaged.append(time.perf_counter() - t0)
+            assert status == 200 and len(body["items"]) == size
+            walk, seen, pages = asyncio.run(paged_walk(p.ep, path, 500))
+            assert seen == size
+            walks.append(walk)
+        row = {"kubectl get": statistics.median(got), "unpaged": statistics.median(unpaged),
+               "walk": statistics.median(walks), "pages": pages, "whole": statistics.median(whole)}
+        out[size] = row
+        # client-go's limiter (5 requests a second after a burst of 10) paces kubectl's pages
+        # whatever the server: against kube-apiserver too.
+        floor = max(0, pages - 10) / 5
+        print(f"[scale] {size:>6} ConfigMaps: kubectl get {row['kubectl get']:.3f} s (its own rate limiter's "
+              f"floor for {pages} pages {floor:.1f} s), --chunk-size=0 {row['whole']:.3f} s "
+              f"(target at 20,000 < 1 s); "
+              f"walk in pages of 500 {row['walk']:.3f} s ({pages} pages, {row['walk'] / pages * 1000:.1f} ms a page); "
+              f"peer: one unpaged GET {row['unpaged']:.3f} s (kubectl {row['kubectl get'] / row['unpaged']:.1f}x); "
+              f"medians of {runs}; load {load()}")
+    peak = (p.rss_mb(), store_mb(p))
+    status, body = asyncio.run(one_request(p.ep, "DELETE", path))
+    assert status == 200, body
+    asyncio.run(settle(p.ep))
+    deleted = p.rss_mb()
+    time.sleep(35)  # the control plane trims its allocator every 30 s after a burst of writes
+    after = (p.rss_mb(), store_mb(p))
+    out["rss"] = {"before": before, "peak": peak, "after": after}
+    print(f"[scale] control plane RSS {before[0]:.0f} MB before, {peak[0]:.0f} MB with {made} ConfigMaps, "
+          f"{deleted:.0f} MB just after deleting them, {after[0]:.0f} MB 35 s later (target within 20 MB of before: "
+          f"{'MET' if after[0] - before[0] <= 20 else 'NOT MET'}); store file {before[1]:.1f} → {peak[1]:.1f} → "
+          f"{after[1]:.1f} MB")
+    if len(sizes) > 1:
+        first, last = sizes[0], sizes[-1]
+        per = [out[n]["walk"] / n * 1e6 for n in (first, last)]
+        print(f"[scale] a walk costs {per[0]:.1f} µs an object at {first} and {per[1]:.1f} at {last} "
+              f"(linear: about equal)")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=["get", "watch", "start"], default=None)
+    parser.add_argument("--only", choices=["get", "watch", "start", "scale"], default=None)
+    parser.add_argument("--sizes", default="1000,5000,20000", help="ConfigMaps for the scale part, grown in turn")
     parser.add_argument("--runs", type=int, default=15, help="interleaved kubectl/trimaran get runs")
     parser.add_argument("--blocks", type=int, default=3, help="alternating blocks with and without idle watches")
     parser.add_argument("--per-block", type=int, default=5)
@@ -704,6 +821,9 @@ def main() -> None:
     if args.only in (None, "start"):
         with plane(args.server_nodelay) as p:
             bench_start(p, args.rounds)
+    if args.only in (None, "scale"):
+        with plane(args.server_nodelay) as p:
+            bench_scale(p, [int(n) for n in args.sizes.split(",")], 3)
 
 
 def kubectl_version() -> str:

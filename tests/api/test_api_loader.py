@@ -221,8 +221,9 @@ def test_malformed_json_line_and_column() -> None:
         ("kind: Pod\n", "x.yaml (document 1): apiVersion: Required value"),
         ("apiVersion: v1\n", "x.yaml (document 1): kind: Required value"),
         ("apiVersion: 1\nkind: Pod\n", "x.yaml (document 1): apiVersion: Invalid value: 1: must be of type string"),
-        ("apiVersion: apps/v1\nkind: StatefulSet\n",
-         'x.yaml (document 1): no matches for kind "StatefulSet" in version "apps/v1". Trimaran runs these kinds: '),
+        ("apiVersion: policy/v1beta1\nkind: PodSecurityPolicy\n",
+         'x.yaml (document 1): no matches for kind "PodSecurityPolicy" in version "policy/v1beta1". Trimaran runs '
+         'these kinds: '),
         ("apiVersion: v1\nkind: Deployment\n", 'x.yaml (document 1): no matches for kind "Deployment" in version "v1" '
                                                "(known versions: apps/v1)"),
         (

@@ -83,15 +83,17 @@ def test_target_without_scale_subresource_is_refused_with_the_reason() -> None:
     assert 'spec.scaleTargetRef.kind: Invalid value: "TFJob": kubeflow.org/v1 TFJob has no scale subresource' \
         in problems[0]
     assert "Deployment" in problems[0] and "SeldonDeployment" in problems[0]
-    unknown = errors(hpa(scaleTargetRef={"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}))
-    assert 'spec.scaleTargetRef.kind: Invalid value: "StatefulSet": no matches for kind "StatefulSet" in version ' \
-        '"apps/v1"' in unknown[0]
+    unknown = errors(hpa(scaleTargetRef={"apiVersion": "policy/v1beta1", "kind": "PodSecurityPolicy", "name": "p"}))
+    assert 'spec.scaleTargetRef.kind: Invalid value: "PodSecurityPolicy": no matches for kind "PodSecurityPolicy" in ' \
+        'version "policy/v1beta1"' in unknown[0]
 
 
 @pytest.mark.parametrize("ref", [
     {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment", "name": "sd"},
     {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "elastic"},
     {"kind": "Deployment", "name": "web"},
+    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"},
+    {"apiVersion": "v1", "kind": "ReplicationController", "name": "rc"},
 ])
 def test_scalable_targets_are_accepted(ref: dict[str, str]) -> None:
     assert validate(hpa(scaleTargetRef=ref)).object["spec"]["scaleTargetRef"] == ref

@@ -1,5 +1,5 @@
-"""apps/v1 Deployment and DaemonSet, core v1 Service and ReplicationController, defaulted and validated as
-the Kubernetes API server does.
+"""apps/v1 Deployment, DaemonSet, StatefulSet and ControllerRevision, core v1 Service and
+ReplicationController, defaulted and validated as the Kubernetes API server does.
 
 One local rule beyond upstream, without the pod network (trimaran.runtime.network: then each pod
 has its own address and this rule is off): pods share this machine's network, so a containerPort is a
@@ -20,13 +20,20 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from trimaran.api.core import PodTemplateSpec, is_valid_port_name
+from trimaran.api.core import (
+    PersistentVolumeClaimSpec,
+    PersistentVolumeClaimStatus,
+    PodTemplateSpec,
+    Volume,
+    is_valid_port_name,
+)
 from trimaran.api.errors import FieldError, join_path
 from trimaran.api.meta import (
     ApiModel,
     Condition,
     LabelSelector,
     NonNegInt32,
+    ObjectMeta,
     Resource,
     check_labels,
     is_dns1035_label,
@@ -34,10 +41,11 @@ from trimaran.api.meta import (
 )
 from trimaran.api.printers import AGE, PrinterColumn
 
-__all__ = ["APPS_V1", "DAEMONSET_COLUMNS", "DEPLOYMENT_COLUMNS", "ENDPOINTS_COLUMNS", "REPLICASET_COLUMNS",
-           "REPLICATIONCONTROLLER_COLUMNS", "SERVICE_COLUMNS", "DaemonSet", "Deployment", "Endpoints", "ReplicaSet",
-           "ReplicationController", "Service", "fixed_ports", "percent_or_int", "port_env_name",
-           "reads_port_from_env", "selector_matches", "set_pod_network"]
+__all__ = ["APPS_V1", "CONTROLLERREVISION_COLUMNS", "DAEMONSET_COLUMNS", "DEPLOYMENT_COLUMNS", "ENDPOINTS_COLUMNS",
+           "REPLICASET_COLUMNS", "REPLICATIONCONTROLLER_COLUMNS", "SERVICE_COLUMNS", "STATEFULSET_COLUMNS",
+           "ControllerRevision", "DaemonSet", "Deployment", "Endpoints", "ReplicaSet", "ReplicationController",
+           "Service", "StatefulSet", "fixed_ports", "percent_or_int", "port_env_name", "reads_port_from_env",
+           "selector_matches", "set_pod_network"]
 
 APPS_V1 = "apps/v1"
 _PORT_REFERENCE = re.compile(r"\$\(PORT(?:_[A-Z0-9_]+)?\)")
@@ -654,4 +662,262 @@ class DaemonSet(Resource):
         if (old.get("spec") or {}).get("selector") != (new.get("spec") or {}).get("selector"):
             return [FieldError.invalid("spec.selector", (new.get("spec") or {}).get("selector"),
                                        "field is immutable")]
+        return []
+
+
+# --- StatefulSet and ControllerRevision (apps/v1) -----------------------------------------------
+
+def _containers_of(obj: dict[str, Any], key: str) -> str:
+    containers = ((_spec(obj).get("template") or {}).get("spec") or {}).get("containers") or []
+    return ",".join(str(c.get(key) or "") for c in containers)
+
+
+# kube-apiserver's columns for `kubectl get statefulsets` (``printStatefulSet``): NAME READY AGE,
+# and with -o wide CONTAINERS IMAGES.
+STATEFULSET_COLUMNS = (
+    PrinterColumn("Ready", value=lambda o: f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 1)}"),
+    AGE,
+    PrinterColumn("Containers", priority=1, value=lambda o: _containers_of(o, "name")),
+    PrinterColumn("Images", priority=1, value=lambda o: _containers_of(o, "image")))
+
+
+def _revision_controller(obj: dict[str, Any]) -> str:
+    """``printControllerRevision``'s CONTROLLER: ``<kind>.<group>/<name>`` of its controller, lower-cased."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+            kind = f"{ref.get('kind')}.{group}" if group else str(ref.get("kind"))
+            return f"{kind.lower()}/{ref.get('name')}"
+    return "<none>"
+
+
+CONTROLLERREVISION_COLUMNS = (
+    PrinterColumn("Controller", value=_revision_controller),
+    PrinterColumn("Revision", "integer", value=lambda o: o.get("revision", 0)),
+    AGE)
+
+_RETENTION_POLICIES = ("Retain", "Delete")
+
+
+class RollingUpdateStatefulSetStrategy(ApiModel):
+    partition: NonNegInt32 | None = None
+    max_unavailable: int | str | None = None
+
+
+class StatefulSetUpdateStrategy(ApiModel):
+    type: str | None = None
+    rolling_update: RollingUpdateStatefulSetStrategy | None = None
+
+
+class StatefulSetPersistentVolumeClaimRetentionPolicy(ApiModel):
+    when_deleted: str | None = None
+    when_scaled: str | None = None
+
+
+class StatefulSetOrdinals(ApiModel):
+    start: int | None = None
+
+
+class PersistentVolumeClaimTemplate(ApiModel):
+    """A claim a StatefulSet makes per ordinal: a PersistentVolumeClaim, its apiVersion and kind optional."""
+
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PersistentVolumeClaimSpec | None = None
+    status: PersistentVolumeClaimStatus | None = None
+
+
+class StatefulSetSpec(ApiModel):
+    replicas: int | None = None
+    selector: LabelSelector | None = None
+    template: PodTemplateSpec
+    volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = None
+    service_name: str | None = None
+    pod_management_policy: str | None = None
+    update_strategy: StatefulSetUpdateStrategy | None = None
+    revision_history_limit: int | None = None
+    min_ready_seconds: int | None = None
+    persistent_volume_claim_retention_policy: StatefulSetPersistentVolumeClaimRetentionPolicy | None = None
+    ordinals: StatefulSetOrdinals | None = None
+
+
+class StatefulSetStatus(ApiModel):
+    observed_generation: int | None = None
+    replicas: NonNegInt32 | None = None
+    ready_replicas: NonNegInt32 | None = None
+    current_replicas: NonNegInt32 | None = None
+    updated_replicas: NonNegInt32 | None = None
+    current_revision: str | None = None
+    update_revision: str | None = None
+    collision_count: NonNegInt32 | None = None
+    conditions: list[Condition] | None = None
+    available_replicas: NonNegInt32 | None = None
+
+
+@dataclass(frozen=True)
+class _InvalidObject(FieldError):
+    """An Invalid error whose value is a map or a struct, written as kube-apiserver writes it for a
+    built-in kind: the value as JSON (``Invalid value: {"app":"web"}: ...``), not a type word."""
+
+    def __str__(self) -> str:
+        value = json.dumps(self.value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return f"{self.path}: Invalid value: {value}: {self.detail}"
+
+
+def _invalid_object(path: str, value: dict[str, Any], detail: str) -> FieldError:
+    return _InvalidObject(path, "Invalid", detail, value)
+
+
+def _nonnegative(path: str, value: int | None) -> list[FieldError]:
+    """``ValidateNonnegativeField``."""
+    if value is not None and value < 0:
+        return [FieldError.invalid(path, value, "must be greater than or equal to 0")]
+    return []
+
+
+class StatefulSet(Resource):
+    """apps/v1 StatefulSet: ``replicas`` pods ``<name>-<ordinal>`` with stable identities and a claim
+    per volumeClaimTemplate each (see ``controllers/workloads/statefulset.py``)."""
+
+    spec: StatefulSetSpec
+    status: StatefulSetStatus | None = None
+
+    @classmethod
+    def name_errors(cls, name: str) -> list[str]:
+        """``ValidateStatefulSetName``: a DNS-1123 label, as its pods' hostnames derive from it."""
+        return is_dns1123_label(name)
+
+    def set_defaults(self) -> None:
+        """``SetDefaults_StatefulSet`` of apps/v1 (a RollingUpdate type given without ``rollingUpdate``
+        stays without it, as upstream leaves it)."""
+        spec = self.spec
+        if not spec.pod_management_policy:
+            spec.pod_management_policy = "OrderedReady"
+        strategy = spec.update_strategy = spec.update_strategy or StatefulSetUpdateStrategy()
+        if not strategy.type:
+            strategy.type = "RollingUpdate"
+            strategy.rolling_update = strategy.rolling_update or RollingUpdateStatefulSetStrategy()
+        if strategy.type == "RollingUpdate" and strategy.rolling_update is not None \
+                and strategy.rolling_update.partition is None:
+            strategy.rolling_update.partition = 0
+        policy = spec.persistent_volume_claim_retention_policy = (
+            spec.persistent_volume_claim_retention_policy or StatefulSetPersistentVolumeClaimRetentionPolicy())
+        policy.when_deleted = policy.when_deleted or "Retain"
+        policy.when_scaled = policy.when_scaled or "Retain"
+        if spec.replicas is None:
+            spec.replicas = 1
+        if spec.revision_history_limit is None:
+            spec.revision_history_limit = 10
+        if spec.template.spec.restart_policy is None:
+            spec.template.spec.restart_policy = "Always"
+        for claim in spec.volume_claim_templates or []:  # SetDefaults_PersistentVolumeClaim on each template
+            if claim.spec is not None and claim.spec.volume_mode is None:
+                claim.spec.volume_mode = "Filesystem"
+            claim.status = claim.status or PersistentVolumeClaimStatus()
+            claim.status.phase = claim.status.phase or "Pending"
+        if self.status is None:  # ``replicas`` and ``availableReplicas`` are not omitempty: kube-apiserver writes 0
+            self.status = StatefulSetStatus(replicas=0, available_replicas=0)
+
+    def check(self) -> list[FieldError]:
+        """``ValidateStatefulSetSpec``'s rules, in its order."""
+        spec = self.spec
+        errs = super().check()
+        policy = spec.pod_management_policy
+        if not policy:
+            errs.append(FieldError.required("spec.podManagementPolicy"))
+        elif policy not in ("OrderedReady", "Parallel"):
+            errs.append(FieldError.invalid("spec.podManagementPolicy", policy, "must be 'OrderedReady' or 'Parallel'"))
+        strategy = spec.update_strategy or StatefulSetUpdateStrategy()
+        if not strategy.type:
+            errs.append(FieldError.required("spec.updateStrategy"))
+        elif strategy.type == "OnDelete":
+            if strategy.rolling_update is not None:
+                errs.append(_invalid_object("spec.updateStrategy.rollingUpdate", strategy.rolling_update.to_dict(),
+                                             "only allowed for updateStrategy 'RollingUpdate'"))
+        elif strategy.type == "RollingUpdate":
+            if strategy.rolling_update is not None:
+                path = "spec.updateStrategy.rollingUpdate"
+                unavailable = strategy.rolling_update.max_unavailable
+                errs.extend(_check_int_or_percent(join_path(path, "maxUnavailable"), unavailable))
+                if unavailable in (0, "0%"):
+                    errs.append(FieldError.invalid(join_path(path, "maxUnavailable"), unavailable, "cannot be 0"))
+                elif isinstance(unavailable, str) and _PERCENT.match(unavailable) \
+                        and percent_or_int(unavailable, 100, False) > 100:
+                    errs.append(FieldError.invalid(join_path(path, "maxUnavailable"), unavailable,
+                                                   "must not be greater than 100%"))
+                errs.extend(_nonnegative(join_path(path, "partition"), strategy.rolling_update.partition))
+        else:
+            errs.append(_invalid_object("spec.updateStrategy", strategy.to_dict(),
+                                        "must be 'RollingUpdate' or 'OnDelete'"))
+        retention = spec.persistent_volume_claim_retention_policy
+        if retention is not None:
+            for name, value in (("whenDeleted", retention.when_deleted), ("whenScaled", retention.when_scaled)):
+                if value not in _RETENTION_POLICIES:
+                    errs.append(FieldError.not_supported(
+                        join_path("spec.persistentVolumeClaimRetentionPolicy", name), value, _RETENTION_POLICIES))
+        errs.extend(_nonnegative("spec.replicas", spec.replicas))
+        errs.extend(_nonnegative("spec.minReadySeconds", spec.min_ready_seconds))
+        if spec.ordinals is not None:
+            errs.extend(_nonnegative("spec.ordinals.start", spec.ordinals.start))
+        if spec.service_name:
+            errs.extend(FieldError.invalid("spec.serviceName", spec.service_name, m)
+                        for m in is_dns1123_label(spec.service_name))
+        template_labels = (spec.template.metadata.labels if spec.template.metadata is not None else None) or {}
+        if spec.selector is None:
+            errs.append(FieldError.required("spec.selector"))
+        else:
+            errs.extend(spec.selector.check("spec.selector"))
+            selector = spec.selector.to_dict()
+            if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+                errs.append(_invalid_object("spec.selector", selector, "empty selector is invalid for statefulset"))
+            elif not selector_matches(selector, template_labels):
+                errs.append(_invalid_object("spec.template.metadata.labels", template_labels,
+                                            "`selector` does not match template `labels`"))
+        # The pods mount each claim template as a volume of its name, which the controller adds.
+        template = spec.template.model_copy(deep=True)
+        claims = [c.metadata.name or "" for c in spec.volume_claim_templates or []]
+        template.spec.volumes = [v for v in template.spec.volumes or [] if v.name not in claims] + [
+            Volume(name=c, persistentVolumeClaim={"claimName": c}) for c in claims if c]
+        errs.extend(template.check("spec.template", require_image=False))
+        errs.extend(_check_restart_always(spec.template, "spec.template"))
+        if spec.template.spec.active_deadline_seconds is not None:
+            errs.append(FieldError.forbidden("spec.template.spec.activeDeadlineSeconds",
+                                             "activeDeadlineSeconds in StatefulSet is not Supported"))
+        return errs
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        """``ValidateStatefulSetUpdate``: only these fields of the spec may change."""
+        mutable = ("replicas", "ordinals", "template", "updateStrategy", "revisionHistoryLimit",
+                   "persistentVolumeClaimRetentionPolicy", "minReadySeconds")
+        before = {k: v for k, v in (old.get("spec") or {}).items() if k not in mutable}
+        after = {k: v for k, v in (new.get("spec") or {}).items() if k not in mutable}
+        if before != after:
+            return [FieldError.forbidden("spec", "updates to statefulset spec for fields other than 'replicas', "
+                                         "'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', "
+                                         "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden")]
+        return []
+
+
+class ControllerRevision(Resource):
+    """apps/v1 ControllerRevision: an immutable snapshot of a StatefulSet's or DaemonSet's template
+    (``data``, the patch its controller stores) and its place in the history (``revision``)."""
+
+    data: Any = None
+    revision: int = 0
+
+    def check(self) -> list[FieldError]:
+        """``ValidateControllerRevision``."""
+        errs = super().check()
+        if self.data is None:
+            errs.append(FieldError.required("data", "data is mandatory"))
+        errs.extend(_nonnegative("revision", self.revision))
+        return errs
+
+    @classmethod
+    def update_errors(cls, old: dict, new: dict) -> list[FieldError]:
+        """``ValidateControllerRevisionUpdate``: ``data`` is immutable (``revision`` moves on a rollback)."""
+        if old.get("data") != new.get("data"):
+            return [_invalid_object("data", new.get("data"), "field is immutable")]
         return []

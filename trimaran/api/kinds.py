@@ -14,18 +14,22 @@ from typing import Any
 from trimaran.api import printers
 from trimaran.api.apps import (
     APPS_V1,
+    CONTROLLERREVISION_COLUMNS,
     DAEMONSET_COLUMNS,
     DEPLOYMENT_COLUMNS,
     ENDPOINTS_COLUMNS,
     REPLICASET_COLUMNS,
     REPLICATIONCONTROLLER_COLUMNS,
     SERVICE_COLUMNS,
+    STATEFULSET_COLUMNS,
+    ControllerRevision,
     DaemonSet,
     Deployment,
     Endpoints,
     ReplicaSet,
     ReplicationController,
     Service,
+    StatefulSet,
 )
 from trimaran.api.autoscaling import API_VERSION as AUTOSCALING_V2
 from trimaran.api.autoscaling import API_VERSION_V1 as AUTOSCALING_V1
@@ -34,6 +38,10 @@ from trimaran.api.batch import Job
 from trimaran.api.coordination import API_VERSION as COORDINATION_V1
 from trimaran.api.coordination import LEASE_COLUMNS, Lease
 from trimaran.api.core import ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, Secret, ServiceAccount
+from trimaran.api.cronjob import API_VERSION as CRONJOB_V1
+from trimaran.api.cronjob import CRONJOB_COLUMNS, CronJob
+from trimaran.api.discovery import API_VERSION as DISCOVERY_V1
+from trimaran.api.discovery import ENDPOINTSLICE_COLUMNS, EndpointSlice
 from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
 from trimaran.api.inferencegraph import InferenceGraph
@@ -43,7 +51,7 @@ from trimaran.api.meta import Resource
 from trimaran.api.monitoring import API_VERSION as MONITORING_V1
 from trimaran.api.monitoring import PodMonitor, ServiceMonitor
 from trimaran.api.networking import API_VERSION as NETWORKING_V1
-from trimaran.api.networking import NETWORKPOLICY_COLUMNS, NetworkPolicy
+from trimaran.api.networking import NETWORKPOLICY_COLUMNS, NetworkPolicy, format_selector
 from trimaran.api.pipelines import (
     KFP_API_VERSION,
     TRIMARAN_API_VERSION,
@@ -54,6 +62,8 @@ from trimaran.api.pipelines import (
     Run,
     run_reference_errors,
 )
+from trimaran.api.policy import API_VERSION as POLICY_V1
+from trimaran.api.policy import PDB_COLUMNS, PodDisruptionBudget
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.rbac import API_VERSION as RBAC_V1
 from trimaran.api.rbac import BINDING_COLUMNS, ROLE_COLUMNS, ClusterRole, ClusterRoleBinding, Role, RoleBinding
@@ -91,13 +101,34 @@ class UnknownKindError(LookupError):
     """No registered kind matches; the message is kubectl's."""
 
 
+def read_path(obj: dict[str, Any], path: str) -> Any:
+    """The value at a dotted field path such as ``.spec.replicas`` (a subresource's path), or None."""
+    value: Any = obj
+    for part in path.strip(".").split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
 @dataclass(frozen=True)
 class Scale:
-    """The ``scale`` subresource of a CRD: where the replica count is read and written."""
+    """The ``scale`` subresource: where the replica count is read and written, and the selector of
+    the pods it counts (a CRD's string at ``label_selector_path``, or a built-in kind's
+    ``spec.selector``, a LabelSelector or an RC's map, which the Scale gives as a string)."""
 
     spec_replicas_path: str  # ".spec.pytorchReplicaSpecs.Worker.replicas"
     status_replicas_path: str
     label_selector_path: str = ""
+
+    def selector(self, obj: dict[str, Any]) -> str | None:
+        """The Scale's ``status.selector`` for ``obj``: None where the kind names none."""
+        if not self.label_selector_path:
+            return None
+        value = read_path(obj, self.label_selector_path)
+        if not isinstance(value, dict):
+            return value
+        if value.keys() <= {"matchLabels", "matchExpressions"}:
+            return "" if not value else format_selector(value)
+        return ",".join(f"{k}={v}" for k, v in sorted(value.items()))
 
 
 _CONDITION_STATE = (PrinterColumn("State", json_path=".status.conditions[-1:].type"), AGE)
@@ -216,7 +247,7 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 
 #: Kubernetes' own API groups among those served here; every other group is a custom resource's.
 KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "coordination.k8s.io", "networking.k8s.io",
-                               "policy", "apiextensions.k8s.io", "rbac.authorization.k8s.io"})
+                               "policy", "apiextensions.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io"})
 
 
 @dataclass(frozen=True)
@@ -442,10 +473,16 @@ for _info in (
     KindInfo("ReplicaSet", APPS_V1, "apps", "v1", "replicasets", ("rs",), True, ReplicaSet, ("all",),
              REPLICASET_COLUMNS),
     KindInfo("ReplicationController", "v1", "", "v1", "replicationcontrollers", ("rc",), True, ReplicationController,
-             ("all",), REPLICATIONCONTROLLER_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas"),
+             ("all",), REPLICATIONCONTROLLER_COLUMNS,
+             scale=Scale(".spec.replicas", ".status.replicas", ".spec.selector"),
              pod_templates=_job_template),
     KindInfo("DaemonSet", APPS_V1, "apps", "v1", "daemonsets", ("ds",), True, DaemonSet, ("all",),
              DAEMONSET_COLUMNS, pod_templates=_job_template),
+    KindInfo("StatefulSet", APPS_V1, "apps", "v1", "statefulsets", ("sts",), True, StatefulSet, ("all",),
+             STATEFULSET_COLUMNS, scale=Scale(".spec.replicas", ".status.replicas", ".spec.selector"),
+             pod_templates=_job_template),
+    KindInfo("ControllerRevision", APPS_V1, "apps", "v1", "controllerrevisions", (), True, ControllerRevision,
+             printer_columns=CONTROLLERREVISION_COLUMNS, status_subresource=False),
     KindInfo("Endpoints", "v1", "", "v1", "endpoints", ("ep",), True, Endpoints, printer_columns=ENDPOINTS_COLUMNS,
              status_subresource=False),
     KindInfo("NetworkPolicy", NETWORKING_V1, "networking.k8s.io", "v1", "networkpolicies", ("netpol",), True,
@@ -486,6 +523,20 @@ for _version in SELDON_VERSIONS:
                           PrinterColumn("Address", json_path=".status.address.url", priority=1), AGE),
                       scale=Scale(".spec.replicas", ".status.replicas", ".status.selector"),
                       pod_templates=_seldon_components))
+
+
+def _cronjob_template(obj: dict[str, Any]) -> Iterator[PodTemplate]:
+    """A CronJob: its Job template's pod template."""
+    job = _mapping(_mapping(_mapping(obj.get("spec")).get("jobTemplate")).get("spec"))
+    yield from _template("spec.jobTemplate.spec.template", job.get("template"))
+
+
+register(KindInfo("CronJob", CRONJOB_V1, "batch", "v1", "cronjobs", ("cj",), True, CronJob, ("all",), CRONJOB_COLUMNS,
+                  pod_templates=_cronjob_template))
+register(KindInfo("EndpointSlice", DISCOVERY_V1, "discovery.k8s.io", "v1", "endpointslices", (), True, EndpointSlice,
+                  printer_columns=ENDPOINTSLICE_COLUMNS, status_subresource=False))
+register(KindInfo("PodDisruptionBudget", POLICY_V1, "policy", "v1", "poddisruptionbudgets", ("pdb",), True,
+                  PodDisruptionBudget, printer_columns=PDB_COLUMNS))
 
 # RBAC (rbac.authorization.k8s.io/v1): evaluated by trimaran.server.rbac.
 for _info in (

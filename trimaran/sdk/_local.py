@@ -28,7 +28,7 @@ from typing import Any
 
 from trimaran.sdk._metrics import CURRENT, TrialStopped, as_number, parse_metrics
 from trimaran.sdk._results import ExperimentFailedError, TrialResult, TuningResult
-from trimaran.tuning import SearchSpace, TrialRecord
+from trimaran.tuning import SEARCH_SPACE_EXHAUSTED, Outcome, SearchSpace, TrialRecord, experiment_outcome, trials_wanted
 
 __all__ = ["LocalRun"]
 
@@ -210,20 +210,12 @@ class LocalRun:
         return self.stopper.should_stop(live.running_record(), others, self.objective_type, metric_name=self.metric)
 
     # -- the loop ----------------------------------------------------------------------------------
-    def _outcome(self, completed: int, failed: int) -> tuple[str, str, str] | None:
+    def _outcome(self, completed: int, failed: int) -> Outcome | None:
         best = self._best
-        if self.goal is not None and best is not None and best.value is not None and (
-                best.value <= self.goal if self.minimize else best.value >= self.goal):
-            return ("Succeeded", "ExperimentGoalReached",
-                    f"Experiment has succeeded because the objective goal {self.goal:g} was reached by "
-                    f"{best.name} ({best.value:g})")
-        if self.max_failed is not None and failed > 0 and failed >= self.max_failed:
-            return ("Failed", "ExperimentFailed",
-                    f"Experiment has failed because {failed} trials failed (maxFailedTrialCount {self.max_failed})")
-        if self.max_trials is not None and completed >= self.max_trials:
-            return ("Succeeded", "ExperimentMaxTrialsReached",
-                    f"Experiment has succeeded because max trial count ({self.max_trials}) has been reached")
-        return None
+        return experiment_outcome(objective_type=self.objective_type, goal=self.goal,
+                                  best_name=best.name if best else None, best_value=best.value if best else None,
+                                  failed=failed, max_failed=self.max_failed, completed=completed,
+                                  max_trials=self.max_trials)
 
     def run(self) -> TuningResult:
         start = time.perf_counter()
@@ -238,14 +230,13 @@ class LocalRun:
                 outcome = self._outcome(completed, failed)
                 if outcome is not None:
                     break
-                want = self.parallel if self.max_trials is None else min(self.parallel, self.max_trials - completed)
+                want = trials_wanted(self.parallel, self.max_trials, completed)
                 active = len(self.live)
                 need = want - active
                 if need > 0:
                     suggestions = self.algorithm.suggest(self.space, self.records, self.objective_type, need)
                     if suggestions.exhausted and not suggestions.assignments and active == 0 and need == want:
-                        outcome = ("Succeeded", "ExperimentSuggestionEndReached",
-                                   "Experiment has succeeded because the search space is exhausted")
+                        outcome = SEARCH_SPACE_EXHAUSTED
                         break
                     if not suggestions.assignments and active == 0:
                         raise RuntimeError(f"experiment {self.name}: algorithm "

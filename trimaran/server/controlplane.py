@@ -43,8 +43,11 @@ from trimaran.controllers.workloads import (
     HorizontalPodAutoscalerReconciler,
     ReplicationControllerReconciler,
     ServiceReconciler,
+    StatefulSetReconciler,
 )
+from trimaran.controllers.workloads.cronjob import CronJobReconciler
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
+from trimaran.controllers.workloads.pdb import PodDisruptionBudgetReconciler
 from trimaran.runtime import LocalRuntime, Node
 from trimaran.runtime.local import shim_pool_size_from_env
 from trimaran.runtime.network import PodNetwork
@@ -154,10 +157,11 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
             store, home, ports, runtime, gateway=runtime.network.plan.gateway if runtime.network else "127.0.0.1"),
         SeldonDeploymentReconciler(store, home), InferenceGraphReconciler(store), kubelet, node_controller,
         DeploymentReconciler(store, ports), ReplicationControllerReconciler(store), DaemonSetReconciler(store, node),
+        StatefulSetReconciler(store),
         services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
         GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason),
-        ClusterRoleAggregator(store)])
+        CronJobReconciler(store), PodDisruptionBudgetReconciler(store), ClusterRoleAggregator(store)])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs, cluster_network=cluster_network)
 
@@ -198,6 +202,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     from trimaran.server.kube.watch import MAX_STREAMS_PER_CLIENT, Streams
     from trimaran.server.kubeconfig import ensure_user_token, write_kubeconfig
     from trimaran.server.listeners import record_given, stop_pods_given, take_listeners
+    from trimaran.server.memory import MemoryReturner, limit_malloc_arenas
     from trimaran.server.monitoring import write_prometheus_config
     from trimaran.server.tls import ensure_pki
 
@@ -205,6 +210,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     # SIGUSR1 writes every thread's stack to the log (stderr): what a start that does not answer is
     # doing (daemon.start_server asks for it before it gives up).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    limit_malloc_arenas()  # before the threads: see server/memory.py
     try:
         plane = build_control_plane(home)
     except HomeLocked as exc:
@@ -292,6 +298,8 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     # a quarter of a gigabyte. Requests are small, and a large body is read in more pieces.
     asyncio.sslproto.SSLProtocol.max_size = 32 * 1024
 
+    returner = MemoryReturner(plane.store)
+
     async def run() -> None:
         hub.start(asyncio.get_running_loop())
         # What is loaded now lives as long as the process: out of the collector's sight, so that a
@@ -299,6 +307,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
         gc.collect()
         gc.freeze()
         plane.manager.start()
+        returner.start()
         write_server_info(home, url=url, pid=os.getpid(), pod_port=pod_port,
                           katib_db_manager=plane.dbmanager.address if plane.dbmanager else None)
         log.info("control plane listening on %s (pods: %s:%s; home %s)", url, plane.pod_host, pod_port, home)
@@ -306,6 +315,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
             await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, sockets, strict=True)))
         finally:
             hub.stop()
+            returner.stop()
 
     try:
         asyncio.run(run())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from trimaran.store.base import Store, WatchEvent
+from trimaran.store.base import Page, Store, WatchEvent
 from trimaran.store.errors import AlreadyExists, Conflict, DiskFull, Expired, Invalid, NotFound, StoreError
 from trimaran.store.sqlite import SQLiteStore
 
@@ -22,6 +22,7 @@ __all__ = [
     "Expired",
     "Invalid",
     "NotFound",
+    "Page",
     "SQLiteStore",
     "Store",
     "StoreError",

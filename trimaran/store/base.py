@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +34,22 @@ class WatchEvent:
     type: WatchEventType
     object: dict[str, Any]
     revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a list.
+
+    Attributes:
+        items: The page's objects, in the list's order.
+        more: Whether objects past the page are chosen too (a list goes on from the last item).
+        remaining: How many objects of the kind lie past the page, where nothing but the kind and
+            namespace chose them (kube-apiserver's ``remainingItemCount``); else ``None``.
+    """
+
+    items: list[dict[str, Any]]
+    more: bool
+    remaining: int | None
 
 
 class Store(abc.ABC):
@@ -92,6 +108,23 @@ class Store(abc.ABC):
                 handed out before at the same resourceVersion instead of decoding them again (a
                 reconciler that lists hundreds of children on every pass). They must not be
                 modified: copy one before changing it.
+        """
+
+    @abc.abstractmethod
+    def list_page(
+        self,
+        kind: str,
+        namespace: str | None,
+        *,
+        after: tuple[str, str] | None,
+        limit: int,
+        label_selector: dict[str, str] | None = None,
+        accepts: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> Page:
+        """One page of :meth:`list`: the first ``limit`` objects past ``after`` (a ``(namespace,
+        name)`` position, ``None`` for the start) that carry ``label_selector``'s labels and that
+        ``accepts``. Reads about as many objects as the page holds, however many the kind has.
+        The objects are shared, as with ``list(shared=True)``: copy one before changing it.
         """
 
     @abc.abstractmethod

@@ -24,7 +24,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Dialect, Engine, Executable, and_, bindparam, delete, false, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Dialect,
+    Engine,
+    Executable,
+    and_,
+    bindparam,
+    delete,
+    false,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 
 from trimaran.store import _codec
 from trimaran.store._objects import (
@@ -36,7 +50,7 @@ from trimaran.store._objects import (
     object_key,
     prepare_create,
 )
-from trimaran.store.base import EventType, Store, WatchEvent, WatchEventType
+from trimaran.store.base import EventType, Page, Store, WatchEvent, WatchEventType
 from trimaran.store.errors import AlreadyExists, Conflict, DiskFull, Expired, Invalid, NotFound, StoreError
 from trimaran.store.schema import (
     META_COMPACTED,
@@ -67,6 +81,9 @@ _WATCH_BATCH = 500
 _FEED_SIZE = 4096
 # Objects list(shared=True) keeps decoded; past this it starts afresh (deleted rows leave entries).
 _SHARED_CACHE_SIZE = 50_000
+
+# Rows a page reads at least per query: a page whose filters pass few rows reads on in steps this big.
+_PAGE_BATCH = 256
 
 # Tries to find a free name for a generateName; a clash in 27**5 suffixes is already rare.
 _GENERATE_NAME_TRIES = 8
@@ -214,7 +231,7 @@ class SQLStore(Store):
             )
         }
         # list()'s statements by (shared, by namespace, number of needles), compiled when first used.
-        self._list_sql: dict[tuple[bool, bool, int], _Prepared] = {}
+        self._list_sql: dict[tuple[bool | str, bool, int], _Prepared] = {}
         # list_observations()'s statements by (number of trial names it takes, by metric).
         self._observations_sql: dict[tuple[int | None, bool], _Prepared] = {}
         # The change log's statements by the number of kinds a watch follows (None: all).
@@ -452,6 +469,89 @@ class SQLStore(Store):
             found = [obj for obj in found
                      if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])]
         return found
+
+    def list_page(
+        self,
+        kind: str,
+        namespace: str | None,
+        *,
+        after: tuple[str, str] | None,
+        limit: int,
+        label_selector: dict[str, str] | None = None,
+        accepts: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> Page:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        needles = _needles(label_selector, None)
+        statement = self._page_statement(namespace is not None, len(needles))
+        values: dict[str, Any] = {"kind": kind, "namespace": namespace}
+        values.update((f"needle_{i}", _contains_pattern(needle)) for i, needle in enumerate(needles))
+        position = after or ("", "")
+        if namespace is not None:
+            # Within one namespace the position is a name alone, so the index reads the page in
+            # order (a (namespace, name) comparison there has SQLite sort everything past it).
+            if position[0] > namespace:
+                return Page([], False, None)
+            position = (namespace, position[1] if position[0] == namespace else "")
+        items: list[dict[str, Any]] = []
+        batch = max(limit + 1, _PAGE_BATCH)
+        while True:
+            values.update(after_namespace=position[0], after_name=position[1], batch=batch)
+            rows = self._fetch(statement, values)
+            for obj in self._decode_shared(kind, rows):
+                if label_selector and not matches_labels(obj, label_selector):
+                    continue
+                if accepts is not None and not accepts(obj):
+                    continue
+                items.append(obj)
+                if len(items) > limit:
+                    break
+            if len(items) > limit or len(rows) < batch:
+                break
+            position = (rows[-1][0], rows[-1][1])
+        more = len(items) > limit
+        del items[limit:]
+        remaining = None
+        if more and not label_selector and accepts is None:
+            last = items[-1]["metadata"]
+            counted = self._fetch(self._count_after_statement(namespace is not None),
+                                  {"kind": kind, "namespace": namespace,
+                                   "after_namespace": last.get("namespace") or "", "after_name": last["name"]})
+            remaining = int(counted[0][0])
+        return Page(items, more, remaining)
+
+    def _page_statement(self, by_namespace: bool, needles: int) -> _Prepared:
+        variant = ("page", by_namespace, needles)
+        prepared = self._list_sql.get(variant)
+        if prepared is None:
+            position = (objects.c.namespace, objects.c.name)
+            # The first page is past ("", ""): every object, as no name is empty.
+            if by_namespace:
+                past = and_(objects.c.namespace == bindparam("namespace"), objects.c.name > bindparam("after_name"))
+            else:
+                past = tuple_(*position) > tuple_(bindparam("after_namespace"), bindparam("after_name"))
+            query = select(*position, objects.c.resource_version, objects.c.body).where(
+                objects.c.kind == bindparam("kind"), past)
+            for i in range(needles):
+                query = query.where(objects.c.body.like(bindparam(f"needle_{i}"), escape="/"))
+            query = query.order_by(*position).limit(bindparam("batch"))
+            prepared = _Prepared(query, self._engine.dialect)
+            self._list_sql[variant] = prepared
+        return prepared
+
+    def _count_after_statement(self, by_namespace: bool) -> _Prepared:
+        variant = ("count", by_namespace, 0)
+        prepared = self._list_sql.get(variant)
+        if prepared is None:
+            query = select(func.count()).select_from(objects).where(
+                objects.c.kind == bindparam("kind"),
+                tuple_(objects.c.namespace, objects.c.name) > tuple_(bindparam("after_namespace"),
+                                                                     bindparam("after_name")))
+            if by_namespace:
+                query = query.where(objects.c.namespace == bindparam("namespace"))
+            prepared = _Prepared(query, self._engine.dialect)
+            self._list_sql[variant] = prepared
+        return prepared
 
     def _list_statement(self, shared: bool, by_namespace: bool, needles: int) -> _Prepared:
         variant = (shared, by_namespace, needles)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from trimaran._lazy import lazy_exports
 from trimaran.tuning._labels import PBT_GENERATION_LABEL, PBT_MEMBER_LABEL, PBT_PARENT_LABEL
+from trimaran.tuning._rules import SEARCH_SPACE_EXHAUSTED, Outcome, experiment_outcome, trials_wanted
 from trimaran.tuning._space import Domain, Parameter, SearchSpace
 from trimaran.tuning._trial import (
     FINISHED_STATES,
@@ -46,6 +47,10 @@ _LAZY = {
 __getattr__, _ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
+    "SEARCH_SPACE_EXHAUSTED",
+    "Outcome",
+    "experiment_outcome",
+    "trials_wanted",
     "FINISHED_STATES",
     "MULTI_OBJECTIVE_DEFAULT",
     "PBT_GENERATION_LABEL",

@@ -36,7 +36,15 @@ from trimaran.controllers.tuning.records import (
 )
 from trimaran.controllers.tuning.trial import FINISHED, trial_state
 from trimaran.store import AlreadyExists, Conflict, NotFound
-from trimaran.tuning import SearchSpace, get_algorithm, pareto_front
+from trimaran.tuning import (
+    SEARCH_SPACE_EXHAUSTED,
+    Outcome,
+    SearchSpace,
+    experiment_outcome,
+    get_algorithm,
+    pareto_front,
+    trials_wanted,
+)
 from trimaran.tuning._labels import EXPERIMENT_LABEL, TRIAL_LABEL
 
 log = logging.getLogger(__name__)
@@ -109,14 +117,13 @@ class ExperimentReconciler(Reconciler):
                 self._kill_active(trials)
                 return self._write(exp, status, before, events)
 
-        outcome = self._outcome(spec, status, completed, active)
+        outcome = self._outcome(spec, status, completed)
         if outcome is None and not spec.get("trialTemplate"):
-            outcome = ("Failed", "ExperimentFailed",
-                       "Experiment has no trialTemplate, so no trial can run: add spec.trialTemplate")
+            outcome = Outcome("Failed", "ExperimentFailed",
+                              "Experiment has no trialTemplate, so no trial can run: add spec.trialTemplate")
         if outcome is None:
-            want = int(spec.get("parallelTrialCount", DEFAULT_PARALLEL_TRIAL_COUNT))
-            if max_trials is not None:
-                want = min(want, int(max_trials) - completed)
+            want = trials_wanted(int(spec.get("parallelTrialCount", DEFAULT_PARALLEL_TRIAL_COUNT)),
+                                 None if max_trials is None else int(max_trials), completed)
             need = want - active
             if need > 0 and not self._volume_bound(exp):
                 need = 0  # the claim's binding wakes this experiment again
@@ -124,8 +131,7 @@ class ExperimentReconciler(Reconciler):
                 exhausted, created = self._create_trials(exp, trials, need, events)
                 self._count_created(status, created)
                 if exhausted and active == 0 and need == want:
-                    outcome = ("Succeeded", "ExperimentSuggestionEndReached",
-                               "Experiment has succeeded because the search space is exhausted")
+                    outcome = SEARCH_SPACE_EXHAUSTED
             restarting = is_true(status, "Running") and _reason(status, "Running") != "ExperimentRunning"
             if outcome is None and not restarting:
                 # A trial whose pods cannot start (ImagePullBackOff, no room) is named here too.
@@ -181,27 +187,19 @@ class ExperimentReconciler(Reconciler):
                 "observation": (best.get("status") or {}).get("observation") or {"metrics": []},
             }
 
-    def _outcome(self, spec: dict, status: dict, completed: int, active: int) -> tuple[str, str, str] | None:
-        goal = spec["objective"].get("goal")
+    def _outcome(self, spec: dict, status: dict, completed: int) -> Outcome | None:
+        objective = spec["objective"]
         best = status.get("currentOptimalTrial")
-        if goal is not None and best:
-            value = metric_value(best.get("observation"), spec["objective"]["objectiveMetricName"],
-                                 strategy_for(spec, spec["objective"]["objectiveMetricName"]))
-            if value is not None and (value >= float(goal) if spec["objective"]["type"] == "maximize"
-                                      else value <= float(goal)):
-                return ("Succeeded", "ExperimentGoalReached",
-                        f"Experiment has succeeded because the objective goal {goal} was reached by "
-                        f"{best['bestTrialName']} ({value})")
-        failed = status.get("trialsFailed", 0) + status.get("trialMetricsUnavailable", 0)
-        max_failed = spec.get("maxFailedTrialCount")
-        if max_failed is not None and failed > 0 and failed >= int(max_failed):
-            return ("Failed", "ExperimentFailed",
-                    f"Experiment has failed because {failed} trials failed (maxFailedTrialCount {max_failed})")
-        max_trials = spec.get("maxTrialCount")
-        if max_trials is not None and completed >= int(max_trials):
-            return ("Succeeded", "ExperimentMaxTrialsReached",
-                    f"Experiment has succeeded because max trial count ({max_trials}) has been reached")
-        return None
+        value = metric_value(best.get("observation"), objective["objectiveMetricName"],
+                             strategy_for(spec, objective["objectiveMetricName"])) if best else None
+        goal, max_failed, max_trials = (objective.get("goal"), spec.get("maxFailedTrialCount"),
+                                        spec.get("maxTrialCount"))
+        return experiment_outcome(
+            objective_type=objective["type"], goal=None if goal is None else float(goal),
+            best_name=best["bestTrialName"] if best else None, best_value=value,
+            failed=status.get("trialsFailed", 0) + status.get("trialMetricsUnavailable", 0),
+            max_failed=None if max_failed is None else int(max_failed), completed=completed,
+            max_trials=None if max_trials is None else int(max_trials))
 
     def _restart(self, exp: dict, status: dict, completed: int, events: list) -> bool:
         """Katib's resume: a LongRunning/FromVolume experiment that ended on maxTrialCount runs on

@@ -10,7 +10,8 @@ labelled ``controller-revision-hash`` (the template's digest) and ``pod-template
 Updates: ``RollingUpdate`` replaces a pod of an older template (deleted first when ``maxSurge`` is 0,
 as ``maxUnavailable`` 1 allows on one node; else the new one first, and the old goes once the new is
 available); ``OnDelete`` replaces it only once someone deletes it. The status is upstream's, which
-``kubectl rollout status ds/NAME`` reads.
+``kubectl rollout status ds/NAME`` reads; each template is kept as a ControllerRevision
+``<ds>-<hash>``, which ``kubectl rollout history|undo ds/NAME`` read.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ import copy
 from collections.abc import Iterable
 
 from trimaran.api.apps import percent_or_int
+from trimaran.api.labels import CONTROLLER_REVISION_HASH_LABEL
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.pods import is_ready, is_terminating, new_pod, owned_pods, phase, request_deletion
 from trimaran.controllers.workloads.deployment import is_available, template_hash
+from trimaran.controllers.workloads.history import owned_revisions, sync_revision, truncate_history
 from trimaran.runtime.node import Node
 from trimaran.store import NotFound, Store
 
-__all__ = ["GENERATION_LABEL", "REVISION_HASH_LABEL", "DaemonSetReconciler", "daemon_tolerations"]
+__all__ = ["GENERATION_LABEL", "DaemonSetReconciler", "daemon_tolerations"]
 
-REVISION_HASH_LABEL = "controller-revision-hash"
 GENERATION_LABEL = "pod-template-generation"
 
 
@@ -47,7 +49,7 @@ def daemon_tolerations(pod_spec: dict) -> list[dict]:
 
 
 def _revision(pod: dict) -> str:
-    return (pod["metadata"].get("labels") or {}).get(REVISION_HASH_LABEL, "")
+    return (pod["metadata"].get("labels") or {}).get(CONTROLLER_REVISION_HASH_LABEL, "")
 
 
 class DaemonSetReconciler(Reconciler):
@@ -83,6 +85,7 @@ class DaemonSetReconciler(Reconciler):
         pod_spec = self._pod_spec(ds)
         belongs = self.node.check_constraints(pod_spec) is None
         pods = owned_pods(self.store, ds)
+        self._record_history(ds, current, pods)
         for pod in pods:
             if not is_terminating(pod) and phase(pod) == "Failed":  # upstream deletes failed daemon pods
                 request_deletion(self.store, pod)
@@ -93,6 +96,17 @@ class DaemonSetReconciler(Reconciler):
             return self._write_status(ds, current, belongs, [], misscheduled=bool(live))
         live = self._update(ds, current, pod_spec, live, any(is_terminating(p) for p in pods))
         return self._write_status(ds, current, belongs, live, misscheduled=False)
+
+    def _record_history(self, ds: dict, current: str, pods: list[dict]) -> None:
+        """The template as a ControllerRevision ``<ds>-<hash>`` (``history.py``), as upstream's
+        ``constructHistory`` keeps it for ``kubectl rollout history|undo ds/NAME``; at most
+        ``revisionHistoryLimit`` others, never one a pod still runs."""
+        revisions = owned_revisions(self.store, ds)
+        sync_revision(self.store, ds, revisions, CONTROLLER_REVISION_HASH_LABEL,
+                      int((ds.get("status") or {}).get("collisionCount") or 0), name_hash=current)
+        name = ds["metadata"]["name"]
+        keep = {f"{name}-{h}" for h in [current, *(_revision(p) for p in pods)]}
+        truncate_history(self.store, revisions, keep, int(ds["spec"].get("revisionHistoryLimit", 10)))
 
     def _update(self, ds: dict, current: str, pod_spec: dict, live: list[dict], draining: bool) -> list[dict]:
         """Bring the node to one pod of the current template within the update strategy; the live pods after."""
@@ -134,7 +148,7 @@ class DaemonSetReconciler(Reconciler):
         meta = ds["metadata"]
         template = ds["spec"]["template"]
         tmeta = template.get("metadata") or {}
-        labels = {**(tmeta.get("labels") or {}), REVISION_HASH_LABEL: current,
+        labels = {**(tmeta.get("labels") or {}), CONTROLLER_REVISION_HASH_LABEL: current,
                   GENERATION_LABEL: str(meta.get("generation", 1))}
         pod = new_pod(f"{meta['name']}-", meta["namespace"], copy.deepcopy(pod_spec), owner=ds, generate=True,
                       labels=labels, annotations=dict(tmeta.get("annotations") or {}))

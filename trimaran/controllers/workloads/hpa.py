@@ -29,6 +29,7 @@ from typing import Any
 
 from trimaran.api import ManifestError, validate
 from trimaran.api.autoscaling import API_VERSION_V1, default_rules, metrics_of, scale_target_info
+from trimaran.api.kinds import read_path
 from trimaran.api.quantity import format_cpu, format_memory, parse_cpu, parse_memory
 from trimaran.controllers.base import Key, Reconciler
 from trimaran.controllers.conditions import get_condition, now_rfc3339, set_condition
@@ -172,13 +173,6 @@ def normalize(history: ScalingHistory, now: float, current: int, desired: int, m
     return Recommendation(stabilized, "DesiredWithinRange", "the desired count is within the acceptable range")
 
 
-def _dotted(obj: dict, path: str) -> Any:
-    cur: Any = obj
-    for part in path.strip(".").split("."):
-        cur = cur.get(part) if isinstance(cur, dict) else None
-    return cur
-
-
 def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
     """A scale subresource's selector string (``a=b,c=d``, the form the kinds here write)."""
     for term in filter(None, (t.strip() for t in selector.split(","))):
@@ -277,8 +271,10 @@ class HorizontalPodAutoscalerReconciler(Reconciler):
             return None
         scale = info.scale
         assert scale is not None  # the API refuses a target without one
-        spec_replicas = _dotted(target, scale.spec_replicas_path)
-        current = int(spec_replicas if spec_replicas is not None else _dotted(target, scale.status_replicas_path) or 0)
+        spec_replicas = read_path(target, scale.spec_replicas_path)
+        if spec_replicas is None:
+            spec_replicas = read_path(target, scale.status_replicas_path)
+        current = int(spec_replicas or 0)
         set_condition(status, "AbleToScale", "True", "SucceededGetScale",
                       "the HPA controller was able to get the target's current scale")
         status["currentReplicas"] = current
@@ -295,7 +291,7 @@ class HorizontalPodAutoscalerReconciler(Reconciler):
         elif current < min_replicas:
             desired, rescale_reason = min_replicas, "Current number of replicas below Spec.MinReplicas"
         else:
-            selector = _dotted(target, scale.label_selector_path) if scale.label_selector_path else None
+            selector = scale.selector(target)
             try:
                 proposed, metric_reason, retry = self._compute(hpa, status, ns, selector, current)
             except _MetricProblem as problem:
@@ -329,7 +325,7 @@ class HorizontalPodAutoscalerReconciler(Reconciler):
         """Set the target's replicas as the scale subresource does: the kind's validation, then the store."""
         scale = info.scale
         parent_path, _, leaf = scale.spec_replicas_path.strip(".").rpartition(".")
-        parent = _dotted(target, parent_path) if parent_path else target
+        parent = read_path(target, parent_path) if parent_path else target
         problem = ""
         if not isinstance(parent, dict):
             problem = f"{info.kind} {target['metadata']['name']} has no {scale.spec_replicas_path} to scale"

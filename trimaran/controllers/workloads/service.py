@@ -29,7 +29,15 @@ import logging
 from pathlib import Path
 
 from trimaran.api.apps import selector_matches
+from trimaran.api.discovery import MANAGED_BY_MIRRORING, MANAGED_BY_SLICES
+from trimaran.api.labels import (
+    ENDPOINTSLICE_MANAGED_BY_LABEL,
+    HEADLESS_SERVICE_LABEL,
+    SERVICE_NAME_LABEL,
+    SKIP_MIRROR_LABEL,
+)
 from trimaran.controllers.base import Key, Reconciler, key_of
+from trimaran.controllers.conditions import is_true
 from trimaran.controllers.pods import LOOPBACK, is_terminating, owner_reference, phase
 from trimaran.controllers.probes import resolve_port
 from trimaran.controllers.workloads.deployment import is_available
@@ -45,6 +53,7 @@ __all__ = ["ServiceReconciler", "cluster_ip_candidates", "service_names"]
 log = logging.getLogger(__name__)
 
 _SECOND, _THIRD, _FOURTH = 254, 256, 254
+_SLICE_MANAGERS = (MANAGED_BY_SLICES, MANAGED_BY_MIRRORING)
 
 
 def service_names(name: str, namespace: str) -> list[str]:
@@ -65,7 +74,8 @@ def cluster_ip_candidates(home: Path | None, namespace: str, name: str) -> list[
 class ServiceReconciler(Reconciler):
     name = "service"
     kinds = ("Service",)
-    watches = ("Pod",)
+    # Endpoints: a Service without a selector forwards to (and mirrors into slices) those its owner writes.
+    watches = ("Pod", "Endpoints")
 
     def __init__(self, store: Store, runtime: NodeAPI, network: ClusterNetwork | None = None, *,
                  home: Path | None = None) -> None:
@@ -75,8 +85,6 @@ class ServiceReconciler(Reconciler):
         self.runtime = runtime
         self.home = home
         self.network = network
-        if network is not None:  # a Service without a selector forwards to the Endpoints its owner writes
-            self.watches = ("Pod", "Endpoints")
         self.proxy = ServiceProxy()
         self._listening: dict[Key, set[Address]] = {}
         self._names: dict[Key, str] = {}  # the Services whose names are published, and their address
@@ -150,11 +158,14 @@ class ServiceReconciler(Reconciler):
             return None
         selector = spec.get("selector")
         if not selector:
+            self._mirror_slices(svc)
             return None  # endpoints are the user's to manage; nothing to forward
-        pods = [p for p in self.store.list("Pod", key.namespace, shared=True)
-                if selector_matches({"matchLabels": selector}, p["metadata"].get("labels")) and not is_terminating(p)]
+        selected = [p for p in self.store.list("Pod", key.namespace, shared=True)
+                    if selector_matches({"matchLabels": selector}, p["metadata"].get("labels"))]
+        pods = [p for p in selected if not is_terminating(p)]
         self._say_if_empty(svc, selector, pods)
         self._write_endpoints(svc, pods)
+        self._write_slices(svc, selected)
         wanted: set[Address] = set()
         unforwarded: list[str] = []
         for port in spec.get("ports") or []:
@@ -244,6 +255,104 @@ class ServiceReconciler(Reconciler):
         except (Conflict, AlreadyExists):
             self.wake(key_of(svc))  # written meanwhile: compare again
 
+    def _write_slices(self, svc: dict, pods: list[dict]) -> None:
+        """The Service's EndpointSlices, as the EndpointSlice controller keeps them beside Endpoints:
+        one per address type and set of ports its pods serve (a placeholder without endpoints when
+        none does), named ``<svc>-<random>``; every live pod that has an address is an endpoint,
+        ready, serving and terminating as upstream's conditions say."""
+        spec, meta = svc["spec"], svc["metadata"]
+        # (address type, its ports' keys) -> (its ports, its endpoints)
+        wanted: dict[tuple, tuple[list[dict], list[dict]]] = {}
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            address = self._slice_address(pod)
+            if address is None:
+                continue
+            ports = [_slice_port(p, target) for p in spec.get("ports") or []
+                     if (target := resolve_port(pod, p.get("targetPort", p["port"]))) is not None]
+            serving = bool(spec.get("publishNotReadyAddresses")) or is_true(pod.get("status") or {}, "Ready")
+            terminating = is_terminating(pod)
+            pod_meta, pod_spec = pod["metadata"], pod.get("spec") or {}
+            endpoint: dict = {"addresses": [address], "conditions": {
+                "ready": bool(spec.get("publishNotReadyAddresses")) or serving and not terminating,
+                "serving": serving, "terminating": terminating}}
+            if pod_spec.get("hostname") and pod_spec.get("subdomain") == meta["name"]:
+                endpoint["hostname"] = pod_spec["hostname"]
+            endpoint["targetRef"] = {"kind": "Pod", "namespace": pod_meta["namespace"], "name": pod_meta["name"],
+                                     "uid": pod_meta["uid"]}
+            if pod_spec.get("nodeName"):
+                endpoint["nodeName"] = pod_spec["nodeName"]
+            family = "IPv6" if ":" in address else "IPv4"
+            wanted.setdefault((family, tuple(map(_slice_port_key, ports))), (ports, []))[1].append(endpoint)
+        if not wanted:  # upstream's placeholder: the Service's address type, no ports, no endpoints
+            wanted[("IPv6" if ":" in (spec.get("clusterIP") or "") else "IPv4", ())] = ([], [])
+        labels = {**(meta.get("labels") or {}), ENDPOINTSLICE_MANAGED_BY_LABEL: MANAGED_BY_SLICES}
+        if spec.get("clusterIP") == "None":
+            labels[HEADLESS_SERVICE_LABEL] = ""
+        self._sync_slices(svc, wanted, labels, svc)
+
+    def _mirror_slices(self, svc: dict) -> None:
+        """A Service without a selector: its Endpoints (its owner's to write) mirrored into slices, as
+        upstream's EndpointSlice mirroring controller does (owned by the Endpoints), unless they say
+        ``skip-mirror``."""
+        meta = svc["metadata"]
+        try:
+            endpoints = self.store.get("Endpoints", meta["namespace"], meta["name"])
+        except NotFound:
+            endpoints = {"metadata": {}}
+        ep_labels = endpoints["metadata"].get("labels") or {}
+        wanted: dict[tuple, tuple[list[dict], list[dict]]] = {}
+        for subset in [] if ep_labels.get(SKIP_MIRROR_LABEL) == "true" else endpoints.get("subsets") or []:
+            ports = [_slice_port(p, p["port"]) for p in subset.get("ports") or []]
+            for ready, field in ((True, "addresses"), (False, "notReadyAddresses")):
+                for address in subset.get(field) or []:
+                    endpoint: dict = {"addresses": [address["ip"]], "conditions": {"ready": ready}}
+                    endpoint.update({k: address[k] for k in ("hostname", "nodeName", "targetRef") if address.get(k)})
+                    family = "IPv6" if ":" in address["ip"] else "IPv4"
+                    wanted.setdefault((family, tuple(map(_slice_port_key, ports))), (ports, []))[1].append(endpoint)
+        labels = {k: v for k, v in ep_labels.items() if k != SKIP_MIRROR_LABEL}
+        self._sync_slices(svc, wanted, {**labels, ENDPOINTSLICE_MANAGED_BY_LABEL: MANAGED_BY_MIRRORING}, endpoints)
+
+    def _sync_slices(self, svc: dict, wanted: dict[tuple, tuple[list[dict], list[dict]]], labels: dict,
+                     owner: dict) -> None:
+        """Make the Service's slices of one manager (``labels`` say which) those ``wanted`` (address
+        type and port keys -> ports and endpoints): a slice that matches one is updated in place, a new
+        one (owned by ``owner``) is created by ``generateName`` ``<svc>-``; the rest of the Service's
+        slices are deleted."""
+        meta = svc["metadata"]
+        labels = {**labels, SERVICE_NAME_LABEL: meta["name"]}
+        ours = labels[ENDPOINTSLICE_MANAGED_BY_LABEL]
+        existing = [s for s in self.store.list("EndpointSlice", meta["namespace"],
+                                               label_selector={SERVICE_NAME_LABEL: meta["name"]})
+                    if (s["metadata"].get("labels") or {}).get(ENDPOINTSLICE_MANAGED_BY_LABEL) in _SLICE_MANAGERS]
+        try:
+            for current in existing:
+                group = (current.get("addressType"), tuple(map(_slice_port_key, current.get("ports") or [])))
+                mine = current["metadata"]["labels"][ENDPOINTSLICE_MANAGED_BY_LABEL] == ours
+                if not mine or group not in wanted:
+                    self.store.delete("EndpointSlice", meta["namespace"], current["metadata"]["name"])
+                    continue
+                endpoints = wanted.pop(group)[1] or None
+                if current.get("endpoints") != endpoints or current["metadata"].get("labels") != labels:
+                    current["endpoints"] = endpoints
+                    current["metadata"]["labels"] = labels
+                    self.store.update(current)
+            for (family, _), (ports, endpoints) in wanted.items():
+                self.store.create({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"generateName": f"{meta['name']}-", "namespace": meta["namespace"], "labels": labels,
+                                 "ownerReferences": [owner_reference(owner)]},
+                    "addressType": family, "endpoints": endpoints or None, "ports": list(ports)})
+        except (Conflict, AlreadyExists, NotFound):
+            self.wake(key_of(svc))  # written meanwhile: compare again
+
+    def _slice_address(self, pod: dict) -> str | None:
+        """Where an endpoint is: on the pod network its IP once it has one, else loopback once it runs."""
+        if phase(pod) in ("Succeeded", "Failed"):
+            return None
+        if self.network is not None:
+            return (pod.get("status") or {}).get("podIP") or None
+        return _pod_address(pod) if phase(pod) == "Running" else None
+
     def _assign_ip(self, svc: dict) -> str | None:
         meta = svc["metadata"]
         taken = {(s.get("spec") or {}).get("clusterIP") for s in self.store.list("Service", shared=True)}
@@ -330,11 +439,14 @@ class ServiceReconciler(Reconciler):
         targets: list[tuple[tuple[str, int], ...]] = []
         addresses: dict[str, str | None] = {}
         if selector:
-            pods = [p for p in self.store.list("Pod", key.namespace, shared=True)
-                    if selector_matches({"matchLabels": selector}, p["metadata"].get("labels"))
-                    and not is_terminating(p)]
+            selected = [p for p in self.store.list("Pod", key.namespace, shared=True)
+                        if selector_matches({"matchLabels": selector}, p["metadata"].get("labels"))]
+            pods = [p for p in selected if not is_terminating(p)]
             self._say_if_empty(svc, selector, pods)
             self._write_endpoints(svc, pods)
+            self._write_slices(svc, selected)
+        else:
+            self._mirror_slices(svc)
         subsets = self._endpoint_subsets(key)
         for port in ports:
             found = set()
@@ -435,6 +547,18 @@ def _listen_failure(svc: dict, address: Address, exc: OSError) -> str:
     return (f"{ip}:{port}: port {port} is held by another process on this machine (a pod of another "
             f"control plane, or a server listening on every address); a pod that calls "
             f"{svc['metadata']['name']}:{port} reaches that process instead. Give the Service another port.")
+
+
+def _slice_port(port: dict, number: int) -> dict:
+    """An EndpointSlice's port for a Service port served at ``number`` (a name always, "" for none)."""
+    out = {"name": port.get("name") or "", "port": number, "protocol": port.get("protocol", "TCP")}
+    if port.get("appProtocol"):
+        out["appProtocol"] = port["appProtocol"]
+    return out
+
+
+def _slice_port_key(port: dict) -> tuple:
+    return (port.get("name") or "", port.get("port"), port.get("protocol", "TCP"), port.get("appProtocol"))
 
 
 def _pod_address(pod: dict) -> str:

@@ -4,22 +4,33 @@ As kube-apiserver's eviction REST: the Eviction names the pod in the URL, its ``
 (preconditions, dry run) apply to the delete; a pod that is terminal, still Pending or already
 being deleted is deleted at once, and a running one first gets the ``DisruptionTarget`` condition
 (``EvictionByEvictionAPI``), then a graceful delete: the kubelet stops it with its grace period and
-its controller (Deployment, Job, ...) makes a new one. There are no PodDisruptionBudgets yet, so no
-eviction is refused for one (the 429 a budget gives comes with that kind).
+its controller (Deployment, Job, ...) makes a new one.
+
+A running pod a PodDisruptionBudget covers is evicted only while the budget allows a disruption, as
+upstream's ``checkAndDecrement``: its ``disruptionsAllowed`` is spent (the pod named in
+``disruptedPods``, which the disruption controller reads) in a write that a racing eviction's makes
+conflict and read again; none left is 429 TooManyRequests "Cannot evict pod as it would violate the
+pod's disruption budget." with the ``DisruptionBudget`` cause, which ``kubectl drain`` retries every
+5 s. A pod that is not Ready passes where the budget is healthy anyway or its
+``unhealthyPodEvictionPolicy`` is AlwaysAllow; two budgets over one pod are upstream's 500.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trimaran.controllers.conditions import set_condition
+from trimaran.controllers.conditions import is_true, now_rfc3339, set_condition
 from trimaran.controllers.gc import PreconditionFailed, request_delete
+from trimaran.controllers.workloads.pdb import budgets_of, set_disruption_allowed
 from trimaran.server.kube.errors import StatusError
 from trimaran.store import Conflict, NotFound, Store
 
 __all__ = ["evict"]
 
 _VERSIONS = ("policy/v1", "policy/v1beta1")
+_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+# Writes of a budget's status lost to racing evictions before the eviction gives up, as upstream's retries.
+_BUDGET_ATTEMPTS = 5
 
 
 def evict(store: Store, namespace: str, name: str, body: Any) -> dict[str, Any]:
@@ -50,6 +61,8 @@ def evict(store: Store, namespace: str, name: str, body: Any) -> dict[str, Any]:
             if wanted and wanted != pod["metadata"].get(field):
                 raise PreconditionFailed(pod, field, wanted, pod["metadata"].get(field))
         phase = (pod.get("status") or {}).get("phase") or "Pending"
+        if phase not in ("Succeeded", "Failed", "Pending") and not pod["metadata"].get("deletionTimestamp"):
+            _spend_budget(store, pod, dry_run)
         if phase == "Running" and not pod["metadata"].get("deletionTimestamp") and not dry_run:
             status = dict(pod.get("status") or {})
             if set_condition(status, "DisruptionTarget", "True", "EvictionByEvictionAPI", "Eviction API: evicting"):
@@ -62,3 +75,57 @@ def evict(store: Store, namespace: str, name: str, body: Any) -> dict[str, Any]:
     except Conflict as exc:
         raise StatusError.conflict("", "pods", name, str(exc)) from None
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+
+
+def _too_many(message: str, retry_after: int) -> StatusError:
+    """apimachinery's ``NewTooManyRequests`` with the ``DisruptionBudget`` cause."""
+    return StatusError(429, "TooManyRequests", _REFUSED,
+                       {"causes": [{"reason": "DisruptionBudget", "message": message}],
+                        "retryAfterSeconds": retry_after},
+                       {"Retry-After": str(retry_after)} if retry_after else None)
+
+
+def _spend_budget(store: Store, pod: dict[str, Any], dry_run: bool) -> None:
+    """Upstream's budget check of an eviction: spend one of the covering budget's disruptions, or refuse.
+
+    Raises:
+        StatusError: 429 when the budget allows none (or has not yet seen its latest spec), 500 for a
+            pod under two budgets.
+    """
+    budgets = budgets_of(store, pod)
+    if not budgets:
+        return
+    if len(budgets) > 1:
+        message = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+        raise StatusError(500, "InternalError", f"Internal error occurred: {message}",
+                          {"causes": [{"message": message}]})
+    pdb = budgets[0]
+    spec = pdb.get("spec") or {}
+    if not is_true(pod.get("status") or {}, "Ready"):
+        status = pdb.get("status") or {}
+        desired = int(status.get("desiredHealthy") or 0)
+        if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or \
+                int(status.get("currentHealthy") or 0) >= desired > 0:
+            return  # an unready pod does not count against a budget that holds without it
+    name = pdb["metadata"]["name"]
+    for _ in range(_BUDGET_ATTEMPTS):
+        status = dict(pdb.get("status") or {})
+        if int(status.get("observedGeneration") or 0) < int(pdb["metadata"].get("generation") or 1):
+            raise _too_many(f"The disruption budget {name} is still being processed by the server.", 10)
+        if int(status.get("disruptionsAllowed") or 0) <= 0:
+            raise _too_many(f"The disruption budget {name} needs {int(status.get('desiredHealthy') or 0)} healthy "
+                            f"pods and has {int(status.get('currentHealthy') or 0)} currently", 0)
+        if dry_run:
+            return
+        status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
+        if status["disruptionsAllowed"] == 0:
+            status["conditions"] = [dict(c) for c in status.get("conditions") or []]
+            set_disruption_allowed(status)
+        status["disruptedPods"] = {**(status.get("disruptedPods") or {}), pod["metadata"]["name"]: now_rfc3339()}
+        try:
+            store.update_status({**pdb, "status": status})
+            return
+        except Conflict:
+            pdb = store.get("PodDisruptionBudget", pdb["metadata"]["namespace"], name)
+    raise StatusError(504, "Timeout", f"couldn't update PodDisruptionBudget \"{name}\" due to conflicts",
+                      {"retryAfterSeconds": 10})

@@ -1,10 +1,10 @@
 """Request bodies in Kubernetes' protobuf encoding, for the core kinds kubectl's generators send.
 
-``kubectl create namespace|configmap|secret|serviceaccount|deployment|job|service NAME``,
+``kubectl create namespace|configmap|secret|serviceaccount|deployment|job|cronjob|service|pdb NAME``,
 ``kubectl run``, ``kubectl expose`` and ``kubectl autoscale`` build typed objects and send them as
 ``application/vnd.kubernetes.protobuf``: the magic ``k8s\\0``, then a ``runtime.Unknown`` holding the
 TypeMeta and the object's own message. The messages below are the subset of k8s.io/api core/v1,
-apps/v1, batch/v1, autoscaling/v1 and apimachinery meta/v1 those commands fill in, with upstream's
+apps/v1, batch/v1, autoscaling/v1, policy/v1 and apimachinery meta/v1 those commands fill in, with upstream's
 field numbers, declared as descriptors and parsed by the protobuf library; the result is the
 object's JSON form, which the API then admits like any other body. A field outside that subset
 that carries a value (``kubectl run --overrides`` can set any) is refused rather than dropped; Go
@@ -150,16 +150,108 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
     "BoundObjectReference": [("kind", 1, _STRING, False), ("apiVersion", 2, _STRING, False),
                              ("name", 3, _STRING, False), ("uid", 4, _STRING, False)],
 }
+# batch/v1 CronJob and policy/v1 PodDisruptionBudget, as `kubectl create cronjob|poddisruptionbudget` fill them in.
+_SCHEMA.update({
+    "CronJob": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "CronJobSpec", False)],
+    "CronJobSpec": [("schedule", 1, _STRING, False), ("startingDeadlineSeconds", 2, _INT64, False),
+                    ("concurrencyPolicy", 3, _STRING, False), ("suspend", 4, _BOOL, False),
+                    ("jobTemplate", 5, "JobTemplateSpec", False), ("successfulJobsHistoryLimit", 6, _INT32, False),
+                    ("failedJobsHistoryLimit", 7, _INT32, False), ("timeZone", 8, _STRING, False)],
+    "JobTemplateSpec": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "JobSpec", False)],
+    "PodDisruptionBudget": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "PodDisruptionBudgetSpec", False)],
+    "PodDisruptionBudgetSpec": [("minAvailable", 1, "IntOrString", False), ("selector", 2, "LabelSelector", False),
+                                ("maxUnavailable", 3, "IntOrString", False),
+                                ("unhealthyPodEvictionPolicy", 4, _STRING, False)],
+})
+# The rest of a pod template a Job made by `kubectl create job --from=cronjob/X` carries (the CronJob's
+# whole template): volumes, resources, env from references, security contexts, tolerations.
+_STR, _Q = _STRING, "Quantity"
+_SCHEMA["PodSpec"] += [
+    ("volumes", 1, "Volume", True), ("activeDeadlineSeconds", 5, _INT64, False), ("nodeName", 10, _STR, False),
+    ("hostNetwork", 11, _BOOL, False), ("securityContext", 14, "PodSecurityContext", False),
+    ("imagePullSecrets", 15, "LocalObjectReference", True), ("hostname", 16, _STR, False),
+    ("subdomain", 17, _STR, False), ("schedulerName", 19, _STR, False),
+    ("automountServiceAccountToken", 21, _BOOL, False), ("tolerations", 22, "Toleration", True),
+    ("priorityClassName", 24, _STR, False), ("enableServiceLinks", 30, _BOOL, False)]
+_SCHEMA["Container"] += [
+    ("resources", 8, "ResourceRequirements", False), ("volumeMounts", 9, "VolumeMount", True),
+    ("securityContext", 15, "SecurityContext", False), ("envFrom", 19, "EnvFromSource", True)]
+_SCHEMA["EnvVar"] += [("valueFrom", 3, "EnvVarSource", False)]
+_SCHEMA.update({
+    "Quantity": [("string", 1, _STR, False)],
+    "ResourceRequirements": [("limits", 1, ("map", _Q), False), ("requests", 2, ("map", _Q), False)],
+    "VolumeMount": [("name", 1, _STR, False), ("readOnly", 2, _BOOL, False), ("mountPath", 3, _STR, False),
+                    ("subPath", 4, _STR, False), ("mountPropagation", 5, _STR, False),
+                    ("subPathExpr", 6, _STR, False)],
+    "Volume": [("name", 1, _STR, False), ("volumeSource", 2, "VolumeSource", False)],
+    "VolumeSource": [("hostPath", 1, "HostPathVolumeSource", False), ("emptyDir", 2, "EmptyDirVolumeSource", False),
+                     ("secret", 6, "SecretVolumeSource", False),
+                     ("persistentVolumeClaim", 10, "PersistentVolumeClaimVolumeSource", False),
+                     ("configMap", 19, "ConfigMapVolumeSource", False), ("csi", 28, "CSIVolumeSource", False)],
+    "HostPathVolumeSource": [("path", 1, _STR, False), ("type", 2, _STR, False)],
+    "EmptyDirVolumeSource": [("medium", 1, _STR, False), ("sizeLimit", 2, _Q, False)],
+    "SecretVolumeSource": [("secretName", 1, _STR, False), ("items", 2, "KeyToPath", True),
+                           ("defaultMode", 3, _INT32, False), ("optional", 4, _BOOL, False)],
+    "ConfigMapVolumeSource": [("localObjectReference", 1, "LocalObjectReference", False),
+                              ("items", 2, "KeyToPath", True), ("defaultMode", 3, _INT32, False),
+                              ("optional", 4, _BOOL, False)],
+    "KeyToPath": [("key", 1, _STR, False), ("path", 2, _STR, False), ("mode", 3, _INT32, False)],
+    "PersistentVolumeClaimVolumeSource": [("claimName", 1, _STR, False), ("readOnly", 2, _BOOL, False)],
+    "CSIVolumeSource": [("driver", 1, _STR, False), ("readOnly", 2, _BOOL, False), ("fsType", 3, _STR, False),
+                        ("volumeAttributes", 4, ("map", _STR), False),
+                        ("nodePublishSecretRef", 5, "LocalObjectReference", False)],
+    "EnvVarSource": [("fieldRef", 1, "ObjectFieldSelector", False),
+                     ("resourceFieldRef", 2, "ResourceFieldSelector", False),
+                     ("configMapKeyRef", 3, "ConfigMapKeySelector", False),
+                     ("secretKeyRef", 4, "SecretKeySelector", False)],
+    "ObjectFieldSelector": [("apiVersion", 1, _STR, False), ("fieldPath", 2, _STR, False)],
+    "ResourceFieldSelector": [("containerName", 1, _STR, False), ("resource", 2, _STR, False),
+                              ("divisor", 3, _Q, False)],
+    "ConfigMapKeySelector": [("localObjectReference", 1, "LocalObjectReference", False), ("key", 2, _STR, False),
+                             ("optional", 3, _BOOL, False)],
+    "SecretKeySelector": [("localObjectReference", 1, "LocalObjectReference", False), ("key", 2, _STR, False),
+                          ("optional", 3, _BOOL, False)],
+    "EnvFromSource": [("prefix", 1, _STR, False), ("configMapRef", 2, "ConfigMapEnvSource", False),
+                      ("secretRef", 3, "SecretEnvSource", False)],
+    "ConfigMapEnvSource": [("localObjectReference", 1, "LocalObjectReference", False), ("optional", 2, _BOOL, False)],
+    "SecretEnvSource": [("localObjectReference", 1, "LocalObjectReference", False), ("optional", 2, _BOOL, False)],
+    "Toleration": [("key", 1, _STR, False), ("operator", 2, _STR, False), ("value", 3, _STR, False),
+                   ("effect", 4, _STR, False), ("tolerationSeconds", 5, _INT64, False)],
+    "SecurityContext": [("capabilities", 1, "Capabilities", False), ("privileged", 2, _BOOL, False),
+                        ("runAsUser", 4, _INT64, False), ("runAsNonRoot", 5, _BOOL, False),
+                        ("readOnlyRootFilesystem", 6, _BOOL, False), ("allowPrivilegeEscalation", 7, _BOOL, False),
+                        ("runAsGroup", 8, _INT64, False)],
+    "Capabilities": [("add", 1, _STR, True), ("drop", 2, _STR, True)],
+    "PodSecurityContext": [("runAsUser", 2, _INT64, False), ("runAsNonRoot", 3, _BOOL, False),
+                           ("supplementalGroups", 4, _INT64, True), ("fsGroup", 5, _INT64, False),
+                           ("runAsGroup", 6, _INT64, False)],
+})
+# Go structs embedded in their parent's JSON (`json:",inline"`).
+_INLINE = {("Volume", "volumeSource")} | {(m, "localObjectReference") for m in (
+    "ConfigMapVolumeSource", "ConfigMapKeySelector", "SecretKeySelector", "ConfigMapEnvSource", "SecretEnvSource")}
+# Pointers to structs whose presence is the value, empty or not (`emptyDir: {}`).
+_EMPTY_IS_A_VALUE = {("VolumeSource", name) for name, *_ in _SCHEMA["VolumeSource"]}
 # Go encodes a non-pointer scalar even when it is zero, and its JSON leaves zero out (omitempty):
 # zeros are dropped but for these pointer fields, where zero is a value ("0 replicas").
 _ZERO_MEANS_ZERO = {("DeploymentSpec", "replicas"), ("JobSpec", "parallelism"), ("JobSpec", "completions"),
                     ("JobSpec", "backoffLimit"), ("JobSpec", "ttlSecondsAfterFinished"),
-                    ("HorizontalPodAutoscalerSpec", "minReplicas")}
+                    ("HorizontalPodAutoscalerSpec", "minReplicas"), ("CronJobSpec", "startingDeadlineSeconds"),
+                    ("CronJobSpec", "successfulJobsHistoryLimit"), ("CronJobSpec", "failedJobsHistoryLimit")}
+_ZERO_MEANS_ZERO |= {
+    ("PodSpec", "automountServiceAccountToken"), ("PodSpec", "enableServiceLinks"),
+    ("Toleration", "tolerationSeconds"), ("KeyToPath", "mode"),
+    *((m, f) for m in ("SecretVolumeSource", "ConfigMapVolumeSource") for f in ("defaultMode", "optional")),
+    *((m, "optional") for m in ("ConfigMapKeySelector", "SecretKeySelector", "ConfigMapEnvSource", "SecretEnvSource")),
+    *(("SecurityContext", f) for f in ("privileged", "runAsUser", "runAsNonRoot", "readOnlyRootFilesystem",
+                                       "allowPrivilegeEscalation", "runAsGroup")),
+    *(("PodSecurityContext", f) for f in ("runAsUser", "runAsNonRoot", "fsGroup", "runAsGroup"))}
 # The kinds a body may carry: (apiVersion, kind) -> message.
 _KINDS = {("v1", kind): kind for kind in ("Namespace", "ConfigMap", "Secret", "ServiceAccount", "Service", "Pod")}
 _KINDS["autoscaling/v1", "HorizontalPodAutoscaler"] = "HorizontalPodAutoscaler"
 _KINDS["apps/v1", "Deployment"] = "Deployment"
 _KINDS["batch/v1", "Job"] = "Job"
+_KINDS["batch/v1", "CronJob"] = "CronJob"
+_KINDS["policy/v1", "PodDisruptionBudget"] = "PodDisruptionBudget"
 for _kind in ("Role", "ClusterRole", "RoleBinding"):
     _KINDS["rbac.authorization.k8s.io/v1", _kind] = _kind
 _KINDS["rbac.authorization.k8s.io/v1", "ClusterRoleBinding"] = "RoleBinding"  # the same fields
@@ -186,7 +278,11 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
                 entry = message.nested_type.add(name=f"{json_name[0].upper()}{json_name[1:]}Entry")
                 entry.options.map_entry = True
                 entry.field.add(name="key", json_name="key", number=1, label=_OPTIONAL, type=_STRING)
-                entry.field.add(name="value", json_name="value", number=2, label=_OPTIONAL, type=kind[1])
+                value = entry.field.add(name="value", json_name="value", number=2, label=_OPTIONAL)
+                if isinstance(kind[1], str):  # a message (a Quantity)
+                    value.type, value.type_name = _MESSAGE, f".{_PACKAGE}.{kind[1]}"
+                else:
+                    value.type = kind[1]
                 field.label = _REPEATED
                 field.type = _MESSAGE
                 field.type_name = f".{_PACKAGE}.{name}.{entry.name}"
@@ -217,15 +313,20 @@ def _to_json(message: Any) -> dict[str, Any]:
             continue
         if field.message_type is not None and field.message_type.name == "IntOrString":
             out[field.json_name] = _to_json(value)["value"]
+        elif field.message_type is not None and field.message_type.name == "Quantity":
+            out[field.json_name] = value.string
         elif field.message_type is not None and field.message_type.GetOptions().map_entry:
             entry_value = field.message_type.fields_by_name["value"]
             out[field.json_name] = {
-                k: base64.b64encode(v).decode() if entry_value.type == _BYTES else v for k, v in value.items()}
+                k: base64.b64encode(v).decode() if entry_value.type == _BYTES else
+                v.string if entry_value.message_type is not None else v for k, v in value.items()}
         elif field.message_type is not None and field.is_repeated:
             out[field.json_name] = [_to_json(item) for item in value]
+        elif (name, field.json_name) in _INLINE:
+            out.update(_to_json(value))
         elif field.message_type is not None:
             out[field.json_name] = _to_json(value)
-            if not out[field.json_name]:
+            if not out[field.json_name] and (name, field.json_name) not in _EMPTY_IS_A_VALUE:
                 del out[field.json_name]
         elif field.is_repeated:
             out[field.json_name] = list(value)

@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from trimaran.api import ManifestError, kinds, printers, validate
 from trimaran.api.errors import FieldError
-from trimaran.api.kinds import KindInfo
+from trimaran.api.kinds import KindInfo, read_path
 from trimaran.api.podsecurity import Policy
 from trimaran.controllers.gc import request_delete
 from trimaran.server.kube import patch as patching
@@ -40,7 +40,7 @@ from trimaran.server.kube.streaming import STREAMING
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, WatchHub
 from trimaran.server.rbac import access as rbac  # a module: rbac's own modules import this package's
-from trimaran.store import AlreadyExists, Conflict, DiskFull, NotFound, Store
+from trimaran.store import AlreadyExists, Conflict, DiskFull, NotFound, Page, Store
 from trimaran.store._objects import generated_name
 from trimaran.store.base import WatchEvent
 from trimaran.store.errors import Expired, Invalid
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["EVENT", "KubeAPI", "MAX_BODY_BYTES", "Target"]
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit for a request body
+_DELETE_PAGE = 500  # objects a deletecollection reads at a time
 MAX_WATCH_SECONDS = 1800  # a watch without timeoutSeconds ends here, and none lasts longer
 _BOOKMARK_EVERY = 30.0
 _UNKNOWN_FIELD = 'unknown field "'
@@ -113,6 +114,14 @@ def _update_attempts() -> Iterator[int]:
 def _json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     # A newline ends the body, as Go's JSON encoder ends kube-apiserver's (clients compare the text).
     return Response(orjson.dumps(data) + b"\n", status_code=status, media_type="application/json", headers=headers)
+
+
+def _continue_token(revision: int, last: dict) -> str:
+    """The ``continue`` of a page that ends with ``last``: where the next page starts, and the revision
+    the list answers for."""
+    meta = last["metadata"]
+    return base64.urlsafe_b64encode(orjson.dumps(
+        {"rv": revision, "after": [meta.get("namespace") or "", meta["name"]]})).decode()
 
 
 class KubeAPI:
@@ -334,6 +343,33 @@ class KubeAPI:
         revision, items = await asyncio.to_thread(read)
         return revision, [o for o in items if accepts(o)], accepts
 
+    async def _select_page(self, request: Request, target: Target, after: tuple[str, str] | None,
+                           limit: int) -> tuple[int, Page] | None:
+        """The store revision and one page of the objects the request picks, read from the store a
+        page at a time; ``None`` where the request names one object or lists events (``_select``)."""
+        params = request.query_params
+        info = target.info
+        labels = parse_label_selector(params.get("labelSelector"))
+        fields = parse_field_selector(params.get("fieldSelector"), info.kind)
+        namespace = target.namespace if info.namespaced else None
+        if namespace is None and info.namespaced:
+            namespace = fields.value_of("metadata.namespace")
+        if info is EVENT or fields.value_of("metadata.name") is not None:
+            return None
+        selected = params.get("labelSelector") or params.get("fieldSelector")
+        accepts = self._matcher(target, labels, fields) if selected else None
+
+        def read() -> tuple[int, Page]:
+            for _ in range(_CONSISTENT_READ_TRIES):  # one revision's page, as in _select
+                revision = self.store.current_revision()
+                page = self.store.list_page(info.kind, namespace, after=after, limit=limit,
+                                            label_selector=labels.equalities() or None, accepts=accepts)
+                if self.store.current_revision() == revision:
+                    break
+            return revision, page
+
+        return await asyncio.to_thread(read)
+
     async def _reached(self, wanted: int) -> int | None:
         """None once the store has reached revision ``wanted`` (waiting up to :data:`_TOO_LARGE_WAIT`),
         else the revision it is at."""
@@ -359,32 +395,45 @@ class KubeAPI:
             current = await self._reached(wanted)
             if current is not None:
                 raise StatusError.too_large_resource_version(wanted, current)
-        revision, items, _ = await self._select(request, target)
         limit = _int_param(params, "limit")
         token = params.get("continue")
+        after, token_revision = None, None
         if token:
             try:
                 cont = json.loads(base64.urlsafe_b64decode(token.encode()))
-                after, revision = tuple(cont["after"]), int(cont["rv"])
+                after, token_revision = tuple(cont["after"]), int(cont["rv"])
                 if len(after) != 2 or not all(isinstance(part, str) for part in after):
                     raise ValueError(after)
             except (ValueError, KeyError, TypeError):
                 raise StatusError(410, "Expired", "the provided continue parameter is too old or malformed"
                                   ) from None
-            items = [o for o in items if (o["metadata"].get("namespace") or "", o["metadata"]["name"]) > after]
+        paged = await self._select_page(request, target, after, limit) if limit and limit > 0 else None
         next_token, remaining = "", None
-        if limit and limit > 0 and len(items) > limit:
-            remaining = len(items) - limit
-            items = items[:limit]
-            last = items[-1]["metadata"]
-            next_token = base64.urlsafe_b64encode(orjson.dumps(
-                {"rv": revision, "after": [last.get("namespace") or "", last["name"]]})).decode()
+        if paged is not None:
+            revision, page = paged
+            items = page.items
+            if page.more:
+                remaining = page.remaining
+                next_token = _continue_token(token_revision or revision, items[-1])
+        else:
+            revision, items, _ = await self._select(request, target)
+            if after is not None:
+                items = [o for o in items if (o["metadata"].get("namespace") or "", o["metadata"]["name"]) > after]
+            if limit and limit > 0 and len(items) > limit:
+                if not (params.get("labelSelector") or params.get("fieldSelector")):
+                    remaining = len(items) - limit  # kube-apiserver counts only what no selector chose
+                items = items[:limit]
+                next_token = _continue_token(token_revision or revision, items[-1])
+        if token_revision is not None:
+            revision = token_revision  # every page of a list answers for the revision of its first
         if wants_table(request.headers.get("accept", "")):
             return _json_response(table(info, items, str(revision), params.get("includeObject", "Metadata"),
                                         continue_token=next_token))
         metadata: dict[str, Any] = {"resourceVersion": str(revision)}
         if next_token:
-            metadata.update({"continue": next_token, "remainingItemCount": remaining})
+            metadata["continue"] = next_token
+            if remaining is not None:
+                metadata["remainingItemCount"] = remaining
         return _json_response({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": metadata,
                                "items": items})
 
@@ -752,12 +801,19 @@ class KubeAPI:
 
     async def _delete_collection(self, request: Request, target: Target, propagation: str, dry_run: bool
                                  ) -> Response:
-        _, items, _ = await self._select(request, target)
-        for obj in items:
-            try:
-                await asyncio.to_thread(request_delete, self.store, obj, propagation, None, dry_run)
-            except (NotFound, Conflict):
-                continue  # gone or changed meanwhile: deletecollection is best effort per item
+        after: tuple[str, str] | None = None
+        while True:  # a page at a time, so that a collection of thousands is never held whole
+            paged = await self._select_page(request, target, after, _DELETE_PAGE)
+            items = paged[1].items if paged is not None else (await self._select(request, target))[1]
+            for obj in items:
+                try:
+                    await asyncio.to_thread(request_delete, self.store, obj, propagation, None, dry_run)
+                except (NotFound, Conflict):
+                    continue  # gone or changed meanwhile: deletecollection is best effort per item
+            if paged is None or not paged[1].more:
+                break
+            last = items[-1]["metadata"]
+            after = (last.get("namespace") or "", last["name"])
         return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
 
     # Scale -----------------------------------------------------------------------------
@@ -766,14 +822,14 @@ class KubeAPI:
     def _scale_of(info: KindInfo, obj: dict) -> dict:
         assert info.scale is not None
         meta = obj["metadata"]
-        selector = _dotted_get(obj, info.scale.label_selector_path) if info.scale.label_selector_path else None
-        status: dict[str, Any] = {"replicas": _dotted_get(obj, info.scale.status_replicas_path) or 0}
+        selector = info.scale.selector(obj)
+        status: dict[str, Any] = {"replicas": read_path(obj, info.scale.status_replicas_path) or 0}
         if selector:
             status["selector"] = selector
         return {"kind": "Scale", "apiVersion": "autoscaling/v1",
                 "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                              if k in meta},
-                "spec": {"replicas": _dotted_get(obj, info.scale.spec_replicas_path) or 0}, "status": status}
+                "spec": {"replicas": read_path(obj, info.scale.spec_replicas_path) or 0}, "status": status}
 
     async def _write_scale(self, target: Target, current: dict, scale: Any, dry_run: bool) -> Response:
         info = target.info
@@ -793,13 +849,6 @@ class KubeAPI:
         response = await self._store_update(info, admitted, dry_run, [])
         stored = orjson.loads(response.body)
         return _json_response(self._scale_of(info, stored))
-
-
-def _dotted_get(obj: dict, path: str) -> Any:
-    cur: Any = obj
-    for part in path.strip(".").split("."):
-        cur = cur.get(part) if isinstance(cur, dict) else None
-    return cur
 
 
 def _dotted_set(obj: dict, path: str, value: Any) -> bool:
