@@ -126,6 +126,10 @@ def test_escalation_is_refused_unless_held_or_escalate(plane, kubectl) -> None: 
         'Error from server (Forbidden): roles.rbac.authorization.k8s.io "grab" is forbidden: user "bob" '
         '(groups=["system:authenticated"]) is attempting to grant RBAC permissions not currently held:\n'
         '{APIGroups:[""], Resources:["nodes"], Verbs:["get" "list"]}')
+    patched = kubectl("--token", bob, "-n", "rbac-b", "patch", "role", "cm-reader", "--type=json", "-p",
+                      '[{"op": "add", "path": "/rules/-", "value": {"apiGroups": [""], "resources": ["nodes"], '
+                      '"verbs": ["delete"]}}]', check=False)
+    assert patched.returncode == 1 and '{APIGroups:[""], Resources:["nodes"], Verbs:["delete"]}' in patched.stderr
     bind = kubectl("--token", bob, "-n", "rbac-b", "create", "rolebinding", "grab", "--clusterrole=cluster-admin",
                    "--user=bob", check=False)
     assert bind.returncode == 1 and "is attempting to grant RBAC permissions not currently held" in bind.stderr
