@@ -261,3 +261,43 @@ def test_a_role_token_keeps_its_role_when_its_namespace_is_made_again(plane, kub
     plane.cli("token", "revoke", token_id)
     assert kubectl("--token", token, "-n", "rbac-e", "get", "configmaps", check=False).returncode == 1
     assert kubectl("-n", "rbac-e", "get", "rolebindings", "-o", "name").stdout == ""
+
+
+def test_rules_match_as_upstreams_rule_allows() -> None:
+    from trimaran.server.rbac.authorizer import Attributes, compile_rule
+
+    scale = compile_rule({"verbs": ["get", "update"], "apiGroups": ["*"], "resources": ["*/scale"]})
+    assert scale.allows(Attributes("update", "apps", "deployments", "scale", "ns", "web"))
+    assert not scale.allows(Attributes("update", "apps", "deployments", "", "ns", "web"))
+    assert not scale.allows(Attributes("delete", "apps", "deployments", "scale", "ns", "web"))
+    named = compile_rule({"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a"]})
+    assert named.allows(Attributes("get", "", "configmaps", "", "ns", "a"))
+    assert not named.allows(Attributes("get", "", "configmaps", "", "ns", "b"))
+    assert not named.allows(Attributes("list", "", "configmaps", "", "ns"))
+    logs = compile_rule({"verbs": ["get"], "apiGroups": [""], "resources": ["pods/log"]})
+    assert logs.allows(Attributes("get", "", "pods", "log", "ns", "p"))
+    assert not logs.allows(Attributes("get", "", "pods", "", "ns", "p"))
+    urls = compile_rule({"verbs": ["get"], "nonResourceURLs": ["/apis/*", "/version"]})
+    assert urls.allows(Attributes("get", path="/apis/apps/v1")) and urls.allows(Attributes("get", path="/version"))
+    assert not urls.allows(Attributes("get", path="/version/x")) and not urls.allows(Attributes("get", "", "pods"))
+
+
+def test_what_an_escalation_lacks_is_listed_as_upstream_compacts_it() -> None:
+    from trimaran.server.rbac.authorizer import compile_rule
+    from trimaran.server.rbac.escalation import missing_rules
+
+    held = [compile_rule({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods", "configmaps"]}),
+            compile_rule({"verbs": ["*"], "apiGroups": ["apps"], "resources": ["deployments/scale"]})]
+    assert missing_rules(held, [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]) == []
+    assert missing_rules(held, [{"verbs": ["get", "delete", "create"], "apiGroups": ["", "apps"],
+                                 "resources": ["pods", "deployments/scale"]}]) == [
+        '{APIGroups:[""], Resources:["deployments/scale"], Verbs:["get" "delete" "create"]}',
+        '{APIGroups:[""], Resources:["pods"], Verbs:["delete" "create"]}',
+        '{APIGroups:["apps"], Resources:["pods"], Verbs:["get" "delete" "create"]}']
+    # A wildcard is held only by a wildcard; a name by a rule for it or for every name.
+    assert missing_rules(held, [{"verbs": ["get"], "apiGroups": [""], "resources": ["*"]}]) == [
+        '{APIGroups:[""], Resources:["*"], Verbs:["get"]}']
+    assert missing_rules(held, [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"],
+                                 "resourceNames": ["p"]}]) == []
+    assert missing_rules(held, [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]) == [
+        '{NonResourceURLs:["/metrics"], Verbs:["get"]}']

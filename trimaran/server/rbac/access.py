@@ -7,6 +7,9 @@ from typing import Any
 
 from trimaran.api.rbac import API_GROUP
 from trimaran.server.kube.errors import StatusError
+
+# Modules, not names: each imports server.kube, whose package imports this one (any may come first).
+from trimaran.server.rbac import escalation, serviceaccounts
 from trimaran.server.rbac.authorizer import Attributes, Authorizer
 from trimaran.server.rbac.bootstrap import (
     POD_BINDING,
@@ -15,8 +18,6 @@ from trimaran.server.rbac.bootstrap import (
     ensure_token_bindings,
     sync_token_bindings,
 )
-from trimaran.server.rbac.escalation import check_write
-from trimaran.server.rbac.serviceaccounts import DEFAULT_ACCOUNT
 from trimaran.server.tokens import Principal, TokenStore
 from trimaran.store import NotFound, Store
 
@@ -58,7 +59,7 @@ def admit(obj: dict[str, Any]) -> None:
     principal = _requester.get()
     if obj.get("kind") in RBAC_KINDS and str(obj.get("apiVersion", "")).startswith(API_GROUP) \
             and principal is not None and principal.authorizer is not None:
-        check_write(principal.authorizer, principal, obj)  # type: ignore[arg-type]
+        escalation.check_write(principal.authorizer, principal, obj)  # type: ignore[arg-type]
 
 
 def wrote(principal: Principal, group: str) -> None:
@@ -90,7 +91,7 @@ def start(store: Store, tokens: TokenStore) -> Authorizer:
         try:
             return store.get("ServiceAccount", namespace, name)["metadata"].get("uid") == uid
         except NotFound:
-            return name == DEFAULT_ACCOUNT and not uid  # a namespace's default, never stored
+            return name == serviceaccounts.DEFAULT_ACCOUNT and not uid  # a namespace's default, never stored
 
 
     tokens.authorizer = authorizer

@@ -23,9 +23,8 @@ from starlette.routing import BaseRoute, Route
 
 from trimaran.server.kube import protobuf
 from trimaran.server.kube.errors import StatusError, status_response
-from trimaran.server.rbac import access
+from trimaran.server.rbac import access, serviceaccounts  # modules: each imports server.kube, which imports them
 from trimaran.server.rbac.authorizer import Attributes, Authorizer, Rule
-from trimaran.server.rbac.serviceaccounts import token_request
 from trimaran.server.tokens import Principal, TokenStore
 from trimaran.store import Store
 
@@ -209,7 +208,7 @@ def review_routes(store: Store, tokens: TokenStore) -> list[BaseRoute]:
         principal = _principal(request)
         access.authorize(principal, Attributes("create", "", "serviceaccounts", "token", namespace, name))
         body = await _body(request, "TokenRequest")
-        return _json(await token_request(store, tokens, namespace, name, body), 201)
+        return _json(await serviceaccounts.token_request(store, tokens, namespace, name, body), 201)
 
     base = f"/apis/{AUTHZ}/v1"
     return [
