@@ -66,6 +66,8 @@ from trimaran.api.policy import API_VERSION as POLICY_V1
 from trimaran.api.policy import PDB_COLUMNS, PodDisruptionBudget
 from trimaran.api.printers import AGE, PrinterColumn
 from trimaran.api.quota import LIMITRANGE_COLUMNS, QUOTA_COLUMNS, LimitRange, ResourceQuota
+from trimaran.api.rbac import API_VERSION as RBAC_V1
+from trimaran.api.rbac import BINDING_COLUMNS, ROLE_COLUMNS, ClusterRole, ClusterRoleBinding, Role, RoleBinding
 from trimaran.api.scheduling import API_VERSION as SCHEDULING_V1
 from trimaran.api.scheduling import PRIORITYCLASS_COLUMNS, PriorityClass
 from trimaran.api.seldon import API_VERSIONS as SELDON_VERSIONS
@@ -248,7 +250,7 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 
 #: Kubernetes' own API groups among those served here; every other group is a custom resource's.
 KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "coordination.k8s.io", "networking.k8s.io",
-                               "policy", "apiextensions.k8s.io", "discovery.k8s.io"})
+                               "policy", "apiextensions.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io"})
 
 
 @dataclass(frozen=True)
@@ -560,5 +562,18 @@ for _info in (
              printer_columns=LIMITRANGE_COLUMNS, status_subresource=False),
     KindInfo("PriorityClass", SCHEDULING_V1, "scheduling.k8s.io", "v1", "priorityclasses", ("pc",), False,
              PriorityClass, printer_columns=PRIORITYCLASS_COLUMNS, status_subresource=False),
+):
+    register(_info)
+
+# RBAC (rbac.authorization.k8s.io/v1): evaluated by trimaran.server.rbac.
+for _info in (
+    KindInfo("Role", RBAC_V1, "rbac.authorization.k8s.io", "v1", "roles", (), True, Role,
+             printer_columns=ROLE_COLUMNS, status_subresource=False),
+    KindInfo("ClusterRole", RBAC_V1, "rbac.authorization.k8s.io", "v1", "clusterroles", (), False, ClusterRole,
+             printer_columns=ROLE_COLUMNS, status_subresource=False),
+    KindInfo("RoleBinding", RBAC_V1, "rbac.authorization.k8s.io", "v1", "rolebindings", (), True, RoleBinding,
+             printer_columns=BINDING_COLUMNS, status_subresource=False),
+    KindInfo("ClusterRoleBinding", RBAC_V1, "rbac.authorization.k8s.io", "v1", "clusterrolebindings", (), False,
+             ClusterRoleBinding, printer_columns=BINDING_COLUMNS, status_subresource=False),
 ):
     register(_info)

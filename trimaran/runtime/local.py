@@ -485,7 +485,8 @@ class LocalRuntime:
         log_dir = self._pod_log_dir(namespace, name)
         token_dir = None
         if access is not None and automounts_token(spec):
-            token_dir = write_service_account(access, namespace, run_dir / "serviceaccount")
+            token_dir = write_service_account(access, namespace, run_dir / "serviceaccount",
+                                              str(spec.get("serviceAccountName") or "default"))
             if owner is not None:
                 _give_token(token_dir, owner, pod, pods.uid)
         service_env = access.env() if access is not None else None

@@ -26,14 +26,15 @@ API_SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc
 class ServiceAccountAccess:
     """Where pods reach the API and what they present to it.
 
-    ``token_for(namespace)`` is the service-account token the pods of that namespace get;
+    ``token_for(namespace, name)`` is the token the pods of that namespace running as
+    ServiceAccount ``name`` get;
     ``ca_cert`` signed the certificate the API serves on ``api_host:api_port``.
     """
 
     api_host: str
     api_port: int
     ca_cert: Path
-    token_for: Callable[[str], str]
+    token_for: Callable[[str, str], str]
 
     def env(self) -> dict[str, str]:
         """The variables the kubelet sets for the ``kubernetes`` service (port name ``https``)."""
@@ -60,12 +61,14 @@ def automounts_token(pod_spec: Mapping[str, object]) -> bool:
     return pod_spec.get("automountServiceAccountToken") is not False
 
 
-def write_service_account(access: ServiceAccountAccess, namespace: str, directory: Path) -> Path:
-    """Write the pod's ``token`` (0600), ``namespace`` and ``ca.crt`` (0644) into ``directory``
-    (which must be the pod's own, so no other pod can read the token) and return it."""
+def write_service_account(access: ServiceAccountAccess, namespace: str, directory: Path,
+                          account: str = "default") -> Path:
+    """Write the pod's ``token`` (its ServiceAccount ``account``'s, 0600), ``namespace`` and
+    ``ca.crt`` (0644) into ``directory`` (which must be the pod's own, so no other pod can read
+    the token) and return it."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     contents = {
-        "token": (access.token_for(namespace).encode(), 0o600),
+        "token": (access.token_for(namespace, account).encode(), 0o600),
         "namespace": (namespace.encode(), 0o644),
         "ca.crt": (access.ca_cert.read_bytes(), 0o644),
     }

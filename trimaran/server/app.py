@@ -41,6 +41,8 @@ from trimaran.server.kube.metrics import metrics_routes
 from trimaran.server.kube.watch import metrics_exposition
 from trimaran.server.monitoring import ControlPlaneCollector, monitoring_router
 from trimaran.server.observations import add_pushed_observations
+from trimaran.server.rbac.access import authorize_path
+from trimaran.server.rbac.reviews import review_routes
 from trimaran.server.tokens import TokenStore
 from trimaran.store import NotFound
 
@@ -138,6 +140,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     # KFP's /apis/v2beta1 first: the Kubernetes API's /apis/{group} would take it.
     app.router.routes.extend(kfp_routes(store))
     app.router.routes.extend(metrics_routes(store, plane.kubelet.runtime.stats, plane.kubelet.node))
+    app.router.routes.extend(review_routes(store, tokens))  # RBAC's reviews and TokenRequest
     app.router.routes.extend(routes(kube, server_address, started))
     app.include_router(dashboard_router(plane))
     app.include_router(monitoring_router(store))
@@ -147,9 +150,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
     async def metrics(request: Request) -> Response:
         """Open watches and log follows, as kube-apiserver's ``apiserver_longrunning_requests``; the
         store's objects, the controllers and the node (`ControlPlaneCollector`)."""
-        principal = principal_of(request)
-        if principal.namespaces is not None:
-            raise StatusError(403, "Forbidden", f'User "{principal.name}" cannot get path "/metrics"')
+        authorize_path(principal_of(request), "/metrics")
         body, media = await asyncio.to_thread(metrics_exposition, hub, collector)
         return Response(body, media_type=media)
 
@@ -161,7 +162,7 @@ def create_app(plane: ControlPlane, tokens: TokenStore, hub: WatchHub, server_ad
 
     def allow(request: Request, verb: str, namespace: str) -> None:
         principal = principal_of(request)
-        if not principal.allows(verb, namespace):
+        if not principal.allows(verb, namespace, "trials", "kubeflow.org"):
             raise StatusError.forbidden(principal.name, verb, "kubeflow.org", "trials", namespace)
 
     @app.post("/trimaran/v1/namespaces/{namespace}/trials/{name}/observations")

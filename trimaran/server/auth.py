@@ -1,6 +1,7 @@
 """Who is calling: every request but the health checks carries a bearer token, loopback included
-(pods share this machine). The token names a `Principal` (`trimaran.server.tokens`); what it may
-do is checked where the request is understood (the API knows the verb and namespace).
+(pods share this machine). The token names a `Principal` (`trimaran.server.tokens`): a user and its
+groups; what it may do is RBAC's (`trimaran.server.rbac`), checked where the request is understood
+(the API knows the verb, resource and namespace).
 
 A browser cannot send a header from a link, so the dashboard also takes the token once in its
 query string (``/dashboard/?token=TOKEN``, as ``trimaran dashboard`` prints it): the answer sets an
@@ -19,7 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from trimaran.server.dashboard.html import PREFIX
-from trimaran.server.tokens import TokenStore
+from trimaran.server.tokens import AUTHENTICATED, Principal, TokenStore, service_account_groups
 
 COOKIE = "trimaran_token"
 # Paths anyone may read: health checks, the version (as kube-apiserver's public-info role allows),
@@ -48,6 +49,10 @@ def check(request: Request, tokens: TokenStore) -> Response | None:
     path = request.url.path
     principal = tokens.authenticate(_bearer(request))
     if principal is not None:
+        if "impersonate-user" in request.headers or "impersonate-group" in request.headers:
+            principal, refused = _impersonated(principal, request)
+            if refused is not None:
+                return refused
         request.state.principal = principal
         return None
     if path in PUBLIC:
@@ -68,6 +73,37 @@ def check(request: Request, tokens: TokenStore) -> Response | None:
         request.state.principal = principal
         return None
     return _refused("this control plane requires its token")
+
+
+def _impersonated(principal: Principal, request: Request) -> tuple[Principal, Response | None]:
+    """The user ``Impersonate-User``/``Impersonate-Group`` name (``kubectl --as``, ``--as-group``),
+    when ``principal`` may ``impersonate`` each, as kube-apiserver's impersonation filter checks."""
+    user = request.headers.get("impersonate-user", "")
+    groups = [g for g in request.headers.getlist("impersonate-group") if g]
+    if not user:
+        return principal, _forbidden('requested [{Kind:Group}] without impersonating a user')
+    wanted: list[tuple[str, str, str]] = []  # (resource, namespace, name)
+    sa_prefix = "system:serviceaccount:"
+    if user.startswith(sa_prefix) and user.count(":") == 3:
+        namespace, name = user[len(sa_prefix):].split(":")
+        wanted.append(("serviceaccounts", namespace, name))
+        groups = groups or list(service_account_groups(namespace))
+    else:
+        wanted.append(("users", "", user))
+    wanted += [("groups", "", g) for g in groups]
+    for resource, namespace, name in wanted:
+        if not principal.allows("impersonate", namespace or None, resource, name=name):
+            where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+            return principal, _forbidden(f'{resource} "{name}" is forbidden: User "{principal.name}" cannot '
+                                         f'impersonate resource "{resource}" in API group "" {where}')
+    groups = [g for g in groups if g != AUTHENTICATED] + [AUTHENTICATED]
+    return Principal(user, tuple(dict.fromkeys(groups)), authorizer=principal.authorizer), None
+
+
+def _forbidden(message: str) -> Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": "Forbidden", "code": 403}
+    return Response(orjson.dumps(body), status_code=403, media_type="application/json")
 
 
 def _refused(reason: str) -> Response:
@@ -94,9 +130,9 @@ class TokenMiddleware:
         refused = check(request, self.tokens)
         principal = getattr(request.state, "principal", None)
         if refused is None and is_dashboard(request.url.path) and principal is not None \
-                and principal.namespaces is not None:
-            refused = Response("the dashboard shows every namespace: it needs a token that is not limited to some",
-                               status_code=403, media_type="text/plain")
+                and not principal.allows("list", None, "pods"):
+            refused = Response("the dashboard shows every namespace: it needs a token that may list pods in all "
+                               "of them", status_code=403, media_type="text/plain")
         if refused is not None:
             await refused(scope, receive, send)
             return

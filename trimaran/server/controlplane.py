@@ -54,6 +54,8 @@ from trimaran.runtime.local import shim_pool_size_from_env
 from trimaran.runtime.network import PodNetwork
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import HomeLock, HomeLocked, clear_server_info, home_dir, lock_home, write_server_info
+from trimaran.server.rbac.access import start as start_rbac
+from trimaran.server.rbac.aggregation import ClusterRoleAggregator
 from trimaran.server.tokens import TokenStore
 from trimaran.store import Store, open_store
 
@@ -160,7 +162,7 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
         GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason),
-        CronJobReconciler(store), PodDisruptionBudgetReconciler(store),
+        CronJobReconciler(store), PodDisruptionBudgetReconciler(store), ClusterRoleAggregator(store),
         ResourceQuotaReconciler(store)])  # and the store's admission of new objects (controllers/quota.py)
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs, cluster_network=cluster_network)
@@ -225,6 +227,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, home: Path | None = None, pod_
     home = plane.home
     plane.pod_security = pod_security
     tokens = TokenStore(home)
+    start_rbac(plane.store, tokens)  # every request authorised by RBAC; the bootstrap policy; tokens' bindings
     network = plane.kubelet.runtime.network
     pki = ensure_pki(home, host, extra_ips=[network.plan.gateway, network.plan.api_ip] if network else [])
     # The listening sockets are the home's socket keeper's, which outlives this process: pods keep

@@ -58,7 +58,10 @@ def ensure_user_token(home: Path, tokens: TokenStore) -> str:
     token = _existing_token(kubeconfig_path(home))
     if token and tokens.authenticate(token) is not None:
         return token
-    return tokens.create("admin", None, name="admin")
+    from trimaran.server.tokens import MASTERS
+
+    # In system:masters, as a cluster's first administrator is: allowed everything, whatever RBAC says.
+    return tokens.create(None, None, name="admin", groups=[MASTERS])
 
 
 def write_kubeconfig(home: Path, server: str, token: str, ca_pem: bytes | None) -> Path:

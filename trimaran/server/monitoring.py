@@ -297,7 +297,8 @@ def _prometheus_token(home: Path, tokens: TokenStore) -> str:
         token = ""
     if token and tokens.authenticate(token) is not None:
         return token
-    return tokens.create("view", None, name=_TOKEN_NAME)
+    # system:monitoring reads /metrics (kube-apiserver's bootstrap binding), view the pods it scrapes.
+    return tokens.create("view", None, name=_TOKEN_NAME, groups=["system:monitoring"])
 
 
 def write_prometheus_config(home: Path, api_url: str, tokens: TokenStore, ca_pem: bytes) -> Path:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import grpc
 
 from trimaran.runtime import NodeAPI
+from trimaran.server.rbac.policy import OBSERVATIONS
 from trimaran.server.tokens import Principal, TokenStore
 
 __all__ = ["Caller", "Callers"]
@@ -63,8 +64,9 @@ class Caller:
         deletes Katib's records; a pod reads and reports for its own namespace; the home's user
         without a token only reads (as with ``kubectl port-forward`` to Katib's service)."""
         if self.principal is not None:
-            allowed = self.principal.allows(verb, namespace)
-            return allowed and (verb != "delete" or self.principal.role == "admin")
+            # Reading and reporting are those of the trial; deleting, of its observation log (admin's).
+            resource = OBSERVATIONS if verb == "delete" else "trials"
+            return self.principal.allows("update" if verb == "create" else verb, namespace, resource, "kubeflow.org")
         if self.namespace is not None:
             return verb in ("get", "create") and namespace == self.namespace
         return self.owner and verb == "get"

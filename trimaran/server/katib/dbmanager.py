@@ -45,6 +45,7 @@ from trimaran.server.katib.proto import dbmanager_pb2 as pb
 from trimaran.server.katib.proto import dbmanager_pb2_grpc as pb_grpc
 from trimaran.server.katib.relay import Relay
 from trimaran.server.observations import add_pushed_observations
+from trimaran.server.rbac.access import start as start_rbac
 from trimaran.server.tokens import TokenStore
 from trimaran.store import NotFound, Store
 
@@ -205,6 +206,8 @@ def serve_dbmanager(store: Store, listener: socket.socket, *, tokens: TokenStore
     `trimaran.server.keeper`). A process that finds the inner port and calls it directly is
     identified as any caller is.
     """
+    if tokens.authorizer is None:  # a DBManager of its own; the control plane's tokens have one already
+        start_rbac(store, tokens)
     callers = Callers(tokens, runtime)
     # Without SO_REUSEPORT (gRPC sets it by default), nothing else can share the inner port.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="katib-dbmanager"),

@@ -124,7 +124,8 @@ class _Api:
 
     @staticmethod
     def allow(principal: Principal, verb: str, kind: str, namespace: str | None) -> None:
-        if not principal.allows(verb, namespace):
+        info = kinds.lookup(kind)
+        if not principal.allows(verb, namespace, info.plural, info.group):
             raise KfpError.forbidden(principal.name, verb, _PLURAL[kind], namespace)
 
     @staticmethod
@@ -140,9 +141,11 @@ class _Api:
         if requested:
             self.allow(principal, "list", kind, requested)
             return self.store.list(kind, requested)
-        if principal.namespaces is None:
+        info = kinds.lookup(kind)
+        if principal.allows("list", None, info.plural, info.group):
             return self.store.list(kind)
-        return [obj for ns in sorted(principal.namespaces) for obj in self.store.list(kind, ns)]
+        return [obj for obj in self.store.list(kind)
+                if principal.allows("list", obj["metadata"]["namespace"], info.plural, info.group)]
 
     def find(self, principal: Principal, kind: str, uid: str, verb: str = "get") -> dict[str, Any]:
         """The object whose uid is KFP's id ``uid``."""

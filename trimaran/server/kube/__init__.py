@@ -18,13 +18,16 @@ from trimaran.server.kube import discovery, metrics, openapi
 from trimaran.server.kube.crd import CustomResources
 from trimaran.server.kube.errors import StatusError, status_response
 from trimaran.server.kube.resources import EVENT, KubeAPI, Target
-from trimaran.server.kube.streaming import STREAMING, authorize
 from trimaran.server.kube.watch import WatchHub
+from trimaran.server.rbac import access as rbac  # modules: rbac's own modules import this package's
+from trimaran.server.rbac import reviews
+from trimaran.server.rbac.authorizer import Attributes
 from trimaran.server.tokens import Principal
 
 __all__ = ["EVENT", "KubeAPI", "StatusError", "Target", "WatchHub", "principal_of", "routes", "status_response"]
 
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+READ_VERBS = frozenset({"get", "list", "watch"})
 
 
 def _json(data: object, status: int = 200) -> Response:
@@ -50,36 +53,41 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
     crds = CustomResources(api, started)
     served = api.served  # users' CRDs add and remove kinds at run time
 
-    def guard(request: Request, verb: str, target_ns: str | None, group: str, plural: str) -> None:
+    def guard(request: Request, verb: str, target_ns: str | None, group: str, plural: str, name: str | None = None,
+              subresource: str | None = None) -> Principal:
         principal = principal_of(request)
-        if not principal.allows(verb, target_ns, plural if group == "" else None):
-            raise StatusError.forbidden(principal.name, verb, group, plural, target_ns)
+        rbac.authorize(principal, Attributes(verb, group, plural, subresource or "", target_ns or "", name or ""))
+        return principal
+
+    def discovery_path(request: Request) -> None:
+        rbac.authorize_path(principal_of(request), request.url.path)
 
     async def version(request: Request) -> Response:
         return _json(discovery.version_info())
 
     async def core(request: Request) -> Response:
-        principal_of(request)
+        discovery_path(request)
         return _json(discovery.api_versions(server_address()))
 
     async def groups(request: Request) -> Response:
-        principal_of(request)
+        discovery_path(request)
         listed = discovery.api_group_list(served())
         listed["groups"].append(metrics.api_group())  # served by metrics.metrics_routes, mounted by the app
+        listed["groups"] += reviews.review_groups()  # served by rbac.reviews.review_routes, mounted by the app
         return _json(listed)
 
     async def openapi_root(request: Request) -> Response:
-        principal_of(request)
+        discovery_path(request)
         # Building the schemas takes seconds the first time: off the event loop, which serves on.
         return _json(await asyncio.to_thread(openapi.openapi_index, served()))
 
     async def openapi_v2(request: Request) -> Response:
-        principal_of(request)
+        discovery_path(request)
         body, media = openapi.openapi_v2("protobuf" in request.headers.get("accept", ""))
         return Response(body, media_type=media)
 
     async def openapi_gv(request: Request) -> Response:
-        principal_of(request)
+        discovery_path(request)
         parts = request.path_params["rest"].strip("/").split("/")
         if parts[0] == "api" and len(parts) == 2:
             group, version = "", parts[1]
@@ -98,18 +106,18 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
             body = discovery.api_resource_list(group, version, served())
             if body is None:
                 raise StatusError(404, "NotFound", "the server could not find the requested resource")
-            principal_of(request)
+            discovery_path(request)
             return _json(body)
         if group == "apiextensions.k8s.io" and segments[0] == "customresourcedefinitions":
             return await crds.serve(request, segments, lambda verb: guard(
                 request, verb, None, "apiextensions.k8s.io", "customresourcedefinitions"))
         target = api.resolve(group, version, segments)
         verb = api.verb(request, target)
-        if target.subresource in STREAMING and group == "":
-            authorize(principal_of(request), target.scope, target.name, target.subresource)
-        else:
-            guard(request, verb, target.scope, group, target.info.plural)
-        return await api.serve(request, target, verb)
+        principal = guard(request, verb, target.scope, group, target.info.plural, target.name, target.subresource)
+        response = await api.serve(request, target, verb)
+        if verb not in READ_VERBS:
+            rbac.wrote(principal, group)
+        return response
 
     async def core_resource(request: Request) -> Response:
         return await resource(request, "", "v1", request.path_params.get("rest", ""))
@@ -122,7 +130,7 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
             versions = list(dict.fromkeys(i.version for i in served() if i.group == group))
             if not versions:
                 raise StatusError(404, "NotFound", "the server could not find the requested resource")
-            principal_of(request)
+            discovery_path(request)
             return _json(discovery.api_group(group, versions))
         return await resource(request, group, version, rest)
 

@@ -81,6 +81,10 @@ def api_resource_list(group: str, version: str, served: list[KindInfo]) -> dict[
             resources.append({"name": f"{info.plural}/scale", "singularName": "", "namespaced": info.namespaced,
                               "group": "autoscaling", "version": "v1", "kind": "Scale",
                               "verbs": ["get", "patch", "update"]})
+        if info.kind == "ServiceAccount":  # TokenRequest, served by rbac.reviews
+            resources.append({"name": "serviceaccounts/token", "singularName": "", "namespaced": True,
+                              "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+                              "verbs": ["create"]})
         if info.kind == "Pod":
             resources.append({"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod",
                               "verbs": ["get"]})

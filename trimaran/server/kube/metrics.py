@@ -137,21 +137,29 @@ def metrics_routes(store: Store, stats: Callable[[], NodeUsage], node: Node) -> 
         principal = getattr(request.state, "principal", None)
         if principal is None:
             raise StatusError.unauthorized()
-        if not principal.allows(verb, namespace):
+        if not principal.allows(verb, namespace, plural, GROUP):
             raise StatusError.forbidden(principal.name, verb, GROUP, plural, namespace)
+
+    def discovery(request: Request) -> None:
+        principal = getattr(request.state, "principal", None)
+        if principal is None:
+            raise StatusError.unauthorized()
+        if not principal.may_get_path(request.url.path.rstrip("/")):  # system:discovery's /apis/*
+            raise StatusError(403, "Forbidden", f'forbidden: User "{principal.name}" cannot get path '
+                              f'"{request.url.path}"')
 
     async def serve(request: Request) -> Response:
         parts = [p for p in request.path_params.get("rest", "").split("/") if p]
         if request.method != "GET":
             raise StatusError.method_not_allowed("metrics are read-only")
         if not parts:
-            allow(request, "get", None, "")
+            discovery(request)
             return _json(api_group())
         if parts[0] != VERSION:
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
         rest = parts[1:]
         if not rest:
-            allow(request, "get", None, "")
+            discovery(request)
             return _json(resource_list())
         namespace = None
         if rest[0] == "namespaces" and len(rest) >= 3:

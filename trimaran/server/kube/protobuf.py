@@ -121,6 +121,41 @@ _SCHEMA: dict[str, list[tuple[str, int, Any, bool]]] = {
     "ResourceQuota": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "ResourceQuotaSpec", False)],
     "ResourceQuotaSpec": [("hard", 1, ("map", "Quantity"), False), ("scopes", 2, _STRING, True)],
     "Quantity": [("string", 1, _STRING, False)],
+    # rbac.authorization.k8s.io/v1 (`kubectl create role|clusterrole|rolebinding|clusterrolebinding`),
+    # authorization.k8s.io/v1 (`kubectl auth can-i`) and authentication.k8s.io/v1 (`kubectl auth
+    # whoami`, `kubectl create token`).
+    "PolicyRule": [("verbs", 1, _STRING, True), ("apiGroups", 2, _STRING, True), ("resources", 3, _STRING, True),
+                   ("resourceNames", 4, _STRING, True), ("nonResourceURLs", 5, _STRING, True)],
+    "AggregationRule": [("clusterRoleSelectors", 1, "LabelSelector", True)],
+    "Role": [("metadata", 1, "ObjectMeta", False), ("rules", 2, "PolicyRule", True)],
+    "ClusterRole": [("metadata", 1, "ObjectMeta", False), ("rules", 2, "PolicyRule", True),
+                    ("aggregationRule", 3, "AggregationRule", False)],
+    "Subject": [("kind", 1, _STRING, False), ("apiGroup", 2, _STRING, False), ("name", 3, _STRING, False),
+                ("namespace", 4, _STRING, False)],
+    "RoleRef": [("apiGroup", 1, _STRING, False), ("kind", 2, _STRING, False), ("name", 3, _STRING, False)],
+    "RoleBinding": [("metadata", 1, "ObjectMeta", False), ("subjects", 2, "Subject", True),
+                    ("roleRef", 3, "RoleRef", False)],
+    "ResourceAttributes": [("namespace", 1, _STRING, False), ("verb", 2, _STRING, False),
+                           ("group", 3, _STRING, False),
+                           ("version", 4, _STRING, False), ("resource", 5, _STRING, False),
+                           ("subresource", 6, _STRING, False), ("name", 7, _STRING, False)],
+    "NonResourceAttributes": [("path", 1, _STRING, False), ("verb", 2, _STRING, False)],
+    "SelfSubjectAccessReview": [("metadata", 1, "ObjectMeta", False),
+                                ("spec", 2, "SelfSubjectAccessReviewSpec", False)],
+    "SelfSubjectAccessReviewSpec": [("resourceAttributes", 1, "ResourceAttributes", False),
+                                    ("nonResourceAttributes", 2, "NonResourceAttributes", False)],
+    "SubjectAccessReview": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "SubjectAccessReviewSpec", False)],
+    "SubjectAccessReviewSpec": [("resourceAttributes", 1, "ResourceAttributes", False),
+                                ("nonResourceAttributes", 2, "NonResourceAttributes", False),
+                                ("user", 3, _STRING, False), ("groups", 4, _STRING, True), ("uid", 6, _STRING, False)],
+    "SelfSubjectRulesReview": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "SelfSubjectRulesReviewSpec", False)],
+    "SelfSubjectRulesReviewSpec": [("namespace", 1, _STRING, False)],
+    "SelfSubjectReview": [("metadata", 1, "ObjectMeta", False)],
+    "TokenRequest": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "TokenRequestSpec", False)],
+    "TokenRequestSpec": [("audiences", 1, _STRING, True), ("boundObjectRef", 3, "BoundObjectReference", False),
+                         ("expirationSeconds", 4, _INT64, False)],
+    "BoundObjectReference": [("kind", 1, _STRING, False), ("apiVersion", 2, _STRING, False),
+                             ("name", 3, _STRING, False), ("uid", 4, _STRING, False)],
 }
 # batch/v1 CronJob and policy/v1 PodDisruptionBudget, as `kubectl create cronjob|poddisruptionbudget` fill them in.
 _SCHEMA.update({
@@ -227,6 +262,14 @@ _KINDS["batch/v1", "CronJob"] = "CronJob"
 _KINDS["policy/v1", "PodDisruptionBudget"] = "PodDisruptionBudget"
 _KINDS["v1", "ResourceQuota"] = "ResourceQuota"
 _KINDS["scheduling.k8s.io/v1", "PriorityClass"] = "PriorityClass"
+for _kind in ("Role", "ClusterRole", "RoleBinding"):
+    _KINDS["rbac.authorization.k8s.io/v1", _kind] = _kind
+_KINDS["rbac.authorization.k8s.io/v1", "ClusterRoleBinding"] = "RoleBinding"  # the same fields
+for _kind in ("SelfSubjectAccessReview", "SubjectAccessReview", "SelfSubjectRulesReview"):
+    _KINDS["authorization.k8s.io/v1", _kind] = _kind
+_KINDS["authorization.k8s.io/v1", "LocalSubjectAccessReview"] = "SubjectAccessReview"
+_KINDS["authentication.k8s.io/v1", "SelfSubjectReview"] = "SelfSubjectReview"
+_KINDS["authentication.k8s.io/v1", "TokenRequest"] = "TokenRequest"
 
 
 class ProtobufError(ValueError):

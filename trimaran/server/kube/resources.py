@@ -42,6 +42,7 @@ from trimaran.server.kube.selectors import FieldSelector, LabelSelector, parse_f
 from trimaran.server.kube.streaming import STREAMING
 from trimaran.server.kube.table import table, wants_table
 from trimaran.server.kube.watch import HeldStream, SlowWatcher, WatchHub
+from trimaran.server.rbac import access as rbac  # a module: rbac's own modules import this package's
 from trimaran.store import AlreadyExists, Conflict, DiskFull, NotFound, Page, Store
 from trimaran.store._objects import generated_name
 from trimaran.store.base import WatchEvent
@@ -618,6 +619,7 @@ class KubeAPI:
                 admit_update(self.store, admitted, current)  # the Priority plugin's part in updates
             except AdmissionRefused as exc:
                 raise _forbidden(exc) from None
+        rbac.admit(admitted)  # a role or binding granting what its writer lacks is refused
         return admitted, (unknown if validation != "Ignore" else []) + others
 
     def _stored_or_none(self, kind: str, namespace: str, name: str) -> dict | None:

@@ -62,12 +62,11 @@ from trimaran.server.kube.wire import (
     WebSocket,
     websocket_accept,
 )
-from trimaran.server.tokens import Principal
 
 if TYPE_CHECKING:
     from trimaran.runtime import NodeAPI
 
-__all__ = ["STREAMING", "authorize", "serve"]
+__all__ = ["STREAMING", "serve"]
 
 STREAMING = frozenset({"exec", "attach", "portforward"})
 
@@ -85,14 +84,6 @@ _READ = 256 * 1024
 _FIRST_SIZE_WAIT = 1.0  # how long a terminal's command waits for the client to say its size
 _START_WAIT = 10.0  # how long a request waits for a container that is about to start
 _FOLLOW_MIN, _FOLLOW_MAX = 0.01, 0.1  # attach's reads of a growing log: right after output, when idle
-
-
-def authorize(principal: Principal, namespace: str | None, name: str | None, sub: str) -> None:
-    """A streaming verb is a write: ``create`` on ``pods/SUB`` (kube-apiserver's words when not)."""
-    if not principal.allows("create", namespace, f"pods/{sub}"):
-        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-        raise StatusError(403, "Forbidden", f'pods "{name}" is forbidden: User "{principal.name}" cannot create '
-                          f'resource "pods/{sub}" in API group "" {where}', {"name": name, "kind": "pods"})
 
 
 def _flag(value: str | None) -> bool:
