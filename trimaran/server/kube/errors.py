@@ -30,7 +30,9 @@ class StatusError(Exception):
         # Fields in metav1.Status' order, empty ones left out (omitempty), as kube-apiserver writes
         # them: some clients compare the text.
         out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                               "message": self.message, "reason": self.reason}
+                               "message": self.message}
+        if self.reason:
+            out["reason"] = self.reason
         details = {k: v for k, v in (self.details or {}).items() if v not in ("", None, [], {})}
         if details:
             out["details"] = details

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from trimaran.api.kinds import KindInfo
+from trimaran.api.patchmeta import TYPES, kind_type
 
 __all__ = ["kind_schema", "openapi_document", "openapi_index", "openapi_v2"]
 
@@ -56,8 +57,34 @@ def _model_schema(info: KindInfo) -> tuple[dict[str, Any], dict[str, Any]]:
     rename = {name: prefix + name for name in raw.get("$defs", {})}
     components = {rename[name]: _convert(schema, rename) for name, schema in raw.get("$defs", {}).items()}
     schema = _convert(raw, rename)
+    if info.builtin:
+        _patch_extensions(schema, components, kind_type(f"{info.group}/{info.version}".lstrip("/"), info.kind),
+                          set())
     schema["x-kubernetes-group-version-kind"] = [{"group": info.group, "version": info.version, "kind": info.kind}]
     return schema, components
+
+
+def _patch_extensions(schema: dict[str, Any], components: dict[str, Any], type_name: str,
+                      seen: set[tuple[str, str]]) -> None:
+    """Publish strategic merge's facts on the properties of a built-in kind's schema, as upstream's
+    OpenAPI does (``x-kubernetes-patch-strategy``, ``x-kubernetes-patch-merge-key``): kubectl's
+    client-side apply computes its patch from them (``$retainKeys``, ``$setElementOrder``)."""
+    for field, meta in TYPES.get(type_name, {}).items():
+        prop = (schema.get("properties") or {}).get(field)
+        if not isinstance(prop, dict):
+            continue
+        if "$ref" in prop:  # OpenAPI 3.0 ignores a $ref's siblings: upstream wraps it in allOf
+            prop = schema["properties"][field] = {"allOf": [{"$ref": prop.pop("$ref")}], **prop}
+        prop.update(meta.extension())
+        if not meta.type:
+            continue
+        inner = prop.get("items", prop) if prop.get("type") == "array" else prop
+        refs = [inner.get("$ref")] + [o.get("$ref") for o in inner.get("allOf") or [] if isinstance(o, dict)]
+        for ref in filter(None, refs):
+            name = ref[len(_REF):]
+            if (name, meta.type) not in seen and name in components:
+                seen.add((name, meta.type))
+                _patch_extensions(components[name], components, meta.type, seen)
 
 
 def kind_schema(info: KindInfo, inline: bool = False) -> dict[str, Any]:
