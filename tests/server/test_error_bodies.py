@@ -119,6 +119,16 @@ def test_bad_request_and_forbidden(plane: ControlPlaneHandle, http: httpx.Client
         f'group "" in the namespace "{NS}"', {"kind": "configmaps"})
 
 
+def test_a_path_or_method_no_route_takes_is_go_restfuls_generic_status(http: httpx.Client) -> None:
+    put = http.put(CM, json=_configmap("x"))
+    assert put.status_code == 405
+    assert put.content == _status(405, "MethodNotAllowed",
+                                  "the server does not allow this method on the requested resource", {})
+    nowhere = http.get("/api/v1/namespaces/errors/configmaps/x/nonsense/more")
+    assert nowhere.status_code == 404
+    assert nowhere.content == _status(404, "NotFound", "the server could not find the requested resource", {})
+
+
 def test_delete_answers_a_status_naming_the_uid_or_the_object(http: httpx.Client) -> None:
     created = http.post(CM, json=_configmap("gone")).json()
     gone = http.delete(f"{CM}/gone")

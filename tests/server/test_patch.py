@@ -118,3 +118,35 @@ def test_a_services_ports_merge_by_port_and_a_containers_by_container_port() -> 
         {"containerPort": 80, "protocol": "TCP"}, {"containerPort": 81}]}]}})
     assert patched["spec"]["containers"][0]["ports"] == [{"containerPort": 80, "name": "web", "protocol": "TCP"},
                                                          {"containerPort": 81}]
+
+
+def test_strategic_directives_as_apimachinery_applies_them() -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {
+        "selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b", "c": "d"}}, "spec": {"containers": [
+            {"name": "x", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+            {"name": "y", "image": "i"}]}}}}
+    # $setElementOrder: the patch's order wins, items it does not name keep their place.
+    patched = strategic_merge_patch(deployment, {"spec": {"template": {"spec": {
+        "$setElementOrder/containers": [{"name": "y"}, {"name": "x"}],
+        "containers": [{"name": "x", "$setElementOrder/env": [{"name": "B"}, {"name": "A"}]}]}}}})
+    containers = patched["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["y", "x"]
+    assert [e["name"] for e in containers[1]["env"]] == ["B", "A"]
+    # A map replaced whole, a map deleted, a list replaced whole.
+    patched = strategic_merge_patch(deployment, {"spec": {"template": {
+        "metadata": {"labels": {"$patch": "replace", "e": "f"}},
+        "spec": {"containers": [{"$patch": "replace"}, {"name": "z", "image": "j"}]}}}})
+    assert patched["spec"]["template"]["metadata"]["labels"] == {"e": "f"}
+    assert patched["spec"]["template"]["spec"]["containers"] == [{"name": "z", "image": "j"}]
+    assert strategic_merge_patch(deployment, {"spec": {"template": {"metadata": {"$patch": "delete"}}}}
+                                 )["spec"]["template"]["metadata"] == {}
+    with pytest.raises(StatusError) as err:
+        strategic_merge_patch(deployment, {"spec": {"template": {"spec": {"containers": [{"$patch": "merge"}]}}}})
+    assert err.value.code == 500 and err.value.message == "merging lists cannot yet be specified in the patch"
+    # A PodDisruptionBudget's selector has the replace strategy: a patch of it is the whole selector.
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "spec": {"selector": {"matchLabels": {"a": "b"}}, "minAvailable": 1}}
+    patched = strategic_merge_patch(pdb, {"spec": {"selector": {"matchExpressions": [
+        {"key": "k", "operator": "Exists"}]}}})
+    assert patched["spec"]["selector"] == {"matchExpressions": [{"key": "k", "operator": "Exists"}]}

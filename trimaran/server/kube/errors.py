@@ -12,6 +12,8 @@ from trimaran.api.errors import FieldError
 
 __all__ = ["StatusError", "status_response"]
 
+_GENERIC_MESSAGES = frozenset({"the server could not find the requested resource",
+                               "the server does not allow this method on the requested resource"})
 # apimachinery's cause types (field.ErrorType) are "FieldValue" + the error's type.
 _CAUSE_PREFIX = "FieldValue"
 
@@ -34,7 +36,9 @@ class StatusError(Exception):
         if self.reason:
             out["reason"] = self.reason
         details = {k: v for k, v in (self.details or {}).items() if v not in ("", None, [], {})}
-        if details:
+        # apimachinery's NewGenericServerResponse (go-restful's answer to a path or method no route
+        # takes) always sets details, so they are written even empty: "details":{}.
+        if details or self.details is not None or self.message in _GENERIC_MESSAGES:
             out["details"] = details
         out["code"] = self.code
         return out

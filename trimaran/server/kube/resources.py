@@ -148,10 +148,8 @@ class KubeAPI:
     def resolve(self, group: str, version: str, segments: list[str]) -> Target:
         """The target of ``segments``: the path after ``/api/v1`` or ``/apis/G/V``."""
         def missing() -> StatusError:
-            namespaced = len(segments) >= 3 and segments[0] == "namespaces"
-            plural = segments[2] if namespaced else segments[0] if segments else ""
-            return StatusError(404, "NotFound", "the server could not find the requested resource",
-                               {"group": group, "kind": plural})
+            # go-restful's answer to a path no route takes: empty details, as kube-apiserver's.
+            return StatusError(404, "NotFound", "the server could not find the requested resource", {})
 
         if segments and segments[0] == "watch":  # the deprecated /watch/ prefix
             segments = segments[1:]
