@@ -31,7 +31,8 @@ spec:
 """
 
 
-def _deployment(volume: str, strategy: str, tolerations: str) -> str:
+def _deployment(volume: str, strategy: str, tolerations: str,
+                env: str = '[{name: A, value: "1"}, {name: B, value: "2"}]') -> str:
     return f"""
 apiVersion: apps/v1
 kind: Deployment
@@ -47,7 +48,7 @@ spec:
       containers:
       - name: main
         image: python
-        env: [{{name: A, value: "1"}}, {{name: B, value: "2"}}]
+        env: {env}
         ports: [{{containerPort: 8080}}]
         volumeMounts: [{{name: data, mountPath: /data}}]
       volumes:
@@ -85,6 +86,13 @@ def test_kubectl_apply_switches_a_volume_source_and_a_strategy_with_retain_keys(
     assert sorted(volume) == ["configMap", "name"] and volume["configMap"]["name"] == "settings"
     assert spec["strategy"] == {"type": "Recreate"}
     assert spec["template"]["spec"]["tolerations"] == [{"key": "b", "operator": "Exists"}]
+    # An env var dropped from the manifest and one added before the rest: kubectl sends a $patch:
+    # delete item and $setElementOrder, and the list ends in the manifest's order.
+    run("apply", "-f", "-", input=_deployment("{name: data, configMap: {name: settings}}", "{type: Recreate}",
+                                              "[{key: b, operator: Exists}]",
+                                              env='[{name: C, value: "3"}, {name: A, value: "1"}]'))
+    env = _get(run, "deployment", "app")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "C", "value": "3"}, {"name": "A", "value": "1"}]
 
 
 def test_kubectl_patch_replaces_tolerations_and_merges_containers_env_by_name(kubectl) -> None:  # noqa: ANN001, F811
