@@ -39,13 +39,15 @@ def test_json_patch_failure_is_a_422() -> None:
 
 
 def test_strategic_merge_is_for_builtin_kinds_and_merges_containers_by_name() -> None:
-    pod = {"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]},
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "a", "image": "x"},
+                                                                      {"name": "b", "image": "y"}]},
            "metadata": {"finalizers": ["f1"]}}
     patched = strategic_merge_patch(pod, {"spec": {"containers": [{"name": "b", "image": "z"},
                                                                   {"name": "a", "$patch": "delete"}]},
                                           "metadata": {"finalizers": ["f2"]}})
     assert patched["spec"]["containers"] == [{"name": "b", "image": "z"}]
-    assert patched["metadata"]["finalizers"] == ["f1", "f2"]
+    # A new item goes before the live ones the patch does not name, as apimachinery orders them.
+    assert patched["metadata"]["finalizers"] == ["f2", "f1"]
     with pytest.raises(StatusError) as err:
         apply_patch("application/strategic-merge-patch+json", pod, b"{}", builtin=False)
     assert err.value.code == 415
@@ -105,13 +107,46 @@ def test_an_update_moves_the_fields_it_changed_to_its_manager() -> None:
 
 
 def test_a_services_ports_merge_by_port_and_a_containers_by_container_port() -> None:
-    service = {"spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080},
-                                  {"name": "metrics", "port": 9090}]}}
+    service = {"apiVersion": "v1", "kind": "Service",
+               "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}, {"name": "metrics", "port": 9090}]}}
     patched = strategic_merge_patch(service, {"spec": {"ports": [{"port": 80, "targetPort": 8081}]}})
     assert patched["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": 8081},
                                         {"name": "metrics", "port": 9090}]
-    pod = {"spec": {"containers": [{"name": "a", "ports": [{"containerPort": 80, "name": "web"}]}]}}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "spec": {"containers": [{"name": "a", "ports": [{"containerPort": 80, "name": "web"}]}]}}
     patched = strategic_merge_patch(pod, {"spec": {"containers": [{"name": "a", "ports": [
         {"containerPort": 80, "protocol": "TCP"}, {"containerPort": 81}]}]}})
     assert patched["spec"]["containers"][0]["ports"] == [{"containerPort": 80, "name": "web", "protocol": "TCP"},
                                                          {"containerPort": 81}]
+
+
+def test_strategic_directives_as_apimachinery_applies_them() -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {
+        "selector": {"matchLabels": {"a": "b"}},
+        "template": {"metadata": {"labels": {"a": "b", "c": "d"}}, "spec": {"containers": [
+            {"name": "x", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+            {"name": "y", "image": "i"}]}}}}
+    # $setElementOrder: the patch's order wins, items it does not name keep their place.
+    patched = strategic_merge_patch(deployment, {"spec": {"template": {"spec": {
+        "$setElementOrder/containers": [{"name": "y"}, {"name": "x"}],
+        "containers": [{"name": "x", "$setElementOrder/env": [{"name": "B"}, {"name": "A"}]}]}}}})
+    containers = patched["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["y", "x"]
+    assert [e["name"] for e in containers[1]["env"]] == ["B", "A"]
+    # A map replaced whole, a map deleted, a list replaced whole.
+    patched = strategic_merge_patch(deployment, {"spec": {"template": {
+        "metadata": {"labels": {"$patch": "replace", "e": "f"}},
+        "spec": {"containers": [{"$patch": "replace"}, {"name": "z", "image": "j"}]}}}})
+    assert patched["spec"]["template"]["metadata"]["labels"] == {"e": "f"}
+    assert patched["spec"]["template"]["spec"]["containers"] == [{"name": "z", "image": "j"}]
+    assert strategic_merge_patch(deployment, {"spec": {"template": {"metadata": {"$patch": "delete"}}}}
+                                 )["spec"]["template"]["metadata"] == {}
+    with pytest.raises(StatusError) as err:
+        strategic_merge_patch(deployment, {"spec": {"template": {"spec": {"containers": [{"$patch": "merge"}]}}}})
+    assert err.value.code == 500 and err.value.message == "merging lists cannot yet be specified in the patch"
+    # A PodDisruptionBudget's selector has the replace strategy: a patch of it is the whole selector.
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "spec": {"selector": {"matchLabels": {"a": "b"}}, "minAvailable": 1}}
+    patched = strategic_merge_patch(pdb, {"spec": {"selector": {"matchExpressions": [
+        {"key": "k", "operator": "Exists"}]}}})
+    assert patched["spec"]["selector"] == {"matchExpressions": [{"key": "k", "operator": "Exists"}]}

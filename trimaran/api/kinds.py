@@ -277,7 +277,8 @@ class KindInfo:
     # come from child Jobs rather than being owned by it (a JobSet's, and a TrainJob's JobSet's).
     pods_label: str | None = None
     # A delete that ends at once answers with the deleted object rather than a Status (the
-    # registry's ReturnDeletedObject: Services among the built-in kinds).
+    # registry's ReturnDeletedObject: Pods, Services, ServiceAccounts, PersistentVolumeClaims,
+    # ResourceQuotas and PodTemplates among the built-in kinds, as upstream's OpenAPI says).
     returns_deleted: bool = False
 
     @property
@@ -403,21 +404,22 @@ def kubeflow_job_kinds() -> tuple[str, ...]:
 
 
 for _info in (
-    KindInfo("Pod", "v1", "", "v1", "pods", ("po",), True, Pod, ("all",), printers.POD, pod_templates=_pod_itself),
+    KindInfo("Pod", "v1", "", "v1", "pods", ("po",), True, Pod, ("all",), printers.POD, pod_templates=_pod_itself,
+             returns_deleted=True),
     KindInfo("ConfigMap", "v1", "", "v1", "configmaps", ("cm",), True, ConfigMap,
              printer_columns=printers.CONFIGMAP, status_subresource=False),
     KindInfo("Secret", "v1", "", "v1", "secrets", (), True, Secret, printer_columns=printers.SECRET,
              status_subresource=False),
     KindInfo("ServiceAccount", "v1", "", "v1", "serviceaccounts", ("sa",), True, ServiceAccount,
              printer_columns=(PrinterColumn("Secrets", "integer", value=lambda o: len(o.get("secrets") or [])), AGE),
-             status_subresource=False),
+             status_subresource=False, returns_deleted=True),
     KindInfo("Namespace", "v1", "", "v1", "namespaces", ("ns",), False, Namespace,
              printer_columns=printers.NAMESPACE),
     KindInfo("Node", "v1", "", "v1", "nodes", ("no",), False, Node, printer_columns=printers.NODE),
     KindInfo("Lease", COORDINATION_V1, "coordination.k8s.io", "v1", "leases", (), True, Lease,
              printer_columns=LEASE_COLUMNS, status_subresource=False),
     KindInfo("PersistentVolumeClaim", "v1", "", "v1", "persistentvolumeclaims", ("pvc",), True, PersistentVolumeClaim,
-             printer_columns=printers.PVC),
+             printer_columns=printers.PVC, returns_deleted=True),
     KindInfo("Job", "batch/v1", "batch", "v1", "jobs", (), True, Job, ("all",), printers.JOB,
              pod_templates=_job_template),
     KindInfo("JobSet", JOBSET_V1ALPHA2, "jobset.x-k8s.io", "v1alpha2", "jobsets", (), True, JobSet,

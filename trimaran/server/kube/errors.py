@@ -12,8 +12,10 @@ from trimaran.api.errors import FieldError
 
 __all__ = ["StatusError", "status_response"]
 
-# apimachinery's cause types where they are not "Field" + the error's type.
-_CAUSES = {"Invalid": "FieldValueInvalid", "TooLong": "FieldValueTooLong"}
+_GENERIC_MESSAGES = frozenset({"the server could not find the requested resource",
+                               "the server does not allow this method on the requested resource"})
+# apimachinery's cause types (field.ErrorType) are "FieldValue" + the error's type.
+_CAUSE_PREFIX = "FieldValue"
 
 
 class StatusError(Exception):
@@ -30,9 +32,13 @@ class StatusError(Exception):
         # Fields in metav1.Status' order, empty ones left out (omitempty), as kube-apiserver writes
         # them: some clients compare the text.
         out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                               "message": self.message, "reason": self.reason}
+                               "message": self.message}
+        if self.reason:
+            out["reason"] = self.reason
         details = {k: v for k, v in (self.details or {}).items() if v not in ("", None, [], {})}
-        if details:
+        # apimachinery's NewGenericServerResponse (go-restful's answer to a path or method no route
+        # takes) always sets details, so they are written even empty: "details":{}.
+        if details or self.details is not None or self.message in _GENERIC_MESSAGES:
             out["details"] = details
         out["code"] = self.code
         return out
@@ -68,9 +74,12 @@ class StatusError(Exception):
     def invalid(cls, group: str, kind: str, name: str, errors: list[FieldError],
                 lines: list[str] | None = None) -> StatusError:
         """422 with one cause per field; ``lines`` are the fuller messages when there are any."""
-        causes = [{"reason": _CAUSES.get(e.type, f"Field{e.type}"),
+        causes = [{"reason": _CAUSE_PREFIX + e.type,
                    "message": str(e).split(": ", 1)[-1], "field": e.path} for e in errors]
-        text = "; ".join(lines) if lines else ", ".join(str(e) for e in errors)
+        if errors and all(e.path for e in errors):
+            text = _aggregate([str(e) for e in errors])
+        else:
+            text = "; ".join(lines) if lines else ", ".join(str(e) for e in errors)
         label = f"{kind}.{group}" if group else kind
         return cls(422, "Invalid", f'{label} "{name}" is invalid: {text}',
                    {"name": name, "group": group, "kind": kind, "causes": causes})
@@ -80,11 +89,15 @@ class StatusError(Exception):
         return cls(400, "BadRequest", message)
 
     @classmethod
-    def forbidden(cls, user: str, verb: str, group: str, plural: str, namespace: str | None) -> StatusError:
+    def forbidden(cls, user: str, verb: str, group: str, plural: str, namespace: str | None, name: str = "",
+                  subresource: str = "") -> StatusError:
+        """The authorizer's refusal, as apiserver's ``responsewriters.Forbidden`` words it."""
         where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-        resource = f'"{plural}" in API group "{group}"'
-        return cls(403, "Forbidden", f'{plural} is forbidden: User "{user}" cannot {verb} resource {resource} {where}',
-                   {"group": group, "kind": plural})
+        resource = f'"{plural}/{subresource}"' if subresource else f'"{plural}"'
+        qualified = f"{plural}.{group}" if group else plural
+        subject = f'{qualified} "{name}"' if name else qualified
+        return cls(403, "Forbidden", f'{subject} is forbidden: User "{user}" cannot {verb} resource {resource} '
+                   f'in API group "{group}" {where}', {"name": name, "group": group, "kind": plural})
 
     @classmethod
     def unauthorized(cls) -> StatusError:
@@ -110,6 +123,21 @@ class StatusError(Exception):
         return cls(410, "Expired", message)
 
 
+def _aggregate(messages: list[str]) -> str:
+    """apimachinery's ``utilerrors.Aggregate`` text: one message as it is, several (once each) in brackets."""
+    unique = list(dict.fromkeys(messages))
+    return unique[0] if len(unique) == 1 else "[" + ", ".join(unique) + "]"
+
+
+# Go's encoding/json escapes these inside strings (they appear nowhere else in JSON), and
+# kube-apiserver's bodies are Go's: a client comparing the text sees the same bytes.
+_GO_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"),
+               ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"))
+
+
 def status_response(error: StatusError) -> Response:
-    return Response(orjson.dumps(error.body()) + b"\n", status_code=error.code, media_type="application/json",
-                    headers=error.headers)
+    """The Status as kube-apiserver writes it: compact JSON, Go's escapes, a trailing newline."""
+    body = orjson.dumps(error.body())
+    for raw, escaped in _GO_ESCAPES:
+        body = body.replace(raw, escaped)
+    return Response(body + b"\n", status_code=error.code, media_type="application/json", headers=error.headers)

@@ -18,6 +18,9 @@ import orjson
 
 from trimaran.api.crd import is_custom, published_schema
 from trimaran.api.kinds import KindInfo
+from trimaran.api.patchmeta import TYPES, kind_type
+from trimaran.server.kube.metrics import GROUP as METRICS_GROUP
+from trimaran.server.kube.metrics import VERSION as METRICS_VERSION
 
 __all__ = ["kind_schema", "openapi_document", "openapi_index", "openapi_v2"]
 
@@ -60,8 +63,34 @@ def _model_schema(info: KindInfo) -> tuple[dict[str, Any], dict[str, Any]]:
     rename = {name: prefix + name for name in raw.get("$defs", {})}
     components = {rename[name]: _convert(schema, rename) for name, schema in raw.get("$defs", {}).items()}
     schema = _convert(raw, rename)
+    if info.builtin:
+        _patch_extensions(schema, components, kind_type(f"{info.group}/{info.version}".lstrip("/"), info.kind),
+                          set())
     schema["x-kubernetes-group-version-kind"] = [{"group": info.group, "version": info.version, "kind": info.kind}]
     return schema, components
+
+
+def _patch_extensions(schema: dict[str, Any], components: dict[str, Any], type_name: str,
+                      seen: set[tuple[str, str]]) -> None:
+    """Publish strategic merge's facts on the properties of a built-in kind's schema, as upstream's
+    OpenAPI does (``x-kubernetes-patch-strategy``, ``x-kubernetes-patch-merge-key``): kubectl's
+    client-side apply computes its patch from them (``$retainKeys``, ``$setElementOrder``)."""
+    for field, meta in TYPES.get(type_name, {}).items():
+        prop = (schema.get("properties") or {}).get(field)
+        if not isinstance(prop, dict):
+            continue
+        if "$ref" in prop:  # OpenAPI 3.0 ignores a $ref's siblings: upstream wraps it in allOf
+            prop = schema["properties"][field] = {"allOf": [{"$ref": prop.pop("$ref")}], **prop}
+        prop.update(meta.extension())
+        if not meta.type:
+            continue
+        inner = prop.get("items", prop) if prop.get("type") == "array" else prop
+        refs = [inner.get("$ref")] + [o.get("$ref") for o in inner.get("allOf") or [] if isinstance(o, dict)]
+        for ref in filter(None, refs):
+            name = ref[len(_REF):]
+            if (name, meta.type) not in seen and name in components:
+                seen.add((name, meta.type))
+                _patch_extensions(components[name], components, meta.type, seen)
 
 
 def kind_schema(info: KindInfo, inline: bool = False) -> dict[str, Any]:
@@ -199,8 +228,54 @@ def openapi_document(group: str, version: str, served: list[KindInfo]) -> dict[s
             "components": {"schemas": schemas}}
 
 
+_METRICS = "io.k8s.metrics.pkg.apis.metrics.v1beta1."
+_QUANTITIES = {"type": "object", "additionalProperties": {"type": "string"},
+               "description": "The resources used: cpu in cores (nanocores, \"n\"), memory the working set in bytes."}
+
+
+def _metrics_document() -> dict[str, Any]:
+    """``metrics.k8s.io/v1beta1``'s document (served by ``metrics.py``, not the kind registry), so that
+    ``kubectl explain nodes.metrics.k8s.io`` finds its kinds as metrics-server describes them."""
+    def kind(name: str, description: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "description": description, "properties": {
+            "apiVersion": {"type": "string", "description": "The versioned schema of this object."},
+            "kind": {"type": "string", "description": "The REST resource this object represents."},
+            "metadata": {"type": "object", "description": "Standard object's metadata."},
+            "timestamp": {"type": "string", "format": "date-time",
+                          "description": "The end of the window the usage was measured over."},
+            "window": {"type": "string", "description": "The length of the window the usage was measured over."},
+            **fields}, "x-kubernetes-group-version-kind": [{"group": METRICS_GROUP, "version": METRICS_VERSION,
+                                                            "kind": name}]}
+
+    container = {"type": "object", "description": "The resources a container used.", "required": ["name", "usage"],
+                 "properties": {"name": {"type": "string", "description": "The container's name."},
+                                "usage": _QUANTITIES}}
+    schemas = {
+        _METRICS + "NodeMetrics": kind("NodeMetrics", "The resources a node used.", {"usage": _QUANTITIES}),
+        _METRICS + "PodMetrics": kind("PodMetrics", "The resources a pod's containers used.", {
+            "containers": {"type": "array", "items": {"$ref": _REF + _METRICS + "ContainerMetrics"},
+                           "description": "The usage of each container."}}),
+        _METRICS + "ContainerMetrics": container,
+    }
+    base = f"/apis/{METRICS_GROUP}/{METRICS_VERSION}"
+    paths = {}
+    for plural, name, namespaced in (("nodes", "NodeMetrics", False), ("pods", "PodMetrics", True)):
+        gvk = {"group": METRICS_GROUP, "version": METRICS_VERSION, "kind": name}
+        prefix = f"{base}/namespaces/{{namespace}}" if namespaced else base
+        ns_param = [_param("namespace", "path", required=True)] if namespaced else []
+        paths[f"{prefix}/{plural}/{{name}}"] = {"parameters": ns_param + [_param("name", "path", required=True)],
+                                                "get": {"operationId": f"read{name}", "x-kubernetes-action": "get",
+                                                        "x-kubernetes-group-version-kind": gvk,
+                                                        "responses": _ok(_METRICS + name)}}
+    return {"openapi": "3.0.0", "info": {"title": f"Trimaran {METRICS_GROUP}/{METRICS_VERSION}",
+                                         "version": METRICS_VERSION}, "paths": paths,
+            "components": {"schemas": schemas}}
+
+
 @lru_cache(maxsize=64)
 def _document_bytes(group: str, version: str, served: tuple[KindInfo, ...]) -> bytes:
+    if (group, version) == (METRICS_GROUP, METRICS_VERSION):
+        return orjson.dumps(_metrics_document())
     doc = openapi_document(group, version, list(served))
     return orjson.dumps(doc) if doc is not None else b""
 
@@ -212,7 +287,7 @@ def document_bytes(group: str, version: str, served: list[KindInfo]) -> bytes:
 
 def openapi_index(served: list[KindInfo]) -> dict[str, Any]:
     paths = {}
-    for group, version in dict.fromkeys((i.group, i.version) for i in served):
+    for group, version in dict.fromkeys([*((i.group, i.version) for i in served), (METRICS_GROUP, METRICS_VERSION)]):
         gv = _group_version_path(group, version)
         digest = hashlib.sha256(document_bytes(group, version, served)).hexdigest()[:16].upper()
         paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={digest}"}

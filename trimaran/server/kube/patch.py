@@ -3,8 +3,9 @@
 * JSON merge patch (RFC 7386) and JSON patch (RFC 6902, through the ``jsonpatch`` library) for
   every kind.
 * Strategic merge patch for built-in kinds only, as kube-apiserver (custom resources answer 415):
-  lists of objects merge by their key (containers by ``name``, volume mounts by ``mountPath``, ...)
-  and the ``$patch``, ``$setElementOrder`` and ``$deleteFromPrimitiveList`` directives are obeyed.
+  each field merges as its type declares (``api/patchmeta.py``: a Service's ports by ``port``, a
+  container's by ``containerPort``, tolerations replaced whole), and the ``$patch``, ``$retainKeys``,
+  ``$setElementOrder`` and ``$deleteFromPrimitiveList`` directives are obeyed.
 * Server-side apply (``application/apply-patch+yaml``): the applied configuration's fields become
   its manager's, a field another manager owns with another value is a conflict (409) unless
   ``force``, and fields the manager applied before but no longer lists are removed when no one else
@@ -21,14 +22,15 @@ from typing import Any
 
 import jsonpatch
 
+from trimaran.api.patchmeta import FieldMeta, field_meta, kind_type
 from trimaran.server.kube.bodies import load_json
 from trimaran.server.kube.errors import StatusError
 
 __all__ = ["apply_patch", "json_patch", "merge_patch", "prune_managed_fields", "server_side_apply",
            "strategic_merge_patch", "track_update"]
 
-# Lists of objects that merge item by item, keyed by this field (Kubernetes' patchMergeKey, and
-# the list-map keys its types declare). Other lists are atomic: a patch replaces them whole.
+# Server-side apply's keyed lists (the field sets' ``k:`` elements), by field name: items of these
+# lists are owned one by one. Strategic merge patch does not use this: it goes by type.
 MERGE_KEYS: dict[str, str] = {
     "containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
     "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath", "ports": "containerPort",
@@ -47,9 +49,6 @@ def _merge_key(field: str, items: list) -> str | None:
         return _SERVICE_PORT_KEY
     return key
 
-
-# Primitive lists merged as sets by strategic merge patch.
-SET_LISTS = frozenset({"finalizers"})
 
 # Never owned by anyone: identity and server-kept fields.
 _UNOWNED_TOP = frozenset({"apiVersion", "kind", "status"})
@@ -83,54 +82,208 @@ def json_patch(target: dict, operations: Any) -> dict:
                           ) from None
 
 
-def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
-    """Kubernetes' strategic merge for built-in kinds."""
+def strategic_merge_patch(target: Any, patch: Any, type_name: str | None = None) -> Any:
+    """Kubernetes' strategic merge of ``patch`` into ``target``, a built-in kind's object.
+
+    Each field merges as its type declares (``api/patchmeta.py``, upstream's patch strategies and
+    merge keys, found by ``target``'s apiVersion and kind unless ``type_name`` is given), and the
+    directives are obeyed as apimachinery's ``strategicpatch`` obeys them when it applies a patch:
+    ``$patch: replace|delete`` in a map or a list, ``$retainKeys``, ``$setElementOrder/<list>`` and
+    ``$deleteFromPrimitiveList/<list>``. New items of a merged list come before the live ones that
+    the patch does not name, as upstream orders them.
+
+    Raises:
+        StatusError: a directive or item upstream refuses, with its words and code.
+    """
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
-    if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    if patch.get("$patch") == "delete":
-        return None
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith("$setElementOrder/") or key in ("$patch", "$retainKeys"):
+    if type_name is None:
+        type_name = kind_type(str((target or {}).get("apiVersion", "")), str((target or {}).get("kind", ""))) \
+            if isinstance(target, dict) else ""
+    return _merge_map(copy.deepcopy(target) if isinstance(target, dict) else {}, copy.deepcopy(patch), type_name)
+
+
+_DIRECTIVE = "$patch"
+_RETAIN = "$retainKeys"
+_ORDER = "$setElementOrder/"
+_DELETE_FROM = "$deleteFromPrimitiveList/"
+
+
+def _go(value: Any) -> str:
+    """``value`` as Go's %v prints a decoded JSON value, for upstream's error messages."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{_go(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(_go(v) for v in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _smp_error(message: str, code: int = 500) -> StatusError:
+    """An error of apimachinery's patch code: kube-apiserver passes most through as a 500 with no reason."""
+    return StatusError(code, "BadRequest" if code == 400 else "", message)
+
+
+def _merge_map(original: dict, patch: dict, type_name: str) -> dict:
+    if _DIRECTIVE in patch:
+        directive = patch.pop(_DIRECTIVE)
+        if directive == "replace":
+            return patch
+        if directive == "delete":
+            return {}
+        raise _smp_error(f"unknown patch type: {_go(directive)} in map: {_go({**patch, _DIRECTIVE: directive})}")
+    if _RETAIN in patch:
+        retained = patch.pop(_RETAIN)
+        if not isinstance(retained, list) or not all(isinstance(k, str) for k in retained):
+            raise _smp_error("invalid patch format of retainKeys", 400)
+        for key in [k for k in original if k not in retained]:
+            del original[key]
+    for key in [k for k in patch if k.startswith(_ORDER)]:
+        order = patch.pop(key)
+        name = key[len(_ORDER):]
+        if not isinstance(order, list):
+            raise _smp_error("invalid patch format of setElementOrder list", 400)
+        meta = field_meta(type_name, name)
+        live, listed = original.get(name), patch.get(name)
+        if not order or (live is None and listed is None):
             continue
-        if key.startswith("$deleteFromPrimitiveList/"):
-            name = key.split("/", 1)[1]
-            out[name] = [v for v in out.get(name) or [] if v not in (value or [])]
+        patch.pop(name, None)
+        live = live if isinstance(live, list) else []
+        listed = listed if isinstance(listed, list) else []
+        merged = _merge_slice(live, listed, meta) if meta.merge else _strip(listed)
+        original[name] = _ordered(merged, order, live, meta.key)
+    for key, value in patch.items():
+        if key.startswith(_ORDER):
+            continue
+        if key.startswith(_DELETE_FROM):
+            name = key[len(_DELETE_FROM):]
+            if isinstance(original.get(name), list) and isinstance(value, list):
+                original[name] = [v for v in original[name] if v not in value]
             continue
         if value is None:
-            out.pop(key, None)
-        elif isinstance(value, list):
-            out[key] = _merge_list(key, out.get(key), value)
-        else:
-            merged = strategic_merge_patch(out.get(key), value, key)
-            if merged is None:
-                out.pop(key, None)
+            original.pop(key, None)
+            continue
+        meta = field_meta(type_name, key)
+        live = original.get(key)
+        if key not in original or type(live) is not type(value) or not isinstance(value, (dict, list)):
+            kept = _strip(value)
+            if kept is _DROPPED:
+                original.pop(key, None)
             else:
-                out[key] = merged
-    return out
-
-
-def _merge_list(field: str, current: Any, patch: list) -> list:
-    current = current if isinstance(current, list) else []
-    if field in SET_LISTS:
-        return current + [v for v in patch if v not in current]
-    key = _merge_key(field, patch)
-    if not key or not all(isinstance(item, dict) for item in patch):
-        return copy.deepcopy(patch)
-    out = [copy.deepcopy(item) for item in current]
-    for item in patch:
-        if item.get("$patch") == "replace":
-            return [copy.deepcopy({k: v for k, v in i.items() if k != "$patch"}) for i in patch]
-        index = next((i for i, c in enumerate(out) if isinstance(c, dict) and c.get(key) == item.get(key)), None)
-        if item.get("$patch") == "delete":
-            if index is not None:
-                out.pop(index)
-        elif index is None:
-            out.append({k: v for k, v in item.items() if not k.startswith("$")})
+                original[key] = kept
+        elif isinstance(value, dict):
+            original[key] = _strip(value) if meta.replace else _merge_map(live, value, meta.type)
         else:
-            out[index] = strategic_merge_patch(out[index], item, field)
+            original[key] = _merge_slice(live, value, meta) if meta.merge else _strip(value)
+    return original
+
+
+_DROPPED = object()
+
+
+def _strip(value: Any) -> Any:
+    """A patch's value taken whole: its directives and nulls left out (upstream's removeDirectives
+    with IgnoreUnmatchedNulls); a map that is itself a directive is dropped."""
+    if isinstance(value, dict):
+        if _DIRECTIVE in value:
+            return _DROPPED
+        out = {}
+        for k, v in value.items():
+            if k.startswith("$") or v is None:
+                continue
+            kept = _strip(v)
+            if kept is not _DROPPED:
+                out[k] = kept
+        return out
+    if isinstance(value, list):
+        return [kept for kept in (_strip(v) for v in value) if kept is not _DROPPED]
+    return value
+
+
+def _merge_slice(original: list, patch: list, meta: FieldMeta) -> list:
+    """A list with the ``merge`` strategy: primitives as a set, objects item by item by the merge key."""
+    if not original and not patch:
+        return original
+    if not all(isinstance(i, dict) for i in [*original, *patch]):
+        merged = list(dict.fromkeys(_hashable(v) for v in [*original, *patch]))
+        merged = [_unhashable(v) for v in merged]
+        return _ordered(merged, patch, original, "")
+    key = meta.key
+    if not key:
+        raise _smp_error("cannot merge lists without merge key")
+    items: list[dict] = []
+    replace = False
+    for item in patch:
+        directive = item.get(_DIRECTIVE)
+        if directive is None:
+            items.append(item)
+        elif directive == "delete":
+            if key not in item:
+                raise _smp_error(f"map: {_go(item)} does not contain declared merge key: {key}")
+            original = [o for o in original if o.get(key) != item[key]]
+        elif directive == "replace":
+            replace = True
+        elif directive == "merge":
+            raise _smp_error("merging lists cannot yet be specified in the patch")
+        else:
+            raise _smp_error(f"unknown patch type: {_go(directive)} in map: {_go(item)}")
+    if replace:
+        original, items = [_strip(i) for i in items], []
+    merged = list(original)
+    for item in items:
+        if key not in item:
+            raise _smp_error(f"map: {_go(item)} does not contain declared merge key: {key}")
+        index = next((n for n, o in enumerate(merged) if o.get(key) == item[key]), None)
+        if index is None:
+            merged.append(_strip(item))
+        else:
+            merged[index] = _merge_map(merged[index], item, meta.type)
+    return _ordered(merged, items, original, key)
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
+
+
+def _unhashable(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value
+
+
+def _ordered(merged: list, order: list, server: list, key: str) -> list:
+    """``merged`` in upstream's order: the items ``order`` names in its order, the others in the
+    live list's, interleaved where the live list places them (apimachinery's normalizeElementOrder)."""
+    def ident(item: Any) -> Any:
+        return _hashable(item.get(key) if key and isinstance(item, dict) else item)
+
+    order_index = {}
+    for n, item in enumerate(order):
+        order_index.setdefault(ident(item), n)
+    server_index = {}
+    for n, item in enumerate(server):
+        server_index.setdefault(ident(item), n)
+    named = sorted((i for i in merged if ident(i) in order_index), key=lambda i: order_index[ident(i)])
+    others = sorted((i for i in merged if ident(i) not in order_index),
+                    key=lambda i: server_index.get(ident(i), len(server)))
+    out: list = []
+    left, right = 0, 0
+    while left < len(others) or right < len(named):
+        if right >= len(named):
+            out.append(others[left])
+            left += 1
+        elif left >= len(others):
+            out.append(named[right])
+            right += 1
+        else:
+            li, ri = server_index.get(ident(others[left])), server_index.get(ident(named[right]))
+            if li is not None and ri is not None and li < ri:
+                out.append(others[left])
+                left += 1
+            else:
+                out.append(named[right])
+                right += 1
     return out
 
 

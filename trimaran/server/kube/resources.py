@@ -160,10 +160,8 @@ class KubeAPI:
     def resolve(self, group: str, version: str, segments: list[str]) -> Target:
         """The target of ``segments``: the path after ``/api/v1`` or ``/apis/G/V``."""
         def missing() -> StatusError:
-            namespaced = len(segments) >= 3 and segments[0] == "namespaces"
-            plural = segments[2] if namespaced else segments[0] if segments else ""
-            return StatusError(404, "NotFound", "the server could not find the requested resource",
-                               {"group": group, "kind": plural})
+            # go-restful's answer to a path no route takes: empty details, as kube-apiserver's.
+            return StatusError(404, "NotFound", "the server could not find the requested resource", {})
 
         if segments and segments[0] == "watch":  # the deprecated /watch/ prefix
             segments = segments[1:]
@@ -829,26 +827,32 @@ class KubeAPI:
         if info.returns_deleted:
             return _json_response(current, 200)
         meta = current["metadata"]
+        details = {"name": meta["name"], "group": info.group, "kind": info.plural, "uid": meta.get("uid")}
         return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                               "details": {"name": meta["name"], "group": info.group, "kind": info.plural,
-                                           "uid": meta.get("uid")}})
+                               "details": {k: v for k, v in details.items() if v}})  # omitempty, as upstream
 
     async def _delete_collection(self, request: Request, target: Target, propagation: str, dry_run: bool
                                  ) -> Response:
         after: tuple[str, str] | None = None
-        while True:  # a page at a time, so that a collection of thousands is never held whole
+        deleted: list[dict] = []
+        while True:  # read a page at a time (the answer lists what went, as upstream's does)
             paged = await self._select_page(request, target, after, _DELETE_PAGE)
             items = paged[1].items if paged is not None else (await self._select(request, target))[1]
             for obj in items:
                 try:
-                    await asyncio.to_thread(request_delete, self.store, obj, propagation, None, dry_run)
+                    remaining = await asyncio.to_thread(request_delete, self.store, obj, propagation, None, dry_run)
                 except (NotFound, Conflict):
                     continue  # gone or changed meanwhile: deletecollection is best effort per item
+                deleted.append(remaining if remaining is not None else obj)
             if paged is None or not paged[1].more:
                 break
             last = items[-1]["metadata"]
             after = (last.get("namespace") or "", last["name"])
-        return _json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        # As kube-apiserver's registry: the list of what was deleted (or is being deleted).
+        info = target.info
+        revision = await asyncio.to_thread(self.store.current_revision)
+        return _json_response({"kind": info.list_kind, "apiVersion": info.api_version,
+                               "metadata": {"resourceVersion": str(revision)}, "items": deleted})
 
     # Scale -----------------------------------------------------------------------------
 
