@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from trimaran.api.authorization import REVIEW_KINDS
 from trimaran.api.crd import is_custom, published_schema
 from trimaran.api.kinds import KindInfo
 from trimaran.api.patchmeta import TYPES, kind_type
@@ -141,8 +142,10 @@ def _ok(ref: str) -> dict[str, Any]:
             "401": {"description": "Unauthorized"}}
 
 
-def openapi_document(group: str, version: str, served: list[KindInfo]) -> dict[str, Any] | None:
-    """The OpenAPI document of one group version, or None when nothing is served there."""
+def openapi_document(group: str, version: str, served: list[KindInfo], create_only: bool = False
+                     ) -> dict[str, Any] | None:
+    """The OpenAPI document of one group version, or None when nothing is served there;
+    ``create_only`` for kinds that are only ever created (the reviews)."""
     infos = [i for i in served if i.group == group and i.version == version]
     if not infos:
         return None
@@ -191,6 +194,10 @@ def openapi_document(group: str, version: str, served: list[KindInfo]) -> dict[s
         collection = f"{base}/namespaces/{{namespace}}/{info.plural}" if info.namespaced else f"{base}/{info.plural}"
         item = f"{collection}/{{name}}"
         suffix = ("Namespaced" if info.namespaced else "") + info.kind
+        if create_only:  # a review: created to be answered, never stored
+            paths[collection] = {"parameters": ns_param, "post": op("post", f"create{suffix}", {
+                **_ok(name), "201": _ok(name)["200"]}, _WRITE_PARAMS, body)}
+            continue
         if info.model is None:
             paths[collection] = {"parameters": ns_param, "get": op("list", f"list{suffix}", _ok(name + "List"),
                                                                    _LIST_PARAMS)}
@@ -272,10 +279,22 @@ def _metrics_document() -> dict[str, Any]:
             "components": {"schemas": schemas}}
 
 
+def _review_infos(group: str) -> list[KindInfo]:
+    """The review kinds of ``group`` (served by ``server/rbac/reviews.py``, not the registry), described
+    as kinds so that ``kubectl explain selfsubjectaccessreviews`` reads them."""
+    return [KindInfo(r.kind, f"{r.group}/v1", r.group, "v1", r.plural, (), r.namespaced, r.model,
+                     status_subresource=False) for r in REVIEW_KINDS if r.group == group]
+
+
+_REVIEW_GROUPS = tuple(dict.fromkeys(r.group for r in REVIEW_KINDS))
+
+
 @lru_cache(maxsize=64)
 def _document_bytes(group: str, version: str, served: tuple[KindInfo, ...]) -> bytes:
     if (group, version) == (METRICS_GROUP, METRICS_VERSION):
         return orjson.dumps(_metrics_document())
+    if group in _REVIEW_GROUPS and version == "v1":
+        return orjson.dumps(openapi_document(group, version, _review_infos(group), create_only=True))
     doc = openapi_document(group, version, list(served))
     return orjson.dumps(doc) if doc is not None else b""
 
@@ -287,7 +306,8 @@ def document_bytes(group: str, version: str, served: list[KindInfo]) -> bytes:
 
 def openapi_index(served: list[KindInfo]) -> dict[str, Any]:
     paths = {}
-    for group, version in dict.fromkeys([*((i.group, i.version) for i in served), (METRICS_GROUP, METRICS_VERSION)]):
+    for group, version in dict.fromkeys([*((i.group, i.version) for i in served), (METRICS_GROUP, METRICS_VERSION),
+                                         *((g, "v1") for g in _REVIEW_GROUPS)]):
         gv = _group_version_path(group, version)
         digest = hashlib.sha256(document_bytes(group, version, served)).hexdigest()[:16].upper()
         paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={digest}"}

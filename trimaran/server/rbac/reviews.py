@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from trimaran.api.authorization import AUTHN_GROUP, AUTHZ_GROUP, REVIEW_KINDS
 from trimaran.server.kube import protobuf
 from trimaran.server.kube.errors import StatusError, status_response
 from trimaran.server.rbac import access, serviceaccounts  # modules: each imports server.kube, which imports them
@@ -30,15 +31,10 @@ from trimaran.store import Store
 
 __all__ = ["review_groups", "review_routes"]
 
-AUTHZ = "authorization.k8s.io"
-AUTHN = "authentication.k8s.io"
-_RESOURCES = {
-    AUTHZ: [("localsubjectaccessreviews", "LocalSubjectAccessReview", True),
-            ("selfsubjectaccessreviews", "SelfSubjectAccessReview", False),
-            ("selfsubjectrulesreviews", "SelfSubjectRulesReview", False),
-            ("subjectaccessreviews", "SubjectAccessReview", False)],
-    AUTHN: [("selfsubjectreviews", "SelfSubjectReview", False), ("tokenreviews", "TokenReview", False)],
-}
+AUTHZ = AUTHZ_GROUP
+AUTHN = AUTHN_GROUP
+_RESOURCES = {group: [(r.plural, r.kind, r.namespaced) for r in REVIEW_KINDS if r.group == group]
+              for group in (AUTHZ, AUTHN)}
 
 
 @dataclass(frozen=True)
