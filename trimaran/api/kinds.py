@@ -45,6 +45,8 @@ from trimaran.api.discovery import ENDPOINTSLICE_COLUMNS, EndpointSlice
 from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
 from trimaran.api.inferencegraph import InferenceGraph
+from trimaran.api.ingress import API_VERSION as INGRESS_V1
+from trimaran.api.ingress import INGRESS_COLUMNS, INGRESSCLASS_COLUMNS, Ingress, IngressClass
 from trimaran.api.jobset import API_VERSION as JOBSET_V1ALPHA2
 from trimaran.api.jobset import JOBSET_NAME_KEY, JobSet
 from trimaran.api.meta import Resource
@@ -535,3 +537,7 @@ register(KindInfo("EndpointSlice", DISCOVERY_V1, "discovery.k8s.io", "v1", "endp
                   printer_columns=ENDPOINTSLICE_COLUMNS, status_subresource=False))
 register(KindInfo("PodDisruptionBudget", POLICY_V1, "policy", "v1", "poddisruptionbudgets", ("pdb",), True,
                   PodDisruptionBudget, printer_columns=PDB_COLUMNS))
+register(KindInfo("Ingress", INGRESS_V1, "networking.k8s.io", "v1", "ingresses", ("ing",), True, Ingress,
+                  printer_columns=INGRESS_COLUMNS))
+register(KindInfo("IngressClass", INGRESS_V1, "networking.k8s.io", "v1", "ingressclasses", (), False, IngressClass,
+                  printer_columns=INGRESSCLASS_COLUMNS, status_subresource=False))
