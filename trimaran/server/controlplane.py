@@ -46,6 +46,7 @@ from trimaran.controllers.workloads import (
     StatefulSetReconciler,
 )
 from trimaran.controllers.workloads.cronjob import CronJobReconciler
+from trimaran.controllers.workloads.ingress import IngressReconciler
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.controllers.workloads.pdb import PodDisruptionBudgetReconciler
 from trimaran.runtime import LocalRuntime, Node
@@ -159,7 +160,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         services, HorizontalPodAutoscalerReconciler(store, runtime),
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
         GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason),
-        CronJobReconciler(store), PodDisruptionBudgetReconciler(store)])
+        CronJobReconciler(store), PodDisruptionBudgetReconciler(store),
+        IngressReconciler(store, home, ports, runtime.network.plan.gateway if runtime.network else "127.0.0.1")])
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs, cluster_network=cluster_network)
 

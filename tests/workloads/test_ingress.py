@@ -1,0 +1,198 @@
+"""networking.k8s.io/v1 Ingress and IngressClass with the real kubectl against a real control plane, and
+real HTTP to the address the Ingress's status gives (loopback): two Services behind two paths and a host
+rule, Exact and element-wise Prefix matching, a 404 where nothing matches, a backend change followed,
+an unknown class left unserved with an event, TLS stored and said not to be served, upstream's words
+for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ControlPlaneHandle, shared_plane
+from tests.helpers import poll
+from trimaran.api import ManifestError, validate
+from trimaran.cli.client import Client
+
+NS = "default"
+# Answers "<NAME> <path>" on every path.
+SERVER = """
+import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (os.environ["NAME"] + " " + self.path).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), H).serve_forever()
+"""
+
+plane = shared_plane("ingress")
+needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is installed by .ci/run")
+
+
+def kubectl(plane: ControlPlaneHandle, tmp_path: Path, *args: str, stdin: str | None = None,
+            ok: bool = True) -> subprocess.CompletedProcess:
+    env = dict(plane.env, KUBECONFIG=str(plane.home / "kubeconfig"), KUBECACHEDIR=str(tmp_path / "kc"),
+               HOME=str(tmp_path))
+    done = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=90, input=stdin)
+    if ok:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def backend(name: str) -> list[dict]:
+    """A Deployment answering as ``name`` and its Service (port 80, named ``web``)."""
+    container = {"name": "web", "image": "python", "command": ["python", "-c", SERVER, "--port=$(PORT)"],
+                 "ports": [{"name": "http", "containerPort": 8080}], "env": [{"name": "NAME", "value": name}],
+                 "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1}}
+    return [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                      "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}}}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+             "spec": {"selector": {"app": name}, "ports": [{"name": "web", "port": 80, "targetPort": "http"}]}}]
+
+
+def path(path: str, kind: str, service: str, port: dict) -> dict:
+    return {"path": path, "pathType": kind, "backend": {"service": {"name": service, "port": port}}}
+
+
+def ingress(name: str, spec: dict) -> dict:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": NS},
+            "spec": spec}
+
+
+def get(url: str, host: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def events(plane: ControlPlaneHandle, tmp_path: Path, name: str) -> list[dict]:
+    out = kubectl(plane, tmp_path, "get", "events", "-n", NS, "--field-selector",
+                  f"involvedObject.kind=Ingress,involvedObject.name={name}", "-o", "json").stdout
+    return json.loads(out)["items"]
+
+
+def test_validation_has_upstreams_words() -> None:
+    bad = ingress("bad", {"rules": [
+        {"host": "10.1.2.3", "http": {"paths": [
+            path("foo", "Prefix", "a", {"number": 80}),
+            {"path": "/x", "backend": {"service": {"name": "a", "port": {"number": 80}}}},
+            {"path": "/y", "pathType": "Exact",
+             "backend": {"service": {"name": "a", "port": {"number": 80}}, "resource": {"kind": "K", "name": "r"}}},
+            path("/z//w", "Prefix", "a", {"name": "web", "number": 80}),
+            path("/v", "Regex", "a", {})]}},
+        {"host": "*.*.example.com"}]})
+    with pytest.raises(ManifestError) as caught:
+        validate(bad)
+    text = str(caught.value)
+    rule = "spec.rules[0]"
+    for line in (f'{rule}.host: Invalid value: "10.1.2.3": must be a DNS name, not an IP address',
+                 f'{rule}.http.paths[0].path: Invalid value: "foo": must be an absolute path',
+                 f"{rule}.http.paths[1].pathType: Required value: pathType must be specified",
+                 f'{rule}.http.paths[2].backend: Invalid value: "": cannot set both resource and service backends',
+                 f"{rule}.http.paths[3].path: Invalid value: \"/z//w\": must not contain '//'",
+                 f'{rule}.http.paths[3].backend: Invalid value: "": cannot set both port name & port number',
+                 f'{rule}.http.paths[4].pathType: Unsupported value: "Regex": supported values: "Exact", '
+                 f'"ImplementationSpecific", "Prefix"',
+                 f"{rule}.http.paths[4].backend: Required value: port name or number is required",
+                 'spec.rules[1].host: Invalid value: "*.*.example.com": a wildcard DNS-1123 subdomain must start'):
+        assert line in text, text
+    with pytest.raises(ManifestError, match="either `defaultBackend` or `rules` must be specified"):
+        validate(ingress("empty", {}))
+    with pytest.raises(ManifestError, match='spec.controller: Invalid value: "nginx": must be a domain-prefixed path'):
+        validate({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "c"},
+                  "spec": {"controller": "nginx"}})
+
+
+@needs_kubectl
+def test_rules_route_real_requests_to_services(plane: ControlPlaneHandle, api: Client, tmp_path: Path) -> None:
+    out = kubectl(plane, tmp_path, "get", "ingressclass").stdout.splitlines()
+    assert out[0].split() == ["NAME", "CONTROLLER", "PARAMETERS", "AGE"]
+    assert out[1].split()[:3] == ["trimaran", "trimaran.dev/ingress", "<none>"]
+
+    api.apply([{"object": o} for o in backend("alpha") + backend("beta")])
+    web = ingress("web", {"rules": [
+        {"host": "app.example.com", "http": {"paths": [path("/a", "Prefix", "alpha", {"number": 80}),
+                                                       path("/b", "Exact", "beta", {"name": "web"})]}},
+        {"http": {"paths": [path("/shared/", "ImplementationSpecific", "beta", {"number": 80})]}}]})
+    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(web))  # no class: the default class's
+
+    stored = poll(lambda: (i := api.get("Ingress", NS, "web")).get("status", {}).get("loadBalancer", {}).get(
+        "ingress") and i, timeout=30, what="the Ingress's address")
+    assert stored["spec"]["ingressClassName"] == "trimaran"
+    lb, = stored["status"]["loadBalancer"]["ingress"]
+    assert lb["ip"] == "127.0.0.1"
+    base = f"http://127.0.0.1:{lb['ports'][0]['port']}"
+    table = kubectl(plane, tmp_path, "get", "ingress", "web").stdout.splitlines()
+    assert table[0].split() == ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"]
+    assert table[1].split()[:5] == ["web", "trimaran", "app.example.com", "127.0.0.1", "80"]
+
+    poll(lambda: get(f"{base}/a/x?q=1", "app.example.com") == (200, "alpha /a/x?q=1"), timeout=60,
+         what="alpha to answer through the Ingress")
+    poll(lambda: get(f"{base}/b", "app.example.com") == (200, "beta /b"), timeout=60, what="beta to answer")
+    assert get(f"{base}/a", "app.example.com:80") == (200, "alpha /a")
+    assert get(f"{base}/b/x", "app.example.com")[0] == 404, "Exact matches the whole path only"
+    assert get(f"{base}/ab", "app.example.com")[0] == 404, "Prefix matches whole path elements"
+    assert get(f"{base}/shared", "other.example.com") == (200, "beta /shared"), "a rule without a host: any host"
+    assert get(f"{base}/shared/deeper", "app.example.com") == (200, "beta /shared/deeper")
+    assert get(f"{base}/a", "other.example.com")[0] == 404, "the host rule's paths are that host's"
+
+    # The backend changed: followed without a restart.
+    kubectl(plane, tmp_path, "patch", "ingress", "web", "--type=json", "-p", json.dumps(
+        [{"op": "replace", "path": "/spec/rules/0/http/paths/0/backend/service/name", "value": "beta"}]))
+    poll(lambda: get(f"{base}/a", "app.example.com") == (200, "beta /a"), timeout=30, what="the new backend")
+
+    # Its Service's endpoints gone: 503, until they are back.
+    api.scale("Deployment", NS, "beta", 0)
+    poll(lambda: get(f"{base}/a", "app.example.com")[0] == 503, timeout=60, what="503 with no endpoints")
+    api.scale("Deployment", NS, "beta", 1)
+    poll(lambda: get(f"{base}/a", "app.example.com") == (200, "beta /a"), timeout=60, what="the endpoints back")
+
+    # A defaultBackend takes what no rule matches.
+    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(ingress("fallback", {
+        "ingressClassName": "trimaran", "defaultBackend": {"service": {"name": "alpha", "port": {"number": 80}}}})))
+    poll(lambda: get(f"{base}/nothing", "nowhere.example.com") == (200, "alpha /nothing"), timeout=30,
+         what="the default backend")
+    assert get(f"{base}/b", "app.example.com") == (200, "beta /b"), "rules still win over the default"
+    kubectl(plane, tmp_path, "delete", "ingress", "fallback", "web")
+    poll(lambda: get(f"{base}/b", "app.example.com")[0] == 404, timeout=30, what="routes gone with the Ingresses")
+
+
+@needs_kubectl
+def test_unknown_class_is_not_served_and_tls_is_said(plane: ControlPlaneHandle, api: Client,
+                                                     tmp_path: Path) -> None:
+    lost = ingress("lost", {"ingressClassName": "nope",
+                            "rules": [{"http": {"paths": [path("/", "Prefix", "alpha", {"number": 80})]}}]})
+    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(lost))
+    said = poll(lambda: [e for e in events(plane, tmp_path, "lost") if e["reason"] == "IngressClassNotFound"],
+                timeout=30, what="the unknown class's event")
+    assert said[0]["type"] == "Warning" and 'IngressClass "nope" not found' in said[0]["message"]
+    assert not api.get("Ingress", NS, "lost").get("status", {}).get("loadBalancer", {}).get("ingress")
+
+    secure = ingress("secure", {"tls": [{"hosts": ["s.example.com"], "secretName": "s-cert"}],
+                                "rules": [{"host": "s.example.com",
+                                           "http": {"paths": [path("/", "Prefix", "alpha", {"number": 80})]}}]})
+    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(secure))
+    said = poll(lambda: [e for e in events(plane, tmp_path, "secure") if e["reason"] == "TLSNotServed"],
+                timeout=30, what="the TLS event")
+    assert "spec.tls is stored but not served" in said[0]["message"]
+    row = kubectl(plane, tmp_path, "get", "ingress", "secure", "--no-headers").stdout.split()
+    assert row[1:3] == ["trimaran", "s.example.com"] and "80, 443" in " ".join(row)
+
+    refused = kubectl(plane, tmp_path, "create", "-f", "-", ok=False, stdin=json.dumps(ingress("bad", {
+        "rules": [{"http": {"paths": [path("foo", "Prefix", "alpha", {"number": 80})]}}]})))
+    assert refused.returncode != 0
+    assert 'spec.rules[0].http.paths[0].path: Invalid value: "foo": must be an absolute path' in refused.stderr
+    kubectl(plane, tmp_path, "delete", "ingress", "lost", "secure")
