@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trimaran.api import printers
+from trimaran.api.apiregistration import API_VERSION as APIREGISTRATION_V1
+from trimaran.api.apiregistration import APISERVICE_COLUMNS, APIService
 from trimaran.api.apps import (
     APPS_V1,
     CONTROLLERREVISION_COLUMNS,
@@ -247,7 +249,7 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 
 #: Kubernetes' own API groups among those served here; every other group is a custom resource's.
 KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "coordination.k8s.io", "networking.k8s.io",
-                               "policy", "apiextensions.k8s.io", "discovery.k8s.io"})
+                               "policy", "apiextensions.k8s.io", "discovery.k8s.io", "apiregistration.k8s.io"})
 
 
 @dataclass(frozen=True)
@@ -541,3 +543,5 @@ register(KindInfo("Ingress", INGRESS_V1, "networking.k8s.io", "v1", "ingresses",
                   printer_columns=INGRESS_COLUMNS))
 register(KindInfo("IngressClass", INGRESS_V1, "networking.k8s.io", "v1", "ingressclasses", (), False, IngressClass,
                   printer_columns=INGRESSCLASS_COLUMNS, status_subresource=False))
+register(KindInfo("APIService", APIREGISTRATION_V1, "apiregistration.k8s.io", "v1", "apiservices", (), False,
+                  APIService, printer_columns=APISERVICE_COLUMNS))
