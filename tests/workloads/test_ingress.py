@@ -196,3 +196,19 @@ def test_unknown_class_is_not_served_and_tls_is_said(plane: ControlPlaneHandle, 
     assert refused.returncode != 0
     assert 'spec.rules[0].http.paths[0].path: Invalid value: "foo": must be an absolute path' in refused.stderr
     kubectl(plane, tmp_path, "delete", "ingress", "lost", "secure")
+
+
+
+@needs_kubectl
+def test_kubectl_create_ingress(plane: ControlPlaneHandle, api: Client, tmp_path: Path) -> None:
+    """kubectl's generator sends protobuf: decoded, defaulted to the default class."""
+    kubectl(plane, tmp_path, "create", "ingress", "made", "--rule=made.example.com/api*=alpha:80,tls=made-cert",
+            "--rule=/exact=beta:web", "--default-backend=alpha:80")
+    spec = api.get("Ingress", NS, "made")["spec"]
+    assert spec == {
+        "ingressClassName": "trimaran",
+        "defaultBackend": {"service": {"name": "alpha", "port": {"number": 80}}},
+        "tls": [{"hosts": ["made.example.com"], "secretName": "made-cert"}],
+        "rules": [{"host": "made.example.com", "http": {"paths": [path("/api", "Prefix", "alpha", {"number": 80})]}},
+                  {"http": {"paths": [path("/exact", "Exact", "beta", {"name": "web"})]}}]}
+    kubectl(plane, tmp_path, "delete", "ingress", "made")
