@@ -19,6 +19,7 @@ from tests.conftest import ControlPlaneHandle, shared_plane
 from tests.helpers import poll
 from trimaran.api import ManifestError, validate
 from trimaran.cli.client import Client
+from trimaran.controllers.workloads.ingressproxy import Backend, PathRule, RouteTable
 
 NS = "default"
 # Answers "<NAME> <path>" on every path.
@@ -84,6 +85,28 @@ def events(plane: ControlPlaneHandle, tmp_path: Path, name: str) -> list[dict]:
     return json.loads(out)["items"]
 
 
+def test_matching_follows_the_apis_rules() -> None:
+    """Hosts exact, then wildcard (one label), then none; the longest path; Exact over Prefix at a tie."""
+    def to(name: str) -> Backend:
+        return Backend((f"{name}:1",), name)
+    table = RouteTable()
+    table.add("a.example.com", PathRule("Prefix", "/", to("exact-host")))
+    table.add("*.example.com", PathRule("Prefix", "/", to("wildcard")))
+    table.add("*.example.com", PathRule("Prefix", "/w/x", to("wildcard-longer")))
+    table.add(None, PathRule("Prefix", "/p", to("prefix")))
+    table.add(None, PathRule("Exact", "/p", to("exact")))
+    table.add(None, PathRule("ImplementationSpecific", "/q/", to("q")))
+    assert table.route("A.example.com:8080", "/anything") == to("exact-host")
+    assert table.route("b.example.com", "/w/x/y") == to("wildcard-longer")
+    assert table.route("b.example.com", "/w/xy") == to("wildcard")
+    assert table.route("c.b.example.com", "/p") == to("exact"), "a wildcard matches one label only"
+    assert table.route("other", "/p/") == to("prefix")
+    assert table.route("other", "/q") == to("q"), "a trailing / is ignored"
+    assert table.route("other", "/qq") is None
+    table.default = to("default")
+    assert table.route("other", "/qq") == to("default")
+
+
 def test_validation_has_upstreams_words() -> None:
     bad = ingress("bad", {"rules": [
         {"host": "10.1.2.3", "http": {"paths": [
@@ -141,6 +164,9 @@ def test_rules_route_real_requests_to_services(plane: ControlPlaneHandle, api: C
 
     poll(lambda: get(f"{base}/a/x?q=1", "app.example.com") == (200, "alpha /a/x?q=1"), timeout=60,
          what="alpha to answer through the Ingress")
+    described = kubectl(plane, tmp_path, "describe", "ingress", "web").stdout
+    assert "Ingress Class:    trimaran" in described and "app.example.com" in described, described
+    assert "alpha:80 (" in described, described
     poll(lambda: get(f"{base}/b", "app.example.com") == (200, "beta /b"), timeout=60, what="beta to answer")
     assert get(f"{base}/a", "app.example.com:80") == (200, "alpha /a")
     assert get(f"{base}/b/x", "app.example.com")[0] == 404, "Exact matches the whole path only"
