@@ -1,13 +1,16 @@
 """networking.k8s.io/v1 Ingress and IngressClass with the real kubectl against a real control plane, and
 real HTTP to the address the Ingress's status gives (loopback): two Services behind two paths and a host
 rule, Exact and element-wise Prefix matching, a 404 where nothing matches, a backend change followed,
-an unknown class left unserved with an event, TLS stored and said not to be served, upstream's words
-for bad input."""
+an unknown class left unserved with an event, TLS served with its Secret's certificate (by SNI),
+upstream's words for bad input."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
+import socket
+import ssl
 import subprocess
 import urllib.error
 import urllib.request
@@ -197,8 +200,7 @@ def test_rules_route_real_requests_to_services(plane: ControlPlaneHandle, api: C
 
 
 @needs_kubectl
-def test_unknown_class_is_not_served_and_tls_is_said(plane: ControlPlaneHandle, api: Client,
-                                                     tmp_path: Path) -> None:
+def test_unknown_class_is_not_served(plane: ControlPlaneHandle, api: Client, tmp_path: Path) -> None:
     lost = ingress("lost", {"ingressClassName": "nope",
                             "rules": [{"http": {"paths": [path("/", "Prefix", "alpha", {"number": 80})]}}]})
     kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(lost))
@@ -207,22 +209,88 @@ def test_unknown_class_is_not_served_and_tls_is_said(plane: ControlPlaneHandle, 
     assert said[0]["type"] == "Warning" and 'IngressClass "nope" not found' in said[0]["message"]
     assert not api.get("Ingress", NS, "lost").get("status", {}).get("loadBalancer", {}).get("ingress")
 
-    secure = ingress("secure", {"tls": [{"hosts": ["s.example.com"], "secretName": "s-cert"}],
-                                "rules": [{"host": "s.example.com",
-                                           "http": {"paths": [path("/", "Prefix", "alpha", {"number": 80})]}}]})
-    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(secure))
-    said = poll(lambda: [e for e in events(plane, tmp_path, "secure") if e["reason"] == "TLSNotServed"],
-                timeout=30, what="the TLS event")
-    assert "spec.tls is stored but not served" in said[0]["message"]
-    row = kubectl(plane, tmp_path, "get", "ingress", "secure", "--no-headers").stdout.split()
-    assert row[1:3] == ["trimaran", "s.example.com"] and "80, 443" in " ".join(row)
-
     refused = kubectl(plane, tmp_path, "create", "-f", "-", ok=False, stdin=json.dumps(ingress("bad", {
         "rules": [{"http": {"paths": [path("foo", "Prefix", "alpha", {"number": 80})]}}]})))
     assert refused.returncode != 0
     assert 'spec.rules[0].http.paths[0].path: Invalid value: "foo": must be an absolute path' in refused.stderr
-    kubectl(plane, tmp_path, "delete", "ingress", "lost", "secure")
+    kubectl(plane, tmp_path, "delete", "ingress", "lost")
 
+
+def self_signed(host: str, directory: Path) -> tuple[Path, Path]:
+    """A certificate for ``host`` signed by its own key: (certificate, key) PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = directory / f"{host}.crt", directory / f"{host}.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+def get_tls(port: int, host: str, path: str, cafile: Path) -> tuple[int, str]:
+    """GET over TLS from loopback, with ``host`` as the SNI name, the certificate's name and the Host."""
+    context = ssl.create_default_context(cafile=str(cafile))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as tls:
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+@needs_kubectl
+def test_tls_sections_are_served_with_their_secrets(plane: ControlPlaneHandle, api: Client,
+                                                   tmp_path: Path) -> None:
+    api.apply([{"object": o} for o in backend("alpha")])
+    cert, key = self_signed("s.example.com", tmp_path)
+    kubectl(plane, tmp_path, "create", "secret", "tls", "s-cert", f"--cert={cert}", f"--key={key}")
+    secure = ingress("secure", {"tls": [{"hosts": ["s.example.com"], "secretName": "s-cert"},
+                                        {"hosts": ["m.example.com"], "secretName": "missing"}],
+                                "rules": [{"host": "s.example.com",
+                                           "http": {"paths": [path("/", "Prefix", "alpha", {"number": 80})]}}]})
+    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(secure))
+    stored = poll(lambda: (i := api.get("Ingress", NS, "secure")).get("status", {}).get("loadBalancer", {}).get(
+        "ingress") and i, timeout=30, what="the Ingress's address")
+    http_port, https_port = (p["port"] for p in stored["status"]["loadBalancer"]["ingress"][0]["ports"])
+    row = kubectl(plane, tmp_path, "get", "ingress", "secure", "--no-headers").stdout.split()
+    assert row[1:4] == ["trimaran", "s.example.com", "127.0.0.1"] and "80, 443" in " ".join(row)
+
+    poll(lambda: get_tls(https_port, "s.example.com", "/x", cert) == (200, "alpha /x"), timeout=60,
+         what="alpha over TLS")
+    assert get(f"http://127.0.0.1:{http_port}/y", "s.example.com") == (200, "alpha /y"), "and over plain HTTP"
+    with pytest.raises(ssl.SSLError):
+        get_tls(https_port, "other.example.com", "/", cert)  # no certificate covers it
+    said = poll(lambda: [e for e in events(plane, tmp_path, "secure") if e["reason"] == "TLSSecretNotFound"],
+                timeout=30, what="the missing secret's event")
+    assert 'Secret "default/missing" does not exist' in said[0]["message"]
+
+    # The Secret replaced: the new certificate is served.
+    cert2, key2 = self_signed("s.example.com", tmp_path / "kc")
+    kubectl(plane, tmp_path, "delete", "secret", "s-cert")
+    kubectl(plane, tmp_path, "create", "secret", "tls", "s-cert", f"--cert={cert2}", f"--key={key2}")
+    poll(lambda: _verifies(https_port, cert2), timeout=30, what="the new certificate")
+    kubectl(plane, tmp_path, "delete", "ingress", "secure")
+
+
+def _verifies(port: int, cafile: Path) -> bool:
+    try:
+        return get_tls(port, "s.example.com", "/", cafile)[0] == 200
+    except ssl.SSLError:
+        return False
 
 
 @needs_kubectl

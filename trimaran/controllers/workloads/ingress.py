@@ -3,21 +3,26 @@
 At start it installs the IngressClass ``trimaran`` (controller ``trimaran.dev/ingress``, the default
 class), and serves every Ingress of that class, or of none (the API gives a new Ingress without a class
 the default class, as kube-apiserver's DefaultIngressClass admission does: `default_class_name`),
-through one HTTP listener (`IngressProxy`) on ``127.0.0.1:PORT`` (and on the pod network's gateway,
-for pods): ``TRIMARAN_INGRESS_HTTP_PORT``, else a port picked once and kept in the home. Its rules'
-backends are Services, resolved to their ready endpoints (the Endpoints object the Service controller
-keeps: a pod's IP on the pod network, loopback and the pod's own port on the host's), and followed as
-they change. ``status.loadBalancer.ingress`` says where it is served: ``127.0.0.1`` and the port.
+through one listener (`IngressProxy`) on ``127.0.0.1`` (and on the pod network's gateway, for pods):
+HTTP on ``TRIMARAN_INGRESS_HTTP_PORT`` and HTTPS on ``TRIMARAN_INGRESS_HTTPS_PORT``, else ports picked
+once and kept in the home. Its rules' backends are Services, resolved to their ready endpoints (the
+Endpoints object the Service controller keeps: a pod's IP on the pod network, loopback and the pod's
+own port on the host's), and followed as they change. A ``tls`` section's hosts are served over HTTPS
+with its Secret's ``tls.crt`` and ``tls.key`` (followed too). ``status.loadBalancer.ingress`` says
+where it is served: ``127.0.0.1`` and its ports (HTTP, then HTTPS for an Ingress with TLS).
 
 An Ingress naming a class that does not exist is not served (a Warning event says so), nor one of a
-class of another controller (nothing here serves it, as on a cluster without that controller). TLS
-sections are stored, not served: an event says so, and the Ingress is served over plain HTTP.
+class of another controller (nothing here serves it, as on a cluster without that controller).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import os
+import ssl
+import tempfile
 from pathlib import Path
 
 from trimaran.api.ingress import DEFAULT_CLASS_ANNOTATION, LEGACY_CLASS_ANNOTATION
@@ -34,6 +39,7 @@ log = logging.getLogger(__name__)
 CLASS_NAME = "trimaran"
 CONTROLLER = "trimaran.dev/ingress"
 PORT_ENV = "TRIMARAN_INGRESS_HTTP_PORT"
+TLS_PORT_ENV = "TRIMARAN_INGRESS_HTTPS_PORT"
 LOOPBACK = "127.0.0.1"
 _SAID_KEPT = 10_000
 
@@ -70,7 +76,7 @@ def _class_object() -> dict:
 class IngressReconciler(Reconciler):
     name = "ingress"
     kinds = ("Ingress",)
-    watches = ("IngressClass", "Service", "Endpoints")
+    watches = ("IngressClass", "Service", "Endpoints", "Secret")
 
     def __init__(self, store: Store, home: Path, ports: PortAllocator, gateway: str = LOOPBACK) -> None:
         """``gateway``: the pod network's gateway address, where pods reach the host (loopback without one)."""
@@ -79,11 +85,15 @@ class IngressReconciler(Reconciler):
         self.ports = ports
         self.hosts = sorted({LOOPBACK, gateway})
         self.proxy = IngressProxy()
-        self.port = 0
+        self.port = self.tls_port = 0
         self._installed = False
-        # Per served Ingress: its place in the merged table (creation, namespace, name) and its rules.
-        self._rules: dict[Key, tuple[tuple[str, str, str], list[tuple[str | None, PathRule]], Backend | None]] = {}
-        self._services: dict[Key, set[str]] = {}  # the Services each Ingress names, for their events
+        # Per served Ingress: its place in the merged table (creation, namespace, name), its rules, its
+        # default backend and its certificates by host.
+        self._rules: dict[Key, tuple[tuple[str, str, str], list[tuple[str | None, PathRule]], Backend | None,
+                                     dict[str, ssl.SSLContext]]] = {}
+        # The objects each Ingress names, ("Service" | "Secret", name), for their events (Endpoints: its Service's).
+        self._refs: dict[Key, set[tuple[str, str]]] = {}
+        self._contexts: dict[tuple[str, str, str], ssl.SSLContext] = {}  # (namespace, secret, resourceVersion)
         self._said: set[tuple[str, str, str]] = set()  # (uid, reason, message) already recorded
 
     # -- start -------------------------------------------------------------------------------------
@@ -99,33 +109,30 @@ class IngressReconciler(Reconciler):
         return [key_of(i) for i in self.store.list("Ingress", shared=True)]
 
     def _listen(self) -> None:
-        """Listen at the chosen port, else the recorded one, else a new one (recorded); a recorded port
-        another process took is given up for a new one."""
-        record = self.home / "ingress" / "port"
-        wanted = int(os.environ.get(PORT_ENV, "0") or 0)
+        """Listen at the chosen ports, else the recorded ones, else new ones (recorded); recorded ports
+        another process took are given up for new ones."""
+        record = self.home / "ingress" / "ports.json"
+        fixed = (int(os.environ.get(PORT_ENV) or 0), int(os.environ.get(TLS_PORT_ENV) or 0))
         try:
-            recorded = int(record.read_text())
-        except (OSError, ValueError):
-            recorded = 0
-        if not wanted and recorded:
-            self.ports.reserve([recorded])
+            kept = json.loads(record.read_text())
+            recorded = (int(kept["http"]), int(kept["https"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = (0, 0)
+        self.ports.reserve([p for p, f in zip(recorded, fixed, strict=True) if p and not f])
         for _ in range(3):
-            port = wanted or recorded or self.ports.allocate(1)[0]
+            http, https = (f or r or self.ports.allocate(1)[0] for f, r in zip(fixed, recorded, strict=True))
             try:
-                self.proxy.listen(self.hosts, port)
+                self.proxy.listen(self.hosts, http, https)
             except OSError as exc:
-                if wanted:
-                    log.error("the ingress cannot listen on %s port %d (%s): Ingresses are not served",
-                              PORT_ENV, port, exc.strerror)
-                    return
-                recorded = 0
+                log.warning("the ingress cannot listen on ports %d and %d (%s)", http, https, exc.strerror)
+                recorded = (0, 0)
                 continue
-            self.port = port
-            if port != wanted:
-                record.parent.mkdir(parents=True, exist_ok=True)
-                record.write_text(str(port))
+            self.port, self.tls_port = http, https
+            record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            record.write_text(json.dumps({"http": http, "https": https}))
             return
-        log.error("the ingress found no port to listen on: Ingresses are not served")
+        log.error("the ingress found no ports to listen on (%s=%d, %s=%d): Ingresses are not served",
+                  PORT_ENV, fixed[0], TLS_PORT_ENV, fixed[1])
 
     # -- events ------------------------------------------------------------------------------------
     def keys_for_event(self, event: WatchEvent) -> list[Key]:
@@ -134,8 +141,9 @@ class IngressReconciler(Reconciler):
             return [key_of(obj)]
         if obj["kind"] == "IngressClass":  # a class made, removed or made default: every Ingress may change
             return [key_of(i) for i in self.store.list("Ingress", shared=True)]
-        namespace, name = obj["metadata"].get("namespace"), obj["metadata"]["name"]
-        return [key for key, names in list(self._services.items()) if key.namespace == namespace and name in names]
+        ref = ("Secret" if obj["kind"] == "Secret" else "Service", obj["metadata"]["name"])
+        namespace = obj["metadata"].get("namespace")
+        return [key for key, refs in list(self._refs.items()) if key.namespace == namespace and ref in refs]
 
     # -- reconcile ---------------------------------------------------------------------------------
     def reconcile(self, key: Key) -> float | None:
@@ -145,10 +153,10 @@ class IngressReconciler(Reconciler):
             self._forget(key)
             return None
         spec = ingress.get("spec") or {}
-        self._services[key] = _service_names(spec)
+        self._refs[key] = _references(spec)
         why_not = self._not_ours(ingress)
         if why_not is not None:
-            self._forget(key, keep_services=True)
+            self._forget(key, keep_refs=True)
             if why_not:
                 self._say(ingress, "Warning", "IngressClassNotFound", why_not)
             return self._settle(ingress, {})
@@ -158,17 +166,57 @@ class IngressReconciler(Reconciler):
                 rules.append((rule.get("host"), PathRule(path.get("pathType") or "Prefix", path.get("path") or "/",
                                                          self._backend(ingress, path.get("backend") or {}))))
         default = self._backend(ingress, spec["defaultBackend"]) if spec.get("defaultBackend") else None
+        certs: dict[str, ssl.SSLContext] = {}
+        rule_hosts = [r["host"] for r in spec.get("rules") or [] if r.get("host")]
+        for tls in spec.get("tls") or []:
+            context = self._certificate(ingress, tls.get("secretName") or "")
+            for host in (tls.get("hosts") or rule_hosts) if context is not None else ():
+                certs.setdefault(host, context)
         meta = ingress["metadata"]
-        self._rules[key] = ((meta.get("creationTimestamp") or "", key.namespace, key.name), rules, default)
+        self._rules[key] = ((meta.get("creationTimestamp") or "", key.namespace, key.name), rules, default, certs)
         self._publish()
-        if spec.get("tls"):
-            self._say(ingress, "Warning", "TLSNotServed",
-                      f"spec.tls is stored but not served: Trimaran's ingress serves plain HTTP on "
-                      f"{LOOPBACK}:{self.port}")
         self._say(ingress, "Normal", "Sync", "Scheduled for sync")
         if not self.port:
             return self._settle(ingress, {})
-        return self._settle(ingress, {"ingress": [{"ip": LOOPBACK, "ports": [{"port": self.port, "protocol": "TCP"}]}]})
+        ports = [self.port, *([self.tls_port] if spec.get("tls") else [])]
+        return self._settle(ingress, {"ingress": [{"ip": LOOPBACK,
+                                                   "ports": [{"port": p, "protocol": "TCP"} for p in ports]}]})
+
+    def _certificate(self, ingress: dict, secret_name: str) -> ssl.SSLContext | None:
+        """A TLS section's certificate: its Secret's ``tls.crt`` and ``tls.key`` (None, said in an event,
+        when there is none to use: its hosts are then not served over HTTPS)."""
+        namespace = ingress["metadata"]["namespace"]
+        where = f'Secret "{namespace}/{secret_name}"'
+        if not secret_name:
+            self._say(ingress, "Warning", "TLSSecretNotFound", "a tls section names no secretName: its hosts are "
+                      "not served over HTTPS (Trimaran's ingress has no default certificate)")
+            return None
+        try:
+            secret = self.store.get("Secret", namespace, secret_name)
+        except NotFound:
+            self._say(ingress, "Warning", "TLSSecretNotFound", f"{where} does not exist: its hosts are not served "
+                      "over HTTPS")
+            return None
+        cached = (namespace, secret_name, secret["metadata"].get("resourceVersion", ""))
+        if cached in self._contexts:
+            return self._contexts[cached]
+        data = secret.get("data") or {}
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            pem = base64.b64decode(data["tls.crt"]) + b"\n" + base64.b64decode(data["tls.key"])
+            # load_cert_chain reads files only: a file of its own (0600, in the home), gone once read.
+            (self.home / "ingress").mkdir(mode=0o700, parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.home / "ingress", suffix=".pem") as held:
+                held.write(pem)
+                held.flush()
+                context.load_cert_chain(held.name)
+        except (KeyError, ValueError, ssl.SSLError) as exc:
+            self._say(ingress, "Warning", "TLSSecretInvalid", f"{where} holds no usable tls.crt and tls.key "
+                      f"({exc}): its hosts are not served over HTTPS")
+            return None
+        self._contexts = {k: v for k, v in self._contexts.items() if k[:2] != cached[:2]}
+        self._contexts[cached] = context
+        return context
 
     def _not_ours(self, ingress: dict) -> str | None:
         """None when this controller serves ``ingress``; else why not: a message for an event, or ""
@@ -219,17 +267,19 @@ class IngressReconciler(Reconciler):
 
     def _publish(self) -> None:
         """The merged table of every served Ingress, older Ingresses' rules first, to the proxy."""
-        table = RouteTable()
-        for _, rules, default in sorted(self._rules.values(), key=lambda entry: entry[0]):
+        table, certs = RouteTable(), {}
+        for _, rules, default, own_certs in sorted(self._rules.values(), key=lambda entry: entry[0]):
             for host, rule in rules:
                 table.add(host, rule)
             if table.default is None:
                 table.default = default
-        self.proxy.set_table(table)
+            for host, context in own_certs.items():
+                certs.setdefault(host, context)
+        self.proxy.set_table(table, certs)
 
-    def _forget(self, key: Key, keep_services: bool = False) -> None:
-        if not keep_services:
-            self._services.pop(key, None)
+    def _forget(self, key: Key, keep_refs: bool = False) -> None:
+        if not keep_refs:
+            self._refs.pop(key, None)
         if self._rules.pop(key, None) is not None:
             self._publish()
 
@@ -258,8 +308,10 @@ class IngressReconciler(Reconciler):
         return None
 
 
-def _service_names(spec: dict) -> set[str]:
+def _references(spec: dict) -> set[tuple[str, str]]:
+    """The Services and Secrets an Ingress's spec names."""
     backends = [spec.get("defaultBackend") or {}]
     backends += [p.get("backend") or {} for r in spec.get("rules") or []
                  for p in (r.get("http") or {}).get("paths") or []]
-    return {b["service"]["name"] for b in backends if (b.get("service") or {}).get("name")}
+    refs = {("Service", b["service"]["name"]) for b in backends if (b.get("service") or {}).get("name")}
+    return refs | {("Secret", t["secretName"]) for t in spec.get("tls") or [] if t.get("secretName")}

@@ -11,6 +11,10 @@ upstream pools; bodies are buffered whole). Matching, per the API's rules:
   ignored); the longest match wins, ``Exact`` over ``Prefix`` at equal length, the older Ingress at a tie;
 - nothing matches: the oldest ``defaultBackend`` among the Ingresses, else 404.
 
+The same routes are served over TLS on a second port, each host with the certificate of the Secret its
+Ingress's ``tls`` section names, chosen by the client's SNI (an exact host, then a wildcard one); a
+name no certificate covers fails the handshake.
+
 A backend with no ready endpoint answers 503, one whose every endpoint refused 502, one that took longer
 than the timeout 504; an endpoint that refuses is skipped for the next (round-robin).
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -116,38 +121,55 @@ class IngressProxy:
         self._loop = asyncio.new_event_loop()
         self.table = RouteTable()
         self._servers: list[asyncio.base_events.Server] = []
+        self._certs: dict[str, ssl.SSLContext] = {}  # host (or "*.parent") -> its certificate's context
+        self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._tls.sni_callback = self._pick_certificate
         self._pools: dict[str, UpstreamPool] = {}
         self._turn = 0
         self._tasks: set[asyncio.Task] = set()  # the loop holds tasks weakly
         self._thread = threading.Thread(target=self._loop.run_forever, name="ingress-proxy", daemon=True)
         self._thread.start()
 
-    def listen(self, hosts: list[str], port: int) -> None:
-        """Serve on ``port`` at each of ``hosts`` (instead of where it served). Raises OSError when one
-        cannot be bound; then it serves nowhere."""
-        asyncio.run_coroutine_threadsafe(self._listen(hosts, port), self._loop).result(timeout=10)
+    def listen(self, hosts: list[str], port: int, tls_port: int) -> None:
+        """Serve HTTP on ``port`` and HTTPS on ``tls_port`` at each of ``hosts`` (instead of where it
+        served). Raises OSError when one cannot be bound; then it serves nowhere."""
+        asyncio.run_coroutine_threadsafe(self._listen(hosts, port, tls_port), self._loop).result(timeout=10)
 
-    def set_table(self, table: RouteTable) -> None:
-        self._loop.call_soon_threadsafe(self._replace, table)
+    def set_table(self, table: RouteTable, certs: dict[str, ssl.SSLContext]) -> None:
+        """The routes, and the TLS certificates by host (``*.example.com`` for a wildcard)."""
+        self._loop.call_soon_threadsafe(self._replace, table, certs)
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._listen([], 0), self._loop).result(timeout=10)
+        asyncio.run_coroutine_threadsafe(self._listen([], 0, 0), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
 
-    def _replace(self, table: RouteTable) -> None:
+    def _pick_certificate(self, sock: ssl.SSLObject, name: str | None, _: ssl.SSLContext) -> int | None:
+        """SNI: the certificate of the host the client asks for; none covering it fails the handshake."""
+        name = (name or "").lower()
+        _, dot, parent = name.partition(".")
+        context = self._certs.get(name) or (self._certs.get(f"*.{parent}") if dot else None)
+        if context is None:
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        sock.context = context
+        return None
+
+    def _replace(self, table: RouteTable, certs: dict[str, ssl.SSLContext]) -> None:
         self.table = table
+        self._certs = certs
         kept = table.addresses()
         for address in [a for a in self._pools if a not in kept]:
             self._pools.pop(address).close()
 
-    async def _listen(self, hosts: list[str], port: int) -> None:
+    async def _listen(self, hosts: list[str], port: int, tls_port: int) -> None:
         for server in self._servers:
             server.close()
         self._servers = []
         try:
             for host in hosts:
                 self._servers.append(await asyncio.start_server(self._accept, host, port, reuse_address=True))
+                self._servers.append(await asyncio.start_server(self._accept, host, tls_port, reuse_address=True,
+                                                                ssl=self._tls))
         except OSError:
             for server in self._servers:
                 server.close()
@@ -162,6 +184,7 @@ class IngressProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         parser = RequestReader()
         peer = (writer.get_extra_info("peername") or ("", 0))[0]
+        scheme = b"https" if writer.get_extra_info("sslcontext") is not None else b"http"
         try:
             while data := await reader.read(65536):
                 try:
@@ -170,18 +193,18 @@ class IngressProxy:
                     writer.write(render_response(400, [], b"400 bad request\n", False))
                     return
                 for request in requests:
-                    status, headers, body = await self._answer(request, str(peer))
+                    status, headers, body = await self._answer(request, str(peer), scheme)
                     writer.write(render_response(status, headers, body, request.keep_alive))
                     await writer.drain()
                     if not request.keep_alive:
                         return
-        except OSError:
+        except (OSError, ssl.SSLError):
             pass
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _answer(self, request: Request, peer: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    async def _answer(self, request: Request, peer: str, scheme: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         host = (request.header(b"host") or b"").decode("latin-1")
         path = urlsplit(request.target.decode("latin-1")).path or "/"
         backend = self.table.route(host, path)
@@ -191,7 +214,7 @@ class IngressProxy:
             return 503, [(b"content-type", b"text/plain")], f"503 no ready endpoint of {backend.what}\n".encode()
         forwarded = [h for h in request.headers if not h[0].startswith(b"x-forwarded-")]
         forwarded += [(b"x-forwarded-for", peer.encode()), (b"x-forwarded-host", host.encode("latin-1")),
-                      (b"x-forwarded-proto", b"http")]
+                      (b"x-forwarded-proto", scheme)]
         request = Request(request.method, request.target, forwarded, request.body, request.keep_alive)
         self._turn += 1
         start = self._turn % len(backend.addresses)
