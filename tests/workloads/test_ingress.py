@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ControlPlaneHandle, shared_plane
-from tests.helpers import poll
+from tests.helpers import pod_network_on, poll
 from trimaran.api import ManifestError, validate
 from trimaran.cli.client import Client
 from trimaran.controllers.workloads.ingressproxy import Backend, PathRule, RouteTable
@@ -184,9 +184,9 @@ def test_rules_route_real_requests_to_services(plane: ControlPlaneHandle, api: C
     poll(lambda: get(f"{base}/a", "app.example.com") == (200, "beta /a"), timeout=30, what="the new backend")
 
     # Its Service's endpoints gone: 503, until they are back.
-    api.scale("Deployment", NS, "beta", 0)
+    kubectl(plane, tmp_path, "scale", "deployment", "beta", "--replicas=0")
     poll(lambda: get(f"{base}/a", "app.example.com")[0] == 503, timeout=60, what="503 with no endpoints")
-    api.scale("Deployment", NS, "beta", 1)
+    kubectl(plane, tmp_path, "scale", "deployment", "beta", "--replicas=1")
     poll(lambda: get(f"{base}/a", "app.example.com") == (200, "beta /a"), timeout=60, what="the endpoints back")
 
     # A defaultBackend takes what no rule matches.
@@ -291,6 +291,41 @@ def _verifies(port: int, cafile: Path) -> bool:
         return get_tls(port, "s.example.com", "/", cafile)[0] == 200
     except ssl.SSLError:
         return False
+
+
+# From a pod: the default route's gateway (the host on the pod network), the Ingress's port, a Host.
+FROM_A_POD = """
+import os, socket, struct, urllib.request
+routes = [line.split() for line in open("/proc/net/route").read().splitlines()[1:]]
+gateway = next(socket.inet_ntoa(struct.pack("<L", int(r[2], 16))) for r in routes if r[1] == "00000000")
+url = f"http://{gateway}:{os.environ['PORT']}/a/from-pod"
+request = urllib.request.Request(url, headers={"Host": "pod.example.com"})
+print(urllib.request.urlopen(request, timeout=10).read().decode())
+"""
+
+
+@needs_kubectl
+def test_pods_reach_the_ingress_at_their_gateway(plane: ControlPlaneHandle, api: Client, tmp_path: Path) -> None:
+    if not pod_network_on(plane.home):
+        pytest.skip("no pod network in this home: pods reach the ingress on loopback, as the host does")
+    api.apply([{"object": o} for o in backend("alpha")])
+    kubectl(plane, tmp_path, "create", "-f", "-", stdin=json.dumps(ingress("inside", {"rules": [
+        {"host": "pod.example.com", "http": {"paths": [path("/a", "Prefix", "alpha", {"number": 80})]}}]})))
+    stored = poll(lambda: (i := api.get("Ingress", NS, "inside")).get("status", {}).get("loadBalancer", {}).get(
+        "ingress") and i, timeout=30, what="the Ingress's address")
+    port = stored["status"]["loadBalancer"]["ingress"][0]["ports"][0]["port"]
+    poll(lambda: get(f"http://127.0.0.1:{port}/a", "pod.example.com")[0] == 200, timeout=60, what="alpha ready")
+    client = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "caller", "namespace": NS},
+              "spec": {"restartPolicy": "Never", "containers": [{
+                  "name": "main", "image": "python", "command": ["python", "-c", FROM_A_POD],
+                  "env": [{"name": "PORT", "value": str(port)}]}]}}
+    api.create("Pod", NS, client)
+    phase = poll(lambda: api.get("Pod", NS, "caller").get("status", {}).get("phase") in ("Succeeded", "Failed")
+                 and api.get("Pod", NS, "caller")["status"]["phase"], timeout=60, what="the caller pod to end")
+    logs = kubectl(plane, tmp_path, "logs", "caller").stdout
+    assert phase == "Succeeded" and logs.strip() == "alpha /a/from-pod", logs
+    kubectl(plane, tmp_path, "delete", "pod", "caller", "--wait=false")
+    kubectl(plane, tmp_path, "delete", "ingress", "inside")
 
 
 @needs_kubectl
