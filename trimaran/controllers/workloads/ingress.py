@@ -157,8 +157,9 @@ class IngressReconciler(Reconciler):
         why_not = self._not_ours(ingress)
         if why_not is not None:
             self._forget(key, keep_refs=True)
-            if why_not:
-                self._say(ingress, "Warning", "IngressClassNotFound", why_not)
+            if not why_not:
+                return None  # another controller's: its status is that controller's to write
+            self._say(ingress, "Warning", "IngressClassNotFound", why_not)
             return self._settle(ingress, {})
         rules: list[tuple[str | None, PathRule]] = []
         for rule in spec.get("rules") or []:
