@@ -341,3 +341,33 @@ def test_kubectl_create_ingress(plane: ControlPlaneHandle, api: Client, tmp_path
         "rules": [{"host": "made.example.com", "http": {"paths": [path("/api", "Prefix", "alpha", {"number": 80})]}},
                   {"http": {"paths": [path("/exact", "Exact", "beta", {"name": "web"})]}}]}
     kubectl(plane, tmp_path, "delete", "ingress", "made")
+
+
+def test_the_ports_and_routes_outlive_a_restart(fresh_plane: ControlPlaneHandle) -> None:
+    from trimaran.server.daemon import start_server, stop_server
+
+    api = fresh_plane.client()
+    api.create("Service", NS, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ghost", "namespace": NS},
+                               "spec": {"selector": {"app": "ghost"}, "ports": [{"port": 80}]}})
+    api.create("Ingress", NS, ingress("kept", {"defaultBackend": {"service": {"name": "ghost",
+                                                                             "port": {"number": 80}}}}))
+
+    def served() -> tuple[int, int] | None:
+        lb = api.get("Ingress", NS, "kept").get("status", {}).get("loadBalancer", {}).get("ingress")
+        if not lb:
+            return None
+        port = lb[0]["ports"][0]["port"]
+        try:
+            status = get(f"http://127.0.0.1:{port}/", "any.example.com")[0]
+        except (urllib.error.URLError, OSError):  # not listening yet: the controllers are starting
+            return None
+        return (port, status) if status == 503 else None  # routed: the Service has no endpoint yet
+    port, _ = poll(served, timeout=30, what="the Ingress served")
+    api.close()
+    stop_server(fresh_plane.home)
+    start_server(home=fresh_plane.home)
+    api = fresh_plane.client()
+    try:
+        assert poll(served, timeout=30, what="the Ingress served again")[0] == port
+    finally:
+        api.close()
