@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trimaran.api import printers
+from trimaran.api.apiregistration import API_VERSION as APIREGISTRATION_V1
+from trimaran.api.apiregistration import APISERVICE_COLUMNS, APIService
 from trimaran.api.apps import (
     APPS_V1,
     CONTROLLERREVISION_COLUMNS,
@@ -45,6 +47,8 @@ from trimaran.api.discovery import ENDPOINTSLICE_COLUMNS, EndpointSlice
 from trimaran.api.errors import FieldError
 from trimaran.api.inferencegraph import API_VERSION as KSERVE_V1ALPHA1
 from trimaran.api.inferencegraph import InferenceGraph
+from trimaran.api.ingress import API_VERSION as INGRESS_V1
+from trimaran.api.ingress import INGRESS_COLUMNS, INGRESSCLASS_COLUMNS, Ingress, IngressClass
 from trimaran.api.jobset import API_VERSION as JOBSET_V1ALPHA2
 from trimaran.api.jobset import JOBSET_NAME_KEY, JobSet
 from trimaran.api.meta import Resource
@@ -250,7 +254,8 @@ def _serving_components(obj: dict[str, Any]) -> Iterator[PodTemplate]:
 
 #: Kubernetes' own API groups among those served here; every other group is a custom resource's.
 KUBERNETES_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "coordination.k8s.io", "networking.k8s.io",
-                               "policy", "apiextensions.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io"})
+                               "policy", "apiextensions.k8s.io", "discovery.k8s.io", "rbac.authorization.k8s.io",
+                               "apiregistration.k8s.io"})
 
 
 @dataclass(frozen=True)
@@ -579,3 +584,10 @@ for _info in (
              ClusterRoleBinding, printer_columns=BINDING_COLUMNS, status_subresource=False),
 ):
     register(_info)
+
+register(KindInfo("Ingress", INGRESS_V1, "networking.k8s.io", "v1", "ingresses", ("ing",), True, Ingress,
+                  printer_columns=INGRESS_COLUMNS))
+register(KindInfo("IngressClass", INGRESS_V1, "networking.k8s.io", "v1", "ingressclasses", (), False, IngressClass,
+                  printer_columns=INGRESSCLASS_COLUMNS, status_subresource=False))
+register(KindInfo("APIService", APIREGISTRATION_V1, "apiregistration.k8s.io", "v1", "apiservices", (), False,
+                  APIService, printer_columns=APISERVICE_COLUMNS))

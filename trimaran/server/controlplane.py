@@ -19,6 +19,7 @@ import sqlalchemy.exc
 
 from trimaran.api.apps import set_pod_network
 from trimaran.api.podsecurity import Policy
+from trimaran.controllers.apiservices import APIServiceReconciler
 from trimaran.controllers.base import ControllerManager
 from trimaran.controllers.batch import BatchJobReconciler
 from trimaran.controllers.gc import GarbageCollector
@@ -47,6 +48,7 @@ from trimaran.controllers.workloads import (
     StatefulSetReconciler,
 )
 from trimaran.controllers.workloads.cronjob import CronJobReconciler
+from trimaran.controllers.workloads.ingress import IngressReconciler
 from trimaran.controllers.workloads.network import ClusterNetwork, NetworkPolicyReconciler, ensure_system_services
 from trimaran.controllers.workloads.pdb import PodDisruptionBudgetReconciler
 from trimaran.runtime import LocalRuntime, Node
@@ -54,6 +56,7 @@ from trimaran.runtime.local import shim_pool_size_from_env
 from trimaran.runtime.network import PodNetwork
 from trimaran.runtime.serviceaccount import ServiceAccountAccess
 from trimaran.server.daemon import HomeLock, HomeLocked, clear_server_info, home_dir, lock_home, write_server_info
+from trimaran.server.kube.apiservices import local_apiservices
 from trimaran.server.rbac.access import start as start_rbac
 from trimaran.server.rbac.aggregation import ClusterRoleAggregator
 from trimaran.server.tokens import TokenStore
@@ -163,6 +166,8 @@ def _build(home: Path, lock: HomeLock) -> ControlPlane:
         RecurringRunReconciler(store), RunReconciler(store, home, runtime, kubelet.image_policy),
         GarbageCollector(store), NetworkPolicyReconciler(store, cluster_network, host_network_reason),
         CronJobReconciler(store), PodDisruptionBudgetReconciler(store), ClusterRoleAggregator(store),
+        IngressReconciler(store, home, ports, runtime.network.plan.gateway if runtime.network else "127.0.0.1"),
+        APIServiceReconciler(store, local_apiservices()),
         ResourceQuotaReconciler(store)])  # and the store's admission of new objects (controllers/quota.py)
     return ControlPlane(store=store, manager=manager, kubelet=kubelet, trials=trials, home=home, lock=lock,
                         trainjobs=trainjobs, cluster_network=cluster_network)

@@ -234,7 +234,25 @@ _SCHEMA.update({
                            ("runAsGroup", 6, _INT64, False)],
 })
 # Go structs embedded in their parent's JSON (`json:",inline"`).
-_INLINE = {("Volume", "volumeSource")} | {(m, "localObjectReference") for m in (
+# networking.k8s.io/v1 Ingress, as `kubectl create ingress` fills it in.
+_SCHEMA.update({
+    "Ingress": [("metadata", 1, "ObjectMeta", False), ("spec", 2, "IngressSpec", False)],
+    "IngressSpec": [("defaultBackend", 1, "IngressBackend", False), ("tls", 2, "IngressTLS", True),
+                    ("rules", 3, "IngressRule", True), ("ingressClassName", 4, _STRING, False)],
+    "IngressBackend": [("resource", 3, "TypedLocalObjectReference", False),
+                       ("service", 4, "IngressServiceBackend", False)],
+    "TypedLocalObjectReference": [("apiGroup", 1, _STRING, False), ("kind", 2, _STRING, False),
+                                  ("name", 3, _STRING, False)],
+    "IngressServiceBackend": [("name", 1, _STRING, False), ("port", 2, "ServiceBackendPort", False)],
+    "ServiceBackendPort": [("name", 1, _STRING, False), ("number", 2, _INT32, False)],
+    "IngressTLS": [("hosts", 1, _STRING, True), ("secretName", 2, _STRING, False)],
+    "IngressRule": [("host", 1, _STRING, False), ("ingressRuleValue", 2, "IngressRuleValue", False)],
+    "IngressRuleValue": [("http", 1, "HTTPIngressRuleValue", False)],
+    "HTTPIngressRuleValue": [("paths", 1, "HTTPIngressPath", True)],
+    "HTTPIngressPath": [("path", 1, _STRING, False), ("backend", 2, "IngressBackend", False),
+                        ("pathType", 3, _STRING, False)],
+})
+_INLINE = {("Volume", "volumeSource"), ("IngressRule", "ingressRuleValue")} | {(m, "localObjectReference") for m in (
     "ConfigMapVolumeSource", "ConfigMapKeySelector", "SecretKeySelector", "ConfigMapEnvSource", "SecretEnvSource")}
 # Pointers to structs whose presence is the value, empty or not (`emptyDir: {}`).
 _EMPTY_IS_A_VALUE = {("VolumeSource", name) for name, *_ in _SCHEMA["VolumeSource"]}
@@ -270,6 +288,7 @@ for _kind in ("SelfSubjectAccessReview", "SubjectAccessReview", "SelfSubjectRule
 _KINDS["authorization.k8s.io/v1", "LocalSubjectAccessReview"] = "SubjectAccessReview"
 _KINDS["authentication.k8s.io/v1", "SelfSubjectReview"] = "SelfSubjectReview"
 _KINDS["authentication.k8s.io/v1", "TokenRequest"] = "TokenRequest"
+_KINDS["networking.k8s.io/v1", "Ingress"] = "Ingress"
 
 
 class ProtobufError(ValueError):

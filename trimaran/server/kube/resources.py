@@ -31,6 +31,7 @@ from trimaran.api.podsecurity import Policy
 from trimaran.api.quota import AdmissionRefused
 from trimaran.controllers.gc import request_delete
 from trimaran.controllers.quota import admit_update
+from trimaran.controllers.workloads.ingress import set_default_class
 from trimaran.server.kube import patch as patching
 from trimaran.server.kube import protobuf, streaming
 from trimaran.server.kube.admission import PodSecurityAdmission
@@ -611,6 +612,8 @@ class KubeAPI:
             refused = info.references(admitted, self._stored_or_none)
             if refused:
                 raise StatusError.invalid(info.group, info.kind, admitted["metadata"].get("name", ""), refused)
+        if info.kind == "Ingress" and current is None:  # the DefaultIngressClass admission plugin
+            set_default_class(admitted, self.store)
         others += self.pod_security.admit(info, admitted, current)
         if current is not None:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 import httptools
 
@@ -92,7 +93,7 @@ class RequestReader:
 
 def render_response(status: int, headers: list[tuple[bytes, bytes]], body: bytes, keep_alive: bool) -> bytes:
     """Serialize a response with an exact Content-Length."""
-    parts = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Status"))]
+    parts = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status) or _reason(status))]
     for name, value in headers:
         if name.lower() not in HOP_BY_HOP:
             parts.append(name + b": " + value + b"\r\n")
@@ -102,6 +103,14 @@ def render_response(status: int, headers: list[tuple[bytes, bytes]], body: bytes
     parts.append(b"\r\n")
     parts.append(body)
     return b"".join(parts)
+
+
+def _reason(status: int) -> bytes:
+    """The standard reason phrase of any other status (an Ingress forwards whatever its backend says)."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b"Status"
 
 
 class UpstreamError(Exception):
