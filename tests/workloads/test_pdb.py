@@ -172,9 +172,10 @@ def test_status_and_the_eviction_apis_429(plane: ControlPlaneHandle, api: Client
     assert ok(kubectl(plane, tmp_path, "get", "pdb", "trio-pct", "--no-headers")).split()[:4] == \
         ["trio-pct", "N/A", "34%", "2"]
     core.create_namespaced_pod_eviction(victim, NS, eviction)
-    # Spent by the eviction (the controller, seeing the pod go, counts the same).
-    assert api.get("PodDisruptionBudget", NS, "trio-pct")["status"]["disruptionsAllowed"] == 1
-    assert api.get("Pod", NS, victim)["metadata"].get("deletionTimestamp")
+    # Allowed: the pod goes (how long the budget stays spent depends on how soon the Deployment's
+    # replacement is Ready, so its count is not read here).
+    victim_now = [p for p in api.list("Pod", NS) if p["metadata"]["name"] == victim]
+    assert not victim_now or victim_now[0]["metadata"].get("deletionTimestamp")  # being deleted, or gone
     # The Deployment's replacement comes; the controller counts it and forgets the evicted pod.
     ready_pods(api, "trio", 3)
     status = status_of(api, "trio-pct", currentHealthy=3, disruptionsAllowed=2)

@@ -14,13 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from trimaran.server.kube import discovery, metrics, openapi
+from trimaran.server.kube import discovery, openapi
 from trimaran.server.kube.crd import CustomResources
 from trimaran.server.kube.errors import StatusError, status_response
 from trimaran.server.kube.resources import EVENT, KubeAPI, Target
 from trimaran.server.kube.watch import WatchHub
 from trimaran.server.rbac import access as rbac  # modules: rbac's own modules import this package's
-from trimaran.server.rbac import reviews
 from trimaran.server.rbac.authorizer import Attributes
 from trimaran.server.tokens import Principal
 
@@ -71,10 +70,7 @@ def routes(api: KubeAPI, server_address: Callable[[], str], started: str) -> lis
 
     async def groups(request: Request) -> Response:
         discovery_path(request)
-        listed = discovery.api_group_list(served())
-        listed["groups"].append(metrics.api_group())  # served by metrics.metrics_routes, mounted by the app
-        listed["groups"] += reviews.review_groups()  # served by rbac.reviews.review_routes, mounted by the app
-        return _json(listed)
+        return _json(discovery.api_group_list(served()))
 
     async def openapi_root(request: Request) -> Response:
         discovery_path(request)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from trimaran.api import kinds
 from trimaran.api.apiregistration import API_VERSION, AUTOMANAGED_LABEL, apiservice_name
-from trimaran.server.kube import discovery, metrics
+from trimaran.server.kube import discovery
 
 __all__ = ["local_apiservices"]
 
@@ -43,8 +43,7 @@ _CRD_PRIORITY = (1000, 100)
 
 def local_apiservices() -> list[dict]:
     """One APIService per group version served, from the same list ``/apis`` answers with."""
-    served = [*kinds.all_kinds(), discovery.CRD_INFO]
-    groups = [*discovery.api_group_list(served)["groups"], metrics.api_group()]
+    groups = discovery.api_group_list([*kinds.all_kinds(), discovery.CRD_INFO])["groups"]
     versions = [("", "v1")] + [(g["name"], v["version"]) for g in groups for v in g["versions"]]
     out = []
     for group, version in versions:

@@ -11,8 +11,10 @@ import platform
 from typing import Any
 
 import trimaran
+from trimaran.api.authorization import REVIEW_KINDS
 from trimaran.api.crd import CRD_INFO, is_custom
 from trimaran.api.kinds import KindInfo
+from trimaran.server.kube import metrics
 from trimaran.server.kube.openapi import kind_schema
 
 __all__ = ["api_group", "api_group_list", "api_resource_list", "api_versions", "crd_objects", "version_info",
@@ -56,8 +58,12 @@ def api_group(group: str, versions: list[str]) -> dict[str, Any]:
 
 
 def api_group_list(served: list[KindInfo]) -> dict[str, Any]:
-    return {"kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [api_group(g, vs) for g, vs in _groups(served).items()]}
+    """``/apis``: the groups of the served kinds, then metrics.k8s.io (``metrics.py``) and the review
+    groups (``server/rbac/reviews.py``), which are served beside the registry."""
+    groups = [api_group(g, vs) for g, vs in _groups(served).items()]
+    groups.append(metrics.api_group())
+    groups += [api_group(g, ["v1"]) for g in dict.fromkeys(r.group for r in REVIEW_KINDS)]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
 def api_resource_list(group: str, version: str, served: list[KindInfo]) -> dict[str, Any] | None:

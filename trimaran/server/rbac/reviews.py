@@ -29,7 +29,7 @@ from trimaran.server.rbac.authorizer import Attributes, Authorizer, Rule
 from trimaran.server.tokens import Principal, TokenStore
 from trimaran.store import Store
 
-__all__ = ["review_groups", "review_routes"]
+__all__ = ["review_routes"]
 
 AUTHZ = AUTHZ_GROUP
 AUTHN = AUTHN_GROUP
@@ -43,16 +43,6 @@ class _Subject:
 
     name: str
     groups: tuple[str, ...]
-
-
-def review_groups() -> list[dict[str, Any]]:
-    """The two groups' entries in ``/apis``."""
-    return [_group(g) for g in _RESOURCES]
-
-
-def _group(group: str) -> dict[str, Any]:
-    version = {"groupVersion": f"{group}/v1", "version": "v1"}
-    return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [version], "preferredVersion": version}
 
 
 def _resource_list(group: str) -> dict[str, Any]:
@@ -151,7 +141,7 @@ def review_routes(store: Store, tokens: TokenStore) -> list[BaseRoute]:
         path = request.url.path.rstrip("/")
         access.authorize(_principal(request), Attributes("get", path=path))
         _, _, group, *version = path.split("/")
-        return _json(_resource_list(group) if version else _group(group))
+        return _json(_resource_list(group) if version else discovery.api_group(group, ["v1"]))
 
     async def self_access(request: Request) -> Response:
         principal = create(request, "selfsubjectaccessreviews", AUTHZ)
