@@ -275,7 +275,7 @@ class ControllerManager:
             kinds.update(r.kinds)
             kinds.update(r.watches)
         watched = None if any(r.every_kind for r in self.reconcilers) else kinds
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.store.closed:
             try:
                 for event in self.store.watch(kinds=watched, since=since, stop=self._stop, timeout=1.0):
                     since = event.revision

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import time
+from collections.abc import Callable
 
 from trimaran.controllers.conditions import now_rfc3339, seconds_since
 from trimaran.store import Conflict, NotFound, Store
@@ -48,6 +50,46 @@ def is_ready(pod: dict) -> bool:
 
 def owned_pods(store: Store, owner: dict) -> list[dict]:
     return store.list("Pod", owner["metadata"]["namespace"], owner_uid=owner["metadata"]["uid"])
+
+
+def controller_uid(obj: dict) -> str | None:
+    """The uid of the object's controller (its ownerReference with ``controller: true``), if any."""
+    return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+
+
+def claim_pods(store: Store, owner: dict, selects: Callable[[dict], bool],
+               member: Callable[[dict], bool] = lambda pod: True) -> list[dict]:
+    """The pods ``owner`` controls, as upstream's ControllerRefManager claims them: its own that
+    ``selects`` still (or that are going anyway), the rest of its own released, and orphans that it
+    selects and counts as ``member`` adopted. A pod changed meanwhile is left for the next pass."""
+    uid = owner["metadata"]["uid"]
+    claimed = []
+    for pod in store.list("Pod", owner["metadata"]["namespace"]):
+        controller = controller_uid(pod)
+        if controller == uid:
+            if selects(pod) or is_terminating(pod):
+                claimed.append(pod)
+            else:
+                _set_controller(store, pod, None, uid)
+        elif controller is None and selects(pod) and not is_terminating(pod) and member(pod):
+            adopted = _set_controller(store, pod, owner, uid)
+            if adopted is not None:
+                claimed.append(adopted)
+    return claimed
+
+
+def _set_controller(store: Store, obj: dict, owner: dict | None, uid: str) -> dict | None:
+    """Adopt ``obj`` (``owner`` given) or release it from the controller of ``uid``; the stored
+    object, or None when it changed or went meanwhile."""
+    fresh = copy.deepcopy(obj)
+    refs = [r for r in fresh["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+    if owner is not None:
+        refs.append(owner_reference(owner))
+    fresh["metadata"]["ownerReferences"] = refs
+    try:
+        return store.update(fresh)
+    except (Conflict, NotFound):
+        return None
 
 
 def set_gang(pod: dict, group: str, size: int, hosts: dict[str, str], queued_at: float | None = None) -> None:

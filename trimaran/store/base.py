@@ -235,6 +235,12 @@ class Store(abc.ABC):
     def delete_observations(self, namespace: str, trial: str) -> int:
         """Forget a trial's observations (when the trial is deleted); return how many."""
 
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: a watch of a closed store ends at once, so a thread
+        that follows the store stops when this is true rather than watching again."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the database; open watches end."""

@@ -653,6 +653,10 @@ class SQLStore(Store):
             self._compacted_here = max(self._compacted_here, compacted)
         return compacted
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _counter(self, conn: Any, key: str) -> int:
         return self._run(conn, "select_counter", {"counter": key}).fetchone()[0]
 

@@ -17,18 +17,19 @@ from collections.abc import Iterable
 from trimaran.api.apps import selector_matches
 from trimaran.api.meta import replica_count
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
-from trimaran.controllers.pods import is_ready, is_terminating, new_pod, owner_reference, phase, request_deletion
+from trimaran.controllers.pods import (
+    claim_pods,
+    controller_uid,
+    is_ready,
+    is_terminating,
+    new_pod,
+    phase,
+    request_deletion,
+)
 from trimaran.controllers.workloads.deployment import is_available
-from trimaran.store import Conflict, NotFound
+from trimaran.store import NotFound
 
 __all__ = ["ReplicationControllerReconciler"]
-
-
-def _controller_uid(pod: dict) -> str | None:
-    for ref in pod["metadata"].get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref.get("uid")
-    return None
 
 
 class ReplicationControllerReconciler(Reconciler):
@@ -39,7 +40,7 @@ class ReplicationControllerReconciler(Reconciler):
     def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
         """A pod's controller, or, for a pod no controller owns, the RCs whose selector matches it (to adopt it)."""
         keys = list(super().keys_for(event_kind, obj))
-        if keys or event_kind != "Pod" or _controller_uid(obj) is not None or is_terminating(obj):
+        if keys or event_kind != "Pod" or controller_uid(obj) is not None or is_terminating(obj):
             return keys
         labels = obj["metadata"].get("labels") or {}
         return [key_of(rc) for rc in self.store.list("ReplicationController", obj["metadata"].get("namespace", ""))
@@ -75,34 +76,8 @@ class ReplicationControllerReconciler(Reconciler):
 
     def _claim(self, rc: dict) -> list[dict]:
         """The pods the RC controls: its own that still match, plus matching orphans, adopted."""
-        meta = rc["metadata"]
         selector = {"matchLabels": rc["spec"].get("selector") or {}}
-        claimed = []
-        for pod in self.store.list("Pod", meta["namespace"]):
-            owner = _controller_uid(pod)
-            matches = selector_matches(selector, pod["metadata"].get("labels"))
-            if owner == meta["uid"]:
-                if matches or is_terminating(pod):
-                    claimed.append(pod)
-                else:
-                    self._set_owner(pod, None, meta["uid"])
-            elif owner is None and matches and not is_terminating(pod):
-                adopted = self._set_owner(pod, rc, meta["uid"])
-                if adopted is not None:
-                    claimed.append(adopted)
-        return claimed
-
-    def _set_owner(self, pod: dict, rc: dict | None, uid: str) -> dict | None:
-        """Adopt ``pod`` (``rc`` given) or release it from the RC of ``uid``; the stored pod, or None on a race."""
-        fresh = copy.deepcopy(pod)
-        refs = [r for r in fresh["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
-        if rc is not None:
-            refs.append(owner_reference(rc))
-        fresh["metadata"]["ownerReferences"] = refs
-        try:
-            return self.store.update(fresh)
-        except (Conflict, NotFound):
-            return None
+        return claim_pods(self.store, rc, lambda pod: selector_matches(selector, pod["metadata"].get("labels")))
 
     def _build_pod(self, rc: dict) -> dict:
         meta = rc["metadata"]

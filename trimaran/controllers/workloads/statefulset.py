@@ -37,10 +37,11 @@ from trimaran.api.labels import (
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.conditions import get_condition, seconds_since
 from trimaran.controllers.pods import (
+    claim_pods,
+    controller_uid,
     is_ready,
     is_terminating,
     new_pod,
-    owner_reference,
     phase,
     request_deletion,
 )
@@ -65,10 +66,6 @@ def pod_ordinal(set_name: str, pod: dict) -> int | None:
 def claim_name(template_name: str, set_name: str, ordinal: int) -> str:
     """``getPersistentVolumeClaimName``."""
     return f"{template_name}-{set_name}-{ordinal}"
-
-
-def _controller_uid(obj: dict) -> str | None:
-    return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
 
 
 def _revision_of(pod: dict) -> str:
@@ -98,7 +95,7 @@ class StatefulSetReconciler(Reconciler):
     def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
         """A pod's controller; for a pod no controller owns, the sets whose selector and name claim it (to adopt it)."""
         keys = list(super().keys_for(event_kind, obj))
-        if keys or event_kind != "Pod" or _controller_uid(obj) is not None or is_terminating(obj):
+        if keys or event_kind != "Pod" or controller_uid(obj) is not None or is_terminating(obj):
             return keys
         labels = obj["metadata"].get("labels") or {}
         return [key_of(sts) for sts in self.store.list("StatefulSet", obj["metadata"].get("namespace", ""))
@@ -131,33 +128,9 @@ class StatefulSetReconciler(Reconciler):
     def _claim(self, sts: dict) -> list[dict]:
         """The pods the set controls: its own that still match its selector, plus matching orphans
         named as its members, adopted (upstream's ``ClaimPods`` with ``isMemberOf``)."""
-        meta = sts["metadata"]
         selector = sts["spec"].get("selector")
-        claimed = []
-        for pod in self.store.list("Pod", meta["namespace"]):
-            owner = _controller_uid(pod)
-            matches = selector_matches(selector, pod["metadata"].get("labels"))
-            if owner == meta["uid"]:
-                if matches or is_terminating(pod):
-                    claimed.append(pod)
-                else:
-                    self._set_owner(pod, None, meta["uid"])
-            elif owner is None and matches and not is_terminating(pod) and pod_ordinal(meta["name"], pod) is not None:
-                adopted = self._set_owner(pod, sts, meta["uid"])
-                if adopted is not None:
-                    claimed.append(adopted)
-        return claimed
-
-    def _set_owner(self, obj: dict, owner: dict | None, uid: str) -> dict | None:
-        fresh = copy.deepcopy(obj)
-        refs = [r for r in fresh["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
-        if owner is not None:
-            refs.append(owner_reference(owner))
-        fresh["metadata"]["ownerReferences"] = refs
-        try:
-            return self.store.update(fresh)
-        except (Conflict, NotFound):
-            return None
+        return claim_pods(self.store, sts, lambda pod: selector_matches(selector, pod["metadata"].get("labels")),
+                          lambda pod: pod_ordinal(sts["metadata"]["name"], pod) is not None)
 
     def _sync_pods(self, sts: dict, pods: list[dict], current: dict, update: dict) -> float | None:
         """One pass of upstream's ``updateStatefulSet``: create, delete and roll pods within the set's

@@ -201,7 +201,7 @@ class WatchHub:
             self._active.set()
 
     def _follow(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.store.closed:
             if not self._active.wait(timeout=1.0):
                 continue
             since = self._since

@@ -194,7 +194,7 @@ class Authorizer:
 
     def _follow(self) -> None:
         since = self.store.current_revision()
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.store.closed:
             try:
                 for _ in self.store.watch(KINDS, since=since, stop=self._stop):
                     self.changed()
