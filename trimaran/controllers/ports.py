@@ -32,6 +32,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import random
 import socket
 import tempfile
 import threading
@@ -133,7 +134,9 @@ class PortAllocator:
         """``pod_network``: pods have network namespaces of their own (trimaran.runtime.network),
         so replicas keep their operators' default ports (:meth:`for_replicas`)."""
         self._reserved: set[int] = set()
-        self._next = _FIRST
+        # Each control plane walks the range from a start of its own: from 20000 all of them would
+        # hand out the port another home freed a moment ago (its ingress's, while it restarts).
+        self._next = random.SystemRandom().randint(_FIRST, _LAST)
         self.pod_network = pod_network
 
     def for_replicas(self, default: int, count: int) -> list[int]:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import logging
 import os
 import shutil
 import stat
@@ -80,6 +81,8 @@ __all__ = [
     "MASKED_PATHS",
     "READ_ONLY_PATHS",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SHM_SIZE = 64 * 1024 * 1024
 _FRESH_AT_ROOT = ("proc", "dev", "tmp", "run", "var")  # made by bwrap, never the host's
@@ -127,11 +130,21 @@ def userns_available(bwrap: str | None = None) -> bool:
     if bwrap is None:
         return False
     probe = [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--", "true"]
-    try:
-        return subprocess.run(probe, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    # The answer holds for the process's life, so one failure that passes (a busy machine's timeout,
+    # user namespaces briefly at their limit) must not decide it: a few tries, and the last reason logged.
+    reason = ""
+    for _ in range(3):
+        try:
+            done = subprocess.run(probe, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            reason = str(exc)
+            continue
+        if done.returncode == 0:
+            return True
+        reason = done.stderr.decode(errors="replace").strip()
+    log.warning("bubblewrap cannot make a user namespace here (%s): pods run without one", reason)
+    return False
 
 
 @functools.cache
