@@ -57,6 +57,11 @@ def controller_uid(obj: dict) -> str | None:
     return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
 
 
+def is_orphan(pod: dict) -> bool:
+    """A live pod no controller owns: one a controller whose selector matches may adopt."""
+    return controller_uid(pod) is None and not is_terminating(pod)
+
+
 def claim_pods(store: Store, owner: dict, selects: Callable[[dict], bool],
                member: Callable[[dict], bool] = lambda pod: True) -> list[dict]:
     """The pods ``owner`` controls, as upstream's ControllerRefManager claims them: its own that
@@ -71,7 +76,7 @@ def claim_pods(store: Store, owner: dict, selects: Callable[[dict], bool],
                 claimed.append(pod)
             else:
                 _set_controller(store, pod, None, uid)
-        elif controller is None and selects(pod) and not is_terminating(pod) and member(pod):
+        elif is_orphan(pod) and selects(pod) and member(pod):
             adopted = _set_controller(store, pod, owner, uid)
             if adopted is not None:
                 claimed.append(adopted)

@@ -19,7 +19,7 @@ from trimaran.api.meta import replica_count
 from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.pods import (
     claim_pods,
-    controller_uid,
+    is_orphan,
     is_ready,
     is_terminating,
     new_pod,
@@ -40,7 +40,7 @@ class ReplicationControllerReconciler(Reconciler):
     def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
         """A pod's controller, or, for a pod no controller owns, the RCs whose selector matches it (to adopt it)."""
         keys = list(super().keys_for(event_kind, obj))
-        if keys or event_kind != "Pod" or controller_uid(obj) is not None or is_terminating(obj):
+        if keys or event_kind != "Pod" or not is_orphan(obj):
             return keys
         labels = obj["metadata"].get("labels") or {}
         return [key_of(rc) for rc in self.store.list("ReplicationController", obj["metadata"].get("namespace", ""))

@@ -38,7 +38,7 @@ from trimaran.controllers.base import Key, Reconciler, is_being_deleted, key_of
 from trimaran.controllers.conditions import get_condition, seconds_since
 from trimaran.controllers.pods import (
     claim_pods,
-    controller_uid,
+    is_orphan,
     is_ready,
     is_terminating,
     new_pod,
@@ -95,7 +95,7 @@ class StatefulSetReconciler(Reconciler):
     def keys_for(self, event_kind: str, obj: dict) -> Iterable[Key]:
         """A pod's controller; for a pod no controller owns, the sets whose selector and name claim it (to adopt it)."""
         keys = list(super().keys_for(event_kind, obj))
-        if keys or event_kind != "Pod" or controller_uid(obj) is not None or is_terminating(obj):
+        if keys or event_kind != "Pod" or not is_orphan(obj):
             return keys
         labels = obj["metadata"].get("labels") or {}
         return [key_of(sts) for sts in self.store.list("StatefulSet", obj["metadata"].get("namespace", ""))
